@@ -1,0 +1,49 @@
+// Generates the models tests and `npm start` use into ./models, unless they are there and were made by
+// the current generator (a stamp holds the hash of the generator's sources, so editing it regenerates).
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { makeModel } from './model-make.js';
+import type { PresetName } from './model/presets.js';
+import type { Dtype } from './model/weight-ops.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+export const MODELS_DIR = join(ROOT, 'models');
+
+/** The models every checkout needs: the default `tiny` in every dtype, and `tiny-untied` for lm_head. */
+const WANTED: { preset: PresetName; dtypes: readonly Dtype[] }[] = [
+  { preset: 'tiny', dtypes: ['fp32', 'fp16', 'int8', 'q4'] },
+  { preset: 'tiny-untied', dtypes: ['fp32'] },
+];
+
+function filesUnder(dir: string): string[] {
+  return readdirSync(dir)
+    .sort()
+    .flatMap((name) => {
+      const path = join(dir, name);
+      return statSync(path).isDirectory() ? filesUnder(path) : [path];
+    });
+}
+
+function generatorStamp(): string {
+  const hash = createHash('sha256');
+  const sources = [join(ROOT, 'scripts/model-make.ts'), ...filesUnder(join(ROOT, 'scripts/model')), ...filesUnder(join(ROOT, 'scripts/tokenizer'))];
+  for (const file of sources) hash.update(relative(ROOT, file)).update(readFileSync(file));
+  hash.update(JSON.stringify(WANTED));
+  return hash.digest('hex');
+}
+
+export function ensureModels(): void {
+  const stampFile = join(MODELS_DIR, '.stamp');
+  const stamp = generatorStamp();
+  if (existsSync(stampFile) && readFileSync(stampFile, 'utf8') === stamp) return;
+  for (const { preset, dtypes } of WANTED) {
+    const outDir = join(MODELS_DIR, preset);
+    rmSync(outDir, { recursive: true, force: true });
+    makeModel({ preset, outDir, dtypes });
+  }
+  writeFileSync(stampFile, stamp);
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) ensureModels();

@@ -1,0 +1,98 @@
+// Generates text from a model folder on disk, streaming it to stdout (or one JSON object with --json).
+// npm run generate -- --model <dir> (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json) [options]
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { Engine } from '../src/engine/engine.js';
+import { InvalidRequestError } from '../src/engine/errors.js';
+import type { ModelDtype } from '../src/engine/model/model-files.js';
+import type { GenerationRequest } from '../src/engine/request.js';
+import { directorySource } from '../src/sources/directory-source.js';
+import { nodeRuntime, type NodeBackend } from './lib/runtimes.js';
+
+const USAGE = `usage: npm run generate -- --model <dir> (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json)
+  [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop STR]...
+  [--frequency-penalty F] [--presence-penalty F] [--repetition-penalty R]
+  [--dtype fp32|fp16|int8|q4] [--backend cpu|wasm] [--json]`;
+
+const { values: args } = parseArgs({
+  options: {
+    model: { type: 'string' },
+    prompt: { type: 'string' },
+    'prompt-ids': { type: 'string' },
+    messages: { type: 'string' },
+    'max-tokens': { type: 'string' },
+    temperature: { type: 'string' },
+    'top-k': { type: 'string' },
+    'top-p': { type: 'string' },
+    'min-p': { type: 'string' },
+    'frequency-penalty': { type: 'string' },
+    'presence-penalty': { type: 'string' },
+    'repetition-penalty': { type: 'string' },
+    seed: { type: 'string' },
+    stop: { type: 'string', multiple: true },
+    dtype: { type: 'string', default: 'fp32' },
+    backend: { type: 'string', default: 'cpu' },
+    json: { type: 'boolean', default: false },
+    help: { type: 'boolean', default: false },
+  },
+});
+
+if (args.help || !args.model) {
+  console.error(USAGE);
+  process.exit(args.help ? 0 : 2);
+}
+
+// Numbers are passed through as parsed, unchecked: the engine validates them and names the bad one.
+const num = (v: string | undefined): number | undefined => (v === undefined ? undefined : Number(v));
+
+const request: GenerationRequest = {
+  max_tokens: num(args['max-tokens']),
+  temperature: num(args.temperature),
+  top_k: num(args['top-k']),
+  top_p: num(args['top-p']),
+  min_p: num(args['min-p']),
+  frequency_penalty: num(args['frequency-penalty']),
+  presence_penalty: num(args['presence-penalty']),
+  repetition_penalty: num(args['repetition-penalty']),
+  seed: num(args.seed),
+  stop: args.stop,
+};
+if (args.prompt !== undefined) request.prompt = args.prompt;
+if (args['prompt-ids'] !== undefined) request.prompt_ids = args['prompt-ids'].split(',').map((s) => Number(s.trim()));
+if (args.messages !== undefined) request.messages = JSON.parse(readFileSync(args.messages, 'utf8'));
+for (const key of Object.keys(request) as (keyof GenerationRequest)[]) if (request[key] === undefined) delete request[key];
+
+try {
+  const runtime = await nodeRuntime(args.backend as NodeBackend);
+  const engine = await Engine.load(runtime, directorySource(args.model), { dtype: args.dtype as ModelDtype });
+  for await (const event of engine.generate(request)) {
+    if (event.type === 'token') {
+      if (!args.json) process.stdout.write(event.text);
+      continue;
+    }
+    if (args.json) {
+      const result = {
+        prompt_ids: event.promptIds,
+        token_ids: event.tokenIds,
+        text: event.text,
+        finish_reason: event.finishReason,
+        ttft_ms: Number(event.metrics.ttftMs.toFixed(3)),
+        decode_tokens_per_s: Number(event.metrics.decodeTokensPerS.toFixed(2)),
+      };
+      process.stdout.write(`${JSON.stringify(result)}\n`);
+    } else {
+      process.stdout.write('\n');
+      const m = event.metrics;
+      console.error(
+        `[${event.finishReason}] prompt ${m.promptTokens} tokens, completion ${m.completionTokens} tokens, ` +
+          `ttft ${m.ttftMs.toFixed(1)} ms, decode ${m.decodeTokensPerS.toFixed(1)} tok/s (${runtime.name})`,
+      );
+    }
+  }
+} catch (err) {
+  if (err instanceof InvalidRequestError) {
+    console.error(`error: ${err.param}: ${err.message}`);
+    process.exit(2);
+  }
+  throw err;
+}

@@ -1,0 +1,96 @@
+// Model presets from SPEC.md ("Presets") and the config.json they produce.
+
+export type PresetName = 'tiny' | 'tiny-untied' | 'bench-135m';
+export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'tiny-untied', 'bench-135m'];
+
+export interface LlamaShape {
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  vocabSize: number;
+  maxPositionEmbeddings: number;
+  tieWordEmbeddings: boolean;
+  rmsNormEps: number;
+  ropeTheta: number;
+}
+
+const tiny: LlamaShape = {
+  hiddenSize: 64,
+  intermediateSize: 176,
+  numLayers: 2,
+  numHeads: 4,
+  numKvHeads: 2,
+  headDim: 16,
+  vocabSize: 512,
+  maxPositionEmbeddings: 2048,
+  tieWordEmbeddings: true,
+  rmsNormEps: 1e-5,
+  ropeTheta: 10000,
+};
+
+export const PRESETS: Record<PresetName, LlamaShape> = {
+  tiny,
+  'tiny-untied': { ...tiny, tieWordEmbeddings: false },
+  'bench-135m': {
+    hiddenSize: 576,
+    intermediateSize: 1536,
+    numLayers: 30,
+    numHeads: 9,
+    numKvHeads: 3,
+    headDim: 64,
+    vocabSize: 49152,
+    maxPositionEmbeddings: 8192,
+    tieWordEmbeddings: true,
+    rmsNormEps: 1e-5,
+    ropeTheta: 10000,
+  },
+};
+
+export const BOS_TOKEN_ID = 1; // <|im_start|>
+export const EOS_TOKEN_ID = 2; // <|im_end|>
+export const ENDOFTEXT_TOKEN_ID = 0; // <|endoftext|>
+
+export function isPresetName(s: string): s is PresetName {
+  return (PRESET_NAMES as readonly string[]).includes(s);
+}
+
+/** config.json with a fixed key order (insertion order is the serialisation order). */
+export function llamaConfigJson(p: LlamaShape): Record<string, unknown> {
+  return {
+    architectures: ['LlamaForCausalLM'],
+    attention_bias: false,
+    bos_token_id: BOS_TOKEN_ID,
+    eos_token_id: EOS_TOKEN_ID,
+    head_dim: p.headDim,
+    hidden_act: 'silu',
+    hidden_size: p.hiddenSize,
+    intermediate_size: p.intermediateSize,
+    max_position_embeddings: p.maxPositionEmbeddings,
+    mlp_bias: false,
+    model_type: 'llama',
+    num_attention_heads: p.numHeads,
+    num_hidden_layers: p.numLayers,
+    num_key_value_heads: p.numKvHeads,
+    rms_norm_eps: p.rmsNormEps,
+    rope_scaling: null,
+    rope_theta: p.ropeTheta,
+    tie_word_embeddings: p.tieWordEmbeddings,
+    torch_dtype: 'float32',
+    transformers_version: '4.46.0',
+    use_cache: true,
+    vocab_size: p.vocabSize,
+  };
+}
+
+export function generationConfigJson(p: LlamaShape): Record<string, unknown> {
+  return {
+    bos_token_id: BOS_TOKEN_ID,
+    do_sample: false,
+    eos_token_id: [EOS_TOKEN_ID, ENDOFTEXT_TOKEN_ID],
+    max_length: p.maxPositionEmbeddings,
+    transformers_version: '4.46.0',
+  };
+}

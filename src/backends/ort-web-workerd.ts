@@ -1,0 +1,42 @@
+import * as ort from 'onnxruntime-web/wasm';
+// wrangler (and vitest-pool-workers) import a .wasm file as a compiled WebAssembly.Module: workerd
+// forbids compiling WebAssembly from bytes at run time, so the module must arrive precompiled.
+import ortWasmModule from 'onnxruntime-web/ort-wasm-simd-threaded.wasm';
+import type { OrtRuntime } from '../engine/model/runtime.js';
+
+/**
+ * onnxruntime-web's WASM backend inside workerd (see PLATFORM.md). ORT 1.30 cannot be handed a compiled
+ * module, so it is given placeholder bytes as `wasmBinary` and `WebAssembly.instantiate` is wrapped: when
+ * ORT tries to instantiate those bytes, the precompiled module is instantiated with ORT's imports instead.
+ * The loader (`onnxruntime-web/wasm`, loader built in) and the binary must come from the same package.
+ */
+const PLACEHOLDER = new TextEncoder().encode('edge-infer: precompiled ort-wasm-simd-threaded module');
+
+function isPlaceholder(source: unknown): boolean {
+  let bytes: Uint8Array | undefined;
+  if (source instanceof Uint8Array) bytes = source;
+  else if (source instanceof ArrayBuffer) bytes = new Uint8Array(source);
+  if (!bytes || bytes.length !== PLACEHOLDER.length) return false;
+  return bytes.every((b, i) => b === PLACEHOLDER[i]);
+}
+
+let hooked = false;
+function hookInstantiate(): void {
+  if (hooked) return;
+  hooked = true;
+  const original = WebAssembly.instantiate.bind(WebAssembly) as (s: unknown, i?: WebAssembly.Imports) => Promise<unknown>;
+  const patched = async (source: unknown, imports?: WebAssembly.Imports): Promise<unknown> => {
+    if (!isPlaceholder(source)) return original(source, imports);
+    const instance = (await original(ortWasmModule, imports)) as WebAssembly.Instance;
+    return { instance, module: ortWasmModule };
+  };
+  (WebAssembly as { instantiate: unknown }).instantiate = patched;
+}
+
+export function workerdWasmRuntime(): OrtRuntime {
+  hookInstantiate();
+  ort.env.wasm.wasmBinary = PLACEHOLDER;
+  ort.env.wasm.numThreads = 1; // no worker threads in workerd
+  ort.env.wasm.proxy = false;
+  return { name: 'wasm', InferenceSession: ort.InferenceSession, Tensor: ort.Tensor, executionProviders: ['wasm'] };
+}

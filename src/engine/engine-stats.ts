@@ -1,0 +1,21 @@
+import type { BlockPoolStats } from './kv/block-pool.js';
+
+/** Engine-wide counters and gauges the service exports (e.g. as Prometheus metrics). */
+export interface EngineStats {
+  kv: BlockPoolStats & { blockSize: number; bytesPerToken: number; bytesTotal: number };
+  /** Prompt tokens served from the prefix cache instead of being prefilled. */
+  prefixHitTokens: number;
+  /** Prompt tokens actually computed (prefill, including recompute after preemption). */
+  prefillTokens: number;
+  generatedTokens: number;
+  preemptions: number;
+  copyOnWrites: number;
+  /** Requests waiting to be admitted. */
+  queueDepth: number;
+  /** Requests admitted and not yet finished. */
+  running: number;
+  steps: number;
+  /** Of the last step. */
+  lastBatchSize: number;
+  lastStepTokens: number;
+}

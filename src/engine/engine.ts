@@ -1,0 +1,261 @@
+import type { EngineStats } from './engine-stats.js';
+import { CapacityError, InvalidRequestError } from './errors.js';
+import { EventQueue } from './event-queue.js';
+import { BlockPool } from './kv/block-pool.js';
+import { KvCacheManager, type PagedSequenceKv } from './kv/paged-kv.js';
+import { kvBytesPerToken, type ModelConfig } from './model/config.js';
+import { loadModelFiles, type ModelDtype, type ModelSource } from './model/model-files.js';
+import { ModelRunner, type RunnerOptions } from './model/runner.js';
+import type { OrtRuntime } from './model/runtime.js';
+import { checkTokenIds, resolveMaxTokens, type GenerationRequest } from './request.js';
+import { resolveSamplingParams } from './sampling/params.js';
+import { Scheduler, type SchedulableSequence } from './scheduler.js';
+import { Sequence, type GenerationEvent, type ResolvedRequest } from './sequence.js';
+import { validateStops } from './stop-strings.js';
+import { TextTokenizer } from '../tokenizer/tokenizer.js';
+import { renderChat } from '../tokenizer/chat-template.js';
+
+export interface EngineOptions extends RunnerOptions {
+  dtype?: ModelDtype;
+  /** Name the model is served under; also part of every prefix-cache block hash. */
+  modelId?: string;
+  /** Bytes of KV cache; the block pool gets as many blocks as fit. Default 64 MiB. */
+  kvCacheBytes?: number;
+  /** Tokens per KV block. Default 16. */
+  blockSize?: number;
+  /** Sequences in one model pass. Default 32. */
+  maxBatchSize?: number;
+  /** Tokens computed in one pass (decodes + prefill chunks). Default 512. */
+  maxTokensPerStep?: number;
+  /** Run the engine loop by itself whenever there is work (default). Off, the owner calls step(). */
+  autoRun?: boolean;
+}
+
+export interface GenerateOptions {
+  /** Aborting ends the generation at the next step boundary with finish reason `cancelled`. */
+  signal?: AbortSignal;
+}
+
+/** A request inside the engine: what the scheduler sees, plus its lifecycle and its event stream. */
+interface EngineRequest extends SchedulableSequence {
+  tokens: number[];
+  kv: PagedSequenceKv;
+  sequence: Sequence;
+  events: EventQueue<GenerationEvent | Error>;
+  cancelRequested: boolean;
+  admitted: boolean;
+}
+
+const yieldToEventLoop = (): Promise<void> =>
+  new Promise((resolve) => (typeof setImmediate === 'function' ? setImmediate(resolve) : setTimeout(resolve, 0)));
+
+/**
+ * A loaded model serving many requests at once: tokenizer and chat template, the ONNX runner, a paged
+ * KV cache and a continuous-batching scheduler. Each step admits waiting requests, runs one batched
+ * pass over every running sequence, samples, streams, and retires what finished.
+ * Knows nothing of HTTP or Durable Objects; hosts hand it a runtime and a source of model bytes.
+ */
+export class Engine {
+  readonly kv: KvCacheManager;
+  private readonly scheduler: Scheduler<EngineRequest>;
+  private readonly active = new Set<EngineRequest>();
+  private nextId = 1;
+  private looping = false;
+  private readonly counters = { prefixHitTokens: 0, prefillTokens: 0, generatedTokens: 0, steps: 0, lastBatchSize: 0, lastStepTokens: 0 };
+
+  private constructor(
+    readonly modelId: string,
+    readonly config: ModelConfig,
+    readonly tokenizer: TextTokenizer,
+    private readonly chatTemplate: { template: string; config: Record<string, unknown> },
+    readonly runner: ModelRunner,
+    readonly backend: string,
+    private readonly options: EngineOptions,
+  ) {
+    const blockSize = options.blockSize ?? 16;
+    const numBlocks = Math.floor((options.kvCacheBytes ?? 64 * 2 ** 20) / (blockSize * kvBytesPerToken(config)));
+    if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
+    this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize), modelId);
+    this.scheduler = new Scheduler(this.kv, {
+      maxBatchSize: options.maxBatchSize ?? 32,
+      maxTokensPerStep: options.maxTokensPerStep ?? 512,
+    });
+  }
+
+  static async load(runtime: OrtRuntime, source: ModelSource, options: EngineOptions = {}): Promise<Engine> {
+    const files = await loadModelFiles(source, options.dtype ?? 'fp32');
+    const tokenizer = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
+    const runner = await ModelRunner.create(runtime, files.onnx, files.config, options);
+    const template = files.tokenizerConfig.chat_template;
+    if (typeof template !== 'string') throw new InvalidRequestError('model', 'tokenizer_config.json has no chat_template');
+    const chat = { template, config: files.tokenizerConfig };
+    return new Engine(options.modelId ?? 'default', files.config, tokenizer, chat, runner, runtime.name, options);
+  }
+
+  /** Token ids the model can be asked to generate: those both the model and the tokenizer know. */
+  get samplableVocab(): number {
+    return Math.min(this.config.vocabSize, this.tokenizer.vocabSize);
+  }
+
+  /** Tokenises the prompt and checks every parameter; throws InvalidRequestError before any compute. */
+  resolve(request: GenerationRequest): ResolvedRequest {
+    const given = (['prompt', 'prompt_ids', 'messages'] as const).filter((k) => request[k] !== undefined);
+    if (given.length !== 1) {
+      throw new InvalidRequestError(given[1] ?? 'prompt', 'give exactly one of prompt, prompt_ids and messages');
+    }
+    let promptIds: number[];
+    if (request.prompt !== undefined) {
+      if (typeof request.prompt !== 'string' || request.prompt.length === 0) {
+        throw new InvalidRequestError('prompt', 'prompt must be a non-empty string');
+      }
+      promptIds = this.tokenizer.encode(request.prompt);
+    } else if (request.prompt_ids !== undefined) {
+      if (!Array.isArray(request.prompt_ids)) throw new InvalidRequestError('prompt_ids', 'prompt_ids must be an array of token ids');
+      promptIds = [...request.prompt_ids];
+    } else {
+      promptIds = this.tokenizer.encode(renderChat(this.chatTemplate.template, request.messages, this.chatTemplate.config));
+    }
+    checkTokenIds(promptIds, this.config.vocabSize, given[0]);
+    const maxTokens = resolveMaxTokens(request.max_tokens, promptIds.length, this.config.maxPositionEmbeddings);
+    const needed = this.kv.blocksFor(promptIds.length + maxTokens);
+    if (needed > this.kv.pool.numBlocks) {
+      throw new CapacityError(
+        'max_tokens',
+        `prompt (${promptIds.length} tokens) + max_tokens (${maxTokens}) needs ${needed} KV blocks; the cache has ${this.kv.pool.numBlocks}`,
+        'kv_cache_capacity_exceeded',
+      );
+    }
+    const sampling = resolveSamplingParams(request, this.samplableVocab);
+    const stops = validateStops(request.stop);
+
+    const stopTokenIds = new Set<number>(request.ignore_eos ? [] : this.config.eosTokenIds);
+    const extra = request.stop_token_ids ?? [];
+    if (!Array.isArray(extra)) throw new InvalidRequestError('stop_token_ids', 'stop_token_ids must be an array of token ids');
+    if (extra.length > 0) for (const id of checkTokenIds(extra, this.config.vocabSize, 'stop_token_ids')) stopTokenIds.add(id);
+    return { promptIds, maxTokens, sampling, stops, stopTokenIds };
+  }
+
+  /**
+   * Queues a request and returns its event stream: a `token` event per generated token, then one `done`.
+   * Invalid requests throw InvalidRequestError here, synchronously, before anything is queued.
+   * Leaving the stream early (break, return) cancels the request and frees its cache blocks.
+   */
+  generate(request: GenerationRequest, options: GenerateOptions = {}): AsyncGenerator<GenerationEvent> {
+    const resolved = this.resolve(request);
+    const req: EngineRequest = {
+      id: this.nextId++,
+      tokens: [...resolved.promptIds],
+      kv: this.kv.create(),
+      sequence: new Sequence(resolved, this.tokenizer, this.samplableVocab),
+      events: new EventQueue(),
+      cancelRequested: false,
+      admitted: false,
+    };
+    const cancel = (): void => {
+      req.cancelRequested = true;
+      this.kick();
+    };
+    if (options.signal?.aborted) req.cancelRequested = true;
+    options.signal?.addEventListener('abort', cancel, { once: true });
+    this.active.add(req);
+    this.scheduler.add(req);
+    this.kick();
+    return this.stream(req, cancel);
+  }
+
+  private async *stream(req: EngineRequest, cancel: () => void): AsyncGenerator<GenerationEvent> {
+    try {
+      for (;;) {
+        const event = await req.events.next();
+        if (event instanceof Error) throw event;
+        yield event;
+        if (event.type === 'done') return;
+      }
+    } finally {
+      if (!req.sequence.finished) cancel();
+    }
+  }
+
+  /** One engine step: retire cancelled requests, schedule, run one batched pass, sample and stream. */
+  async step(): Promise<void> {
+    for (const req of this.active) if (req.cancelRequested && !req.sequence.finished) {
+      req.sequence.cancel();
+      this.retire(req);
+    }
+    const plan = this.scheduler.schedule();
+    for (const { seq, cachedTokens } of plan.admitted) {
+      this.counters.prefixHitTokens += cachedTokens;
+      if (!seq.admitted) seq.sequence.cachedTokens = cachedTokens;
+      seq.admitted = true;
+    }
+    if (plan.rows.length === 0) return;
+
+    const starts = plan.rows.map((r) => r.seq.kv.length);
+    const logits = await this.runner.forward(plan.rows.map((r) => ({ kv: r.seq.kv, tokens: r.tokens })));
+    this.counters.steps++;
+    this.counters.lastBatchSize = plan.rows.length;
+    this.counters.lastStepTokens = plan.rows.reduce((n, r) => n + r.tokens.length, 0);
+
+    plan.rows.forEach(({ seq: req, tokens, samples }, i) => {
+      this.kv.commit(req.kv, req.tokens);
+      const decode = samples && tokens.length === 1 && starts[i] >= req.sequence.request.promptIds.length;
+      if (!decode) this.counters.prefillTokens += tokens.length;
+      if (!samples || req.sequence.finished) return;
+      const event = req.sequence.onLogits(logits.last(i));
+      this.counters.generatedTokens++;
+      req.tokens.push(event.tokenId);
+      req.events.push(event);
+      if (req.sequence.finished) this.retire(req);
+    });
+  }
+
+  /** Takes a finished (or cancelled) request out of the batch at once, freeing its blocks. */
+  private retire(req: EngineRequest): void {
+    this.scheduler.remove(req);
+    this.active.delete(req);
+    req.events.push(req.sequence.done());
+  }
+
+  private kick(): void {
+    if (this.looping || this.options.autoRun === false) return;
+    this.looping = true;
+    void this.loop();
+  }
+
+  private async loop(): Promise<void> {
+    try {
+      while (this.scheduler.hasWork || [...this.active].some((r) => r.cancelRequested)) {
+        await this.step();
+        await yieldToEventLoop();
+      }
+    } catch (err) {
+      // A failed pass is a bug or a broken runtime: every request in flight learns of it, none hangs.
+      const error = err instanceof Error ? err : new Error(String(err));
+      for (const req of this.active) {
+        this.scheduler.remove(req);
+        req.events.push(error);
+      }
+      this.active.clear();
+    } finally {
+      this.looping = false;
+    }
+  }
+
+  /** True while any request is queued or running. */
+  get busy(): boolean {
+    return this.active.size > 0;
+  }
+
+  stats(): EngineStats {
+    const pool = this.kv.pool;
+    const bytesPerToken = kvBytesPerToken(this.config);
+    return {
+      kv: { ...pool.stats(), blockSize: pool.blockSize, bytesPerToken, bytesTotal: pool.numBlocks * pool.blockSize * bytesPerToken },
+      ...this.counters,
+      preemptions: this.scheduler.preemptions,
+      copyOnWrites: this.kv.copyOnWrites,
+      queueDepth: this.scheduler.waiting.length,
+      running: this.scheduler.running.length,
+    };
+  }
+}

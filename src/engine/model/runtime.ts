@@ -1,0 +1,18 @@
+import type { InferenceSession, Tensor } from 'onnxruntime-common';
+
+/**
+ * The ONNX runtime the engine runs on, handed in by whoever hosts the engine: onnxruntime-node's native
+ * CPU backend in Node, onnxruntime-web's WASM (or WebGPU) backend in workerd and browsers. Both modules
+ * speak onnxruntime-common's API, so the engine never imports either of them itself.
+ */
+export interface OrtRuntime {
+  /** Human-readable backend name for metrics and logs, e.g. `cpu`, `wasm`, `webgpu`. */
+  readonly name: string;
+  readonly InferenceSession: { create(bytes: Uint8Array, options?: InferenceSession.SessionOptions): Promise<InferenceSession> };
+  readonly Tensor: typeof Tensor;
+  /** Execution providers to ask for when creating a session. */
+  readonly executionProviders: InferenceSession.SessionOptions['executionProviders'];
+}
+
+export type OrtSession = InferenceSession;
+export type OrtTensor = Tensor;

@@ -1,0 +1,111 @@
+import type { KvCacheManager, PagedSequenceKv } from './kv/paged-kv.js';
+
+/** What the scheduler needs to know of a request: its tokens so far and its place in the cache. */
+export interface SchedulableSequence {
+  readonly id: number;
+  /** Prompt and generated tokens so far; the pass computes those from kv.length on. */
+  readonly tokens: readonly number[];
+  kv: PagedSequenceKv;
+}
+
+export interface SchedulerLimits {
+  /** Tokens one pass may compute, over all sequences (prefill chunks + decodes). */
+  maxTokensPerStep: number;
+  /** Sequences one pass may hold. */
+  maxBatchSize: number;
+}
+
+/** The plain record of what runs in one pass, as vLLM's scheduler output: the runner executes it. */
+export interface ScheduledStep<S extends SchedulableSequence> {
+  rows: { seq: S; tokens: number[]; /** True when the pass reaches the sequence's last known token, so a new one is sampled. */ samples: boolean }[];
+  /** Sequences that gave their blocks back this step and wait to be computed again. */
+  preempted: S[];
+  /** Sequences admitted from the queue this step, with their prefix-cache hits. */
+  admitted: { seq: S; cachedTokens: number }[];
+}
+
+/**
+ * First come, first served continuous batching over a paged KV cache.
+ *
+ * Each step it first continues running sequences (oldest first: one decode token, or the next chunk of
+ * a long prefill), then admits waiting ones while the token budget and batch size allow. When the pool
+ * cannot supply a block, the newest running sequence is preempted (its blocks freed, its progress
+ * forgotten) and goes back to the head of the queue to be prefilled again later (recompute).
+ */
+export class Scheduler<S extends SchedulableSequence> {
+  readonly waiting: S[] = [];
+  readonly running: S[] = [];
+  preemptions = 0;
+
+  constructor(
+    private readonly kv: KvCacheManager,
+    private readonly limits: SchedulerLimits,
+  ) {}
+
+  add(seq: S): void {
+    this.waiting.push(seq);
+  }
+
+  /** Takes a sequence out wherever it is and frees its blocks (finished or cancelled). */
+  remove(seq: S): void {
+    const r = this.running.indexOf(seq);
+    if (r >= 0) this.running.splice(r, 1);
+    const w = this.waiting.indexOf(seq);
+    if (w >= 0) this.waiting.splice(w, 1);
+    this.kv.free(seq.kv);
+  }
+
+  get hasWork(): boolean {
+    return this.running.length > 0 || this.waiting.length > 0;
+  }
+
+  schedule(): ScheduledStep<S> {
+    const step: ScheduledStep<S> = { rows: [], preempted: [], admitted: [] };
+    let budget = this.limits.maxTokensPerStep;
+
+    for (let i = 0; i < this.running.length && budget > 0; i++) {
+      const seq = this.running[i];
+      const count = Math.min(seq.tokens.length - seq.kv.length, budget);
+      if (count <= 0) continue;
+      while (!this.kv.reserve(seq.kv, count)) {
+        const victim = this.running[this.running.length - 1];
+        this.preempt(victim, step);
+        if (victim === seq) break;
+      }
+      if (this.running[i] !== seq) break; // seq itself was preempted: nothing newer is left running
+      step.rows.push(this.row(seq, count));
+      budget -= count;
+    }
+
+    while (this.waiting.length > 0 && budget > 0 && this.running.length < this.limits.maxBatchSize && step.preempted.length === 0) {
+      const seq = this.waiting[0];
+      const cachedTokens = seq.kv.length === 0 ? this.kv.matchPrefix(seq.kv, seq.tokens) : 0;
+      const count = Math.min(seq.tokens.length - seq.kv.length, budget);
+      if (!this.kv.reserve(seq.kv, count)) {
+        this.kv.free(seq.kv); // give back the prefix hits too; it waits at the head of the queue
+        break;
+      }
+      this.waiting.shift();
+      this.running.push(seq);
+      step.admitted.push({ seq, cachedTokens });
+      step.rows.push(this.row(seq, count));
+      budget -= count;
+    }
+    return step;
+  }
+
+  private row(seq: S, count: number): ScheduledStep<S>['rows'][number] {
+    const start = seq.kv.length;
+    return { seq, tokens: seq.tokens.slice(start, start + count), samples: start + count === seq.tokens.length };
+  }
+
+  private preempt(seq: S, step: ScheduledStep<S>): void {
+    this.running.splice(this.running.indexOf(seq), 1);
+    const row = step.rows.findIndex((r) => r.seq === seq);
+    if (row >= 0) step.rows.splice(row, 1);
+    this.kv.free(seq.kv);
+    this.waiting.unshift(seq);
+    step.preempted.push(seq);
+    this.preemptions++;
+  }
+}

@@ -1,0 +1,122 @@
+import type { RequestMetrics } from './metrics.js';
+import { RequestClock } from './metrics.js';
+import type { SamplingParams } from './sampling/params.js';
+import { TokenSampler } from './sampling/sampler.js';
+import { StopStringMatcher } from './stop-strings.js';
+import type { TextTokenizer } from '../tokenizer/tokenizer.js';
+import { IncrementalDetokenizer } from '../tokenizer/incremental-detokenizer.js';
+
+export type FinishReason = 'stop' | 'length' | 'cancelled';
+
+/** A request after validation: everything the loop needs, nothing left to check. */
+export interface ResolvedRequest {
+  promptIds: number[];
+  maxTokens: number;
+  sampling: SamplingParams;
+  stops: string[];
+  /** Token ids that end the generation: the model's EOS ids (unless ignore_eos) and stop_token_ids. */
+  stopTokenIds: ReadonlySet<number>;
+}
+
+export interface TopLogprob {
+  tokenId: number;
+  logprob: number;
+}
+
+/** One generated token, with the text it completed (possibly '', when bytes or a stop string are held back). */
+export interface TokenEvent {
+  type: 'token';
+  tokenId: number;
+  text: string;
+  logprob?: number;
+  topLogprobs?: TopLogprob[];
+}
+
+export interface DoneEvent {
+  type: 'done';
+  finishReason: FinishReason;
+  /** The whole completion: exactly the concatenation of the token events' texts. */
+  text: string;
+  promptIds: number[];
+  tokenIds: number[];
+  metrics: RequestMetrics;
+}
+
+export type GenerationEvent = TokenEvent | DoneEvent;
+
+/**
+ * The life of one request from its first sampled token to its finish: sampling, incremental
+ * detokenisation, stop strings and stop tokens, max_tokens, metrics. It does not run the model; the
+ * engine feeds it the logits after each of its steps.
+ */
+export class Sequence {
+  readonly outputIds: number[] = [];
+  finishReason: FinishReason | null = null;
+  private text = '';
+  private readonly sampler: TokenSampler;
+  private readonly detokenizer: IncrementalDetokenizer;
+  private readonly stopMatcher: StopStringMatcher;
+  private readonly clock = new RequestClock();
+  cachedTokens = 0;
+
+  constructor(
+    readonly request: ResolvedRequest,
+    tokenizer: TextTokenizer,
+    /** Ids from here up exist in the model but not in the tokenizer: never sampled. */
+    private readonly samplableVocab: number,
+  ) {
+    this.sampler = new TokenSampler(request.sampling, { vocabSize: samplableVocab, promptTokenIds: request.promptIds });
+    this.detokenizer = new IncrementalDetokenizer(tokenizer, { skipSpecialTokens: true });
+    this.stopMatcher = new StopStringMatcher(request.stops);
+  }
+
+  get finished(): boolean {
+    return this.finishReason !== null;
+  }
+
+  /** Samples the next token from the logits after this sequence's last token, and advances its state. */
+  onLogits(logits: Float32Array): TokenEvent {
+    const sampled = this.sampler.sample(logits.length > this.samplableVocab ? logits.subarray(0, this.samplableVocab) : logits);
+    const tokenId = sampled.tokenId;
+    this.outputIds.push(tokenId);
+    this.clock.token();
+
+    let text = '';
+    if (this.request.stopTokenIds.has(tokenId)) {
+      text = this.close('stop');
+    } else {
+      const { emit, stopped } = this.stopMatcher.push(this.detokenizer.push(tokenId));
+      text = emit;
+      if (stopped) this.finishReason = 'stop';
+      else if (this.outputIds.length >= this.request.maxTokens) text += this.close('length');
+    }
+    this.text += text;
+    const event: TokenEvent = { type: 'token', tokenId, text };
+    if (sampled.logprob !== undefined) event.logprob = sampled.logprob;
+    if (sampled.topLogprobs) event.topLogprobs = sampled.topLogprobs;
+    return event;
+  }
+
+  /** Ends the sequence early (its client went away). */
+  cancel(): void {
+    this.finishReason ??= 'cancelled';
+  }
+
+  done(): DoneEvent {
+    return {
+      type: 'done',
+      finishReason: this.finishReason ?? 'cancelled',
+      text: this.text,
+      promptIds: this.request.promptIds,
+      tokenIds: [...this.outputIds],
+      metrics: this.clock.metrics(this.request.promptIds.length, this.cachedTokens),
+    };
+  }
+
+  /** Finishes and releases text held back for an unfinished character or a possible stop string. */
+  private close(reason: FinishReason): string {
+    this.finishReason = reason;
+    const { emit, stopped } = this.stopMatcher.push(this.detokenizer.flush());
+    return stopped ? emit : emit + this.stopMatcher.flush();
+  }
+}

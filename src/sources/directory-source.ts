@@ -1,0 +1,17 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { ModelSource } from '../engine/model/model-files.js';
+
+/** A model folder on local disk (Node only). */
+export function directorySource(dir: string): ModelSource {
+  return {
+    async read(path) {
+      try {
+        return new Uint8Array(await readFile(join(dir, path)));
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+        throw err;
+      }
+    },
+  };
+}

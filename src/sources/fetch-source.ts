@@ -1,0 +1,22 @@
+import type { ModelSource } from '../engine/model/model-files.js';
+
+/** Anything with a fetch: the global one, a static-assets binding, a service binding. */
+export interface Fetcher {
+  fetch(input: string): Promise<Response>;
+}
+
+/**
+ * A model folder served over HTTP(S) or by a Workers static-assets binding, under `baseUrl`
+ * (e.g. `https://assets.local/tiny/`). A 404 means the file does not exist; other failures throw.
+ */
+export function fetchSource(fetcher: Fetcher, baseUrl: string): ModelSource {
+  const base = baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`;
+  return {
+    async read(path) {
+      const res = await fetcher.fetch(new URL(path, base).toString());
+      if (res.status === 404) return null;
+      if (!res.ok) throw new Error(`fetching ${path} from ${base}: HTTP ${res.status}`);
+      return new Uint8Array(await res.arrayBuffer());
+    },
+  };
+}

@@ -1,0 +1,269 @@
+// Reference Llama forward pass (HF LlamaForCausalLM math, see spec/SPEC.md), the oracle the engine is
+// checked against. Deliberately naive, one token at a time, every accumulation in Float64, in the
+// spirit of llama2.c run.c. It shares no code with the engine or the ONNX graph builder.
+import { readOnnxWeights, type Tensor } from './onnx-weights';
+
+/** The config.json keys the math needs (extra keys are ignored). */
+export interface LlamaConfig {
+  hidden_size: number;
+  intermediate_size: number;
+  num_hidden_layers: number;
+  num_attention_heads: number;
+  num_key_value_heads: number;
+  head_dim?: number;
+  vocab_size: number;
+  rms_norm_eps: number;
+  rope_theta: number;
+  tie_word_embeddings: boolean;
+  [key: string]: unknown;
+}
+
+interface LayerWeights {
+  attnNorm: Float32Array; // (hidden)
+  wq: Float32Array; // (hidden, heads*head_dim)
+  wk: Float32Array; // (hidden, kv_heads*head_dim)
+  wv: Float32Array; // (hidden, kv_heads*head_dim)
+  wo: Float32Array; // (heads*head_dim, hidden)
+  mlpNorm: Float32Array; // (hidden)
+  wGate: Float32Array; // (hidden, intermediate)
+  wUp: Float32Array; // (hidden, intermediate)
+  wDown: Float32Array; // (intermediate, hidden)
+}
+
+// ----------------------------------------------------------------------------------------------
+// Building blocks. Weights stay Float32 (exactly representable in Float64); all arithmetic is Float64.
+
+/** out (out) = x (in) @ w (in, out): ONNX MatMul layout, row i of w belongs to input i. */
+function matmul(x: Float64Array, w: Float32Array, nIn: number, nOut: number): Float64Array {
+  const out = new Float64Array(nOut);
+  for (let i = 0; i < nIn; i++) {
+    const xi = x[i];
+    const row = i * nOut;
+    for (let j = 0; j < nOut; j++) out[j] += xi * w[row + j];
+  }
+  return out;
+}
+
+/** y (n) = x / sqrt(mean(x^2) + eps) * w */
+function rmsnorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
+  let ss = 0;
+  for (let i = 0; i < x.length; i++) ss += x[i] * x[i];
+  const scale = 1 / Math.sqrt(ss / x.length + eps);
+  const y = new Float64Array(x.length);
+  for (let i = 0; i < x.length; i++) y[i] = x[i] * scale * w[i];
+  return y;
+}
+
+/** In place over x[off .. off+headDim): x' = x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x2, x1). */
+function ropeHead(x: Float64Array, off: number, headDim: number, pos: number, theta: number): void {
+  const half = headDim / 2;
+  for (let j = 0; j < half; j++) {
+    const invFreq = Math.pow(theta, (-2 * j) / headDim);
+    const angle = pos * invFreq; // cos/sin = cat(angle, angle): element j and j+half share it
+    const c = Math.cos(angle);
+    const s = Math.sin(angle);
+    const x1 = x[off + j];
+    const x2 = x[off + j + half];
+    x[off + j] = x1 * c - x2 * s;
+    x[off + j + half] = x2 * c + x1 * s;
+  }
+}
+
+function silu(v: number): number {
+  return v / (1 + Math.exp(-v));
+}
+
+function argmax(v: ArrayLike<number>): number {
+  let best = 0;
+  for (let i = 1; i < v.length; i++) if (v[i] > v[best]) best = i;
+  return best;
+}
+
+// ----------------------------------------------------------------------------------------------
+
+export class LlamaReference {
+  readonly hidden: number;
+  readonly inter: number;
+  readonly nLayers: number;
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  readonly vocab: number;
+  readonly eps: number;
+  readonly theta: number;
+  readonly tied: boolean;
+
+  private readonly embed: Float32Array; // (vocab, hidden)
+  private readonly layers: LayerWeights[];
+  private readonly finalNorm: Float32Array; // (hidden)
+  private readonly lmHead: Float32Array | null; // (hidden, vocab), null when tied
+
+  // KV cache: keys[layer][pos] is (kv_heads*head_dim), RoPE already applied; values likewise.
+  private keys: Float64Array[][];
+  private values: Float64Array[][];
+
+  /** Logits (vocab) of the last token given to forward(). */
+  logits: Float64Array = new Float64Array(0);
+
+  constructor(config: LlamaConfig, weights: Map<string, Tensor>) {
+    this.hidden = config.hidden_size;
+    this.inter = config.intermediate_size;
+    this.nLayers = config.num_hidden_layers;
+    this.heads = config.num_attention_heads;
+    this.kvHeads = config.num_key_value_heads;
+    this.headDim = config.head_dim ?? this.hidden / this.heads;
+    this.vocab = config.vocab_size;
+    this.eps = config.rms_norm_eps;
+    this.theta = config.rope_theta;
+    this.tied = config.tie_word_embeddings;
+    if (this.heads % this.kvHeads !== 0) throw new Error('heads must be a multiple of kv_heads');
+
+    const H = this.hidden;
+    const Q = this.heads * this.headDim;
+    const KV = this.kvHeads * this.headDim;
+    const I = this.inter;
+    const get = (name: string, dims: number[]): Float32Array => {
+      const t = weights.get(name);
+      if (!t) throw new Error(`missing weight ${name}`);
+      if (t.dims.join(',') !== dims.join(',')) {
+        throw new Error(`${name}: dims [${t.dims}] expected [${dims}]`);
+      }
+      return t.data;
+    };
+
+    this.embed = get('model.embed_tokens.weight', [this.vocab, H]);
+    this.layers = [];
+    for (let l = 0; l < this.nLayers; l++) {
+      const p = `model.layers.${l}.`;
+      this.layers.push({
+        attnNorm: get(p + 'input_layernorm.weight', [H]),
+        wq: get(p + 'self_attn.q_proj.weight', [H, Q]),
+        wk: get(p + 'self_attn.k_proj.weight', [H, KV]),
+        wv: get(p + 'self_attn.v_proj.weight', [H, KV]),
+        wo: get(p + 'self_attn.o_proj.weight', [Q, H]),
+        mlpNorm: get(p + 'post_attention_layernorm.weight', [H]),
+        wGate: get(p + 'mlp.gate_proj.weight', [H, I]),
+        wUp: get(p + 'mlp.up_proj.weight', [H, I]),
+        wDown: get(p + 'mlp.down_proj.weight', [I, H]),
+      });
+    }
+    this.finalNorm = get('model.norm.weight', [H]);
+    this.lmHead = this.tied ? null : get('lm_head.weight', [H, this.vocab]);
+    this.keys = this.layers.map(() => []);
+    this.values = this.layers.map(() => []);
+  }
+
+  /** Number of positions held in the KV cache. */
+  get length(): number {
+    return this.keys.length ? this.keys[0].length : 0;
+  }
+
+  reset(): void {
+    this.keys = this.layers.map(() => []);
+    this.values = this.layers.map(() => []);
+    this.logits = new Float64Array(0);
+  }
+
+  /**
+   * Appends tokenIds at positions startPos.. (positions >= startPos already cached are dropped first,
+   * so a rewind is allowed) and returns the logits (vocab) of every given token.
+   * Tokens are run one by one: causal attention over the cache is then exactly "keys j <= pos".
+   */
+  forward(tokenIds: number[], startPos: number): Float64Array[] {
+    if (startPos > this.length) throw new Error(`startPos ${startPos} past cache length ${this.length}`);
+    for (let l = 0; l < this.nLayers; l++) {
+      this.keys[l].length = startPos;
+      this.values[l].length = startPos;
+    }
+    const out: Float64Array[] = [];
+    tokenIds.forEach((tok, i) => out.push(this.step(tok, startPos + i)));
+    if (out.length) this.logits = out[out.length - 1];
+    return out;
+  }
+
+  /** Greedy decode: prefill prompt from position 0, then `steps` argmax tokens (returned, prompt excluded). */
+  greedy(prompt: number[], steps: number): number[] {
+    this.reset();
+    const generated: number[] = [];
+    let logits = this.forward(prompt, 0);
+    for (let s = 0; s < steps; s++) {
+      const next = argmax(logits[logits.length - 1]);
+      generated.push(next);
+      if (s + 1 < steps) logits = this.forward([next], prompt.length + s);
+    }
+    return generated;
+  }
+
+  /** One token at position pos (cache must hold exactly pos positions). Returns logits (vocab). */
+  private step(token: number, pos: number): Float64Array {
+    const { hidden: H, headDim: D, heads, kvHeads, inter: I } = this;
+    if (!Number.isInteger(token) || token < 0 || token >= this.vocab) throw new Error(`bad token ${token}`);
+
+    // x (hidden) = embed_tokens[token]
+    const x = new Float64Array(H);
+    for (let i = 0; i < H; i++) x[i] = this.embed[token * H + i];
+
+    const group = heads / kvHeads; // query heads per kv head
+    for (let l = 0; l < this.nLayers; l++) {
+      const w = this.layers[l];
+
+      // --- attention ---
+      const xn = rmsnorm(x, w.attnNorm, this.eps); // (hidden)
+      const q = matmul(xn, w.wq, H, heads * D); // (heads*head_dim)
+      const k = matmul(xn, w.wk, H, kvHeads * D); // (kv_heads*head_dim)
+      const v = matmul(xn, w.wv, H, kvHeads * D); // (kv_heads*head_dim)
+      for (let h = 0; h < heads; h++) ropeHead(q, h * D, D, pos, this.theta);
+      for (let h = 0; h < kvHeads; h++) ropeHead(k, h * D, D, pos, this.theta);
+      this.keys[l].push(k);
+      this.values[l].push(v);
+      const T = pos + 1; // visible keys: 0..pos
+
+      const att = new Float64Array(heads * D); // (heads*head_dim) concatenated head outputs
+      const scores = new Float64Array(T); // (T)
+      for (let h = 0; h < heads; h++) {
+        const kvh = Math.floor(h / group);
+        let max = -Infinity;
+        for (let t = 0; t < T; t++) {
+          const kt = this.keys[l][t];
+          let dot = 0;
+          for (let d = 0; d < D; d++) dot += q[h * D + d] * kt[kvh * D + d];
+          scores[t] = dot / Math.sqrt(D);
+          if (scores[t] > max) max = scores[t];
+        }
+        let sum = 0;
+        for (let t = 0; t < T; t++) {
+          scores[t] = Math.exp(scores[t] - max);
+          sum += scores[t];
+        }
+        for (let t = 0; t < T; t++) {
+          const p = scores[t] / sum;
+          const vt = this.values[l][t];
+          for (let d = 0; d < D; d++) att[h * D + d] += p * vt[kvh * D + d];
+        }
+      }
+      const o = matmul(att, w.wo, heads * D, H); // (hidden)
+      for (let i = 0; i < H; i++) x[i] += o[i];
+
+      // --- MLP: down(silu(gate(x)) * up(x)) ---
+      const xm = rmsnorm(x, w.mlpNorm, this.eps); // (hidden)
+      const gate = matmul(xm, w.wGate, H, I); // (intermediate)
+      const up = matmul(xm, w.wUp, H, I); // (intermediate)
+      for (let i = 0; i < I; i++) gate[i] = silu(gate[i]) * up[i];
+      const down = matmul(gate, w.wDown, I, H); // (hidden)
+      for (let i = 0; i < H; i++) x[i] += down[i];
+    }
+
+    const hn = rmsnorm(x, this.finalNorm, this.eps); // (hidden)
+    if (this.lmHead) return matmul(hn, this.lmHead, H, this.vocab); // (vocab)
+    // Tied: logits[v] = h · embed_tokens[v]
+    const logits = new Float64Array(this.vocab); // (vocab)
+    for (let t = 0; t < this.vocab; t++) {
+      let dot = 0;
+      for (let i = 0; i < H; i++) dot += hn[i] * this.embed[t * H + i];
+      logits[t] = dot;
+    }
+    return logits;
+  }
+}
+
+export { argmax };

@@ -1,0 +1,51 @@
+// The engine inside workerd (onnxruntime-web WASM through the precompiled-module route), loading the
+// generated model through the static-assets binding: same greedy tokens as in Node, same seeded tokens
+// as onnxruntime-web in Node, and the reference forward pass agrees with it in workerd too.
+import { env } from 'cloudflare:workers';
+import { beforeAll, describe, expect, inject, it } from 'vitest';
+import { workerdWasmRuntime } from '../../src/backends/ort-web-workerd.js';
+import { Engine } from '../../src/engine/engine.js';
+import { fetchSource } from '../../src/sources/fetch-source.js';
+import { LlamaReference, type LlamaConfig } from '../reference/llama-reference.js';
+import { readOnnxWeights } from '../reference/onnx-weights.js';
+import { WORKERD_CASES } from './cases.js';
+
+const source = () => fetchSource(env.MODELS, 'http://models.local/tiny/');
+
+async function collectTokens(engine: Engine, name: string): Promise<number[]> {
+  for await (const event of engine.generate(WORKERD_CASES[name])) if (event.type === 'done') return event.tokenIds;
+  throw new Error('no done event');
+}
+
+describe('engine in workerd', () => {
+  let engine: Engine;
+  beforeAll(async () => {
+    engine = await Engine.load(workerdWasmRuntime(), source());
+  });
+
+  it('runs on onnxruntime-web WASM', () => {
+    expect(engine.backend).toBe('wasm');
+    expect(typeof navigator === 'undefined' || !('gpu' in navigator)).toBe(true);
+  });
+
+  it('gives the same greedy tokens as the engine in Node (native CPU and WASM)', async () => {
+    const expected = inject('nodeExpectations');
+    for (const name of ['greedy', 'greedyChat']) {
+      const tokens = await collectTokens(engine, name);
+      expect(tokens).toEqual(expected.cpu[name]);
+      expect(tokens).toEqual(expected.wasm[name]);
+    }
+  });
+
+  it('gives the same seeded samples as onnxruntime-web in Node', async () => {
+    expect(await collectTokens(engine, 'seeded')).toEqual(inject('nodeExpectations').wasm.seeded);
+  });
+
+  it('matches the reference forward pass run inside workerd', async () => {
+    const src = source();
+    const config = JSON.parse(new TextDecoder().decode((await src.read('config.json'))!)) as LlamaConfig;
+    const ref = new LlamaReference(config, readOnnxWeights((await src.read('onnx/model.onnx'))!));
+    const prompt = engine.tokenizer.encode('Hello');
+    expect(await collectTokens(engine, 'greedy')).toEqual(ref.greedy(prompt, 32));
+  });
+});

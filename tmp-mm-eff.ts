@@ -1,0 +1,10 @@
+import { writeFileSync, mkdirSync, copyFileSync } from 'node:fs';
+import { buildLlamaModel } from './scripts/model/llama-graph.js';
+import { encodeModel, toBytes } from './scripts/model/onnx-proto-writer.js';
+import { PRESETS } from './scripts/model/presets.js';
+import { effectiveWeights } from './scripts/model/weight-ops.js';
+import { makeWeights } from './scripts/model/weights.js';
+const preset = process.argv[2] as 'tiny';
+const dir = process.argv[3];
+const p = PRESETS[preset]; const w = makeWeights(p, 42);
+for (const d of ['int8', 'q4'] as const) writeFileSync(`${dir}/onnx/eff_${d}.onnx`, toBytes(encodeModel(buildLlamaModel(p, effectiveWeights(p, w, d), 'fp32'))));
