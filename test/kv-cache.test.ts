@@ -1,0 +1,214 @@
+// The paged KV cache on its own: block pool bookkeeping, prefix caching, copy-on-write forks and
+// preemption, property-tested over random operation sequences. Values written for a token are a
+// function of its whole prefix (as a real model's keys are), so a block served from the cache or
+// shared by a fork must read back exactly what a fresh computation would have written.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { BlockPool } from '../src/engine/kv/block-pool.js';
+import { KvCacheManager, type PagedSequenceKv } from '../src/engine/kv/paged-kv.js';
+import type { KvShape } from '../src/engine/kv/sequence-kv.js';
+
+const SHAPE: KvShape = { numLayers: 2, numKvHeads: 2, headDim: 3 };
+const BLOCK = 4;
+
+/** The "key" a model would store for position `pos` of `tokens`: depends on tokens[0..pos] only. */
+function keyAt(tokens: readonly number[], pos: number, layer: number, head: number, d: number): number {
+  let h = 17;
+  for (let i = 0; i <= pos; i++) h = (Math.imul(h, 31) + tokens[i] + 1) | 0;
+  return ((h ^ (layer * 7919 + head * 131 + d * 17)) % 100_003) + 0.5;
+}
+
+/** Computes and stores tokens [kv.length, tokens.length) like a model pass would. */
+function writeTokens(kv: PagedSequenceKv, tokens: readonly number[]): void {
+  const start = kv.length;
+  const count = tokens.length - start;
+  for (let layer = 0; layer < SHAPE.numLayers; layer++) {
+    const keys = new Float32Array(SHAPE.numKvHeads * count * SHAPE.headDim); // (kv_heads, count, head_dim)
+    const values = new Float32Array(keys.length);
+    for (let h = 0; h < SHAPE.numKvHeads; h++)
+      for (let t = 0; t < count; t++)
+        for (let d = 0; d < SHAPE.headDim; d++) {
+          keys[(h * count + t) * SHAPE.headDim + d] = keyAt(tokens, start + t, layer, h, d);
+          values[(h * count + t) * SHAPE.headDim + d] = -keyAt(tokens, start + t, layer, h, d);
+        }
+    kv.scatter(layer, keys, values, count, 0, count);
+  }
+  kv.advance(count);
+}
+
+/** Gathers the sequence with some left padding and checks every cached value. */
+function checkContents(kv: PagedSequenceKv, tokens: readonly number[]): void {
+  const pad = 3;
+  const slots = kv.length + pad;
+  for (let layer = 0; layer < SHAPE.numLayers; layer++) {
+    const keys = new Float32Array(SHAPE.numKvHeads * slots * SHAPE.headDim);
+    const values = new Float32Array(keys.length);
+    kv.gather(layer, keys, values, slots, pad);
+    for (let h = 0; h < SHAPE.numKvHeads; h++)
+      for (let t = 0; t < kv.length; t++)
+        for (let d = 0; d < SHAPE.headDim; d++) {
+          const at = (h * slots + pad + t) * SHAPE.headDim + d;
+          if (keys[at] !== keyAt(tokens, t, layer, h, d) || values[at] !== -keyAt(tokens, t, layer, h, d)) {
+            throw new Error(`wrong KV at layer ${layer} head ${h} position ${t}`);
+          }
+        }
+  }
+}
+
+interface Live {
+  kv: PagedSequenceKv;
+  tokens: number[];
+}
+
+type Op =
+  | { kind: 'add'; tokens: number[] }
+  | { kind: 'step'; which: number; token: number }
+  | { kind: 'fork'; which: number }
+  | { kind: 'cancel'; which: number }
+  | { kind: 'preempt'; which: number };
+
+const token = fc.integer({ min: 0, max: 2 }); // a tiny alphabet, so prefixes repeat and blocks get reused
+const opArb: fc.Arbitrary<Op> = fc.oneof(
+  fc.record({ kind: fc.constant('add' as const), tokens: fc.array(token, { minLength: 1, maxLength: 14 }) }),
+  fc.record({ kind: fc.constant('step' as const), which: fc.nat(), token }),
+  fc.record({ kind: fc.constant('fork' as const), which: fc.nat() }),
+  fc.record({ kind: fc.constant('cancel' as const), which: fc.nat() }),
+  fc.record({ kind: fc.constant('preempt' as const), which: fc.nat() }),
+);
+
+/** Admits a sequence like the scheduler does: prefix hits, then room for the rest, else nothing held. */
+function admit(manager: KvCacheManager, tokens: number[]): Live | null {
+  const kv = manager.create();
+  manager.matchPrefix(kv, tokens);
+  if (!manager.reserve(kv, tokens.length - kv.length)) {
+    manager.free(kv);
+    return null;
+  }
+  writeTokens(kv, tokens);
+  manager.commit(kv, tokens);
+  return { kv, tokens };
+}
+
+function run(ops: Op[], numBlocks: number): void {
+  const pool = new BlockPool(SHAPE, numBlocks, BLOCK);
+  const manager = new KvCacheManager(pool, 'model-a');
+  const live: Live[] = [];
+  const pick = (i: number): Live | undefined => live[i % Math.max(live.length, 1)];
+  for (const op of ops) {
+    if (op.kind === 'add') {
+      const seq = admit(manager, op.tokens);
+      if (seq) live.push(seq);
+    } else if (op.kind === 'step') {
+      const seq = pick(op.which);
+      if (seq && manager.reserve(seq.kv, 1)) {
+        seq.tokens.push(op.token);
+        writeTokens(seq.kv, seq.tokens);
+        manager.commit(seq.kv, seq.tokens);
+      }
+    } else if (op.kind === 'fork') {
+      const seq = pick(op.which);
+      if (seq) live.push({ kv: manager.fork(seq.kv), tokens: [...seq.tokens] });
+    } else {
+      const seq = pick(op.which);
+      if (!seq) continue;
+      manager.free(seq.kv);
+      live.splice(live.indexOf(seq), 1);
+      if (op.kind === 'preempt') {
+        // Recompute: the same tokens are admitted again and must read back the same values.
+        const again = admit(manager, seq.tokens);
+        if (again) live.push(again);
+      }
+    }
+    pool.checkInvariants();
+    for (const seq of live) checkContents(seq.kv, seq.tokens);
+  }
+  for (const seq of live) manager.free(seq.kv);
+  pool.checkInvariants();
+  expect(pool.stats().used).toBe(0);
+}
+
+describe('paged KV cache invariants (fast-check)', () => {
+  it('no leaks, no negative counts, no writes into shared blocks, contents always right', () => {
+    fc.assert(
+      fc.property(fc.array(opArb, { maxLength: 60 }), fc.integer({ min: 2, max: 24 }), (ops, numBlocks) => run(ops, numBlocks)),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe('paged KV cache, by example', () => {
+  it('a second sequence with the same prefix reuses its full blocks and computes only the rest', () => {
+    const manager = new KvCacheManager(new BlockPool(SHAPE, 16, BLOCK), 'm');
+    const prefix = [1, 2, 0, 1, 2, 2, 0, 1, 1]; // two full blocks and one token
+    const a = admit(manager, [...prefix, 0, 0])!;
+    const kv = manager.create();
+    expect(manager.matchPrefix(kv, [...prefix, 2, 2, 2])).toBe(8);
+    expect(kv.blocks.slice(0, 2)).toEqual(a.kv.blocks.slice(0, 2));
+    // Another model never shares blocks.
+    const other = new KvCacheManager(manager.pool, 'model-b');
+    expect(other.matchPrefix(other.create(), [...prefix, 2])).toBe(0);
+    manager.free(kv);
+  });
+
+  it('never reuses the whole prompt: its last token must be computed for logits', () => {
+    const manager = new KvCacheManager(new BlockPool(SHAPE, 16, BLOCK), 'm');
+    const prompt = [1, 2, 0, 1, 2, 2, 0, 1]; // exactly two blocks
+    admit(manager, prompt);
+    expect(manager.matchPrefix(manager.create(), prompt)).toBe(4);
+  });
+
+  it('evicts idle cached blocks least recently used first, and only when space is needed', () => {
+    const pool = new BlockPool(SHAPE, 4, BLOCK);
+    const manager = new KvCacheManager(pool, 'm');
+    const first = admit(manager, [0, 0, 0, 0, 1])!;
+    const second = admit(manager, [1, 1, 1, 1, 2])!;
+    manager.free(first.kv);
+    manager.free(second.kv);
+    expect(pool.stats()).toMatchObject({ used: 0, cachedIdle: 2, free: 2 });
+    const third = admit(manager, [2, 2, 2, 2, 2, 2, 2, 2, 0])!; // needs 3 blocks: 2 free + evict the oldest
+    expect(pool.evictions).toBe(1);
+    expect(manager.matchPrefix(manager.create(), [0, 0, 0, 0, 1])).toBe(0);
+    const kv = manager.create();
+    expect(manager.matchPrefix(kv, [1, 1, 1, 1, 2])).toBe(4);
+    manager.free(kv);
+    manager.free(third.kv);
+    pool.checkInvariants();
+  });
+
+  it('a fork shares every block; the first write into the shared partial block copies it', () => {
+    const pool = new BlockPool(SHAPE, 8, BLOCK);
+    const manager = new KvCacheManager(pool, 'm');
+    const parent = admit(manager, [0, 1, 2, 0, 1, 2])!;
+    const child = manager.fork(parent.kv);
+    expect(child.blocks).toEqual(parent.kv.blocks);
+    expect(pool.refCount(parent.kv.blocks[1])).toBe(2);
+    expect(manager.reserve(child, 1)).toBe(true);
+    expect(child.blocks[0]).toBe(parent.kv.blocks[0]);
+    expect(child.blocks[1]).not.toBe(parent.kv.blocks[1]);
+    expect(manager.copyOnWrites).toBe(1);
+    writeTokens(child, [0, 1, 2, 0, 1, 2, 2]);
+    checkContents(child, [0, 1, 2, 0, 1, 2, 2]);
+    checkContents(parent.kv, parent.tokens);
+    manager.free(child);
+    manager.free(parent.kv);
+    pool.checkInvariants();
+  });
+
+  it('a reservation the pool cannot meet fails and changes nothing', () => {
+    const pool = new BlockPool(SHAPE, 2, BLOCK);
+    const manager = new KvCacheManager(pool, 'm');
+    const kv = manager.create();
+    const before = pool.stats();
+    expect(manager.reserve(kv, 3 * BLOCK)).toBe(false);
+    expect(pool.stats()).toEqual(before);
+    expect(kv.blocks).toEqual([]);
+  });
+
+  it('refuses to write a shared block', () => {
+    const pool = new BlockPool(SHAPE, 4, BLOCK);
+    const manager = new KvCacheManager(pool, 'm');
+    const parent = admit(manager, [0, 1])!;
+    const child = manager.fork(parent.kv);
+    expect(() => writeTokens(child, [0, 1, 2])).toThrow(/shared or cached/);
+  });
+});
