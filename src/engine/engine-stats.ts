@@ -12,6 +12,8 @@ export interface EngineStats {
   copyOnWrites: number;
   /** Requests waiting to be admitted. */
   queueDepth: number;
+  /** Sessions whose cache is kept between turns. */
+  pinnedSessions: number;
   /** Requests admitted and not yet finished. */
   running: number;
   steps: number;

@@ -34,6 +34,18 @@ export interface EngineOptions extends RunnerOptions {
 export interface GenerateOptions {
   /** Aborting ends the generation at the next step boundary with finish reason `cancelled`. */
   signal?: AbortSignal;
+  /**
+   * Keeps the request's KV cache after it finishes, under this key. The next request with the same key
+   * whose tokens extend these continues from that cache and prefills only what is new (chat turns).
+   * Idle session caches are released, oldest first, whenever the pool needs room.
+   */
+  session?: string;
+}
+
+/** A finished session turn's cache: the blocks of `tokens`, kept for the session's next turn. */
+interface PinnedCache {
+  kv: PagedSequenceKv;
+  tokens: number[];
 }
 
 /** A request inside the engine: what the scheduler sees, plus its lifecycle and its event stream. */
@@ -44,6 +56,7 @@ interface EngineRequest extends SchedulableSequence {
   events: EventQueue<GenerationEvent | Error>;
   cancelRequested: boolean;
   admitted: boolean;
+  session: string | undefined;
 }
 
 const yieldToEventLoop = (): Promise<void> =>
@@ -59,6 +72,8 @@ export class Engine {
   readonly kv: KvCacheManager;
   private readonly scheduler: Scheduler<EngineRequest>;
   private readonly active = new Set<EngineRequest>();
+  /** Session caches between turns, least recently used first. */
+  private readonly pinned = new Map<string, PinnedCache>();
   private nextId = 1;
   private looping = false;
   private readonly counters = { prefixHitTokens: 0, prefillTokens: 0, generatedTokens: 0, steps: 0, lastBatchSize: 0, lastStepTokens: 0 };
@@ -76,10 +91,8 @@ export class Engine {
     const numBlocks = Math.floor((options.kvCacheBytes ?? 64 * 2 ** 20) / (blockSize * kvBytesPerToken(config)));
     if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
     this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize), modelId);
-    this.scheduler = new Scheduler(this.kv, {
-      maxBatchSize: options.maxBatchSize ?? 32,
-      maxTokensPerStep: options.maxTokensPerStep ?? 512,
-    });
+    const limits = { maxBatchSize: options.maxBatchSize ?? 32, maxTokensPerStep: options.maxTokensPerStep ?? 512 };
+    this.scheduler = new Scheduler(this.kv, limits, () => this.releaseOldestSession());
   }
 
   static async load(runtime: OrtRuntime, source: ModelSource, options: EngineOptions = {}): Promise<Engine> {
@@ -150,7 +163,9 @@ export class Engine {
       events: new EventQueue(),
       cancelRequested: false,
       admitted: false,
+      session: options.session,
     };
+    if (options.session !== undefined) req.kv = this.takeSessionCache(options.session, req.tokens) ?? req.kv;
     const cancel = (): void => {
       req.cancelRequested = true;
       this.kick();
@@ -209,11 +224,42 @@ export class Engine {
     });
   }
 
-  /** Takes a finished (or cancelled) request out of the batch at once, freeing its blocks. */
+  /** Takes a finished (or cancelled) request out of the batch at once, freeing its blocks or pinning them for its session. */
   private retire(req: EngineRequest): void {
-    this.scheduler.remove(req);
+    if (req.session !== undefined && req.sequence.finishReason !== 'cancelled') {
+      this.scheduler.detach(req);
+      this.releaseSession(req.session);
+      this.pinned.set(req.session, { kv: req.kv, tokens: req.tokens.slice(0, req.kv.length) });
+    } else {
+      this.scheduler.remove(req);
+    }
     this.active.delete(req);
     req.events.push(req.sequence.done());
+  }
+
+  /** The session's cache, if it holds a strict prefix of `tokens`; otherwise it is released. */
+  private takeSessionCache(session: string, tokens: readonly number[]): PagedSequenceKv | undefined {
+    const pin = this.pinned.get(session);
+    if (!pin) return undefined;
+    this.pinned.delete(session);
+    if (pin.tokens.length < tokens.length && pin.tokens.every((t, i) => t === tokens[i])) return pin.kv;
+    this.kv.free(pin.kv);
+    return undefined;
+  }
+
+  /** Frees a session's cache between turns (session deleted, or memory wanted). */
+  releaseSession(session: string): void {
+    const pin = this.pinned.get(session);
+    if (!pin) return;
+    this.pinned.delete(session);
+    this.kv.free(pin.kv);
+  }
+
+  private releaseOldestSession(): boolean {
+    const oldest = this.pinned.keys().next();
+    if (oldest.done) return false;
+    this.releaseSession(oldest.value);
+    return true;
   }
 
   private kick(): void {
@@ -255,6 +301,7 @@ export class Engine {
       preemptions: this.scheduler.preemptions,
       copyOnWrites: this.kv.copyOnWrites,
       queueDepth: this.scheduler.waiting.length,
+      pinnedSessions: this.pinned.size,
       running: this.scheduler.running.length,
     };
   }

@@ -40,6 +40,8 @@ export class Scheduler<S extends SchedulableSequence> {
   constructor(
     private readonly kv: KvCacheManager,
     private readonly limits: SchedulerLimits,
+    /** Frees memory held outside the scheduler (e.g. idle sessions' caches); true if it freed any. */
+    private readonly reclaim: () => boolean = () => false,
   ) {}
 
   add(seq: S): void {
@@ -48,11 +50,16 @@ export class Scheduler<S extends SchedulableSequence> {
 
   /** Takes a sequence out wherever it is and frees its blocks (finished or cancelled). */
   remove(seq: S): void {
+    this.detach(seq);
+    this.kv.free(seq.kv);
+  }
+
+  /** Takes a sequence out, leaving its blocks to whoever holds it now (a session keeping its cache). */
+  detach(seq: S): void {
     const r = this.running.indexOf(seq);
     if (r >= 0) this.running.splice(r, 1);
     const w = this.waiting.indexOf(seq);
     if (w >= 0) this.waiting.splice(w, 1);
-    this.kv.free(seq.kv);
   }
 
   get hasWork(): boolean {
@@ -68,6 +75,7 @@ export class Scheduler<S extends SchedulableSequence> {
       const count = Math.min(seq.tokens.length - seq.kv.length, budget);
       if (count <= 0) continue;
       while (!this.kv.reserve(seq.kv, count)) {
+        if (this.reclaim()) continue;
         const victim = this.running[this.running.length - 1];
         this.preempt(victim, step);
         if (victim === seq) break;
@@ -79,10 +87,15 @@ export class Scheduler<S extends SchedulableSequence> {
 
     while (this.waiting.length > 0 && budget > 0 && this.running.length < this.limits.maxBatchSize && step.preempted.length === 0) {
       const seq = this.waiting[0];
-      const cachedTokens = seq.kv.length === 0 ? this.kv.matchPrefix(seq.kv, seq.tokens) : 0;
+      if (seq.kv.length === 0) this.kv.matchPrefix(seq.kv, seq.tokens);
+      const cachedTokens = seq.kv.length;
       const count = Math.min(seq.tokens.length - seq.kv.length, budget);
-      if (!this.kv.reserve(seq.kv, count)) {
-        this.kv.free(seq.kv); // give back the prefix hits too; it waits at the head of the queue
+      let reserved = this.kv.reserve(seq.kv, count);
+      while (!reserved && this.reclaim()) reserved = this.kv.reserve(seq.kv, count);
+      if (!reserved) {
+        // It waits at the head of the queue holding nothing, so waiting requests can never deadlock
+        // the pool; its full blocks stay in the prefix cache for when it is admitted.
+        this.kv.free(seq.kv);
         break;
       }
       this.waiting.shift();
