@@ -15,9 +15,14 @@ export async function loadEngine(backend: NodeBackend, model = 'tiny', options: 
 }
 
 /** Runs a request to the end and gathers its events. */
-export async function collect(engine: Engine, request: GenerationRequest, signal?: AbortSignal): Promise<{ tokens: TokenEvent[]; done: DoneEvent }> {
+export async function collect(
+  engine: Engine,
+  request: GenerationRequest,
+  signal?: AbortSignal,
+  session?: string,
+): Promise<{ tokens: TokenEvent[]; done: DoneEvent }> {
   const tokens: TokenEvent[] = [];
-  for await (const event of engine.generate(request, { signal })) {
+  for await (const event of engine.generate(request, { signal, session })) {
     if (event.type === 'token') tokens.push(event);
     else return { tokens, done: event };
   }

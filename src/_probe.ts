@@ -1,0 +1,3 @@
+/// <reference types="@cloudflare/workers-types" />
+import { DurableObject } from 'cloudflare:workers';
+export class X extends DurableObject {}
