@@ -8,6 +8,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { argmax, LlamaReference, type LlamaConfig } from './reference/llama-reference';
 import { loadReference } from './reference/load-reference';
 import { PbReader, readOnnxWeights, readOtherInitializers, type Tensor } from './reference/onnx-weights';
+import { mulberry32 } from './helpers/prng.js';
 
 // ---------------------------------------------------------------------------------------------
 // Hand encoding of protobuf bytes (independent of scripts/model/onnx-proto-writer.ts).
@@ -120,16 +121,6 @@ describe('onnx-weights protobuf reader', () => {
 // ---------------------------------------------------------------------------------------------
 // Reference consistency on hand-made random weights (no ONNX file involved).
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function tinyConfig(tied: boolean): LlamaConfig {
   return {

@@ -2,22 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { buildTokenizerFiles } from '../scripts/tokenizer/build-tokenizer.js';
 import { TextTokenizer } from '../src/tokenizer/tokenizer.js';
 import { IncrementalDetokenizer } from '../src/tokenizer/incremental-detokenizer.js';
+import { mulberry32 } from './helpers/prng.js';
 
 const files = buildTokenizerFiles({ vocabSize: 512 });
 const tok = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
 const FFFD = '\uFFFD';
 
-/** mulberry32: small seeded PRNG so failures reproduce from the seed. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function stream(ids: number[], skipSpecialTokens: boolean): string[] {
   const detok = new IncrementalDetokenizer(tok, { skipSpecialTokens });
@@ -56,7 +46,7 @@ describe('IncrementalDetokenizer', () => {
 
   it('equals decode() on encoded text, never showing U+FFFD mid-stream', () => {
     for (let seed = 1; seed <= 200; seed++) {
-      const next = rng(seed);
+      const next = mulberry32(seed);
       const text = randomText(next);
       const ids = tok.encode(text);
       for (const skip of [true, false]) {
@@ -71,7 +61,7 @@ describe('IncrementalDetokenizer', () => {
 
   it('equals decode() on arbitrary id sequences, including invalid UTF-8', () => {
     for (let seed = 1; seed <= 300; seed++) {
-      const next = rng(seed);
+      const next = mulberry32(seed);
       const len = Math.floor(next() * 40);
       const ids: number[] = [];
       for (let i = 0; i < len; i++) {
