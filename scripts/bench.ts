@@ -6,12 +6,12 @@
 //   npm run bench -- [--runs 3] [--tokens 32] [--prompt 32] [--concurrency 1,4,16,32] [--dtypes fp32,int8] [--backend cpu|wasm]
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Engine } from '../src/engine/engine.js';
 import type { ModelDtype } from '../src/engine/model/model-files.js';
 import { directorySource } from '../src/sources/directory-source.js';
 import { makeModel } from './model-make.js';
-import { MODELS_DIR } from './ensure-models.js';
 import { nodeRuntime, type NodeBackend } from './lib/runtimes.js';
 
 const { values: args } = parseArgs({
@@ -30,7 +30,8 @@ const promptLength = Number(args.prompt);
 const levels = args.concurrency.split(',').map(Number);
 const dtypes = args.dtypes.split(',') as ModelDtype[];
 
-const dir = join(MODELS_DIR, 'bench-135m');
+// Not under ./models: that folder is served as static assets, which cap files at 25 MiB.
+const dir = fileURLToPath(new URL('../.bench/models/bench-135m', import.meta.url));
 for (const dtype of dtypes) {
   const file = join(dir, 'onnx', dtype === 'fp32' ? 'model.onnx' : `model_${dtype}.onnx`);
   if (!existsSync(file)) {
