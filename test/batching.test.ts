@@ -192,3 +192,39 @@ describe('sessions keep their cache between turns', () => {
     expect(engine.stats().kv.used).toBe(0);
   });
 });
+
+describe('n > 1: one prefill, copy-on-write forks', () => {
+  it('each of n completions equals a solo run with seed + index, and the prompt is prefilled once', async () => {
+    const engine = await loadEngine('cpu');
+    const prompt = randomIds(91, 37, 3, 512); // 2 full blocks + a partial one that the forks copy on write
+    const before = engine.stats();
+    const tokens: number[][] = [[], [], []];
+    const dones: DoneEvent[] = [];
+    for await (const event of engine.generate({ prompt_ids: prompt, n: 3, max_tokens: 12, temperature: 0.9, seed: 40, ignore_eos: true })) {
+      if (event.type === 'token') tokens[event.index].push(event.tokenId);
+      else dones[event.index] = event;
+    }
+    const after = engine.stats();
+    for (let i = 0; i < 3; i++) {
+      const solo = await runAlone({ prompt_ids: prompt, max_tokens: 12, temperature: 0.9, seed: 40 + i, ignore_eos: true });
+      expect(dones[i].tokenIds, `completion ${i}`).toEqual(solo);
+      expect(tokens[i]).toEqual(solo);
+    }
+    expect(after.prefillTokens - before.prefillTokens).toBe(prompt.length);
+    expect(after.copyOnWrites - before.copyOnWrites).toBe(2);
+    expect(after.kv.used).toBe(0);
+  });
+
+  it('cancelling the stream cancels every completion', async () => {
+    const engine = await loadEngine('cpu');
+    const dones: DoneEvent[] = [];
+    const controller = new AbortController();
+    let seen = 0;
+    for await (const event of engine.generate({ prompt: 'fork me', n: 2, max_tokens: 100, temperature: 0, ignore_eos: true }, { signal: controller.signal })) {
+      if (event.type === 'token' && ++seen === 4) controller.abort();
+      if (event.type === 'done') dones.push(event);
+    }
+    expect(dones.map((d) => d.finishReason)).toEqual(['cancelled', 'cancelled']);
+    expect(engine.stats().kv.used).toBe(0);
+  });
+});

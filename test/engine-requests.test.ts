@@ -131,6 +131,8 @@ describe('bad input is refused before any compute, and changes nothing', () => {
     ['bad messages', { messages: [{ role: 'wizard', content: 'x' }] }, 'messages'],
     ['min_p above 1', { prompt: 'hi', min_p: 2 }, 'min_p'],
     ['frequency_penalty too big', { prompt: 'hi', frequency_penalty: 3 }, 'frequency_penalty'],
+    ['n 0', { prompt: 'hi', n: 0 }, 'n'],
+    ['n past the batch size', { prompt: 'hi', n: 1000 }, 'n'],
   ];
   for (const [name, request, param] of cases) {
     it(`${name} → InvalidRequestError(${param})`, () => {

@@ -48,13 +48,20 @@ interface PinnedCache {
   tokens: number[];
 }
 
-/** A request inside the engine: what the scheduler sees, plus its lifecycle and its event stream. */
+/** The n sequences of one request (OpenAI's `n`), which share one event stream. */
+interface RequestGroup {
+  events: EventQueue<GenerationEvent | Error>;
+  cancelRequested: boolean;
+}
+
+/** A sequence inside the engine: what the scheduler sees, plus its lifecycle. */
 interface EngineRequest extends SchedulableSequence {
   tokens: number[];
   kv: PagedSequenceKv;
   sequence: Sequence;
-  events: EventQueue<GenerationEvent | Error>;
-  cancelRequested: boolean;
+  group: RequestGroup;
+  /** Siblings (n > 1) that fork from this sequence's cache once its prompt is prefilled. */
+  forks: EngineRequest[];
   admitted: boolean;
   session: string | undefined;
 }
@@ -75,6 +82,7 @@ export class Engine {
   /** Session caches between turns, least recently used first. */
   private readonly pinned = new Map<string, PinnedCache>();
   private nextId = 1;
+  private readonly maxBatchSize: number;
   private looping = false;
   private readonly counters = { prefixHitTokens: 0, prefillTokens: 0, generatedTokens: 0, steps: 0, lastBatchSize: 0, lastStepTokens: 0 };
 
@@ -87,11 +95,12 @@ export class Engine {
     readonly backend: string,
     private readonly options: EngineOptions,
   ) {
+    this.maxBatchSize = options.maxBatchSize ?? 32;
     const blockSize = options.blockSize ?? 16;
     const numBlocks = Math.floor((options.kvCacheBytes ?? 64 * 2 ** 20) / (blockSize * kvBytesPerToken(config)));
     if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
     this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize), modelId);
-    const limits = { maxBatchSize: options.maxBatchSize ?? 32, maxTokensPerStep: options.maxTokensPerStep ?? 512 };
+    const limits = { maxBatchSize: this.maxBatchSize, maxTokensPerStep: options.maxTokensPerStep ?? 512 };
     this.scheduler = new Scheduler(this.kv, limits, () => this.releaseOldestSession());
   }
 
@@ -130,11 +139,16 @@ export class Engine {
     }
     checkTokenIds(promptIds, this.config.vocabSize, given[0]);
     const maxTokens = resolveMaxTokens(request.max_tokens, promptIds.length, this.config.maxPositionEmbeddings);
-    const needed = this.kv.blocksFor(promptIds.length + maxTokens);
+    const n = request.n ?? 1;
+    if (!Number.isSafeInteger(n) || n < 1 || n > this.maxBatchSize) {
+      throw new InvalidRequestError('n', `n must be an integer in [1, ${this.maxBatchSize}], got ${JSON.stringify(request.n)}`);
+    }
+    // Forks share the prompt's blocks; each needs its own blocks for its completion, plus one copy-on-write.
+    const needed = this.kv.blocksFor(promptIds.length + maxTokens) + (n - 1) * (this.kv.blocksFor(maxTokens) + 1);
     if (needed > this.kv.pool.numBlocks) {
       throw new CapacityError(
         'max_tokens',
-        `prompt (${promptIds.length} tokens) + max_tokens (${maxTokens}) needs ${needed} KV blocks; the cache has ${this.kv.pool.numBlocks}`,
+        `prompt (${promptIds.length} tokens) + max_tokens (${maxTokens}) × n (${n}) needs ${needed} KV blocks; the cache has ${this.kv.pool.numBlocks}`,
         'kv_cache_capacity_exceeded',
       );
     }
@@ -145,7 +159,7 @@ export class Engine {
     const extra = request.stop_token_ids ?? [];
     if (!Array.isArray(extra)) throw new InvalidRequestError('stop_token_ids', 'stop_token_ids must be an array of token ids');
     if (extra.length > 0) for (const id of checkTokenIds(extra, this.config.vocabSize, 'stop_token_ids')) stopTokenIds.add(id);
-    return { promptIds, maxTokens, sampling, stops, stopTokenIds };
+    return { promptIds, maxTokens, n, sampling, stops, stopTokenIds };
   }
 
   /**
@@ -155,45 +169,55 @@ export class Engine {
    */
   generate(request: GenerationRequest, options: GenerateOptions = {}): AsyncGenerator<GenerationEvent> {
     const resolved = this.resolve(request);
-    const req: EngineRequest = {
-      id: this.nextId++,
-      tokens: [...resolved.promptIds],
-      kv: this.kv.create(),
-      sequence: new Sequence(resolved, this.tokenizer, this.samplableVocab),
-      events: new EventQueue(),
-      cancelRequested: false,
-      admitted: false,
-      session: options.session,
-    };
-    if (options.session !== undefined) req.kv = this.takeSessionCache(options.session, req.tokens) ?? req.kv;
+    if (options.session !== undefined && resolved.n > 1) throw new InvalidRequestError('n', 'a session turn generates one reply; n must be 1');
+    const group: RequestGroup = { events: new EventQueue(), cancelRequested: false };
+    const sequences = Array.from({ length: resolved.n }, (_, index): EngineRequest => {
+      const seed = resolved.sampling.seed;
+      const own = index === 0 || seed === undefined ? resolved : { ...resolved, sampling: { ...resolved.sampling, seed: seed + index } };
+      return {
+        id: this.nextId++,
+        tokens: [...resolved.promptIds],
+        kv: this.kv.create(),
+        sequence: new Sequence(own, this.tokenizer, this.samplableVocab, index),
+        group,
+        forks: [],
+        admitted: false,
+        session: options.session,
+      };
+    });
+    const [first, ...forks] = sequences;
+    first.forks = forks;
+    if (options.session !== undefined) first.kv = this.takeSessionCache(options.session, first.tokens) ?? first.kv;
     const cancel = (): void => {
-      req.cancelRequested = true;
+      group.cancelRequested = true;
       this.kick();
     };
-    if (options.signal?.aborted) req.cancelRequested = true;
+    if (options.signal?.aborted) group.cancelRequested = true;
     options.signal?.addEventListener('abort', cancel, { once: true });
-    this.active.add(req);
-    this.scheduler.add(req);
+    for (const seq of sequences) this.active.add(seq);
+    this.scheduler.add(first);
     this.kick();
-    return this.stream(req, cancel);
+    return this.stream(group, resolved.n, cancel);
   }
 
-  private async *stream(req: EngineRequest, cancel: () => void): AsyncGenerator<GenerationEvent> {
+  /** The group's events until each of its `n` sequences has sent its done event. */
+  private async *stream(group: RequestGroup, n: number, cancel: () => void): AsyncGenerator<GenerationEvent> {
+    let open = n;
     try {
-      for (;;) {
-        const event = await req.events.next();
+      while (open > 0) {
+        const event = await group.events.next();
         if (event instanceof Error) throw event;
+        if (event.type === 'done') open--;
         yield event;
-        if (event.type === 'done') return;
       }
     } finally {
-      if (!req.sequence.finished) cancel();
+      if (open > 0) cancel();
     }
   }
 
   /** One engine step: retire cancelled requests, schedule, run one batched pass, sample and stream. */
   async step(): Promise<void> {
-    for (const req of this.active) if (req.cancelRequested && !req.sequence.finished) {
+    for (const req of this.active) if (req.group.cancelRequested && !req.sequence.finished) {
       req.sequence.cancel();
       this.retire(req);
     }
@@ -216,12 +240,28 @@ export class Engine {
       const decode = samples && tokens.length === 1 && starts[i] >= req.sequence.request.promptIds.length;
       if (!decode) this.counters.prefillTokens += tokens.length;
       if (!samples || req.sequence.finished) return;
-      const event = req.sequence.onLogits(logits.last(i));
-      this.counters.generatedTokens++;
-      req.tokens.push(event.tokenId);
-      req.events.push(event);
-      if (req.sequence.finished) this.retire(req);
+      // The prompt is prefilled: siblings fork its cache now and sample from the same logits.
+      const forks = req.forks.splice(0).map((child) => this.startFork(req, child));
+      for (const seq of [req, ...forks]) this.sample(seq, logits.last(i));
     });
+  }
+
+  private sample(req: EngineRequest, logits: Float32Array): void {
+    const event = req.sequence.onLogits(logits);
+    this.counters.generatedTokens++;
+    req.tokens.push(event.tokenId);
+    req.group.events.push(event);
+    if (req.sequence.finished) this.retire(req);
+  }
+
+  /** A sibling takes a copy-on-write share of every block of `parent` and runs from here on its own. */
+  private startFork(parent: EngineRequest, child: EngineRequest): EngineRequest {
+    child.kv = this.kv.fork(parent.kv);
+    child.tokens = [...parent.tokens];
+    child.admitted = true;
+    child.sequence.cachedTokens = parent.sequence.cachedTokens;
+    this.scheduler.adopt(child);
+    return child;
   }
 
   /** Takes a finished (or cancelled) request out of the batch at once, freeing its blocks or pinning them for its session. */
@@ -234,7 +274,12 @@ export class Engine {
       this.scheduler.remove(req);
     }
     this.active.delete(req);
-    req.events.push(req.sequence.done());
+    req.group.events.push(req.sequence.done());
+    // Siblings that never forked (cancelled before the prompt was prefilled) end with it.
+    for (const child of req.forks.splice(0)) {
+      child.sequence.cancel();
+      this.retire(child);
+    }
   }
 
   /** The session's cache, if it holds a strict prefix of `tokens`; otherwise it is released. */
@@ -270,7 +315,7 @@ export class Engine {
 
   private async loop(): Promise<void> {
     try {
-      while (this.scheduler.hasWork || [...this.active].some((r) => r.cancelRequested)) {
+      while (this.scheduler.hasWork || [...this.active].some((r) => r.group.cancelRequested)) {
         await this.step();
         await yieldToEventLoop();
       }
@@ -279,7 +324,7 @@ export class Engine {
       const error = err instanceof Error ? err : new Error(String(err));
       for (const req of this.active) {
         this.scheduler.remove(req);
-        req.events.push(error);
+        req.group.events.push(error);
       }
       this.active.clear();
     } finally {

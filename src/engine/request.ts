@@ -16,6 +16,8 @@ export interface GenerationRequest {
   prompt_ids?: readonly number[];
   /** Rendered with the model's chat template, with the assistant generation prompt appended. */
   messages?: readonly ChatMessage[];
+  /** Completions to generate (OpenAI's `n`): the prompt is prefilled once and forked copy-on-write. Default 1. */
+  n?: number;
   /** Completion tokens at most; default: min(DEFAULT_MAX_TOKENS, room left in the context window). */
   max_tokens?: number;
   stop?: string | readonly string[] | null;

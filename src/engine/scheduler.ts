@@ -48,6 +48,11 @@ export class Scheduler<S extends SchedulableSequence> {
     this.waiting.push(seq);
   }
 
+  /** A sequence that arrives already running, with its blocks (a fork of a running sequence). */
+  adopt(seq: S): void {
+    this.running.push(seq);
+  }
+
   /** Takes a sequence out wherever it is and frees its blocks (finished or cancelled). */
   remove(seq: S): void {
     this.detach(seq);

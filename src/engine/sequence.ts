@@ -12,6 +12,8 @@ export type FinishReason = 'stop' | 'length' | 'cancelled';
 export interface ResolvedRequest {
   promptIds: number[];
   maxTokens: number;
+  /** Completions to generate from the prompt (OpenAI's `n`). */
+  n: number;
   sampling: SamplingParams;
   stops: string[];
   /** Token ids that end the generation: the model's EOS ids (unless ignore_eos) and stop_token_ids. */
@@ -26,6 +28,8 @@ export interface TopLogprob {
 /** One generated token, with the text it completed (possibly '', when bytes or a stop string are held back). */
 export interface TokenEvent {
   type: 'token';
+  /** Which of the request's `n` completions this belongs to. */
+  index: number;
   tokenId: number;
   text: string;
   logprob?: number;
@@ -34,6 +38,7 @@ export interface TokenEvent {
 
 export interface DoneEvent {
   type: 'done';
+  index: number;
   finishReason: FinishReason;
   /** The whole completion: exactly the concatenation of the token events' texts. */
   text: string;
@@ -64,6 +69,8 @@ export class Sequence {
     tokenizer: TextTokenizer,
     /** Ids from here up exist in the model but not in the tokenizer: never sampled. */
     private readonly samplableVocab: number,
+    /** Which of the request's `n` completions this is. */
+    readonly index = 0,
   ) {
     this.sampler = new TokenSampler(request.sampling, { vocabSize: samplableVocab, promptTokenIds: request.promptIds });
     this.detokenizer = new IncrementalDetokenizer(tokenizer, { skipSpecialTokens: true });
@@ -91,7 +98,7 @@ export class Sequence {
       else if (this.outputIds.length >= this.request.maxTokens) text += this.close('length');
     }
     this.text += text;
-    const event: TokenEvent = { type: 'token', tokenId, text };
+    const event: TokenEvent = { type: 'token', index: this.index, tokenId, text };
     if (sampled.logprob !== undefined) event.logprob = sampled.logprob;
     if (sampled.topLogprobs) event.topLogprobs = sampled.topLogprobs;
     return event;
@@ -105,6 +112,7 @@ export class Sequence {
   done(): DoneEvent {
     return {
       type: 'done',
+      index: this.index,
       finishReason: this.finishReason ?? 'cancelled',
       text: this.text,
       promptIds: this.request.promptIds,
