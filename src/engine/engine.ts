@@ -1,5 +1,5 @@
 import type { EngineStats } from './engine-stats.js';
-import { CapacityError, InvalidRequestError } from './errors.js';
+import { InvalidRequestError } from './errors.js';
 import { EventQueue } from './event-queue.js';
 import { BlockPool } from './kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from './kv/paged-kv.js';
@@ -7,11 +7,9 @@ import { kvBytesPerToken, type ModelConfig } from './model/config.js';
 import { loadModelFiles, type ModelDtype, type ModelSource } from './model/model-files.js';
 import { ModelRunner, type RunnerOptions } from './model/runner.js';
 import type { OrtRuntime } from './model/runtime.js';
-import { checkTokenIds, resolveMaxTokens, type GenerationRequest } from './request.js';
-import { resolveSamplingParams } from './sampling/params.js';
+import { resolveRequest, type GenerationRequest, type ResolvedRequest } from './request.js';
 import { Scheduler, type SchedulableSequence } from './scheduler.js';
-import { Sequence, type GenerationEvent, type ResolvedRequest } from './sequence.js';
-import { validateStops } from './stop-strings.js';
+import { Sequence, type GenerationEvent } from './sequence.js';
 import { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { renderChat } from '../tokenizer/chat-template.js';
 
@@ -121,45 +119,16 @@ export class Engine {
 
   /** Tokenises the prompt and checks every parameter; throws InvalidRequestError before any compute. */
   resolve(request: GenerationRequest): ResolvedRequest {
-    const given = (['prompt', 'prompt_ids', 'messages'] as const).filter((k) => request[k] !== undefined);
-    if (given.length !== 1) {
-      throw new InvalidRequestError(given[1] ?? 'prompt', 'give exactly one of prompt, prompt_ids and messages');
-    }
-    let promptIds: number[];
-    if (request.prompt !== undefined) {
-      if (typeof request.prompt !== 'string' || request.prompt.length === 0) {
-        throw new InvalidRequestError('prompt', 'prompt must be a non-empty string');
-      }
-      promptIds = this.tokenizer.encode(request.prompt);
-    } else if (request.prompt_ids !== undefined) {
-      if (!Array.isArray(request.prompt_ids)) throw new InvalidRequestError('prompt_ids', 'prompt_ids must be an array of token ids');
-      promptIds = [...request.prompt_ids];
-    } else {
-      promptIds = this.tokenizer.encode(renderChat(this.chatTemplate.template, request.messages, this.chatTemplate.config));
-    }
-    checkTokenIds(promptIds, this.config.vocabSize, given[0]);
-    const maxTokens = resolveMaxTokens(request.max_tokens, promptIds.length, this.config.maxPositionEmbeddings);
-    const n = request.n ?? 1;
-    if (!Number.isSafeInteger(n) || n < 1 || n > this.maxBatchSize) {
-      throw new InvalidRequestError('n', `n must be an integer in [1, ${this.maxBatchSize}], got ${JSON.stringify(request.n)}`);
-    }
-    // Forks share the prompt's blocks; each needs its own blocks for its completion, plus one copy-on-write.
-    const needed = this.kv.blocksFor(promptIds.length + maxTokens) + (n - 1) * (this.kv.blocksFor(maxTokens) + 1);
-    if (needed > this.kv.pool.numBlocks) {
-      throw new CapacityError(
-        'max_tokens',
-        `prompt (${promptIds.length} tokens) + max_tokens (${maxTokens}) × n (${n}) needs ${needed} KV blocks; the cache has ${this.kv.pool.numBlocks}`,
-        'kv_cache_capacity_exceeded',
-      );
-    }
-    const sampling = resolveSamplingParams(request, this.samplableVocab);
-    const stops = validateStops(request.stop);
-
-    const stopTokenIds = new Set<number>(request.ignore_eos ? [] : this.config.eosTokenIds);
-    const extra = request.stop_token_ids ?? [];
-    if (!Array.isArray(extra)) throw new InvalidRequestError('stop_token_ids', 'stop_token_ids must be an array of token ids');
-    if (extra.length > 0) for (const id of checkTokenIds(extra, this.config.vocabSize, 'stop_token_ids')) stopTokenIds.add(id);
-    return { promptIds, maxTokens, n, sampling, stops, stopTokenIds };
+    return resolveRequest(request, {
+      encode: (text) => this.tokenizer.encode(text),
+      renderChat: (messages) => renderChat(this.chatTemplate.template, messages, this.chatTemplate.config),
+      vocabSize: this.config.vocabSize,
+      samplableVocab: this.samplableVocab,
+      contextWindow: this.config.maxPositionEmbeddings,
+      eosTokenIds: this.config.eosTokenIds,
+      maxN: this.maxBatchSize,
+      kv: { blocksFor: (tokens) => this.kv.blocksFor(tokens), total: this.kv.pool.numBlocks },
+    });
   }
 
   /**

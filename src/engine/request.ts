@@ -1,4 +1,6 @@
-import { InvalidRequestError } from './errors.js';
+import { CapacityError, InvalidRequestError } from './errors.js';
+import { resolveSamplingParams, type SamplingParams } from './sampling/params.js';
+import { validateStops } from './stop-strings.js';
 
 /** A chat message as OpenAI's API carries it. */
 export interface ChatMessage {
@@ -77,4 +79,73 @@ export function resolveMaxTokens(maxTokens: unknown, promptLength: number, conte
     );
   }
   return maxTokens;
+}
+
+/** A request after validation: everything the engine loop needs, nothing left to check. */
+export interface ResolvedRequest {
+  promptIds: number[];
+  maxTokens: number;
+  /** Completions to generate from the prompt (OpenAI's `n`). */
+  n: number;
+  sampling: SamplingParams;
+  stops: string[];
+  /** Token ids that end the generation: the model's EOS ids (unless ignore_eos) and stop_token_ids. */
+  stopTokenIds: ReadonlySet<number>;
+}
+
+/** What a request is checked against: the model, its tokenizer and the engine's limits. */
+export interface RequestContext {
+  encode(text: string): number[];
+  /** Chat messages to prompt text; throws InvalidRequestError('messages') for malformed ones. */
+  renderChat(messages: unknown): string;
+  /** Ids the model knows (prompts may use them all). */
+  vocabSize: number;
+  /** Ids both the model and the tokenizer know (logit_bias may name them). */
+  samplableVocab: number;
+  contextWindow: number;
+  eosTokenIds: readonly number[];
+  maxN: number;
+  kv: { blocksFor(tokens: number): number; total: number };
+}
+
+/** Tokenises the prompt and checks every parameter; throws InvalidRequestError naming the first bad one. */
+export function resolveRequest(request: GenerationRequest, ctx: RequestContext): ResolvedRequest {
+  const given = (['prompt', 'prompt_ids', 'messages'] as const).filter((k) => request[k] !== undefined);
+  if (given.length !== 1) {
+    throw new InvalidRequestError(given[1] ?? 'prompt', 'give exactly one of prompt, prompt_ids and messages');
+  }
+  let promptIds: number[];
+  if (request.prompt !== undefined) {
+    if (typeof request.prompt !== 'string' || request.prompt.length === 0) {
+      throw new InvalidRequestError('prompt', 'prompt must be a non-empty string');
+    }
+    promptIds = ctx.encode(request.prompt);
+  } else if (request.prompt_ids !== undefined) {
+    if (!Array.isArray(request.prompt_ids)) throw new InvalidRequestError('prompt_ids', 'prompt_ids must be an array of token ids');
+    promptIds = [...request.prompt_ids];
+  } else {
+    promptIds = ctx.encode(ctx.renderChat(request.messages));
+  }
+  checkTokenIds(promptIds, ctx.vocabSize, given[0]);
+  const maxTokens = resolveMaxTokens(request.max_tokens, promptIds.length, ctx.contextWindow);
+  const n = request.n ?? 1;
+  if (!Number.isSafeInteger(n) || n < 1 || n > ctx.maxN) {
+    throw new InvalidRequestError('n', `n must be an integer in [1, ${ctx.maxN}], got ${JSON.stringify(request.n)}`);
+  }
+  // Forks share the prompt's blocks; each needs its own blocks for its completion, plus one copy-on-write.
+  const needed = ctx.kv.blocksFor(promptIds.length + maxTokens) + (n - 1) * (ctx.kv.blocksFor(maxTokens) + 1);
+  if (needed > ctx.kv.total) {
+    throw new CapacityError(
+      'max_tokens',
+      `prompt (${promptIds.length} tokens) + max_tokens (${maxTokens}) × n (${n}) needs ${needed} KV blocks; the cache has ${ctx.kv.total}`,
+      'kv_cache_capacity_exceeded',
+    );
+  }
+  const sampling = resolveSamplingParams(request, ctx.samplableVocab);
+  const stops = validateStops(request.stop);
+  const stopTokenIds = new Set<number>(request.ignore_eos ? [] : ctx.eosTokenIds);
+  const extra = request.stop_token_ids ?? [];
+  if (!Array.isArray(extra)) throw new InvalidRequestError('stop_token_ids', 'stop_token_ids must be an array of token ids');
+  if (extra.length > 0) for (const id of checkTokenIds(extra, ctx.vocabSize, 'stop_token_ids')) stopTokenIds.add(id);
+  return { promptIds, maxTokens, n, sampling, stops, stopTokenIds };
 }

@@ -1,24 +1,12 @@
 import type { RequestMetrics } from './metrics.js';
 import { RequestClock } from './metrics.js';
-import type { SamplingParams } from './sampling/params.js';
+import type { ResolvedRequest } from './request.js';
 import { TokenSampler } from './sampling/sampler.js';
 import { StopStringMatcher } from './stop-strings.js';
 import type { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { IncrementalDetokenizer } from '../tokenizer/incremental-detokenizer.js';
 
 export type FinishReason = 'stop' | 'length' | 'cancelled';
-
-/** A request after validation: everything the loop needs, nothing left to check. */
-export interface ResolvedRequest {
-  promptIds: number[];
-  maxTokens: number;
-  /** Completions to generate from the prompt (OpenAI's `n`). */
-  n: number;
-  sampling: SamplingParams;
-  stops: string[];
-  /** Token ids that end the generation: the model's EOS ids (unless ignore_eos) and stop_token_ids. */
-  stopTokenIds: ReadonlySet<number>;
-}
 
 export interface TopLogprob {
   tokenId: number;
