@@ -8,7 +8,7 @@ export default defineConfig({
         test: {
           name: 'node',
           include: ['test/**/*.test.ts'],
-          exclude: ['test/workers/**', 'node_modules/**'],
+          exclude: ['test/workers/**', 'test/e2e/**', 'node_modules/**'],
           testTimeout: 60_000,
           hookTimeout: 120_000,
           pool: 'forks',
@@ -17,6 +17,18 @@ export default defineConfig({
       },
       // Inside workerd, through @cloudflare/vitest-pool-workers.
       './vitest.workers.config.ts',
+      {
+        // End to end: `wrangler dev` (real workerd) over real HTTP, one server per file, one file at a time.
+        test: {
+          name: 'e2e',
+          include: ['test/e2e/**/*.test.ts'],
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
+          pool: 'forks',
+          fileParallelism: false,
+          globalSetup: ['test/global-setup.ts'],
+        },
+      },
     ],
   },
 });
