@@ -2,11 +2,17 @@ import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
-  plugins: [cloudflareTest({ wrangler: { configPath: './wrangler.toml' } })],
+  plugins: [
+    cloudflareTest({
+      wrangler: { configPath: './wrangler.toml' },
+      // Webhook retries in milliseconds rather than seconds, so the retry tests run fast.
+      miniflare: { bindings: { WEBHOOK_RETRY_BASE_MS: '20', WEBHOOK_MAX_ATTEMPTS: '4', ALLOW_LOOPBACK_CALLBACKS: 'true' } },
+    }),
+  ],
   test: {
     name: 'workers',
     include: ['test/workers/**/*.test.ts'],
-    globalSetup: ['test/workers/global-setup.ts'],
+    globalSetup: ['test/workers/global-setup.ts', 'test/workers/receiver-setup.ts'],
     testTimeout: 120_000,
     hookTimeout: 120_000,
   },

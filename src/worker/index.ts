@@ -1,7 +1,5 @@
-import { Hono } from 'hono';
+import app from './app.js';
 
-// The HTTP service grows here (OpenAI-compatible routes, sessions, webhooks); for now it names itself.
-const app = new Hono();
-app.get('/', (c) => c.json({ name: 'edge-infer', docs: 'see README.md' }));
-
+// The worker's entry: the Hono app's fetch, and the Durable Object class wrangler.toml binds as INFERENCE.
 export default app;
+export { InferenceObject } from '../objects/inference-object.js';

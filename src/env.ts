@@ -1,0 +1,61 @@
+/// <reference types="@cloudflare/workers-types" />
+import type { InferenceObject } from './objects/inference-object.js';
+
+/**
+ * Bindings and vars (wrangler.toml). Vars arrive as strings; read them with `intVar`/`boolVar`, which fall
+ * back to the documented defaults when a var is unset or empty.
+ */
+export interface Env {
+  INFERENCE: DurableObjectNamespace<InferenceObject>;
+  MODELS: Fetcher;
+  API_KEYS?: string;
+  SHARD_COUNT?: string;
+  MODEL_NAME?: string;
+  MODEL_DTYPE?: string;
+  KV_CACHE_MB?: string;
+  MAX_BATCH?: string;
+  MAX_QUEUE?: string;
+  MAX_BODY_BYTES?: string;
+  WEBHOOK_RETRY_BASE_MS?: string;
+  WEBHOOK_MAX_ATTEMPTS?: string;
+  ALLOW_LOOPBACK_CALLBACKS?: string;
+}
+
+declare global {
+  // `import { env } from 'cloudflare:workers'` (tests) sees the same bindings.
+  namespace Cloudflare {
+    interface Env {
+      INFERENCE: DurableObjectNamespace<InferenceObject>;
+      MODELS: Fetcher;
+    }
+  }
+}
+
+export const DEFAULTS = {
+  SHARD_COUNT: 2,
+  MODEL_NAME: 'tiny',
+  MODEL_DTYPE: 'fp32',
+  KV_CACHE_MB: 16,
+  MAX_BATCH: 16,
+  MAX_QUEUE: 64,
+  MAX_BODY_BYTES: 1 << 20,
+  WEBHOOK_RETRY_BASE_MS: 2000,
+  WEBHOOK_MAX_ATTEMPTS: 6,
+} as const;
+
+type IntVar = { [K in keyof typeof DEFAULTS]: (typeof DEFAULTS)[K] extends number ? K : never }[keyof typeof DEFAULTS];
+
+/** A numeric var, or its default when unset, empty or not a finite number >= 0. */
+export function intVar(env: Env, name: IntVar): number {
+  const raw = env[name];
+  const value = raw === undefined || raw.trim() === '' ? NaN : Number(raw);
+  return Number.isFinite(value) && value >= 0 ? value : DEFAULTS[name];
+}
+
+export function modelName(env: Env): string {
+  return env.MODEL_NAME?.trim() || DEFAULTS.MODEL_NAME;
+}
+
+export function boolVar(env: Env, name: 'ALLOW_LOOPBACK_CALLBACKS'): boolean {
+  return env[name]?.trim().toLowerCase() === 'true';
+}

@@ -1,0 +1,150 @@
+import { DurableObject } from 'cloudflare:workers';
+import { workerdWasmRuntime } from '../backends/ort-web-workerd.js';
+import { Engine } from '../engine/engine.js';
+import type { ModelDtype } from '../engine/model/model-files.js';
+import type { GenerationRequest } from '../engine/request.js';
+import { intVar, modelName, type Env } from '../env.js';
+import { fetchSource } from '../sources/fetch-source.js';
+import { RunningGenerations, runGeneration } from './generation.js';
+import { ServiceMetrics, type ShardStats } from './metrics.js';
+import { fail, fromEngineError, ok, type RpcResult } from './rpc-error.js';
+import type { JobView } from './jobs.js';
+import type { SamplingFields, SessionView } from './sessions.js';
+import { createShardServices, type ShardServices } from './shard-services.js';
+import type { HookView } from './webhooks/hooks.js';
+import type { AcceptedEvent, HookInput } from './webhooks/service.js';
+
+/**
+ * One shard of the service: a Durable Object that loads the engine once (lazily, on first use) and serves
+ * the worker over RPC. It stays thin: generation, metrics, sessions, jobs and webhooks live in their own
+ * modules next to this one, and each RPC method here only wires one of them to the engine and storage.
+ * Methods return RpcResult values for client errors (see rpc-error.ts); a thrown error means a bug.
+ */
+export class InferenceObject extends DurableObject<Env> {
+  private enginePromise: Promise<Engine> | undefined;
+  private loaded: Engine | undefined;
+  readonly metrics = new ServiceMetrics();
+  /** Generations in flight, cancellable by id (see RunningGenerations). */
+  readonly running = new RunningGenerations();
+
+  /** The engine, loaded on first call; concurrent first callers share one load, and a failed load is retried next time. */
+  protected engine(): Promise<Engine> {
+    this.enginePromise ??= this.loadEngine().then(
+      (engine) => (this.loaded = engine),
+      (err: unknown) => {
+        this.enginePromise = undefined;
+        throw err;
+      },
+    );
+    return this.enginePromise;
+  }
+
+  private loadEngine(): Promise<Engine> {
+    const model = modelName(this.env);
+    return Engine.load(workerdWasmRuntime(), fetchSource(this.env.MODELS, `http://models.local/${model}/`), {
+      modelId: model,
+      dtype: (this.env.MODEL_DTYPE?.trim() || 'fp32') as ModelDtype,
+      kvCacheBytes: intVar(this.env, 'KV_CACHE_MB') * 2 ** 20,
+      maxBatchSize: intVar(this.env, 'MAX_BATCH'),
+    });
+  }
+
+  /** Refuses new work while too many requests already wait for a batch slot (the worker answers 429). */
+  private overloaded(engine: Engine): boolean {
+    return engine.stats().queueDepth >= intVar(this.env, 'MAX_QUEUE');
+  }
+
+  /**
+   * Runs `requests` together and streams their events (NDJSON WireEvents, see generation.ts), tagged by
+   * their index in `requests`. Cancelling the returned stream, or calling `cancel(id)`, cancels them all.
+   */
+  async generate(requests: GenerationRequest[]): Promise<RpcResult<{ id: string; stream: ReadableStream<Uint8Array> }>> {
+    const engine = await this.engine();
+    if (this.overloaded(engine)) {
+      return fail({ status: 429, type: 'rate_limit_error', message: 'the model is overloaded; retry shortly', param: null, code: 'overloaded' });
+    }
+    try {
+      const generation = runGeneration(engine, requests, this.metrics);
+      return ok({ id: this.running.add(generation), stream: generation.stream });
+    } catch (err) {
+      return fail(fromEngineError(err));
+    }
+  }
+
+  /** Cancels a generation whose client went away; unknown or finished ids are ignored. */
+  async cancel(id: string): Promise<boolean> {
+    return this.running.cancel(id);
+  }
+
+  /** Metrics for GET /metrics. Does not load the engine: a shard nobody used reports `engine: null`. */
+  async stats(): Promise<ShardStats> {
+    return this.metrics.snapshot(modelName(this.env), this.loaded?.stats() ?? null);
+  }
+
+  // ---- sessions, jobs, webhooks: their RPC methods go below, each delegating to its module ----
+
+  private shardServices: ShardServices | undefined;
+
+  /** Sessions, hooks and jobs over this object's SQLite (built on first use; their tables are created if missing). */
+  private get services(): ShardServices {
+    this.shardServices ??= createShardServices(
+      {
+        sql: this.ctx.storage.sql,
+        engine: () => this.engine(),
+        loadedEngine: () => this.loaded,
+        metrics: this.metrics,
+        model: modelName(this.env),
+      },
+      this.ctx.storage,
+      this.env,
+    );
+    return this.shardServices;
+  }
+
+  async createSession(id: string, init: { system?: string; defaults?: SamplingFields }): Promise<SessionView> {
+    return this.services.sessions.create(id, init);
+  }
+
+  async getSession(id: string): Promise<RpcResult<SessionView>> {
+    return this.services.sessions.get(id);
+  }
+
+  async deleteSession(id: string): Promise<RpcResult<{ id: string; object: 'session'; deleted: true }>> {
+    return this.services.sessions.delete(id);
+  }
+
+  /** A session turn: NDJSON WireEvents like generate(); cancelling the stream cancels the turn. */
+  async sessionMessage(id: string, content: string, overrides: SamplingFields): Promise<RpcResult<ReadableStream<Uint8Array>>> {
+    const engine = await this.engine();
+    if (this.overloaded(engine)) {
+      return fail({ status: 429, type: 'rate_limit_error', message: 'the model is overloaded; retry shortly', param: null, code: 'overloaded' });
+    }
+    return this.services.sessions.message(id, content, overrides);
+  }
+
+  async putHook(name: string, input: HookInput): Promise<RpcResult<{ hook: HookView; created: boolean }>> {
+    return this.services.webhooks.putHook(name, input);
+  }
+
+  async getHook(name: string): Promise<RpcResult<HookView>> {
+    return this.services.webhooks.getHook(name);
+  }
+
+  async deleteHook(name: string): Promise<RpcResult<{ name: string; object: 'hook'; deleted: true }>> {
+    return this.services.webhooks.deleteHook(name);
+  }
+
+  /** An inbound webhook event (raw body and its three webhook-* headers); a new job gets `jobId`. */
+  async receiveHookEvent(name: string, headers: Record<string, string>, body: string, jobId: string): Promise<RpcResult<AcceptedEvent>> {
+    return this.services.webhooks.receive(name, headers, body, jobId);
+  }
+
+  async getJob(id: string): Promise<RpcResult<JobView>> {
+    return this.services.webhooks.job(id);
+  }
+
+  /** Webhook jobs: delivery retries, and generating jobs an earlier instance left unfinished. */
+  override async alarm(): Promise<void> {
+    await this.services.webhooks.dispatcher.onAlarm();
+  }
+}

@@ -1,0 +1,87 @@
+import type { EngineStats } from '../engine/engine-stats.js';
+import type { DoneEvent } from '../engine/sequence.js';
+
+/** A cumulative histogram as Prometheus exposes it: counts per upper bound (`le`), plus sum and count. */
+export interface HistogramSnapshot {
+  /** Upper bounds in seconds, ascending; +Inf is implied by `count`. */
+  buckets: number[];
+  /** Cumulative: counts[i] observations were <= buckets[i]. */
+  counts: number[];
+  sum: number;
+  count: number;
+}
+
+class Histogram {
+  private readonly counts: number[];
+  private sum = 0;
+  private count = 0;
+  constructor(private readonly buckets: number[]) {
+    this.counts = buckets.map(() => 0);
+  }
+
+  observe(seconds: number): void {
+    this.sum += seconds;
+    this.count++;
+    this.buckets.forEach((le, i) => {
+      if (seconds <= le) this.counts[i]++;
+    });
+  }
+
+  snapshot(): HistogramSnapshot {
+    return { buckets: [...this.buckets], counts: [...this.counts], sum: this.sum, count: this.count };
+  }
+}
+
+/** What one shard reports to GET /metrics. `engine` is null until the shard's first request loads the model. */
+export interface ShardStats {
+  model: string;
+  engine: EngineStats | null;
+  ttftSeconds: HistogramSnapshot;
+  interTokenSeconds: HistogramSnapshot;
+  promptTokens: number;
+  generationTokens: number;
+  cachedPromptTokens: number;
+  requests: Record<string, number>;
+}
+
+const TTFT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+
+/**
+ * Per-request service metrics the engine does not keep: latency histograms and finished-request counts.
+ * In memory only: they restart with the object (Prometheus handles counter resets).
+ */
+export class ServiceMetrics {
+  private readonly ttft = new Histogram(TTFT_BUCKETS);
+  private readonly itl = new Histogram(ITL_BUCKETS);
+  private promptTokens = 0;
+  private generationTokens = 0;
+  private cachedPromptTokens = 0;
+  private readonly requests: Record<string, number> = {};
+
+  interToken(ms: number): void {
+    this.itl.observe(ms / 1000);
+  }
+
+  finished(done: DoneEvent): void {
+    const m = done.metrics;
+    this.requests[done.finishReason] = (this.requests[done.finishReason] ?? 0) + 1;
+    this.promptTokens += m.promptTokens;
+    this.generationTokens += m.completionTokens;
+    this.cachedPromptTokens += m.cachedTokens;
+    if (m.completionTokens > 0) this.ttft.observe(m.ttftMs / 1000);
+  }
+
+  snapshot(model: string, engine: EngineStats | null): ShardStats {
+    return {
+      model,
+      engine,
+      ttftSeconds: this.ttft.snapshot(),
+      interTokenSeconds: this.itl.snapshot(),
+      promptTokens: this.promptTokens,
+      generationTokens: this.generationTokens,
+      cachedPromptTokens: this.cachedPromptTokens,
+      requests: { ...this.requests },
+    };
+  }
+}

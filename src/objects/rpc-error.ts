@@ -1,0 +1,29 @@
+import { InvalidRequestError } from '../engine/errors.js';
+
+/**
+ * An error meant for the client, as it crosses the worker→object RPC boundary. Exceptions thrown across
+ * RPC lose their class and fields, so object methods return these as values and the worker turns them
+ * into OpenAI error bodies (src/worker/errors.ts `unwrap`).
+ */
+export interface ServiceError {
+  status: 400 | 401 | 403 | 404 | 409 | 413 | 429 | 500 | 503;
+  message: string;
+  type: string;
+  param: string | null;
+  code: string | null;
+}
+
+export type RpcResult<T> = { ok: true; value: T } | { ok: false; error: ServiceError };
+
+export const ok = <T>(value: T): RpcResult<T> => ({ ok: true, value });
+export const fail = (error: ServiceError): RpcResult<never> => ({ ok: false, error });
+
+export function invalidRequest(message: string, param: string | null = null, code: string | null = 'invalid_value'): ServiceError {
+  return { status: 400, type: 'invalid_request_error', message, param, code };
+}
+
+/** Engine validation errors become 400s naming the parameter; anything else is a bug and is rethrown. */
+export function fromEngineError(err: unknown): ServiceError {
+  if (err instanceof InvalidRequestError) return invalidRequest(err.message, err.param, err.code);
+  throw err;
+}

@@ -1,0 +1,216 @@
+/**
+ * Chat sessions: a transcript and the exact token log the model has seen, stored in the object's SQLite,
+ * and a KV cache the engine keeps between turns under the session's id. Each turn appends the user's
+ * segment to the log, generates from the whole log with `{ session: id }` (so only what is new is
+ * prefilled), and records the reply when it finishes. The cache is only a cache: after an eviction or a
+ * restart the log is prefilled again. A turn that does not finish (client gone, session deleted) leaves
+ * the session as it was.
+ */
+import type { Engine } from '../engine/engine.js';
+import type { GenerationRequest } from '../engine/request.js';
+import type { DoneEvent } from '../engine/sequence.js';
+import { startGeneration } from './generation.js';
+import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
+import { replyIds, turnFormat, userTurnIds } from './session-turns.js';
+import type { ShardContext } from './shard-context.js';
+
+/** Sampling fields a session keeps as defaults and a message may override (GenerationRequest spelling). */
+export type SamplingFields = Omit<GenerationRequest, 'prompt' | 'prompt_ids' | 'messages'>;
+
+export interface SessionMessage {
+  role: 'system' | 'user' | 'assistant';
+  content: string;
+}
+
+export interface SessionView {
+  id: string;
+  object: 'session';
+  model: string;
+  system: string | null;
+  defaults: SamplingFields;
+  messages: SessionMessage[];
+  /** Tokens in the session's log (what the next turn's prompt starts with). */
+  tokens: number;
+  /** Of those, how many this shard's KV cache held after the last turn (0 after a restart). */
+  cached_tokens: number;
+  created_at: number;
+  updated_at: number;
+}
+
+interface SessionRow extends Record<string, SqlStorageValue> {
+  id: string;
+  model: string;
+  system: string | null;
+  defaults: string;
+  messages: string;
+  token_ids: string;
+  created_at: number;
+  updated_at: number;
+}
+
+const notFound = (id: string): ServiceError => ({
+  status: 404,
+  type: 'invalid_request_error',
+  message: `no session '${id}'`,
+  param: null,
+  code: 'session_not_found',
+});
+
+const busy = (id: string): ServiceError => ({
+  status: 409,
+  type: 'invalid_request_error',
+  message: `session '${id}' is answering another message; send the next one when that reply has finished`,
+  param: null,
+  code: 'session_busy',
+});
+
+export class SessionStore {
+  /** Sessions with a turn in flight, and how to cancel it (DELETE). One turn at a time per session. */
+  private readonly inFlight = new Map<string, () => void>();
+  /** Tokens the engine cached for each session at the end of its last turn on this instance. */
+  private readonly cached = new Map<string, number>();
+
+  constructor(private readonly shard: ShardContext) {
+    shard.sql.exec(`CREATE TABLE IF NOT EXISTS sessions (
+      id TEXT PRIMARY KEY,
+      model TEXT NOT NULL,
+      system TEXT,
+      defaults TEXT NOT NULL,
+      messages TEXT NOT NULL,
+      token_ids TEXT NOT NULL,
+      created_at INTEGER NOT NULL,
+      updated_at INTEGER NOT NULL
+    )`);
+  }
+
+  create(id: string, init: { system?: string; defaults?: SamplingFields }): SessionView {
+    const now = Date.now();
+    const messages: SessionMessage[] = init.system !== undefined ? [{ role: 'system', content: init.system }] : [];
+    this.shard.sql.exec(
+      'INSERT INTO sessions (id, model, system, defaults, messages, token_ids, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+      id, this.shard.model, init.system ?? null, JSON.stringify(init.defaults ?? {}), JSON.stringify(messages), '[]', now, now,
+    );
+    return this.view(this.row(id)!);
+  }
+
+  get(id: string): RpcResult<SessionView> {
+    const row = this.row(id);
+    return row ? ok(this.view(row)) : fail(notFound(id));
+  }
+
+  /** Deletes the transcript, cancels a turn in flight and frees the session's KV cache. */
+  delete(id: string): RpcResult<{ id: string; object: 'session'; deleted: true }> {
+    if (!this.row(id)) return fail(notFound(id));
+    this.shard.sql.exec('DELETE FROM sessions WHERE id = ?', id);
+    this.inFlight.get(id)?.();
+    this.inFlight.delete(id);
+    this.cached.delete(id);
+    this.shard.loadedEngine()?.releaseSession(id);
+    return ok({ id, object: 'session', deleted: true });
+  }
+
+  /**
+   * Appends a user message and starts the reply: NDJSON WireEvents (generation.ts), as for any generation.
+   * The turn is written to storage before the done event is sent, so a client that has seen the end of
+   * the reply can send the next message at once.
+   */
+  async message(id: string, content: string, overrides: SamplingFields): Promise<RpcResult<ReadableStream<Uint8Array>>> {
+    if (this.inFlight.has(id)) return fail(busy(id));
+    const row = this.row(id);
+    if (!row) return fail(notFound(id));
+    // Claim the session before the first await, so a concurrent message finds it busy.
+    const claim = (): void => {};
+    this.inFlight.set(id, claim);
+    try {
+      const engine = await this.shard.engine();
+      if (this.inFlight.get(id) !== claim) return fail(notFound(id)); // deleted while the engine loaded
+      turnFormat(engine);
+      const log = JSON.parse(row.token_ids) as number[];
+      const turn = userTurnIds(engine, log.length, row.system, content);
+      const request: GenerationRequest = { ...(JSON.parse(row.defaults) as SamplingFields), ...overrides, prompt_ids: [...log, ...turn] };
+      const stream = startGeneration(engine, [request], this.shard.metrics, {
+        session: id,
+        onDone: (_index, done) => {
+          this.recordTurn(engine, id, request, content, done);
+          this.inFlight.delete(id);
+        },
+      });
+      return ok(this.releasedAtEnd(stream, id));
+    } catch (err) {
+      this.release(id, claim);
+      return fail(fromEngineError(err));
+    }
+  }
+
+  private release(id: string, holder: () => void): void {
+    if (this.inFlight.get(id) === holder) this.inFlight.delete(id);
+  }
+
+  /** Writes a finished turn: the user message and the reply to the transcript, their tokens to the log. */
+  private recordTurn(engine: Engine, id: string, request: GenerationRequest, content: string, done: DoneEvent): void {
+    if (done.finishReason === 'cancelled') return;
+    const row = this.row(id);
+    if (!row) return;
+    const last = done.tokenIds[done.tokenIds.length - 1];
+    const stopIds = new Set([...(request.ignore_eos ? [] : engine.config.eosTokenIds), ...(request.stop_token_ids ?? [])]);
+    const byString = done.finishReason === 'stop' && (last === undefined || !stopIds.has(last));
+    const log = [...request.prompt_ids!, ...replyIds(engine, done, byString)];
+    const messages = JSON.parse(row.messages) as SessionMessage[];
+    messages.push({ role: 'user', content }, { role: 'assistant', content: done.text });
+    this.shard.sql.exec(
+      'UPDATE sessions SET messages = ?, token_ids = ?, updated_at = ? WHERE id = ?',
+      JSON.stringify(messages), JSON.stringify(log), Date.now(), id,
+    );
+    // The engine keeps the blocks of every token it computed: all but the last one it sampled.
+    this.cached.set(id, done.promptIds.length + done.tokenIds.length - 1);
+  }
+
+  /**
+   * The turn's stream, passed through. The turn slot is held until the reply is recorded or the stream
+   * ends or is cancelled (a client that went away); a DELETE meanwhile cancels the turn.
+   */
+  private releasedAtEnd(stream: ReadableStream<Uint8Array>, id: string): ReadableStream<Uint8Array> {
+    const reader = stream.getReader();
+    let deleted = false;
+    const holder = (): void => {
+      deleted = true;
+      void reader.cancel('session deleted').catch(() => {});
+    };
+    this.inFlight.set(id, holder);
+    return new ReadableStream<Uint8Array>({
+      pull: async (controller) => {
+        const { done, value } = await reader.read();
+        if (!done) return controller.enqueue(value);
+        if (deleted) controller.enqueue(new TextEncoder().encode(`${JSON.stringify({ type: 'error', message: 'the session was deleted' })}\n`));
+        this.release(id, holder);
+        controller.close();
+      },
+      cancel: (reason) => {
+        console.log('DEBUG session stream cancelled', reason);
+        this.release(id, holder);
+        return reader.cancel(reason);
+      },
+    });
+  }
+
+  private row(id: string): SessionRow | undefined {
+    return this.shard.sql.exec<SessionRow>('SELECT * FROM sessions WHERE id = ?', id).toArray()[0];
+  }
+
+  private view(row: SessionRow): SessionView {
+    const tokens = (JSON.parse(row.token_ids) as number[]).length;
+    const engineHasIt = this.shard.loadedEngine() !== undefined;
+    return {
+      id: row.id,
+      object: 'session',
+      model: row.model,
+      system: row.system,
+      defaults: JSON.parse(row.defaults) as SamplingFields,
+      messages: JSON.parse(row.messages) as SessionMessage[],
+      tokens,
+      cached_tokens: engineHasIt ? Math.min(tokens, this.cached.get(row.id) ?? 0) : 0,
+      created_at: Math.floor(row.created_at / 1000),
+      updated_at: Math.floor(row.updated_at / 1000),
+    };
+  }
+}

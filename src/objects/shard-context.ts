@@ -1,0 +1,15 @@
+/// <reference types="@cloudflare/workers-types" />
+import type { Engine } from '../engine/engine.js';
+import type { ServiceMetrics } from './metrics.js';
+
+/** What the object lends its session, hook and job modules: storage, the engine and the service metrics. */
+export interface ShardContext {
+  sql: SqlStorage;
+  /** The engine, loading it if needed. */
+  engine(): Promise<Engine>;
+  /** The engine if it is loaded already (for work that should not trigger a model load). */
+  loadedEngine(): Engine | undefined;
+  metrics: ServiceMetrics;
+  /** The model this shard serves. */
+  model: string;
+}

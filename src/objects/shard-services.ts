@@ -1,0 +1,25 @@
+/**
+ * Sessions, hooks and jobs of one shard, built once per object instance over its SQLite storage (tables
+ * are created if missing, so a new or restarted object is ready at once).
+ */
+import { boolVar, type Env } from '../env.js';
+import { JobStore } from './jobs.js';
+import { SessionStore } from './sessions.js';
+import type { ShardContext } from './shard-context.js';
+import { retryPolicyFromEnv } from './webhooks/backoff.js';
+import { WebhookDispatcher } from './webhooks/dispatcher.js';
+import { HookStore } from './webhooks/hooks.js';
+import { Webhooks } from './webhooks/service.js';
+
+export interface ShardServices {
+  sessions: SessionStore;
+  webhooks: Webhooks;
+}
+
+export function createShardServices(shard: ShardContext, storage: DurableObjectStorage, env: Env): ShardServices {
+  const urls = { allowLoopback: boolVar(env, 'ALLOW_LOOPBACK_CALLBACKS') };
+  const hooks = new HookStore(shard.sql);
+  const jobs = new JobStore(shard.sql);
+  const dispatcher = new WebhookDispatcher(shard, hooks, jobs, storage, retryPolicyFromEnv(env), urls);
+  return { sessions: new SessionStore(shard), webhooks: new Webhooks(shard, hooks, jobs, dispatcher, urls) };
+}

@@ -1,0 +1,54 @@
+import type { Context } from 'hono';
+import { intVar, type Env } from '../env.js';
+import { ApiError } from './errors.js';
+
+export type JsonObject = Record<string, unknown>;
+
+function tooLarge(limit: number): ApiError {
+  return new ApiError(413, `request body is larger than ${limit} bytes`, 'invalid_request_error', null, 'request_too_large');
+}
+
+/**
+ * The request body as a JSON object, read under MAX_BODY_BYTES: refused early by Content-Length, and
+ * also counted while reading, since a chunked body has no length to trust.
+ */
+export async function readJsonObject(c: Context<{ Bindings: Env }>): Promise<JsonObject> {
+  const limit = intVar(c.env, 'MAX_BODY_BYTES');
+  const declared = Number(c.req.header('content-length') ?? NaN);
+  if (Number.isFinite(declared) && declared > limit) throw tooLarge(limit);
+
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  const body = c.req.raw.body;
+  if (body) {
+    const reader = body.getReader();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      size += value.byteLength;
+      if (size > limit) {
+        await reader.cancel();
+        throw tooLarge(limit);
+      }
+      chunks.push(value);
+    }
+  }
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, at);
+    at += chunk.byteLength;
+  }
+
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+  } catch (err) {
+    const why = err instanceof Error ? err.message : String(err);
+    throw new ApiError(400, `the request body is not valid JSON: ${why}`, 'invalid_request_error', null, 'invalid_json');
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new ApiError(400, 'the request body must be a JSON object', 'invalid_request_error', null, 'invalid_json');
+  }
+  return parsed as JsonObject;
+}

@@ -1,0 +1,127 @@
+import type { FinishReason } from '../engine/sequence.js';
+import type { WireLogprob } from '../objects/generation.js';
+import type { DoneWire, TokenWire } from './generation.js';
+
+/** OpenAI response shapes, built from the object's events. Field order follows OpenAI's own responses. */
+
+export interface ResponseMeta {
+  id: string;
+  created: number;
+  model: string;
+}
+
+export function responseMeta(prefix: 'chatcmpl' | 'cmpl', model: string): ResponseMeta {
+  const random = [...crypto.getRandomValues(new Uint8Array(12))].map((b) => b.toString(16).padStart(2, '0')).join('');
+  return { id: `${prefix}-${random}`, created: Math.floor(Date.now() / 1000), model };
+}
+
+/** The engine's 'cancelled' only reaches a client that is already gone; 'stop' and 'length' map as they are. */
+export const finishReason = (reason: FinishReason): 'stop' | 'length' => (reason === 'length' ? 'length' : 'stop');
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
+}
+
+/**
+ * Usage over all choices: each prompt counts once (its first choice's numbers, as OpenAI bills `n`),
+ * completions count for every choice.
+ */
+export function usage(done: DoneWire[], n: number): Usage {
+  let prompt = 0;
+  let cached = 0;
+  let completion = 0;
+  done.forEach((d, i) => {
+    completion += d.metrics.completionTokens;
+    if (i % n === 0) {
+      prompt += d.metrics.promptTokens;
+      cached += d.metrics.cachedTokens;
+    }
+  });
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
+}
+
+// ---- chat ----
+
+export interface ChatLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[];
+  top_logprobs: Array<{ token: string; logprob: number; bytes: number[] }>;
+}
+
+const plain = ({ token, logprob, bytes }: WireLogprob) => ({ token, logprob, bytes });
+
+export function chatLogprobs(tokens: TokenWire[]): { content: ChatLogprob[]; refusal: null } {
+  const content = tokens.flatMap((t) => (t.logprob ? [{ ...plain(t.logprob), top_logprobs: t.logprob.top.map(plain) }] : []));
+  return { content, refusal: null };
+}
+
+export function chatCompletion(meta: ResponseMeta, tokens: TokenWire[][], done: DoneWire[], n: number, logprobs: boolean) {
+  return {
+    id: meta.id,
+    object: 'chat.completion' as const,
+    created: meta.created,
+    model: meta.model,
+    choices: done.map((d, index) => ({
+      index,
+      message: { role: 'assistant' as const, content: d.text, refusal: null },
+      logprobs: logprobs ? chatLogprobs(tokens[index]) : null,
+      finish_reason: finishReason(d.finishReason),
+    })),
+    usage: usage(done, n),
+    system_fingerprint: null,
+  };
+}
+
+export function chatChunk(meta: ResponseMeta, choices: unknown[], extra: Record<string, unknown> = {}) {
+  return { id: meta.id, object: 'chat.completion.chunk' as const, created: meta.created, model: meta.model, system_fingerprint: null, choices, ...extra };
+}
+
+// ---- completions (legacy logprobs) ----
+
+export interface CompletionLogprobs {
+  tokens: string[];
+  token_logprobs: number[];
+  top_logprobs: Array<Record<string, number>>;
+  text_offset: number[];
+}
+
+/** Legacy logprobs; text_offset is where each token's visible text starts in the completion text. */
+export function completionLogprobs(tokens: TokenWire[], startOffset = 0): CompletionLogprobs {
+  const out: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  let offset = startOffset;
+  for (const t of tokens) {
+    if (t.logprob) {
+      out.tokens.push(t.logprob.token);
+      out.token_logprobs.push(t.logprob.logprob);
+      out.top_logprobs.push(Object.fromEntries(t.logprob.top.map((a) => [a.token, a.logprob])));
+      out.text_offset.push(offset);
+    }
+    offset += t.text.length;
+  }
+  return out;
+}
+
+export function textCompletion(meta: ResponseMeta, tokens: TokenWire[][], done: DoneWire[], n: number, logprobs: boolean) {
+  return {
+    id: meta.id,
+    object: 'text_completion' as const,
+    created: meta.created,
+    model: meta.model,
+    choices: done.map((d, index) => ({
+      index,
+      text: d.text,
+      logprobs: logprobs ? completionLogprobs(tokens[index]) : null,
+      finish_reason: finishReason(d.finishReason),
+    })),
+    usage: usage(done, n),
+    system_fingerprint: null,
+  };
+}
+
+export function completionChunk(meta: ResponseMeta, choices: unknown[], extra: Record<string, unknown> = {}) {
+  return { id: meta.id, object: 'text_completion' as const, created: meta.created, model: meta.model, system_fingerprint: null, choices, ...extra };
+}

@@ -1,0 +1,179 @@
+import type { ChatMessage, GenerationRequest } from '../engine/request.js';
+import { modelName, type Env } from '../env.js';
+import type { JsonObject } from './body.js';
+import { ApiError, badParam } from './errors.js';
+
+/**
+ * JSON type checks at the edge: a field of the wrong type or shape is a 400 naming it, before any RPC.
+ * Ranges and values (top_p in (0, 1], max_tokens against the context window, ...) are the engine's to
+ * check; it names the parameter too. `null` means "not given", as in OpenAI's API.
+ */
+
+/** Choices per request at most (`n` × prompts): each is a sequence in the batch. */
+export const MAX_CHOICES = 64;
+
+const kind = (v: unknown): string => (v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v);
+const present = (body: JsonObject, name: string): boolean => body[name] !== undefined && body[name] !== null;
+
+export function optNumber(body: JsonObject, name: string): number | undefined {
+  if (!present(body, name)) return undefined;
+  const v = body[name];
+  if (typeof v !== 'number') throw badParam(name, `${name} must be a number, got ${kind(v)}`);
+  return v;
+}
+
+export function optInteger(body: JsonObject, name: string): number | undefined {
+  const v = optNumber(body, name);
+  if (v !== undefined && !Number.isSafeInteger(v)) throw badParam(name, `${name} must be an integer, got ${v}`);
+  return v;
+}
+
+export function optBoolean(body: JsonObject, name: string): boolean | undefined {
+  if (!present(body, name)) return undefined;
+  const v = body[name];
+  if (typeof v !== 'boolean') throw badParam(name, `${name} must be a boolean, got ${kind(v)}`);
+  return v;
+}
+
+export function optString(body: JsonObject, name: string): string | undefined {
+  if (!present(body, name)) return undefined;
+  const v = body[name];
+  if (typeof v !== 'string') throw badParam(name, `${name} must be a string, got ${kind(v)}`);
+  return v;
+}
+
+function optObject(body: JsonObject, name: string): JsonObject | undefined {
+  if (!present(body, name)) return undefined;
+  const v = body[name];
+  if (kind(v) !== 'object') throw badParam(name, `${name} must be an object, got ${kind(v)}`);
+  return v as JsonObject;
+}
+
+function optStop(body: JsonObject): string | string[] | undefined {
+  if (!present(body, 'stop')) return undefined;
+  const v = body.stop;
+  if (typeof v === 'string') return v;
+  if (Array.isArray(v) && v.every((s) => typeof s === 'string')) return v as string[];
+  throw badParam('stop', 'stop must be a string or an array of strings');
+}
+
+function optTokenIds(body: JsonObject, name: string): number[] | undefined {
+  if (!present(body, name)) return undefined;
+  const v = body[name];
+  if (!Array.isArray(v) || !v.every((x) => typeof x === 'number')) throw badParam(name, `${name} must be an array of integers`);
+  return v as number[];
+}
+
+function optLogitBias(body: JsonObject): Record<string, number> | undefined {
+  const bias = optObject(body, 'logit_bias');
+  if (bias === undefined) return undefined;
+  for (const [key, value] of Object.entries(bias)) {
+    if (typeof value !== 'number') throw badParam('logit_bias', `logit_bias["${key}"] must be a number, got ${kind(value)}`);
+  }
+  return bias as Record<string, number>;
+}
+
+/** The model field: optional (defaults to the served model), and otherwise the served model's name. */
+export function checkModel(body: JsonObject, env: Env): string {
+  const served = modelName(env);
+  const asked = optString(body, 'model');
+  if (asked !== undefined && asked !== served) {
+    throw new ApiError(404, `the model '${asked}' does not exist; this service serves '${served}'`, 'invalid_request_error', 'model', 'model_not_found');
+  }
+  return served;
+}
+
+/** `n`: how many choices per prompt. */
+export function choiceCount(body: JsonObject): number {
+  const n = optInteger(body, 'n') ?? 1;
+  if (n < 1 || n > MAX_CHOICES) throw badParam('n', `n must be between 1 and ${MAX_CHOICES}, got ${n}`, 'invalid_value');
+  return n;
+}
+
+/** Fields OpenAI's API has that this service does not implement: refused rather than silently ignored. */
+export function refuseUnsupported(body: JsonObject, names: string[]): void {
+  for (const name of names) {
+    if (present(body, name)) throw badParam(name, `${name} is not supported by this service`, 'unsupported_parameter');
+  }
+}
+
+/** Sampling and stopping parameters shared by both endpoints, under OpenAI's names plus vLLM's extras. */
+export function samplingParams(body: JsonObject): Omit<GenerationRequest, 'prompt' | 'prompt_ids' | 'messages' | 'logprobs' | 'top_logprobs'> {
+  const params = {
+    max_tokens: optInteger(body, 'max_tokens'),
+    temperature: optNumber(body, 'temperature'),
+    top_p: optNumber(body, 'top_p'),
+    top_k: optInteger(body, 'top_k'),
+    min_p: optNumber(body, 'min_p'),
+    frequency_penalty: optNumber(body, 'frequency_penalty'),
+    presence_penalty: optNumber(body, 'presence_penalty'),
+    repetition_penalty: optNumber(body, 'repetition_penalty'),
+    seed: optInteger(body, 'seed'),
+    stop: optStop(body),
+    stop_token_ids: optTokenIds(body, 'stop_token_ids'),
+    ignore_eos: optBoolean(body, 'ignore_eos'),
+    logit_bias: optLogitBias(body),
+  };
+  // Leave absent fields out, so the engine applies its defaults.
+  return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined));
+}
+
+/** `stream` and `stream_options.include_usage`. */
+export function streamOptions(body: JsonObject): { stream: boolean; includeUsage: boolean } {
+  const stream = optBoolean(body, 'stream') ?? false;
+  const options = optObject(body, 'stream_options');
+  let includeUsage = false;
+  if (options !== undefined) {
+    if (!stream) throw badParam('stream_options', 'stream_options is only allowed when stream is true', 'invalid_value');
+    const v = options.include_usage;
+    if (v !== undefined && v !== null && typeof v !== 'boolean') throw badParam('stream_options.include_usage', 'stream_options.include_usage must be a boolean');
+    includeUsage = v === true;
+  }
+  return { stream, includeUsage };
+}
+
+function messageContent(content: unknown, i: number): string {
+  if (typeof content === 'string') return content;
+  if (content === null || content === undefined) return '';
+  if (Array.isArray(content)) {
+    return content
+      .map((part: unknown, j) => {
+        const p = part as JsonObject;
+        if (kind(part) !== 'object' || p.type !== 'text' || typeof p.text !== 'string') {
+          throw badParam(`messages[${i}].content[${j}]`, 'only text content parts ({"type":"text","text":...}) are supported');
+        }
+        return p.text;
+      })
+      .join('');
+  }
+  throw badParam(`messages[${i}].content`, `messages[${i}].content must be a string or an array of text parts`);
+}
+
+/** Chat messages: role and text content (string or text parts); `developer` is the system role by its newer name. */
+export function chatMessages(body: JsonObject): ChatMessage[] {
+  const v = body.messages;
+  if (!Array.isArray(v)) throw badParam('messages', v === undefined ? 'messages is required' : `messages must be an array, got ${kind(v)}`);
+  if (v.length === 0) throw badParam('messages', 'messages must not be empty', 'invalid_value');
+  return v.map((m: unknown, i) => {
+    if (kind(m) !== 'object') throw badParam(`messages[${i}]`, `messages[${i}] must be an object`);
+    const { role, content } = m as JsonObject;
+    if (typeof role !== 'string') throw badParam(`messages[${i}].role`, `messages[${i}].role must be a string`);
+    if (!['system', 'developer', 'user', 'assistant'].includes(role)) {
+      throw badParam(`messages[${i}].role`, `messages[${i}].role '${role}' is not one of system, developer, user, assistant`, 'invalid_value');
+    }
+    return { role: role === 'developer' ? 'system' : role, content: messageContent(content, i) };
+  });
+}
+
+/** Completions' `prompt`: a string, a list of strings, a list of token ids, or a list of such lists. */
+export function completionPrompts(body: JsonObject): Array<Pick<GenerationRequest, 'prompt' | 'prompt_ids'>> {
+  const v = body.prompt;
+  const message = 'prompt must be a string, an array of strings, an array of token ids or an array of token-id arrays';
+  if (typeof v === 'string') return [{ prompt: v }];
+  if (!Array.isArray(v)) throw badParam('prompt', v === undefined || v === null ? 'prompt is required' : message);
+  if (v.length === 0) throw badParam('prompt', 'prompt must not be empty', 'invalid_value');
+  if (v.every((x) => typeof x === 'number')) return [{ prompt_ids: v as number[] }];
+  if (v.every((x) => typeof x === 'string')) return (v as string[]).map((prompt) => ({ prompt }));
+  if (v.every((x) => Array.isArray(x) && x.every((y) => typeof y === 'number'))) return (v as number[][]).map((ids) => ({ prompt_ids: ids }));
+  throw badParam('prompt', message);
+}

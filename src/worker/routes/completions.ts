@@ -1,0 +1,69 @@
+import { Hono } from 'hono';
+import type { GenerationRequest } from '../../engine/request.js';
+import type { Env } from '../../env.js';
+import { readJsonObject } from '../body.js';
+import { ApiError, badParam } from '../errors.js';
+import { collect, fanOut, startGeneration, waitUntilOf, type DoneWire, type Generation } from '../generation.js';
+import { completionChunk, completionLogprobs, finishReason, responseMeta, textCompletion, usage, type ResponseMeta } from '../openai.js';
+import { MAX_CHOICES, checkModel, choiceCount, completionPrompts, optBoolean, optInteger, refuseUnsupported, samplingParams, streamOptions } from '../params.js';
+import { shardForPrompt } from '../routing.js';
+import { sseResponse } from '../sse.js';
+
+/** POST /v1/completions (legacy text completions). */
+const completions = new Hono<{ Bindings: Env }>();
+
+completions.post('/', async (c) => {
+  const body = await readJsonObject(c);
+  const model = checkModel(body, c.env);
+  refuseUnsupported(body, ['suffix']);
+  if (optBoolean(body, 'echo')) throw badParam('echo', 'echo is not supported by this service', 'unsupported_parameter');
+
+  const prompts = completionPrompts(body);
+  const n = choiceCount(body);
+  const bestOf = optInteger(body, 'best_of');
+  if (bestOf !== undefined && bestOf !== n) throw badParam('best_of', 'best_of other than n is not supported', 'unsupported_parameter');
+  if (prompts.length * n > MAX_CHOICES) throw badParam('n', `prompts × n must be at most ${MAX_CHOICES}`, 'invalid_value');
+  const { stream, includeUsage } = streamOptions(body);
+  // Legacy logprobs: an integer, the number of alternatives per token (0 = just the chosen token's).
+  const logprobs = optInteger(body, 'logprobs');
+  const sampling = samplingParams(body);
+
+  const requests = fanOut(
+    prompts.map((p): GenerationRequest => ({ ...p, ...sampling, ...(logprobs !== undefined ? { logprobs: true, top_logprobs: logprobs } : {}) })),
+    n,
+  );
+  const first = prompts[0];
+  const shard = shardForPrompt(c.env, first.prompt ?? first.prompt_ids!.join(','));
+  const generation = await startGeneration(c.env, shard, requests, { signal: c.req.raw.signal, waitUntil: waitUntilOf(c) }).catch((err: unknown) => {
+    // The engine knows this parameter as top_logprobs; here it is called logprobs.
+    if (err instanceof ApiError && err.param === 'top_logprobs') throw new ApiError(err.status, err.message.replaceAll('top_logprobs', 'logprobs'), err.type, 'logprobs', err.code);
+    throw err;
+  });
+  const meta = responseMeta('cmpl', model);
+
+  if (stream) return sseResponse(completionChunks(generation, meta, requests.length, n, includeUsage, logprobs !== undefined), generation.cancel);
+  const { tokens, done } = await collect(generation, requests.length);
+  return c.json(textCompletion(meta, tokens, done, n, logprobs !== undefined));
+});
+
+/** text_completion chunks: text deltas per choice, a finish chunk per choice, then usage if asked. */
+async function* completionChunks(generation: Generation, meta: ResponseMeta, count: number, n: number, includeUsage: boolean, logprobs: boolean) {
+  const extra = includeUsage ? { usage: null } : {};
+  const offsets = new Array<number>(count).fill(0);
+  const done: DoneWire[] = [];
+  for await (const event of generation.events) {
+    if (event.type === 'error') throw new Error(event.message);
+    if (event.type === 'token') {
+      const lp = logprobs ? completionLogprobs([event], offsets[event.index]) : null;
+      offsets[event.index] += event.text.length;
+      if (event.text === '' && !lp) continue;
+      yield completionChunk(meta, [{ index: event.index, text: event.text, logprobs: lp, finish_reason: null }], extra);
+    } else {
+      done[event.index] = event;
+      yield completionChunk(meta, [{ index: event.index, text: '', logprobs: null, finish_reason: finishReason(event.finishReason) }], extra);
+    }
+  }
+  if (includeUsage) yield completionChunk(meta, [], { usage: usage(done, n) });
+}
+
+export default completions;

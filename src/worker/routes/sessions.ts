@@ -1,0 +1,142 @@
+import { Hono } from 'hono';
+import type { Env } from '../../env.js';
+import type { WireEvent } from '../../objects/generation.js';
+import type { SamplingFields } from '../../objects/sessions.js';
+import { readJsonObject, type JsonObject } from '../body.js';
+import { ApiError, badParam, unwrap } from '../errors.js';
+import { chatChunk, finishReason, responseMeta, usage, type ResponseMeta } from '../openai.js';
+import { checkModel, optInteger, optString, samplingParams, streamOptions } from '../params.js';
+import { hash32, newShardedId, shardCount, shardOfId, shardStub } from '../routing.js';
+import { sseResponse } from '../sse.js';
+
+/**
+ * Chat sessions: POST /v1/sessions, GET|DELETE /v1/sessions/:id, POST /v1/sessions/:id/messages.
+ * A session lives on the shard its id names, next to its KV cache.
+ */
+const sessions = new Hono<{ Bindings: Env }>();
+
+/** Sampling fields a session keeps as defaults and a message may override. */
+export const SAMPLING_FIELDS = [
+  'max_tokens', 'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty',
+  'repetition_penalty', 'seed', 'stop', 'stop_token_ids', 'ignore_eos', 'logit_bias',
+];
+
+/** Sampling fields of `body` (type-checked), refusing any field not in `allowed`: a typo should not pass silently. */
+export function sessionSampling(body: JsonObject, allowed: string[], where = ''): SamplingFields {
+  for (const key of Object.keys(body)) {
+    if (!allowed.includes(key)) throw badParam(`${where}${key}`, `unknown parameter '${where}${key}'`, 'unknown_parameter');
+  }
+  const sampling: SamplingFields = samplingParams(body);
+  const maxCompletionTokens = optInteger(body, 'max_completion_tokens');
+  if (maxCompletionTokens !== undefined) sampling.max_tokens = maxCompletionTokens;
+  return sampling;
+}
+
+function stubFor(env: Env, id: string) {
+  const shard = shardOfId(id);
+  if (shard === null) throw new ApiError(404, `no session '${id}'`, 'invalid_request_error', null, 'session_not_found');
+  return shardStub(env, shard);
+}
+
+sessions.post('/', async (c) => {
+  const body = await readJsonObject(c);
+  for (const key of Object.keys(body)) {
+    if (!['system', 'model', 'defaults'].includes(key)) throw badParam(key, `unknown parameter '${key}'`, 'unknown_parameter');
+  }
+  checkModel(body, c.env);
+  const system = optString(body, 'system');
+  const given = body.defaults ?? {};
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) throw badParam('defaults', 'defaults must be an object of sampling parameters');
+  const defaults = sessionSampling(given as JsonObject, SAMPLING_FIELDS, 'defaults.');
+  // Sessions with the same system prompt share a shard, and so its cached blocks; the rest spread out.
+  const shard = system !== undefined ? hash32(`system\n${system}`) % shardCount(c.env) : Math.floor(Math.random() * shardCount(c.env));
+  const session = await shardStub(c.env, shard).createSession(newShardedId(shard), { system, defaults });
+  return c.json(session, 201);
+});
+
+sessions.get('/:id', async (c) => c.json(unwrap(await stubFor(c.env, c.req.param('id')).getSession(c.req.param('id')))));
+
+sessions.delete('/:id', async (c) => c.json(unwrap(await stubFor(c.env, c.req.param('id')).deleteSession(c.req.param('id')))));
+
+sessions.post('/:id/messages', async (c) => {
+  const id = c.req.param('id');
+  const stub = stubFor(c.env, id);
+  const body = await readJsonObject(c);
+  const content = messageContent(body.content);
+  const rest = Object.fromEntries(Object.entries(body).filter(([k]) => !['content', 'stream', 'stream_options'].includes(k)));
+  const overrides = sessionSampling(rest, SAMPLING_FIELDS);
+  const { stream, includeUsage } = streamOptions(body);
+  const model = checkModel({}, c.env);
+
+  const reader = unwrap(await stub.sessionMessage(id, content, overrides)).getReader();
+  const cancel = (): void => { console.log('DEBUG worker cancel'); void reader.cancel().catch(() => {}); };
+  c.req.raw.signal.addEventListener('abort', cancel, { once: true });
+  const events = wireEvents(reader);
+  const meta = responseMeta('chatcmpl', model);
+  if (stream) return sseResponse(messageChunks(events, meta, includeUsage), cancel);
+
+  let text = '';
+  for await (const event of events) {
+    if (event.type === 'error') throw new ApiError(500, `generation failed: ${event.message}`, 'server_error', null, 'generation_failed');
+    if (event.type === 'done') {
+      text = event.text;
+      return c.json({
+        id: meta.id,
+        object: 'session.message',
+        session_id: id,
+        created: meta.created,
+        model,
+        message: { role: 'assistant', content: text },
+        finish_reason: finishReason(event.finishReason),
+        usage: usage([event], 1),
+      });
+    }
+  }
+  throw new ApiError(500, 'the reply ended before it finished', 'server_error', null, 'generation_failed');
+});
+
+/** The user message: a non-empty string, or OpenAI text parts. */
+function messageContent(v: unknown): string {
+  if (typeof v === 'string' && v.length > 0) return v;
+  if (Array.isArray(v) && v.length > 0 && v.every((p) => typeof p === 'object' && p !== null && p.type === 'text' && typeof p.text === 'string')) {
+    return (v as { text: string }[]).map((p) => p.text).join('');
+  }
+  throw badParam('content', v === undefined ? 'content is required' : 'content must be a non-empty string or an array of text parts');
+}
+
+/** The object's NDJSON stream as events; leaving early cancels it (and the turn). */
+async function* wireEvents(reader: ReadableStreamDefaultReader<Uint8Array>): AsyncGenerator<WireEvent> {
+  const decoder = new TextDecoder();
+  let buffered = '';
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      buffered += decoder.decode(value, { stream: true });
+      for (let nl = buffered.indexOf('\n'); nl >= 0; nl = buffered.indexOf('\n')) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        if (line) yield JSON.parse(line) as WireEvent;
+      }
+    }
+  } finally {
+    await reader.cancel().catch(() => {});
+  }
+}
+
+/** The reply as chat.completion.chunk events: role, content deltas, finish, then usage if asked. */
+async function* messageChunks(events: AsyncIterable<WireEvent>, meta: ResponseMeta, includeUsage: boolean) {
+  const extra = includeUsage ? { usage: null } : {};
+  yield chatChunk(meta, [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], extra);
+  for await (const event of events) {
+    if (event.type === 'error') throw new Error(event.message);
+    if (event.type === 'token') {
+      if (event.text !== '') yield chatChunk(meta, [{ index: 0, delta: { content: event.text }, logprobs: null, finish_reason: null }], extra);
+    } else {
+      yield chatChunk(meta, [{ index: 0, delta: {}, logprobs: null, finish_reason: finishReason(event.finishReason) }], extra);
+      if (includeUsage) yield chatChunk(meta, [], { usage: usage([event], 1) });
+    }
+  }
+}
+
+export default sessions;

@@ -1,0 +1,51 @@
+import type { Env } from '../env.js';
+import { intVar } from '../env.js';
+
+/**
+ * Which InferenceObject serves a request. Sessions and jobs carry their shard in their id
+ * (`<shard>.<random>`), fixed at creation, so changing SHARD_COUNT never orphans them; stateless requests
+ * go to the shard their prompt prefix hashes to, so requests sharing a system prompt share cached blocks.
+ */
+
+/** Characters of the prompt that pick its shard: long enough to tell system prompts apart. */
+export const ROUTING_PREFIX_CHARS = 256;
+
+export function shardCount(env: Env): number {
+  return Math.max(1, Math.floor(intVar(env, 'SHARD_COUNT')));
+}
+
+export function shardStub(env: Env, shard: number): DurableObjectStub<import('../objects/inference-object.js').InferenceObject> {
+  return env.INFERENCE.get(env.INFERENCE.idFromName(`shard-${shard}`));
+}
+
+/** FNV-1a over UTF-16 code units: stable, cheap, good enough to spread prefixes over shards. */
+export function hash32(text: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+export function shardForPrompt(env: Env, promptText: string): number {
+  return hash32(promptText.slice(0, ROUTING_PREFIX_CHARS)) % shardCount(env);
+}
+
+/** Hooks are found by name: the same name always meets the same object. */
+export function shardForName(env: Env, name: string): number {
+  return hash32(name) % shardCount(env);
+}
+
+/** A new id for something that lives on `shard`: `<shard>.<random>`. */
+export function newShardedId(shard: number): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(12));
+  const random = [...bytes].map((b) => b.toString(16).padStart(2, '0')).join('');
+  return `${shard}.${random}`;
+}
+
+/** The shard an id names, or null when the id is malformed (the caller answers 404). */
+export function shardOfId(id: string): number | null {
+  const m = /^(\d{1,6})\.[0-9a-zA-Z_-]{8,64}$/.exec(id);
+  return m ? Number(m[1]) : null;
+}

@@ -1,0 +1,141 @@
+// Bad requests of every kind get the right status and an OpenAI error body, and the service keeps
+// answering afterwards; bearer-key auth on and off.
+import { env } from 'cloudflare:workers';
+import { describe, expect, it } from 'vitest';
+import app from '../../src/worker/app.js';
+import { call, expectError, post, postJson } from './service-helpers.js';
+
+const chat = (extra: Record<string, unknown>) => ({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2, ...extra });
+const MiB = 1 << 20;
+
+describe('request errors', () => {
+  it('malformed JSON and non-object bodies are 400 invalid_json', async () => {
+    await expectError(await post('/v1/chat/completions', '{"messages": ['), 400, null, 'invalid_json');
+    await expectError(await post('/v1/completions', '[1, 2]'), 400, null, 'invalid_json');
+    await expectError(await post('/v1/completions', ''), 400, null, 'invalid_json');
+  });
+
+  it.each([
+    ['temperature', chat({ temperature: 'hot' })],
+    ['max_tokens', chat({ max_tokens: '5' })],
+    ['max_tokens', chat({ max_tokens: 1.5 })],
+    ['max_completion_tokens', chat({ max_completion_tokens: true })],
+    ['top_p', chat({ top_p: [1] })],
+    ['top_k', chat({ top_k: '3' })],
+    ['seed', chat({ seed: 'x' })],
+    ['stop', chat({ stop: 5 })],
+    ['stop', chat({ stop: ['a', 3] })],
+    ['n', chat({ n: '2' })],
+    ['stream', chat({ stream: 'yes' })],
+    ['stream_options', chat({ stream: true, stream_options: 3 })],
+    ['logprobs', chat({ logprobs: 1 })],
+    ['logit_bias', chat({ logit_bias: { '5': 'x' } })],
+    ['logit_bias', chat({ logit_bias: [1] })],
+    ['messages', { messages: 'Hi' }],
+    ['messages', { messages: [] }],
+    ['messages', {}],
+    ['messages[0]', { messages: ['Hi'] }],
+    ['messages[0].role', { messages: [{ content: 'Hi' }] }],
+    ['messages[0].role', { messages: [{ role: 'wizard', content: 'Hi' }] }],
+    ['messages[0].content', { messages: [{ role: 'user', content: 5 }] }],
+    ['messages[0].content[0]', { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: {} }] }] }],
+    ['model', chat({ model: 7 })],
+    ['tools', chat({ tools: [] })],
+    ['top_logprobs', chat({ top_logprobs: 2 })],
+  ])('chat: a wrong %s is a 400 naming it', async (param, body) => {
+    await expectError(await post('/v1/chat/completions', body), 400, param);
+  });
+
+  it.each([
+    ['prompt', { max_tokens: 2 }],
+    ['prompt', { prompt: 5 }],
+    ['prompt', { prompt: [] }],
+    ['prompt', { prompt: ['a', 1] }],
+    ['logprobs', { prompt: 'Hi', logprobs: true }],
+    ['echo', { prompt: 'Hi', echo: true }],
+    ['suffix', { prompt: 'Hi', suffix: '!' }],
+  ])('completions: a wrong %s is a 400 naming it', async (param, body) => {
+    await expectError(await post('/v1/completions', body), 400, param);
+  });
+
+  it.each([
+    ['top_p', chat({ top_p: 2 })],
+    ['temperature', chat({ temperature: -1 })],
+    ['top_logprobs', chat({ logprobs: true, top_logprobs: 50 })],
+    ['max_tokens', chat({ max_tokens: 0 })],
+    ['max_tokens', chat({ max_tokens: 100_000 })],
+    ['logit_bias', chat({ logit_bias: { '99999': 1 } })],
+    ['seed', chat({ seed: 1.5 })],
+  ])('values the engine refuses (%s) are 400 with its param and code', async (param, body) => {
+    const error = await expectError(await post('/v1/chat/completions', body), 400, param);
+    expect(error.type).toBe('invalid_request_error');
+  });
+
+  it('a prompt past the context window is context_length_exceeded; logprobs range is named as logprobs in completions', async () => {
+    await expectError(await post('/v1/completions', { prompt: Array(2048).fill(5) }), 400, 'prompt', 'context_length_exceeded');
+    await expectError(await post('/v1/completions', { prompt: 'Hi', logprobs: 50 }), 400, 'logprobs');
+  });
+
+  it('an unknown model is 404 model_not_found', async () => {
+    await expectError(await post('/v1/chat/completions', chat({ model: 'gpt-9' })), 404, 'model', 'model_not_found');
+    await expectError(await call('/v1/models/gpt-9'), 404, 'model', 'model_not_found');
+  });
+
+  it('unknown routes and methods are 404 in the same schema', async () => {
+    await expectError(await call('/v1/nothing-here'), 404, null, 'not_found');
+    await expectError(await call('/v1/chat/completions'), 404, null, 'not_found');
+  });
+
+  it('a body over MAX_BODY_BYTES is 413, by Content-Length and by counting a chunked body', async () => {
+    const big = JSON.stringify(chat({ padding: 'x'.repeat(MiB) }));
+    await expectError(await post('/v1/chat/completions', big), 413, null, 'request_too_large');
+    const chunks = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (let i = 0; i < 5; i++) controller.enqueue(new Uint8Array(300_000).fill(32));
+        controller.close();
+      },
+    });
+    await expectError(await call('/v1/chat/completions', { method: 'POST', body: chunks }), 413, null, 'request_too_large');
+  });
+
+  it('still answers normally after all of that', async () => {
+    const body = await postJson('/v1/chat/completions', chat({ temperature: 0 }));
+    expect(body.choices[0].message.content).toEqual(expect.any(String));
+  });
+});
+
+describe('overload', () => {
+  it('answers 429 when a shard queue is past MAX_QUEUE, and recovers', async () => {
+    // 100 requests at once on one shard, 16 at a time in the batch: the queue passes 64.
+    const request = { prompt: 'Overload me', max_tokens: 40, ignore_eos: true, temperature: 0 };
+    const statuses = await Promise.all(Array.from({ length: 100 }, () => post('/v1/completions', request).then(async (r) => (await r.text(), r.status))));
+    expect(statuses.filter((s) => s === 429).length).toBeGreaterThan(0);
+    expect(statuses.filter((s) => s === 200).length).toBeGreaterThanOrEqual(64);
+    expect(statuses.every((s) => s === 200 || s === 429)).toBe(true);
+    await postJson('/v1/completions', request);
+  });
+});
+
+describe('auth', () => {
+  const withKeys = { ...env, API_KEYS: 'key-one, key-two' };
+  const fetchApp = (path: string, headers: Record<string, string> = {}, vars = withKeys) => app.fetch(new Request(`http://x${path}`, { headers }), vars);
+
+  it('with API_KEYS set, requires one of them as a bearer token', async () => {
+    await expectError(await fetchApp('/v1/models'), 401, null, 'missing_api_key');
+    await expectError(await fetchApp('/v1/models', { authorization: 'Bearer nope' }), 401, null, 'invalid_api_key');
+    await expectError(await fetchApp('/v1/models', { authorization: 'Basic key-one' }), 401, null, 'missing_api_key');
+    await expectError(await fetchApp('/metrics'), 401);
+    expect((await fetchApp('/v1/models', { authorization: 'Bearer key-one' })).status).toBe(200);
+    expect((await fetchApp('/v1/models', { authorization: 'bearer key-two' })).status).toBe(200);
+    const res = await app.fetch(
+      new Request('http://x/v1/completions', { method: 'POST', headers: { authorization: 'Bearer nope' }, body: '{"prompt":"Hi"}' }),
+      withKeys,
+    );
+    await expectError(res, 401);
+  });
+
+  it('with API_KEYS empty (dev mode), accepts every request', async () => {
+    expect((await fetchApp('/v1/models', {}, { ...env, API_KEYS: '' })).status).toBe(200);
+    expect((await fetchApp('/v1/models', { authorization: 'Bearer anything' }, { ...env, API_KEYS: ' , ' })).status).toBe(200);
+  });
+});

@@ -1,0 +1,73 @@
+// A real webhook receiver for the workerd tests, run in Node by the global setup: each test registers a
+// key with the hook's secret and how many deliveries to fail, then reads back what arrived. Signatures
+// are checked with the `standardwebhooks` package, independently of the service's own signer.
+import { createServer, type Server } from 'node:http';
+import { Webhook } from 'standardwebhooks';
+
+export interface ReceivedDelivery {
+  headers: Record<string, string>;
+  body: string;
+  verified: boolean;
+  /** What the receiver answered. */
+  status: number;
+  at: number;
+}
+
+interface Inbox {
+  secret: string;
+  /** Deliveries still to answer with 500; -1 = all of them. */
+  failures: number;
+  deliveries: ReceivedDelivery[];
+}
+
+/**
+ * POST /control/:key {secret, fail}: set up an inbox; GET /control/:key: its deliveries;
+ * POST /deliver/:key: a delivery (2xx unless told to fail; 401 for a bad signature).
+ */
+export async function startWebhookReceiver(): Promise<{ url: string; close(): Promise<void> }> {
+  const inboxes = new Map<string, Inbox>();
+  const server: Server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (chunk) => (body += chunk));
+    req.on('end', () => {
+      const [, kind, key] = (req.url ?? '').split('/');
+      const json = (status: number, value: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
+      if (kind === 'control' && req.method === 'POST') {
+        const { secret, fail = 0 } = JSON.parse(body) as { secret: string; fail?: number };
+        inboxes.set(key, { secret, failures: fail, deliveries: [] });
+        return json(200, { ok: true });
+      }
+      if (kind === 'control') return json(200, { deliveries: inboxes.get(key)?.deliveries ?? [] });
+      const inbox = inboxes.get(key);
+      if (kind !== 'deliver' || !inbox) return json(404, { error: 'no such inbox' });
+      const headers = Object.fromEntries(Object.entries(req.headers).map(([k, v]) => [k, String(v)]));
+      let verified = true;
+      try {
+        new Webhook(inbox.secret).verify(body, headers);
+      } catch {
+        verified = false;
+      }
+      let status = 204;
+      if (!verified) status = 401;
+      else if (inbox.failures !== 0) {
+        status = 503;
+        if (inbox.failures > 0) inbox.failures--;
+      }
+      inbox.deliveries.push({ headers, body, verified, status, at: Date.now() });
+      res.writeHead(status).end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** Base URL of the test webhook receiver (Node, loopback). */
+    webhookReceiver: string;
+  }
+}
