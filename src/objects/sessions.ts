@@ -186,7 +186,6 @@ export class SessionStore {
         controller.close();
       },
       cancel: (reason) => {
-        console.log('DEBUG session stream cancelled', reason);
         this.release(id, holder);
         return reader.cancel(reason);
       },

@@ -69,24 +69,22 @@ sessions.post('/:id/messages', async (c) => {
   const model = checkModel({}, c.env);
 
   const reader = unwrap(await stub.sessionMessage(id, content, overrides)).getReader();
-  const cancel = (): void => { console.log('DEBUG worker cancel'); void reader.cancel().catch(() => {}); };
+  const cancel = (): void => void reader.cancel().catch(() => {});
   c.req.raw.signal.addEventListener('abort', cancel, { once: true });
   const events = wireEvents(reader);
   const meta = responseMeta('chatcmpl', model);
   if (stream) return sseResponse(messageChunks(events, meta, includeUsage), cancel);
 
-  let text = '';
   for await (const event of events) {
     if (event.type === 'error') throw new ApiError(500, `generation failed: ${event.message}`, 'server_error', null, 'generation_failed');
     if (event.type === 'done') {
-      text = event.text;
       return c.json({
         id: meta.id,
         object: 'session.message',
         session_id: id,
         created: meta.created,
         model,
-        message: { role: 'assistant', content: text },
+        message: { role: 'assistant', content: event.text },
         finish_reason: finishReason(event.finishReason),
         usage: usage([event], 1),
       });
