@@ -5,10 +5,12 @@ import type { RequestMetrics } from '../engine/metrics.js';
 import type { ServiceMetrics } from './metrics.js';
 
 /**
- * One generation run by an object for the worker: one or more engine requests (OpenAI's `n`, or a batch
- * of prompts) merged into one byte stream of newline-delimited JSON events. Workers RPC carries only byte
- * streams, hence NDJSON; HTTP framing (SSE, OpenAI shapes) stays in the worker.
- * Cancelling the stream (the client went away) aborts every engine request in it, which frees their blocks.
+ * One generation run by an object for the worker: one or more engine requests (a batch of prompts, each
+ * with OpenAI's `n`) whose events are pushed, as they come, into a sink the worker passed over RPC (its
+ * EventChannel). Pushing rather than returning a stream is what lets the object notice a client that went
+ * away: workerd does not carry a stream's cancellation back across RPC (workerd#7298), but a push into a
+ * request context that no longer exists fails at once. Then every engine request is aborted, which frees
+ * their blocks at the next step. HTTP framing (SSE, OpenAI shapes) stays in the worker.
  */
 
 /** A token's logprob with the token spelled out, since the worker has no tokenizer. */
@@ -24,12 +26,20 @@ export type WireEvent =
   | { type: 'done'; index: number; finishReason: FinishReason; text: string; completionIds: number[]; metrics: RequestMetrics }
   | { type: 'error'; message: string };
 
+/** The worker's end of a generation (an RPC stub of its EventChannel). */
+export interface EventSink {
+  push(events: WireEvent[]): void | Promise<void>;
+  close(): void | Promise<void>;
+}
+
+/** An RPC stub as received in a call: valid only during that call unless duplicated. */
+type ReceivedStub<T> = T & { dup?(): T & Disposable };
+
 export interface GenerationHooks {
   /** Called in the object when request `index` finishes, before its done event is sent (sessions record turns here). */
   onDone?(index: number, done: DoneEvent): void | Promise<void>;
 }
 
-const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
 function wireLogprob(engine: Engine, tokenId: number, logprob: number): WireLogprob {
@@ -49,24 +59,66 @@ function toWire(engine: Engine, index: number, event: GenerationEvent): WireEven
   return wire;
 }
 
-/** A started generation: its event stream, and `stop` to cancel it from outside (see InferenceObject.cancel). */
-export interface StartedGeneration {
-  stream: ReadableStream<Uint8Array>;
-  stop(): void;
-  /** Settles when every request has finished (or was cancelled) and the stream is closed. */
+/** A generation in flight: `stop` cancels it from outside (a deleted session), with a last error event if given. */
+export interface RunningGeneration {
+  stop(message?: string): void;
+  /** Settles once every request has finished or was cancelled and the sink was closed. */
   finished: Promise<void>;
 }
 
 /**
- * Starts every request at once (they batch together in the engine) and returns their merged events.
- * Throws the engine's InvalidRequestError synchronously, with nothing left running, if any request is bad.
+ * Pushes events to the sink one RPC call at a time; events that arrive while a call is in flight go in
+ * the next call together, so a fast batch costs few round trips. A failed push means the reader is gone.
+ */
+class SinkWriter {
+  private pending: WireEvent[] = [];
+  private flushing: Promise<void> | undefined;
+  gone = false;
+
+  constructor(
+    private readonly sink: EventSink,
+    private readonly onGone: () => void,
+  ) {}
+
+  send(event: WireEvent): void {
+    if (this.gone) return;
+    this.pending.push(event);
+    this.flushing ??= this.flush();
+  }
+
+  private async flush(): Promise<void> {
+    while (this.pending.length > 0 && !this.gone) {
+      const batch = this.pending;
+      this.pending = [];
+      try {
+        await this.sink.push(batch);
+      } catch {
+        this.gone = true;
+        this.onGone();
+      }
+    }
+    this.flushing = undefined;
+  }
+
+  async close(): Promise<void> {
+    while (this.flushing) await this.flushing;
+    if (!this.gone) await Promise.resolve(this.sink.close()).catch(() => {});
+  }
+}
+
+/**
+ * Starts every request at once (they batch together in the engine) and pushes their events to `sink`,
+ * indexed across requests (request r's completion i is r × n + i). Throws the engine's InvalidRequestError
+ * synchronously, with nothing left running, if any request is bad. Call it inside the RPC method that
+ * received `sink`: the stub is duplicated here so it outlives that call.
  */
 export function runGeneration(
   engine: Engine,
   requests: GenerationRequest[],
   metrics: ServiceMetrics,
+  received: ReceivedStub<EventSink>,
   options: Omit<GenerateOptions, 'signal'> & GenerationHooks = {},
-): StartedGeneration {
+): RunningGeneration {
   const abort = new AbortController();
   const streams: AsyncGenerator<GenerationEvent>[] = [];
   try {
@@ -76,79 +128,41 @@ export function runGeneration(
     for (const s of streams) void s.return(undefined);
     throw err;
   }
+  const sink = received.dup?.() ?? received;
+  const writer = new SinkWriter(sink, () => abort.abort());
 
-  // Writes to a TransformStream's writable reject once its readable end is cancelled, so a failed write
-  // (or the writer closing early) means the reader is gone: stop generating.
-  const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
-  const writer = writable.getWriter();
-  let open = true;
-  const stop = (): void => {
-    if (!open) return;
-    open = false;
-    abort.abort();
-    writer.abort().catch(() => {});
-  };
-  const send = (event: WireEvent): void => {
-    if (open) writer.write(encoder.encode(`${JSON.stringify(event)}\n`)).catch(stop);
-  };
-  writer.closed.catch(stop);
-
-  const pump = async (stream: AsyncGenerator<GenerationEvent>, index: number): Promise<void> => {
-    let last: number | undefined;
+  const pump = async (stream: AsyncGenerator<GenerationEvent>, first: number): Promise<void> => {
+    const last = new Map<number, number>();
     for await (const event of stream) {
+      const index = first + event.index;
       if (event.type === 'token') {
         const now = performance.now();
-        if (last !== undefined) metrics.interToken(now - last);
-        last = now;
+        const previous = last.get(index);
+        if (previous !== undefined) metrics.interToken(now - previous);
+        last.set(index, now);
       } else {
         metrics.finished(event);
         await options.onDone?.(index, event);
       }
-      send(toWire(engine, index, event));
+      writer.send(toWire(engine, index, event));
     }
   };
-  const finished = Promise.all(streams.map(pump)).then(
-    () => {
-      if (open) writer.close().catch(() => {});
-      open = false;
-    },
-    (err: unknown) => {
+  let first = 0;
+  const pumps = requests.map((request, r) => {
+    const run = pump(streams[r], first);
+    first += request.n ?? 1;
+    return run;
+  });
+  const finished = Promise.all(pumps)
+    .catch((err: unknown) => {
       abort.abort();
-      send({ type: 'error', message: err instanceof Error ? err.message : String(err) });
-      if (open) writer.close().catch(() => {});
-      open = false;
-    },
-  );
-  return { stream: readable, stop, finished };
-}
-
-/** runGeneration's stream alone, for callers that cancel only by cancelling the stream. */
-export function startGeneration(...args: Parameters<typeof runGeneration>): ReadableStream<Uint8Array> {
-  return runGeneration(...args).stream;
-}
-
-/**
- * Generations in flight on one object, by id, so the worker can cancel one explicitly. A stream cancel
- * does not always cross RPC: when a client disconnects, its worker request context is torn down and the
- * object's side of the stream is simply dropped, so the worker also calls `cancel(id)` (from waitUntil).
- */
-export class RunningGenerations {
-  private readonly byId = new Map<string, () => void>();
-
-  add(generation: StartedGeneration): string {
-    const id = crypto.randomUUID();
-    this.byId.set(id, generation.stop);
-    void generation.finished.finally(() => this.byId.delete(id));
-    return id;
-  }
-
-  cancel(id: string): boolean {
-    const stop = this.byId.get(id);
-    stop?.();
-    return stop !== undefined;
-  }
-
-  get size(): number {
-    return this.byId.size;
-  }
+      writer.send({ type: 'error', message: err instanceof Error ? err.message : String(err) });
+    })
+    .then(() => writer.close())
+    .finally(() => (sink as Partial<Disposable>)[Symbol.dispose]?.());
+  const stop = (message?: string): void => {
+    if (message !== undefined) writer.send({ type: 'error', message });
+    abort.abort();
+  };
+  return { stop, finished };
 }

@@ -5,14 +5,22 @@ import type { ModelDtype } from '../engine/model/model-files.js';
 import type { GenerationRequest } from '../engine/request.js';
 import { intVar, modelName, type Env } from '../env.js';
 import { fetchSource } from '../sources/fetch-source.js';
-import { RunningGenerations, runGeneration } from './generation.js';
+import { runGeneration, type EventSink } from './generation.js';
 import { ServiceMetrics, type ShardStats } from './metrics.js';
-import { fail, fromEngineError, ok, type RpcResult } from './rpc-error.js';
+import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import type { JobView } from './jobs.js';
 import type { SamplingFields, SessionView } from './sessions.js';
 import { createShardServices, type ShardServices } from './shard-services.js';
 import type { HookView } from './webhooks/hooks.js';
 import type { AcceptedEvent, HookInput } from './webhooks/service.js';
+
+const overloaded = (): ServiceError => ({
+  status: 429,
+  type: 'rate_limit_error',
+  message: 'the model is overloaded; retry shortly',
+  param: null,
+  code: 'overloaded',
+});
 
 /**
  * One shard of the service: a Durable Object that loads the engine once (lazily, on first use) and serves
@@ -24,8 +32,6 @@ export class InferenceObject extends DurableObject<Env> {
   private enginePromise: Promise<Engine> | undefined;
   private loaded: Engine | undefined;
   readonly metrics = new ServiceMetrics();
-  /** Generations in flight, cancellable by id (see RunningGenerations). */
-  readonly running = new RunningGenerations();
 
   /** The engine, loaded on first call; concurrent first callers share one load, and a failed load is retried next time. */
   protected engine(): Promise<Engine> {
@@ -55,25 +61,18 @@ export class InferenceObject extends DurableObject<Env> {
   }
 
   /**
-   * Runs `requests` together and streams their events (NDJSON WireEvents, see generation.ts), tagged by
-   * their index in `requests`. Cancelling the returned stream, or calling `cancel(id)`, cancels them all.
+   * Runs `requests` together and pushes their events (WireEvents, see generation.ts) into `sink`, the
+   * worker's EventChannel. When the worker's side is gone (client disconnected) the requests are cancelled.
    */
-  async generate(requests: GenerationRequest[]): Promise<RpcResult<{ id: string; stream: ReadableStream<Uint8Array> }>> {
+  async generate(requests: GenerationRequest[], sink: EventSink): Promise<RpcResult<{ started: true }>> {
     const engine = await this.engine();
-    if (this.overloaded(engine)) {
-      return fail({ status: 429, type: 'rate_limit_error', message: 'the model is overloaded; retry shortly', param: null, code: 'overloaded' });
-    }
+    if (this.overloaded(engine)) return fail(overloaded());
     try {
-      const generation = runGeneration(engine, requests, this.metrics);
-      return ok({ id: this.running.add(generation), stream: generation.stream });
+      runGeneration(engine, requests, this.metrics, sink);
+      return ok({ started: true });
     } catch (err) {
       return fail(fromEngineError(err));
     }
-  }
-
-  /** Cancels a generation whose client went away; unknown or finished ids are ignored. */
-  async cancel(id: string): Promise<boolean> {
-    return this.running.cancel(id);
   }
 
   /** Metrics for GET /metrics. Does not load the engine: a shard nobody used reports `engine: null`. */
@@ -113,13 +112,11 @@ export class InferenceObject extends DurableObject<Env> {
     return this.services.sessions.delete(id);
   }
 
-  /** A session turn: NDJSON WireEvents like generate(); cancelling the stream cancels the turn. */
-  async sessionMessage(id: string, content: string, overrides: SamplingFields): Promise<RpcResult<ReadableStream<Uint8Array>>> {
+  /** A session turn: its events go to `sink` as generate()'s do; a client that goes away cancels the turn. */
+  async sessionMessage(id: string, content: string, overrides: SamplingFields, sink: EventSink): Promise<RpcResult<{ started: true }>> {
     const engine = await this.engine();
-    if (this.overloaded(engine)) {
-      return fail({ status: 429, type: 'rate_limit_error', message: 'the model is overloaded; retry shortly', param: null, code: 'overloaded' });
-    }
-    return this.services.sessions.message(id, content, overrides);
+    if (this.overloaded(engine)) return fail(overloaded());
+    return this.services.sessions.message(id, content, overrides, sink);
   }
 
   async putHook(name: string, input: HookInput): Promise<RpcResult<{ hook: HookView; created: boolean }>> {

@@ -9,7 +9,7 @@
 import type { Engine } from '../engine/engine.js';
 import type { GenerationRequest } from '../engine/request.js';
 import type { DoneEvent } from '../engine/sequence.js';
-import { startGeneration } from './generation.js';
+import { runGeneration, type EventSink } from './generation.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { replyIds, turnFormat, userTurnIds } from './session-turns.js';
 import type { ShardContext } from './shard-context.js';
@@ -110,11 +110,11 @@ export class SessionStore {
   }
 
   /**
-   * Appends a user message and starts the reply: NDJSON WireEvents (generation.ts), as for any generation.
-   * The turn is written to storage before the done event is sent, so a client that has seen the end of
-   * the reply can send the next message at once.
+   * Appends a user message and starts the reply, its events pushed to `sink` as for any generation. The
+   * turn is written to storage before the done event is sent, so a client that has seen the end of the
+   * reply can send the next message at once.
    */
-  async message(id: string, content: string, overrides: SamplingFields): Promise<RpcResult<ReadableStream<Uint8Array>>> {
+  async message(id: string, content: string, overrides: SamplingFields, sink: EventSink): Promise<RpcResult<{ started: true }>> {
     if (this.inFlight.has(id)) return fail(busy(id));
     const row = this.row(id);
     if (!row) return fail(notFound(id));
@@ -128,14 +128,18 @@ export class SessionStore {
       const log = JSON.parse(row.token_ids) as number[];
       const turn = userTurnIds(engine, log.length, row.system, content);
       const request: GenerationRequest = { ...(JSON.parse(row.defaults) as SamplingFields), ...overrides, prompt_ids: [...log, ...turn] };
-      const stream = startGeneration(engine, [request], this.shard.metrics, {
+      const generation = runGeneration(engine, [request], this.shard.metrics, sink, {
         session: id,
         onDone: (_index, done) => {
           this.recordTurn(engine, id, request, content, done);
           this.inFlight.delete(id);
         },
       });
-      return ok(this.releasedAtEnd(stream, id));
+      // DELETE meanwhile cancels the turn and tells the client why; the slot is freed however the turn ends.
+      const holder = (): void => generation.stop('the session was deleted');
+      this.inFlight.set(id, holder);
+      void generation.finished.finally(() => this.release(id, holder));
+      return ok({ started: true });
     } catch (err) {
       this.release(id, claim);
       return fail(fromEngineError(err));
@@ -163,33 +167,6 @@ export class SessionStore {
     );
     // The engine keeps the blocks of every token it computed: all but the last one it sampled.
     this.cached.set(id, done.promptIds.length + done.tokenIds.length - 1);
-  }
-
-  /**
-   * The turn's stream, passed through. The turn slot is held until the reply is recorded or the stream
-   * ends or is cancelled (a client that went away); a DELETE meanwhile cancels the turn.
-   */
-  private releasedAtEnd(stream: ReadableStream<Uint8Array>, id: string): ReadableStream<Uint8Array> {
-    const reader = stream.getReader();
-    let deleted = false;
-    const holder = (): void => {
-      deleted = true;
-      void reader.cancel('session deleted').catch(() => {});
-    };
-    this.inFlight.set(id, holder);
-    return new ReadableStream<Uint8Array>({
-      pull: async (controller) => {
-        const { done, value } = await reader.read();
-        if (!done) return controller.enqueue(value);
-        if (deleted) controller.enqueue(new TextEncoder().encode(`${JSON.stringify({ type: 'error', message: 'the session was deleted' })}\n`));
-        this.release(id, holder);
-        controller.close();
-      },
-      cancel: (reason) => {
-        this.release(id, holder);
-        return reader.cancel(reason);
-      },
-    });
   }
 
   private row(id: string): SessionRow | undefined {

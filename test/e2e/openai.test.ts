@@ -27,7 +27,8 @@ async function sseEvents(res: Response): Promise<string[]> {
   const events: string[] = [];
   const parser = createParser({ onEvent: (e: EventSourceMessage) => events.push(e.data) });
   const decoder = new TextDecoder();
-  for await (const chunk of res.body!) parser.feed(decoder.decode(chunk, { stream: true }));
+  const reader = res.body!.getReader();
+  for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) parser.feed(decoder.decode(chunk.value, { stream: true }));
   return events;
 }
 
@@ -129,7 +130,7 @@ describe('raw HTTP', () => {
     it(`${name} → ${status} with an OpenAI error body`, async () => {
       const res = await send();
       expect(res.status).toBe(status);
-      const body = await res.json();
+      const body = (await res.json()) as { error: Record<string, unknown> };
       expect(body.error).toMatchObject({ message: expect.any(String), type: expect.any(String) });
       expect(body.error).toHaveProperty('param');
       expect(body.error).toHaveProperty('code');

@@ -3,7 +3,7 @@ import type { ChatMessage, GenerationRequest } from '../../engine/request.js';
 import type { Env } from '../../env.js';
 import { readJsonObject } from '../body.js';
 import { badParam } from '../errors.js';
-import { collect, fanOut, startGeneration, waitUntilOf, type DoneWire, type Generation } from '../generation.js';
+import { collect, startGeneration, type DoneWire, type Generation } from '../generation.js';
 import { chatChunk, chatCompletion, chatLogprobs, finishReason, responseMeta, usage, type ResponseMeta } from '../openai.js';
 import { checkModel, chatMessages, choiceCount, optBoolean, optInteger, refuseUnsupported, samplingParams, streamOptions } from '../params.js';
 import { shardForPrompt } from '../routing.js';
@@ -30,12 +30,12 @@ chat.post('/', async (c) => {
   if (maxCompletionTokens !== undefined) sampling.max_tokens = maxCompletionTokens;
 
   const request: GenerationRequest = { messages, ...sampling, ...(logprobs ? { logprobs: true, top_logprobs: topLogprobs ?? 0 } : {}) };
-  const requests = fanOut([request], n);
-  const generation = await startGeneration(c.env, shardForPrompt(c.env, routingText(messages)), requests, { signal: c.req.raw.signal, waitUntil: waitUntilOf(c) });
+  // n completions of one prompt: the engine prefills it once and forks the cache (seeds seed, seed + 1, ...).
+  const generation = await startGeneration(c.env, shardForPrompt(c.env, routingText(messages)), [{ ...request, n }], c.req.raw.signal);
   const meta = responseMeta('chatcmpl', model);
 
-  if (stream) return sseResponse(chatChunks(generation, meta, requests.length, n, includeUsage, logprobs), generation.cancel);
-  const { tokens, done } = await collect(generation, requests.length);
+  if (stream) return sseResponse(chatChunks(generation, meta, n, n, includeUsage, logprobs), generation.cancel);
+  const { tokens, done } = await collect(generation, n);
   return c.json(chatCompletion(meta, tokens, done, n, logprobs));
 });
 

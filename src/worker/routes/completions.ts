@@ -3,7 +3,7 @@ import type { GenerationRequest } from '../../engine/request.js';
 import type { Env } from '../../env.js';
 import { readJsonObject } from '../body.js';
 import { ApiError, badParam } from '../errors.js';
-import { collect, fanOut, startGeneration, waitUntilOf, type DoneWire, type Generation } from '../generation.js';
+import { collect, startGeneration, type DoneWire, type Generation } from '../generation.js';
 import { completionChunk, completionLogprobs, finishReason, responseMeta, textCompletion, usage, type ResponseMeta } from '../openai.js';
 import { MAX_CHOICES, checkModel, choiceCount, completionPrompts, optBoolean, optInteger, refuseUnsupported, samplingParams, streamOptions } from '../params.js';
 import { shardForPrompt } from '../routing.js';
@@ -28,21 +28,20 @@ completions.post('/', async (c) => {
   const logprobs = optInteger(body, 'logprobs');
   const sampling = samplingParams(body);
 
-  const requests = fanOut(
-    prompts.map((p): GenerationRequest => ({ ...p, ...sampling, ...(logprobs !== undefined ? { logprobs: true, top_logprobs: logprobs } : {}) })),
-    n,
-  );
+  // Each prompt's n completions come from one prefill and copy-on-write forks of its cache.
+  const requests = prompts.map((p): GenerationRequest => ({ ...p, ...sampling, n, ...(logprobs !== undefined ? { logprobs: true, top_logprobs: logprobs } : {}) }));
+  const choices = requests.length * n;
   const first = prompts[0];
   const shard = shardForPrompt(c.env, first.prompt ?? first.prompt_ids!.join(','));
-  const generation = await startGeneration(c.env, shard, requests, { signal: c.req.raw.signal, waitUntil: waitUntilOf(c) }).catch((err: unknown) => {
+  const generation = await startGeneration(c.env, shard, requests, c.req.raw.signal).catch((err: unknown) => {
     // The engine knows this parameter as top_logprobs; here it is called logprobs.
     if (err instanceof ApiError && err.param === 'top_logprobs') throw new ApiError(err.status, err.message.replaceAll('top_logprobs', 'logprobs'), err.type, 'logprobs', err.code);
     throw err;
   });
   const meta = responseMeta('cmpl', model);
 
-  if (stream) return sseResponse(completionChunks(generation, meta, requests.length, n, includeUsage, logprobs !== undefined), generation.cancel);
-  const { tokens, done } = await collect(generation, requests.length);
+  if (stream) return sseResponse(completionChunks(generation, meta, choices, n, includeUsage, logprobs !== undefined), generation.cancel);
+  const { tokens, done } = await collect(generation, choices);
   return c.json(textCompletion(meta, tokens, done, n, logprobs !== undefined));
 });
 

@@ -7,6 +7,7 @@ import { ApiError, badParam, unwrap } from '../errors.js';
 import { chatChunk, finishReason, responseMeta, usage, type ResponseMeta } from '../openai.js';
 import { checkModel, optInteger, optString, samplingParams, streamOptions } from '../params.js';
 import { hash32, newShardedId, shardCount, shardOfId, shardStub } from '../routing.js';
+import { openGeneration } from '../generation.js';
 import { sseResponse } from '../sse.js';
 
 /**
@@ -68,10 +69,7 @@ sessions.post('/:id/messages', async (c) => {
   const { stream, includeUsage } = streamOptions(body);
   const model = checkModel({}, c.env);
 
-  const reader = unwrap(await stub.sessionMessage(id, content, overrides)).getReader();
-  const cancel = (): void => void reader.cancel().catch(() => {});
-  c.req.raw.signal.addEventListener('abort', cancel, { once: true });
-  const events = wireEvents(reader);
+  const { events, cancel } = await openGeneration((channel) => stub.sessionMessage(id, content, overrides, channel), c.req.raw.signal);
   const meta = responseMeta('chatcmpl', model);
   if (stream) return sseResponse(messageChunks(events, meta, includeUsage), cancel);
 
@@ -100,26 +98,6 @@ function messageContent(v: unknown): string {
     return (v as { text: string }[]).map((p) => p.text).join('');
   }
   throw badParam('content', v === undefined ? 'content is required' : 'content must be a non-empty string or an array of text parts');
-}
-
-/** The object's NDJSON stream as events; leaving early cancels it (and the turn). */
-async function* wireEvents(reader: ReadableStreamDefaultReader<Uint8Array>): AsyncGenerator<WireEvent> {
-  const decoder = new TextDecoder();
-  let buffered = '';
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) return;
-      buffered += decoder.decode(value, { stream: true });
-      for (let nl = buffered.indexOf('\n'); nl >= 0; nl = buffered.indexOf('\n')) {
-        const line = buffered.slice(0, nl);
-        buffered = buffered.slice(nl + 1);
-        if (line) yield JSON.parse(line) as WireEvent;
-      }
-    }
-  } finally {
-    await reader.cancel().catch(() => {});
-  }
 }
 
 /** The reply as chat.completion.chunk events: role, content deltas, finish, then usage if asked. */
