@@ -261,6 +261,11 @@ export class Engine {
     return undefined;
   }
 
+  /** Tokens a session's kept cache holds now (0 once released for room, or never kept). */
+  sessionCachedTokens(session: string): number {
+    return this.pinned.get(session)?.kv.length ?? 0;
+  }
+
   /** Frees a session's cache between turns (session deleted, or memory wanted). */
   releaseSession(session: string): void {
     const pin = this.pinned.get(session);

@@ -31,7 +31,7 @@ export interface SessionView {
   messages: SessionMessage[];
   /** Tokens in the session's log (what the next turn's prompt starts with). */
   tokens: number;
-  /** Of those, how many this shard's KV cache held after the last turn (0 after a restart). */
+  /** Of those, how many the shard's KV cache holds now (0 after a restart or once released for room). */
   cached_tokens: number;
   created_at: number;
   updated_at: number;
@@ -67,8 +67,6 @@ const busy = (id: string): ServiceError => ({
 export class SessionStore {
   /** Sessions with a turn in flight, and how to cancel it (DELETE). One turn at a time per session. */
   private readonly inFlight = new Map<string, () => void>();
-  /** Tokens the engine cached for each session at the end of its last turn on this instance. */
-  private readonly cached = new Map<string, number>();
 
   constructor(private readonly shard: ShardContext) {
     shard.sql.exec(`CREATE TABLE IF NOT EXISTS sessions (
@@ -104,7 +102,6 @@ export class SessionStore {
     this.shard.sql.exec('DELETE FROM sessions WHERE id = ?', id);
     this.inFlight.get(id)?.();
     this.inFlight.delete(id);
-    this.cached.delete(id);
     this.shard.loadedEngine()?.releaseSession(id);
     return ok({ id, object: 'session', deleted: true });
   }
@@ -165,8 +162,6 @@ export class SessionStore {
       'UPDATE sessions SET messages = ?, token_ids = ?, updated_at = ? WHERE id = ?',
       JSON.stringify(messages), JSON.stringify(log), Date.now(), id,
     );
-    // The engine keeps the blocks of every token it computed: all but the last one it sampled.
-    this.cached.set(id, done.promptIds.length + done.tokenIds.length - 1);
   }
 
   private row(id: string): SessionRow | undefined {
@@ -175,7 +170,6 @@ export class SessionStore {
 
   private view(row: SessionRow): SessionView {
     const tokens = (JSON.parse(row.token_ids) as number[]).length;
-    const engineHasIt = this.shard.loadedEngine() !== undefined;
     return {
       id: row.id,
       object: 'session',
@@ -184,7 +178,7 @@ export class SessionStore {
       defaults: JSON.parse(row.defaults) as SamplingFields,
       messages: JSON.parse(row.messages) as SessionMessage[],
       tokens,
-      cached_tokens: engineHasIt ? Math.min(tokens, this.cached.get(row.id) ?? 0) : 0,
+      cached_tokens: this.shard.loadedEngine()?.sessionCachedTokens(row.id) ?? 0,
       created_at: Math.floor(row.created_at / 1000),
       updated_at: Math.floor(row.updated_at / 1000),
     };
