@@ -228,3 +228,46 @@ describe('n > 1: one prefill, copy-on-write forks', () => {
     expect(engine.stats().kv.used).toBe(0);
   });
 });
+
+describe('session caches under memory pressure', () => {
+  it('queued session turns hold no blocks, so a request that needs the whole pool still runs (no livelock)', async () => {
+    const engine = await manual({ blockSize: 4, kvCacheBytes: 8 * 4 * 512 }); // 8 blocks of 4 tokens
+    const turn = (seed: number): GenerationRequest => ({ prompt_ids: randomIds(seed, 9, 3, 512), max_tokens: 3, temperature: 0, ignore_eos: true });
+    // Two sessions finish a turn and keep 3 blocks each.
+    const logs: number[][] = [];
+    for (const [i, s] of ['a', 'b'].entries()) {
+      const done = collect(engine, turn(i), undefined, s);
+      while (engine.busy) await engine.step();
+      const { done: first } = await done;
+      logs.push([...first.promptIds, ...first.tokenIds, 40, 41]); // the next turn extends the last one
+    }
+    expect(engine.stats().kv.used).toBe(6);
+    // A request that needs all 8 blocks arrives first, then both sessions' next turns queue behind it.
+    const big: GenerationRequest = { prompt_ids: randomIds(7, 28, 3, 512), max_tokens: 4, temperature: 0, ignore_eos: true };
+    const next = (i: number): GenerationRequest => ({ prompt_ids: logs[i], max_tokens: 3, temperature: 0, ignore_eos: true });
+    const results = [collect(engine, big), collect(engine, next(0), undefined, 'a'), collect(engine, next(1), undefined, 'b')];
+    for (let step = 0; engine.busy; step++) {
+      expect(step, 'the engine makes progress').toBeLessThan(200);
+      await engine.step();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    const [bigDone] = await Promise.all(results);
+    expect(bigDone.done.tokenIds).toEqual(await runAlone(big));
+    engine.kv.pool.checkInvariants();
+  });
+
+  it('a session cancelled during its last pass does not keep its cache', async () => {
+    const engine = await manual();
+    const controller = new AbortController();
+    const result = collect(engine, { prompt_ids: [5, 6, 7], max_tokens: 2, temperature: 0, ignore_eos: true }, controller.signal, 's');
+    await engine.step(); // prefill + first token
+    const last = engine.step(); // the pass that samples the last token...
+    controller.abort(); // ...during which the session is deleted
+    await last;
+    while (engine.busy) await engine.step();
+    await result;
+    expect(engine.stats().pinnedSessions).toBe(0);
+    expect(engine.sessionCachedTokens('s')).toBe(0);
+    expect(engine.stats().kv.used).toBe(0);
+  });
+});

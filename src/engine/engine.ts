@@ -99,7 +99,12 @@ export class Engine {
     if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
     this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize), modelId);
     const limits = { maxBatchSize: this.maxBatchSize, maxTokensPerStep: options.maxTokensPerStep ?? 512 };
-    this.scheduler = new Scheduler(this.kv, limits, () => this.releaseOldestSession());
+    this.scheduler = new Scheduler(
+      this.kv,
+      limits,
+      () => this.releaseOldestSession(),
+      (seq) => (seq.session === undefined ? undefined : this.takeSessionCache(seq.session, seq.tokens)),
+    );
   }
 
   static async load(runtime: OrtRuntime, source: ModelSource, options: EngineOptions = {}): Promise<Engine> {
@@ -156,7 +161,6 @@ export class Engine {
     });
     const [first, ...forks] = sequences;
     first.forks = forks;
-    if (options.session !== undefined) first.kv = this.takeSessionCache(options.session, first.tokens) ?? first.kv;
     const cancel = (): void => {
       group.cancelRequested = true;
       this.kick();
@@ -235,7 +239,8 @@ export class Engine {
 
   /** Takes a finished (or cancelled) request out of the batch at once, freeing its blocks or pinning them for its session. */
   private retire(req: EngineRequest): void {
-    if (req.session !== undefined && req.sequence.finishReason !== 'cancelled') {
+    // A cancel that arrived during the last pass (a session being deleted) keeps nothing either.
+    if (req.session !== undefined && req.sequence.finishReason !== 'cancelled' && !req.group.cancelRequested) {
       this.scheduler.detach(req);
       this.releaseSession(req.session);
       this.pinned.set(req.session, { kv: req.kv, tokens: req.tokens.slice(0, req.kv.length) });

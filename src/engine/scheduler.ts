@@ -42,6 +42,11 @@ export class Scheduler<S extends SchedulableSequence> {
     private readonly limits: SchedulerLimits,
     /** Frees memory held outside the scheduler (e.g. idle sessions' caches); true if it freed any. */
     private readonly reclaim: () => boolean = () => false,
+    /**
+     * A cache of its own for a sequence being admitted (a session's, kept from its last turn), taken only
+     * at admission so that waiting sequences hold no blocks; without one, the prefix cache is searched.
+     */
+    private readonly ownCache: (seq: S) => PagedSequenceKv | undefined = () => undefined,
   ) {}
 
   add(seq: S): void {
@@ -92,7 +97,11 @@ export class Scheduler<S extends SchedulableSequence> {
 
     while (this.waiting.length > 0 && budget > 0 && this.running.length < this.limits.maxBatchSize && step.preempted.length === 0) {
       const seq = this.waiting[0];
-      if (seq.kv.length === 0) this.kv.matchPrefix(seq.kv, seq.tokens);
+      if (seq.kv.length === 0) {
+        const own = this.ownCache(seq);
+        if (own) seq.kv = own;
+        else this.kv.matchPrefix(seq.kv, seq.tokens);
+      }
       const cachedTokens = seq.kv.length;
       const count = Math.min(seq.tokens.length - seq.kv.length, budget);
       let reserved = this.kv.reserve(seq.kv, count);
