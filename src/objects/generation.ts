@@ -3,6 +3,7 @@ import type { GenerationRequest } from '../engine/request.js';
 import type { DoneEvent, FinishReason, GenerationEvent, TopLogprob } from '../engine/sequence.js';
 import type { RequestMetrics } from '../engine/metrics.js';
 import type { ServiceMetrics } from './metrics.js';
+import type { ServiceError } from './rpc-error.js';
 
 /**
  * One generation run by an object for the worker: one or more engine requests (a batch of prompts, each
@@ -24,7 +25,8 @@ export interface WireLogprob {
 export type WireEvent =
   | { type: 'token'; index: number; tokenId: number; text: string; logprob?: WireLogprob & { top: WireLogprob[] } }
   | { type: 'done'; index: number; finishReason: FinishReason; text: string; completionIds: number[]; metrics: RequestMetrics }
-  | { type: 'error'; message: string };
+  /** The generation failed or was stopped from outside; no done events follow for unfinished choices. */
+  | { type: 'error'; error: ServiceError };
 
 /** The worker's end of a generation (an RPC stub of its EventChannel). */
 export interface EventSink {
@@ -59,9 +61,9 @@ function toWire(engine: Engine, index: number, event: GenerationEvent): WireEven
   return wire;
 }
 
-/** A generation in flight: `stop` cancels it from outside (a deleted session), with a last error event if given. */
+/** A generation in flight: `stop` cancels it from outside (a deleted session), telling the client why. */
 export interface RunningGeneration {
-  stop(message?: string): void;
+  stop(reason?: ServiceError): void;
   /** Settles once every request has finished or was cancelled and the sink was closed. */
   finished: Promise<void>;
 }
@@ -156,12 +158,13 @@ export function runGeneration(
   const finished = Promise.all(pumps)
     .catch((err: unknown) => {
       abort.abort();
-      writer.send({ type: 'error', message: err instanceof Error ? err.message : String(err) });
+      console.error('generation failed', err);
+      writer.send({ type: 'error', error: { status: 500, type: 'server_error', message: 'the generation failed', param: null, code: 'internal_error' } });
     })
     .then(() => writer.close())
     .finally(() => (sink as Partial<Disposable>)[Symbol.dispose]?.());
-  const stop = (message?: string): void => {
-    if (message !== undefined) writer.send({ type: 'error', message });
+  const stop = (reason?: ServiceError): void => {
+    if (reason !== undefined) writer.send({ type: 'error', error: reason });
     abort.abort();
   };
   return { stop, finished };

@@ -133,7 +133,7 @@ export class SessionStore {
         },
       });
       // DELETE meanwhile cancels the turn and tells the client why; the slot is freed however the turn ends.
-      const holder = (): void => generation.stop('the session was deleted');
+      const holder = (): void => generation.stop({ ...notFound(id), message: `session '${id}' was deleted while it was answering` });
       this.inFlight.set(id, holder);
       void generation.finished.finally(() => this.release(id, holder));
       return ok({ started: true });

@@ -24,6 +24,18 @@ export class EventChannel extends RpcTarget {
     this.notify();
   }
 
+  /**
+   * workerd calls this once the object holds no stub of the channel any more. The object closes the
+   * channel before it lets go, so an open channel here means the object went away mid-generation
+   * (evicted, restarted, redeployed): the reader gets an error instead of waiting forever.
+   */
+  [Symbol.dispose](): void {
+    if (this.ended) return;
+    const error = { status: 503 as const, type: 'server_error', message: 'the model shard restarted during the generation; retry', param: null, code: 'shard_restarted' };
+    this.queue.push({ type: 'error', error });
+    this.close();
+  }
+
   /** The reader is gone: the object's next push fails and it cancels the generation. */
   abandon(): void {
     this.abandoned = true;

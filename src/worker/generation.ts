@@ -2,7 +2,7 @@ import type { GenerationRequest } from '../engine/request.js';
 import type { Env } from '../env.js';
 import type { WireEvent } from '../objects/generation.js';
 import type { RpcResult } from '../objects/rpc-error.js';
-import { unwrap } from './errors.js';
+import { ApiError, unwrap } from './errors.js';
 import { EventChannel } from './event-channel.js';
 import { shardStub } from './routing.js';
 
@@ -45,7 +45,7 @@ export interface Collected {
 export async function collect(generation: Generation, count: number): Promise<Collected> {
   const result: Collected = { tokens: Array.from({ length: count }, () => []), done: [] };
   for await (const event of generation.events) {
-    if (event.type === 'error') throw new Error(`generation failed: ${event.message}`);
+    if (event.type === 'error') throw ApiError.from(event.error);
     if (event.type === 'token') result.tokens[event.index].push(event);
     else result.done[event.index] = event;
   }

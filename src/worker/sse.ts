@@ -1,3 +1,5 @@
+import { ApiError } from './errors.js';
+
 /**
  * Server-sent events in OpenAI's framing: `data: {json}\n\n` per chunk, then `data: [DONE]\n\n`. A
  * failure after the stream began cannot change the status any more, so it is sent as an error object
@@ -25,9 +27,10 @@ export function sseResponse(chunks: AsyncIterable<unknown>, onCancel?: () => voi
       } catch (err) {
         if (finished) return;
         finished = true;
-        console.error('stream failed', err);
-        const error = { message: 'the generation failed', type: 'server_error', param: null, code: 'internal_error' };
-        controller.enqueue(encoder.encode(`data: ${JSON.stringify({ error })}\n\n`));
+        // An ApiError (e.g. the session was deleted meanwhile) says what happened; anything else is a bug.
+        if (!(err instanceof ApiError)) console.error('stream failed', err);
+        const body = err instanceof ApiError ? err.body : new ApiError(500, 'the generation failed', 'server_error', null, 'internal_error').body;
+        controller.enqueue(encoder.encode(`data: ${JSON.stringify(body)}\n\n`));
         controller.close();
       }
     },

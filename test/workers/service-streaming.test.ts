@@ -1,5 +1,7 @@
 // Client disconnects cancel the engine request (its KV blocks return to the pool), and GET /metrics
 // exposes every shard's counters, gauges and latency histograms in Prometheus text.
+import { runInDurableObject } from 'cloudflare:test';
+import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import { call, post, postJson, readSse, scrape, sleep, total } from './service-helpers.js';
 
@@ -55,8 +57,6 @@ describe('client disconnect', () => {
   it('aborting a non-streamed request cancels it too', async () => {
     const before = await scrape();
     const abort = new AbortController();
-    const pending = post('/v1/completions', long, {}).catch(() => null);
-    void pending;
     const res = call('/v1/completions', { method: 'POST', body: JSON.stringify(long), signal: abort.signal }).catch((e: unknown) => e);
     await until((m) => total(m, 'edge_infer_running_requests') >= 1, 5_000);
     abort.abort();
@@ -69,6 +69,24 @@ describe('client disconnect', () => {
     const { events, done } = await readSse(await post('/v1/completions', { ...long, max_tokens: 4, stream: true }));
     expect(done).toBe(true);
     expect(events.at(-1).choices[0].finish_reason).toBe('length');
+  });
+});
+
+describe('an object that restarts mid-stream', () => {
+  it('ends the stream with an error instead of leaving the client waiting', async () => {
+    const res = await post('/v1/completions', { ...long, stream: true });
+    const reader = res.body!.getReader();
+    for (let i = 0; i < 3; i++) expect((await reader.read()).done).toBe(false);
+    // Abort every shard's object as an eviction or a redeploy would, while it is generating.
+    for (let shard = 0; shard < Number(env.SHARD_COUNT ?? 2); shard++) {
+      const stub = env.INFERENCE.get(env.INFERENCE.idFromName(`shard-${shard}`));
+      await runInDurableObject(stub, (_instance, state) => state.abort('test: restart')).catch(() => {});
+    }
+    let text = '';
+    const decoder = new TextDecoder();
+    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) text += decoder.decode(chunk.value, { stream: true });
+    expect(text.slice(-400)).toContain('"code":"shard_restarted"');
+    expect(text).not.toContain('[DONE]');
   });
 });
 

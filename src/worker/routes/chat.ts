@@ -2,7 +2,7 @@ import { Hono } from 'hono';
 import type { ChatMessage, GenerationRequest } from '../../engine/request.js';
 import type { Env } from '../../env.js';
 import { readJsonObject } from '../body.js';
-import { badParam } from '../errors.js';
+import { ApiError, badParam } from '../errors.js';
 import { collect, startGeneration, type DoneWire, type Generation } from '../generation.js';
 import { chatChunk, chatCompletion, chatLogprobs, finishReason, responseMeta, usage, type ResponseMeta } from '../openai.js';
 import { checkModel, chatMessages, choiceCount, optBoolean, optInteger, refuseUnsupported, samplingParams, streamOptions } from '../params.js';
@@ -52,7 +52,7 @@ async function* chatChunks(generation: Generation, meta: ResponseMeta, count: nu
   }
   const done: DoneWire[] = [];
   for await (const event of generation.events) {
-    if (event.type === 'error') throw new Error(event.message);
+    if (event.type === 'error') throw ApiError.from(event.error);
     if (event.type === 'token') {
       if (event.text === '' && !(logprobs && event.logprob)) continue;
       const lp = logprobs ? chatLogprobs([event]) : null;

@@ -51,7 +51,7 @@ async function* completionChunks(generation: Generation, meta: ResponseMeta, cou
   const offsets = new Array<number>(count).fill(0);
   const done: DoneWire[] = [];
   for await (const event of generation.events) {
-    if (event.type === 'error') throw new Error(event.message);
+    if (event.type === 'error') throw ApiError.from(event.error);
     if (event.type === 'token') {
       const lp = logprobs ? completionLogprobs([event], offsets[event.index]) : null;
       offsets[event.index] += event.text.length;

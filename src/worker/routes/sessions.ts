@@ -74,7 +74,7 @@ sessions.post('/:id/messages', async (c) => {
   if (stream) return sseResponse(messageChunks(events, meta, includeUsage), cancel);
 
   for await (const event of events) {
-    if (event.type === 'error') throw new ApiError(500, `generation failed: ${event.message}`, 'server_error', null, 'generation_failed');
+    if (event.type === 'error') throw ApiError.from(event.error);
     if (event.type === 'done') {
       return c.json({
         id: meta.id,
@@ -105,7 +105,7 @@ async function* messageChunks(events: AsyncIterable<WireEvent>, meta: ResponseMe
   const extra = includeUsage ? { usage: null } : {};
   yield chatChunk(meta, [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], extra);
   for await (const event of events) {
-    if (event.type === 'error') throw new Error(event.message);
+    if (event.type === 'error') throw ApiError.from(event.error);
     if (event.type === 'token') {
       if (event.text !== '') yield chatChunk(meta, [{ index: 0, delta: { content: event.text }, logprobs: null, finish_reason: null }], extra);
     } else {
