@@ -9,10 +9,10 @@ function tooLarge(limit: number): ApiError {
 }
 
 /**
- * The request body as a JSON object, read under MAX_BODY_BYTES: refused early by Content-Length, and
- * also counted while reading, since a chunked body has no length to trust.
+ * The request body's bytes, read under MAX_BODY_BYTES: refused early by Content-Length, and also counted
+ * while reading, since a chunked body has no length to trust.
  */
-export async function readJsonObject(c: Context<{ Bindings: Env }>): Promise<JsonObject> {
+export async function readBodyBytes(c: Context<{ Bindings: Env }>): Promise<Uint8Array> {
   const limit = intVar(c.env, 'MAX_BODY_BYTES');
   const declared = Number(c.req.header('content-length') ?? NaN);
   if (Number.isFinite(declared) && declared > limit) throw tooLarge(limit);
@@ -39,7 +39,12 @@ export async function readJsonObject(c: Context<{ Bindings: Env }>): Promise<Jso
     bytes.set(chunk, at);
     at += chunk.byteLength;
   }
+  return bytes;
+}
 
+/** The request body (see readBodyBytes) as a JSON object. */
+export async function readJsonObject(c: Context<{ Bindings: Env }>): Promise<JsonObject> {
+  const bytes = await readBodyBytes(c);
   let parsed: unknown;
   try {
     parsed = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));

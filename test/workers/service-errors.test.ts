@@ -98,6 +98,16 @@ describe('request errors', () => {
     await expectError(await call('/v1/chat/completions', { method: 'POST', body: chunks }), 413, null, 'request_too_large');
   });
 
+  it('an inbound webhook (no key needed) is counted too: a chunked oversized body is 413 before it is buffered', async () => {
+    const chunks = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (let i = 0; i < 5; i++) controller.enqueue(new Uint8Array(300_000).fill(32));
+        controller.close();
+      },
+    });
+    await expectError(await call('/v1/hooks/anything', { method: 'POST', body: chunks }), 413, null, 'request_too_large');
+  });
+
   it('still answers normally after all of that', async () => {
     const body = await postJson('/v1/chat/completions', chat({ temperature: 0 }));
     expect(body.choices[0].message.content).toEqual(expect.any(String));
