@@ -100,8 +100,18 @@ export class InferenceObject extends DurableObject<Env> {
     return this.shardServices;
   }
 
-  async createSession(id: string, init: { system?: string; defaults?: SamplingFields }): Promise<SessionView> {
-    return this.services.sessions.create(id, init);
+  /** A new session; its sampling defaults are checked now, so a bad one fails here and not at every message. */
+  async createSession(id: string, init: { system?: string; defaults?: SamplingFields }): Promise<RpcResult<SessionView>> {
+    if (init.defaults) {
+      const engine = await this.engine();
+      try {
+        engine.resolve({ ...init.defaults, prompt: 'defaults check' });
+      } catch (err) {
+        const error = fromEngineError(err);
+        return fail({ ...error, param: `defaults.${error.param ?? ''}`.replace(/\.$/, '') });
+      }
+    }
+    return ok(this.services.sessions.create(id, init));
   }
 
   async getSession(id: string): Promise<RpcResult<SessionView>> {

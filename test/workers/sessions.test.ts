@@ -65,7 +65,9 @@ describe('sessions', () => {
 
   it('refuses bad bodies with 400s naming the field', async () => {
     await expectError(await post('/v1/sessions', { system: 3 }), 400, 'system');
-    await expectError(await post('/v1/sessions', { defaults: { temperature: 'hot' } }), 400, 'temperature');
+    await expectError(await post('/v1/sessions', { defaults: { temperature: 'hot' } }), 400, 'defaults.temperature');
+    // Values are checked at creation too, not only at the first message.
+    await expectError(await post('/v1/sessions', { defaults: { temperature: 5 } }), 400, 'defaults.temperature');
     await expectError(await post('/v1/sessions', { defaults: { tempreature: 1 } }), 400, 'defaults.tempreature', 'unknown_parameter');
     await expectError(await post('/v1/sessions', { model: 'gpt-9' }), 404, 'model', 'model_not_found');
     const id = await createSession();

@@ -27,10 +27,16 @@ export function sessionSampling(body: JsonObject, allowed: string[], where = '')
   for (const key of Object.keys(body)) {
     if (!allowed.includes(key)) throw badParam(`${where}${key}`, `unknown parameter '${where}${key}'`, 'unknown_parameter');
   }
-  const sampling: SamplingFields = samplingParams(body);
-  const maxCompletionTokens = optInteger(body, 'max_completion_tokens');
-  if (maxCompletionTokens !== undefined) sampling.max_tokens = maxCompletionTokens;
-  return sampling;
+  try {
+    const sampling: SamplingFields = samplingParams(body);
+    const maxCompletionTokens = optInteger(body, 'max_completion_tokens');
+    if (maxCompletionTokens !== undefined) sampling.max_tokens = maxCompletionTokens;
+    return sampling;
+  } catch (err) {
+    // A nested field is named by its path (defaults.temperature), as the unknown ones above are.
+    if (err instanceof ApiError && where) throw new ApiError(err.status, err.message, err.type, `${where}${err.param ?? ''}`, err.code);
+    throw err;
+  }
 }
 
 function stubFor(env: Env, id: string) {
@@ -51,7 +57,7 @@ sessions.post('/', async (c) => {
   const defaults = sessionSampling(given as JsonObject, SAMPLING_FIELDS, 'defaults.');
   // Sessions with the same system prompt share a shard, and so its cached blocks; the rest spread out.
   const shard = system !== undefined ? hash32(`system\n${system}`) % shardCount(c.env) : Math.floor(Math.random() * shardCount(c.env));
-  const session = await shardStub(c.env, shard).createSession(newShardedId(shard), { system, defaults });
+  const session = unwrap(await shardStub(c.env, shard).createSession(newShardedId(shard), { system, defaults }));
   return c.json(session, 201);
 });
 
