@@ -45,11 +45,11 @@ export const DEFAULTS = {
 
 type IntVar = { [K in keyof typeof DEFAULTS]: (typeof DEFAULTS)[K] extends number ? K : never }[keyof typeof DEFAULTS];
 
-/** A numeric var, or its default when unset, empty or not a finite number >= 0. */
+/** A numeric var, or its default when unset, empty or not a positive integer (0 shards, blocks or queue slots would refuse everything). */
 export function intVar(env: Env, name: IntVar): number {
   const raw = env[name];
   const value = raw === undefined || raw.trim() === '' ? NaN : Number(raw);
-  return Number.isFinite(value) && value >= 0 ? value : DEFAULTS[name];
+  return Number.isSafeInteger(value) && value >= 1 ? value : DEFAULTS[name];
 }
 
 export function modelName(env: Env): string {
