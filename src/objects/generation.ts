@@ -121,6 +121,8 @@ export function runGeneration(
   received: ReceivedStub<EventSink>,
   options: Omit<GenerateOptions, 'signal'> & GenerationHooks = {},
 ): RunningGeneration {
+  // Every request is checked before any is queued, so a bad one in a batch leaves nothing behind.
+  for (const request of requests) engine.resolve(request);
   const abort = new AbortController();
   const streams: AsyncGenerator<GenerationEvent>[] = [];
   try {

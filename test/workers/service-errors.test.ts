@@ -3,12 +3,25 @@
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import app from '../../src/worker/app.js';
-import { call, expectError, post, postJson } from './service-helpers.js';
+import { call, expectError, post, postJson, scrape, total } from './service-helpers.js';
 
 const chat = (extra: Record<string, unknown>) => ({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2, ...extra });
 const MiB = 1 << 20;
 
+/** Engine gauges that bad input must leave exactly as they were. */
+const gauges = async (): Promise<number[]> => {
+  const m = await scrape();
+  return ['edge_infer_kv_blocks_used', 'edge_infer_running_requests', 'edge_infer_queue_depth', 'edge_infer_pinned_sessions'].map((name) => total(m, name));
+};
+
 describe('request errors', () => {
+  let before: number[];
+  it('(a baseline: a served request, so every shard the bad ones reach has its engine)', async () => {
+    await postJson('/v1/completions', { prompt: 'warm', max_tokens: 2 });
+    await postJson('/v1/chat/completions', chat({ temperature: 0 }));
+    before = await gauges();
+  });
+
   it('malformed JSON and non-object bodies are 400 invalid_json', async () => {
     await expectError(await post('/v1/chat/completions', '{"messages": ['), 400, null, 'invalid_json');
     await expectError(await post('/v1/completions', '[1, 2]'), 400, null, 'invalid_json');
@@ -106,6 +119,10 @@ describe('request errors', () => {
       },
     });
     await expectError(await call('/v1/hooks/anything', { method: 'POST', body: chunks }), 413, null, 'request_too_large');
+  });
+
+  it('none of it changed the engine: no blocks held, nothing running, queued or pinned', async () => {
+    expect(await gauges()).toEqual(before);
   });
 
   it('still answers normally after all of that', async () => {
