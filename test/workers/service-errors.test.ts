@@ -8,6 +8,15 @@ import { call, expectError, post, postJson, scrape, total } from './service-help
 const chat = (extra: Record<string, unknown>) => ({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2, ...extra });
 const MiB = 1 << 20;
 
+/** A body of `bytes` spaces sent in chunks, without a Content-Length to refuse it by. */
+const chunkedBody = (bytes: number): ReadableStream<Uint8Array> =>
+  new ReadableStream<Uint8Array>({
+    start(controller) {
+      for (let left = bytes; left > 0; left -= 300_000) controller.enqueue(new Uint8Array(Math.min(left, 300_000)).fill(32));
+      controller.close();
+    },
+  });
+
 /** Engine gauges that bad input must leave exactly as they were. */
 const gauges = async (): Promise<number[]> => {
   const m = await scrape();
@@ -102,23 +111,11 @@ describe('request errors', () => {
   it('a body over MAX_BODY_BYTES is 413, by Content-Length and by counting a chunked body', async () => {
     const big = JSON.stringify(chat({ padding: 'x'.repeat(MiB) }));
     await expectError(await post('/v1/chat/completions', big), 413, null, 'request_too_large');
-    const chunks = new ReadableStream<Uint8Array>({
-      start(controller) {
-        for (let i = 0; i < 5; i++) controller.enqueue(new Uint8Array(300_000).fill(32));
-        controller.close();
-      },
-    });
-    await expectError(await call('/v1/chat/completions', { method: 'POST', body: chunks }), 413, null, 'request_too_large');
+    await expectError(await call('/v1/chat/completions', { method: 'POST', body: chunkedBody(1_500_000) }), 413, null, 'request_too_large');
   });
 
   it('an inbound webhook (no key needed) is counted too: a chunked oversized body is 413 before it is buffered', async () => {
-    const chunks = new ReadableStream<Uint8Array>({
-      start(controller) {
-        for (let i = 0; i < 5; i++) controller.enqueue(new Uint8Array(300_000).fill(32));
-        controller.close();
-      },
-    });
-    await expectError(await call('/v1/hooks/anything', { method: 'POST', body: chunks }), 413, null, 'request_too_large');
+    await expectError(await call('/v1/hooks/anything', { method: 'POST', body: chunkedBody(1_500_000) }), 413, null, 'request_too_large');
   });
 
   it('none of it changed the engine: no blocks held, nothing running, queued or pinned', async () => {
