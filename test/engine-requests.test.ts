@@ -25,6 +25,7 @@ describe('streaming', () => {
   it('reports usage and timing metrics', async () => {
     const { done } = await collect(engine, { prompt: 'Hello there', max_tokens: 16, temperature: 0, ignore_eos: true });
     expect(done.finishReason).toBe('length');
+    expect(done.stopReason).toBeNull();
     expect(done.metrics.promptTokens).toBe(engine.tokenizer.encode('Hello there').length);
     expect(done.metrics.completionTokens).toBe(16);
     expect(done.metrics.ttftMs).toBeGreaterThan(0);
@@ -42,6 +43,7 @@ describe('streaming', () => {
     const expected = base.done.text.slice(0, base.done.text.indexOf(stop));
     const { tokens, done } = await collect(engine, { prompt: 'Once upon a time', max_tokens: 40, temperature: 0, ignore_eos: true, stop: [stop] });
     expect(done.finishReason).toBe('stop');
+    expect(done.stopReason).toBe('string');
     expect(done.text).toBe(expected);
     expect(tokens.map((t) => t.text).join('')).toBe(expected);
   });
@@ -51,6 +53,7 @@ describe('streaming', () => {
     const stopId = base.done.tokenIds[5];
     const { done } = await collect(engine, { prompt_ids: [5, 6, 7], max_tokens: 20, temperature: 0, stop_token_ids: [stopId] });
     expect(done.finishReason).toBe('stop');
+    expect(done.stopReason).toBe(stopId);
     expect(done.tokenIds).toEqual(base.done.tokenIds.slice(0, base.done.tokenIds.indexOf(stopId) + 1));
     expect(done.text).toBe(engine.tokenizer.decode(done.tokenIds.slice(0, -1), { skipSpecialTokens: true }));
   });

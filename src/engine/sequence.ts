@@ -28,6 +28,8 @@ export interface DoneEvent {
   type: 'done';
   index: number;
   finishReason: FinishReason;
+  /** What ended a `stop` finish (as vLLM's stop_reason): the stop token's id, `'string'` for a stop string, else null. */
+  stopReason: number | 'string' | null;
   /** The whole completion: exactly the concatenation of the token events' texts. */
   text: string;
   promptIds: number[];
@@ -45,6 +47,7 @@ export type GenerationEvent = TokenEvent | DoneEvent;
 export class Sequence {
   readonly outputIds: number[] = [];
   finishReason: FinishReason | null = null;
+  private stopReason: number | 'string' | null = null;
   private text = '';
   private readonly sampler: TokenSampler;
   private readonly detokenizer: IncrementalDetokenizer;
@@ -78,11 +81,15 @@ export class Sequence {
 
     let text = '';
     if (this.request.stopTokenIds.has(tokenId)) {
+      this.stopReason = tokenId;
       text = this.close('stop');
     } else {
       const { emit, stopped } = this.stopMatcher.push(this.detokenizer.push(tokenId));
       text = emit;
-      if (stopped) this.finishReason = 'stop';
+      if (stopped) {
+        this.finishReason = 'stop';
+        this.stopReason = 'string';
+      }
       else if (this.outputIds.length >= this.request.maxTokens) text += this.close('length');
     }
     this.text += text;
@@ -102,6 +109,7 @@ export class Sequence {
       type: 'done',
       index: this.index,
       finishReason: this.finishReason ?? 'cancelled',
+      stopReason: this.stopReason,
       text: this.text,
       promptIds: this.request.promptIds,
       tokenIds: [...this.outputIds],

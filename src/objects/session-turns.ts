@@ -67,9 +67,9 @@ export function userTurnIds(engine: Engine, logLength: number, system: string | 
  * cut by a stop string generated tokens past it that the user never sees; those are replaced by the
  * visible text, so the log matches the transcript.
  */
-export function replyIds(engine: Engine, done: DoneEvent, stoppedByString: boolean): number[] {
+export function replyIds(engine: Engine, done: DoneEvent): number[] {
   const { footer } = turnFormat(engine);
-  const ids = stoppedByString ? engine.tokenizer.encode(done.text) : [...done.tokenIds];
+  const ids = done.stopReason === 'string' ? engine.tokenizer.encode(done.text) : [...done.tokenIds];
   if (ids.length > 0 && ids[ids.length - 1] === footer[0]) return [...ids, ...footer.slice(1)];
   return [...ids, ...footer];
 }

@@ -152,10 +152,7 @@ export class SessionStore {
     if (done.finishReason === 'cancelled') return;
     const row = this.row(id);
     if (!row) return;
-    const last = done.tokenIds[done.tokenIds.length - 1];
-    const stopIds = new Set([...(request.ignore_eos ? [] : engine.config.eosTokenIds), ...(request.stop_token_ids ?? [])]);
-    const byString = done.finishReason === 'stop' && (last === undefined || !stopIds.has(last));
-    const log = [...request.prompt_ids!, ...replyIds(engine, done, byString)];
+    const log = [...request.prompt_ids!, ...replyIds(engine, done)];
     const messages = JSON.parse(row.messages) as SessionMessage[];
     messages.push({ role: 'user', content }, { role: 'assistant', content: done.text });
     this.shard.sql.exec(
