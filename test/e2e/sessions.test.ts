@@ -109,6 +109,21 @@ describe('sessions', () => {
     expect((await say(id, 'Hello?')).status).toBe(404);
   });
 
+  it('a reply cut by a stop string is recorded as the text the user saw, and the session goes on', async () => {
+    const open = async (): Promise<string> => (await call<{ id: string }>('POST', '/v1/sessions', { system: 'Be brief.' })).json.id;
+    const full = await say(await open(), 'Describe the sea.', { max_tokens: 24 });
+    const text = full.json.message.content;
+    const stop = text.slice(8, 11);
+    const id = await open();
+    const cut = await say(id, 'Describe the sea.', { max_tokens: 24, stop: [stop] });
+    expect(cut.json.message.content).toBe(text.slice(0, text.indexOf(stop)));
+    const view = await call<{ messages: { content: string }[] }>('GET', `/v1/sessions/${id}`);
+    expect(view.json.messages.at(-1)!.content).toBe(cut.json.message.content);
+    const next = await say(id, 'And the sky?');
+    expect(next.status).toBe(200);
+    expect(next.json.usage.prompt_tokens_details.cached_tokens).toBeLessThan(next.json.usage.prompt_tokens);
+  });
+
   it('bad input: no content, wrong types, unknown session', async () => {
     const created = await call<{ id: string }>('POST', '/v1/sessions', {});
     expect((await call('POST', `/v1/sessions/${created.json.id}/messages`, {})).status).toBe(400);
