@@ -145,7 +145,7 @@ export function runGeneration(
         if (previous !== undefined) metrics.interToken(now - previous);
         last.set(index, now);
       } else {
-        metrics.finished(event);
+        metrics.finished(event, event.index === 0);
         await options.onDone?.(index, event);
       }
       writer.send(toWire(engine, index, event));

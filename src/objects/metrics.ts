@@ -63,11 +63,16 @@ export class ServiceMetrics {
     this.itl.observe(ms / 1000);
   }
 
-  finished(done: DoneEvent): void {
+  /**
+   * One completion finished. A request's `n` completions share one prompt and one first token's wait, so
+   * prompt tokens and time to first token are counted for its first completion only (`firstOfRequest`).
+   */
+  finished(done: DoneEvent, firstOfRequest = true): void {
     const m = done.metrics;
     this.requests[done.finishReason] = (this.requests[done.finishReason] ?? 0) + 1;
-    this.promptTokens += m.promptTokens;
     this.generationTokens += m.completionTokens;
+    if (!firstOfRequest) return;
+    this.promptTokens += m.promptTokens;
     this.cachedPromptTokens += m.cachedTokens;
     if (m.completionTokens > 0) this.ttft.observe(m.ttftMs / 1000);
   }

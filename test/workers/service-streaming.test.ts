@@ -92,6 +92,16 @@ describe('an object that restarts mid-stream', () => {
 });
 
 describe('GET /metrics', () => {
+  it('counts a request with n choices once for its prompt and once per choice for what it generated', async () => {
+    const before = await scrape();
+    const body = await postJson('/v1/chat/completions', { messages: [{ role: 'user', content: 'Count me' }], n: 3, max_tokens: 4, ignore_eos: true });
+    const after = await scrape();
+    const delta = (name: string) => total(after, name) - total(before, name);
+    expect(delta('edge_infer_prompt_tokens_total')).toBe(body.usage.prompt_tokens);
+    expect(delta('edge_infer_generation_tokens_total')).toBe(body.usage.completion_tokens);
+    expect(delta('edge_infer_time_to_first_token_seconds_count')).toBe(1);
+  });
+
   it('exposes counters, gauges and histograms per shard', async () => {
     await postJson('/v1/chat/completions', { messages: [{ role: 'user', content: 'Measure me' }], max_tokens: 5, ignore_eos: true });
     const res = await call('/metrics');
