@@ -1,5 +1,6 @@
 import type { FinishReason } from '../engine/sequence.js';
-import type { WireLogprob } from '../objects/generation.js';
+import type { WireEvent, WireLogprob } from '../objects/generation.js';
+import { ApiError } from './errors.js';
 import type { DoneWire, TokenWire } from './generation.js';
 
 /** OpenAI response shapes, built from the object's events. Field order follows OpenAI's own responses. */
@@ -78,6 +79,27 @@ export function chatCompletion(meta: ResponseMeta, tokens: TokenWire[][], done: 
 
 export function chatChunk(meta: ResponseMeta, choices: unknown[], extra: Record<string, unknown> = {}) {
   return { id: meta.id, object: 'chat.completion.chunk' as const, created: meta.created, model: meta.model, system_fingerprint: null, choices, ...extra };
+}
+
+/** chat.completion.chunk events: a role chunk per choice, content deltas, a finish chunk per choice, then usage if asked. */
+export async function* chatChunks(events: AsyncIterable<WireEvent>, meta: ResponseMeta, count: number, n: number, includeUsage: boolean, logprobs: boolean) {
+  const extra = includeUsage ? { usage: null } : {};
+  for (let index = 0; index < count; index++) {
+    yield chatChunk(meta, [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], extra);
+  }
+  const done: DoneWire[] = [];
+  for await (const event of events) {
+    if (event.type === 'error') throw ApiError.from(event.error);
+    if (event.type === 'token') {
+      if (event.text === '' && !(logprobs && event.logprob)) continue;
+      const lp = logprobs ? chatLogprobs([event]) : null;
+      yield chatChunk(meta, [{ index: event.index, delta: { content: event.text }, logprobs: lp, finish_reason: null }], extra);
+    } else {
+      done[event.index] = event;
+      yield chatChunk(meta, [{ index: event.index, delta: {}, logprobs: null, finish_reason: finishReason(event.finishReason) }], extra);
+    }
+  }
+  if (includeUsage) yield chatChunk(meta, [], { usage: usage(done, n) });
 }
 
 // ---- completions (legacy logprobs) ----

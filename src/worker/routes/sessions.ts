@@ -1,10 +1,9 @@
 import { Hono } from 'hono';
 import type { Env } from '../../env.js';
-import type { WireEvent } from '../../objects/generation.js';
 import type { SamplingFields } from '../../objects/sessions.js';
 import { readJsonObject, type JsonObject } from '../body.js';
 import { ApiError, badParam, unwrap } from '../errors.js';
-import { chatChunk, finishReason, responseMeta, usage, type ResponseMeta } from '../openai.js';
+import { chatChunks, finishReason, responseMeta, usage } from '../openai.js';
 import { checkModel, optInteger, optString, samplingParams, streamOptions } from '../params.js';
 import { hash32, newShardedId, shardCount, shardOfId, shardStub } from '../routing.js';
 import { openGeneration } from '../generation.js';
@@ -77,7 +76,7 @@ sessions.post('/:id/messages', async (c) => {
 
   const { events, cancel } = await openGeneration((channel) => stub.sessionMessage(id, content, overrides, channel), c.req.raw.signal);
   const meta = responseMeta('chatcmpl', model);
-  if (stream) return sseResponse(messageChunks(events, meta, includeUsage), cancel);
+  if (stream) return sseResponse(chatChunks(events, meta, 1, 1, includeUsage, false), cancel);
 
   for await (const event of events) {
     if (event.type === 'error') throw ApiError.from(event.error);
@@ -104,21 +103,6 @@ function messageContent(v: unknown): string {
     return (v as { text: string }[]).map((p) => p.text).join('');
   }
   throw badParam('content', v === undefined ? 'content is required' : 'content must be a non-empty string or an array of text parts');
-}
-
-/** The reply as chat.completion.chunk events: role, content deltas, finish, then usage if asked. */
-async function* messageChunks(events: AsyncIterable<WireEvent>, meta: ResponseMeta, includeUsage: boolean) {
-  const extra = includeUsage ? { usage: null } : {};
-  yield chatChunk(meta, [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], extra);
-  for await (const event of events) {
-    if (event.type === 'error') throw ApiError.from(event.error);
-    if (event.type === 'token') {
-      if (event.text !== '') yield chatChunk(meta, [{ index: 0, delta: { content: event.text }, logprobs: null, finish_reason: null }], extra);
-    } else {
-      yield chatChunk(meta, [{ index: 0, delta: {}, logprobs: null, finish_reason: finishReason(event.finishReason) }], extra);
-      if (includeUsage) yield chatChunk(meta, [], { usage: usage([event], 1) });
-    }
-  }
 }
 
 export default sessions;
