@@ -8,10 +8,24 @@ export default defineConfig({
         test: {
           name: 'node',
           include: ['test/**/*.test.ts'],
-          exclude: ['test/workers/**', 'test/e2e/**', 'node_modules/**'],
+          exclude: ['test/workers/**', 'test/e2e/**', 'test/webgpu/**', 'node_modules/**'],
           testTimeout: 60_000,
           hookTimeout: 120_000,
           pool: 'forks',
+          globalSetup: ['test/global-setup.ts'],
+        },
+      },
+      {
+        // WebGPU (Dawn from the `webgpu` package; lavapipe on machines without a GPU): the webgpu backend
+        // and our WGSL kernels. --liftoff-only: otherwise V8 spends ~30 s optimising ORT's WebGPU wasm.
+        test: {
+          name: 'webgpu',
+          include: ['test/webgpu/**/*.test.ts'],
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
+          pool: 'forks',
+          execArgv: ['--liftoff-only'],
+          fileParallelism: false,
           globalSetup: ['test/global-setup.ts'],
         },
       },

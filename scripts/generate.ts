@@ -7,12 +7,12 @@ import { InvalidRequestError } from '../src/engine/errors.js';
 import type { ModelDtype } from '../src/engine/model/model-files.js';
 import type { GenerationRequest } from '../src/engine/request.js';
 import { directorySource } from '../src/sources/directory-source.js';
-import { nodeRuntime, type NodeBackend } from './lib/runtimes.js';
+import { isNodeBackend, nodeRuntime, NODE_BACKENDS } from './lib/runtimes.js';
 
 const USAGE = `usage: npm run generate -- --model <dir> (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json)
   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop STR]...
   [--frequency-penalty F] [--presence-penalty F] [--repetition-penalty R]
-  [--dtype fp32|fp16|int8|q4] [--backend cpu|wasm] [--json]`;
+  [--dtype fp32|fp16|int8|q4] [--backend cpu|wasm|webgpu|auto] [--json]`;
 
 const { values: args } = parseArgs({
   options: {
@@ -63,7 +63,8 @@ if (args.messages !== undefined) request.messages = JSON.parse(readFileSync(args
 for (const key of Object.keys(request) as (keyof GenerationRequest)[]) if (request[key] === undefined) delete request[key];
 
 try {
-  const runtime = await nodeRuntime(args.backend as NodeBackend);
+  if (!isNodeBackend(args.backend)) throw new InvalidRequestError('backend', `--backend must be one of ${NODE_BACKENDS.join(', ')}, got ${args.backend}`);
+  const runtime = await nodeRuntime(args.backend);
   const engine = await Engine.load(runtime, directorySource(args.model), { dtype: args.dtype as ModelDtype });
   for await (const event of engine.generate(request)) {
     if (event.type === 'token') {

@@ -1,10 +1,25 @@
 import type { OrtRuntime } from '../../src/engine/model/runtime.js';
 
-export type NodeBackend = 'cpu' | 'wasm';
+/** Backends a Node process can run: `auto` is webgpu when a WebGPU adapter exists, else wasm. */
+export const NODE_BACKENDS = ['auto', 'cpu', 'wasm', 'webgpu'] as const;
+export type NodeBackend = (typeof NODE_BACKENDS)[number];
 
-/** The runtime for a Node process: onnxruntime-node (`cpu`) or onnxruntime-web's WASM (`wasm`). */
+export function isNodeBackend(value: unknown): value is NodeBackend {
+  return typeof value === 'string' && (NODE_BACKENDS as readonly string[]).includes(value);
+}
+
+/**
+ * The runtime for a Node process: onnxruntime-node (`cpu`), onnxruntime-web's WASM (`wasm`), its
+ * WebGPU EP on Dawn (`webgpu`; throws without an adapter), or `auto`. The modules are imported only
+ * when chosen: ORT's WebGPU build is large and Dawn starts a Vulkan instance.
+ */
 export async function nodeRuntime(backend: NodeBackend): Promise<OrtRuntime> {
   if (backend === 'cpu') return (await import('../../src/backends/ort-node.js')).nodeCpuRuntime();
   if (backend === 'wasm') return (await import('../../src/backends/ort-web-node.js')).webWasmRuntimeForNode();
-  throw new Error(`unknown backend ${String(backend)}; use cpu or wasm`);
+  if (backend === 'webgpu') return (await import('../../src/backends/ort-webgpu-node.js')).webGpuRuntimeForNode();
+  if (backend === 'auto') {
+    const { nodeGpuAdapter } = await import('../../src/backends/ort-webgpu-node.js');
+    return nodeRuntime((await nodeGpuAdapter()) ? 'webgpu' : 'wasm');
+  }
+  throw new Error(`unknown backend ${String(backend)}; use ${NODE_BACKENDS.join(', ')}`);
 }

@@ -1,0 +1,14 @@
+// The WebGPU context the tests in this folder share, or the reason they skip. CI sets
+// EDGE_INFER_REQUIRE_WEBGPU=1 (.ci/run installs the driver), so a missing adapter fails there instead.
+import { NO_ADAPTER_MESSAGE, nodeGpuContext } from '../../src/backends/ort-webgpu-node.js';
+import type { GpuContext } from '../../src/engine/gpu/device.js';
+
+export const gpu: GpuContext | null = await nodeGpuContext();
+
+if (!gpu) {
+  if (process.env.EDGE_INFER_REQUIRE_WEBGPU) throw new Error(`EDGE_INFER_REQUIRE_WEBGPU is set but there is ${NO_ADAPTER_MESSAGE}`);
+  console.warn(`test/webgpu skipped: ${NO_ADAPTER_MESSAGE}`);
+}
+
+/** Suffix for describe() titles, so the skip's reason shows in the report. */
+export const skipNote = gpu ? '' : ` (skipped: ${NO_ADAPTER_MESSAGE})`;
