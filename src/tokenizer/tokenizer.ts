@@ -5,6 +5,7 @@
  */
 import { Tokenizer } from '@huggingface/tokenizers';
 import { byteLevelToBytes } from './byte-level.js';
+import { sentencePieceToBytes, usesByteFallback } from './sentencepiece.js';
 
 export interface DecodeOptions {
   /** Drop special tokens (`<|im_end|>`...) from the text; default false, as in HF. */
@@ -44,6 +45,8 @@ export class TextTokenizer {
   private constructor(
     private readonly hf: Tokenizer,
     config: Record<string, unknown>,
+    /** Vocabulary spelling -> raw bytes: GPT-2 byte-level, or SentencePiece (▁ and <0xXX>) for Llama-2-style vocabularies. */
+    private readonly pieceBytes: (piece: string) => Uint8Array = byteLevelToBytes,
   ) {
     const added = new Map<number, AddedTokenInfo>();
     for (const [id, token] of hf.get_added_tokens_decoder()) added.set(id, { content: token.content, special: token.special });
@@ -72,7 +75,7 @@ export class TextTokenizer {
   static fromJson(tokenizerJson: unknown, tokenizerConfig: unknown): TextTokenizer {
     if (!isObject(tokenizerJson)) throw new Error('tokenizer.json must be a JSON object');
     const config = isObject(tokenizerConfig) ? tokenizerConfig : {};
-    return new TextTokenizer(new Tokenizer(tokenizerJson, config), config);
+    return new TextTokenizer(new Tokenizer(tokenizerJson, config), config, usesByteFallback(tokenizerJson) ? sentencePieceToBytes : byteLevelToBytes);
   }
 
   /**
@@ -120,7 +123,7 @@ export class TextTokenizer {
     this.checkId(id);
     const added = this.addedTokens.get(id);
     if (added) return options.addedTokens === 'text' ? utf8.encode(added.content) : EMPTY;
-    return (this.bytesCache[id] ??= byteLevelToBytes(this.idToToken(id)));
+    return (this.bytesCache[id] ??= this.pieceBytes(this.idToToken(id)));
   }
 
   private checkId(id: number): void {

@@ -15,6 +15,8 @@ export interface LlamaConfig {
   rms_norm_eps: number;
   rope_theta: number;
   tie_word_embeddings: boolean;
+  /** llama2.c run.c's RoPE: rotates adjacent pairs (x[2j], x[2j+1]) instead of HF's halves (x[j], x[j+hd/2]). */
+  rope_interleaved?: boolean;
   [key: string]: unknown;
 }
 
@@ -69,6 +71,19 @@ function ropeHead(x: Float64Array, off: number, headDim: number, pos: number, th
   }
 }
 
+/** run.c's RoPE over x[off .. off+headDim): pair (2j, 2j+1) rotated by pos * theta^(-2j/headDim). */
+function ropeHeadInterleaved(x: Float64Array, off: number, headDim: number, pos: number, theta: number): void {
+  for (let i = 0; i < headDim; i += 2) {
+    const angle = pos * Math.pow(theta, -i / headDim);
+    const c = Math.cos(angle);
+    const s = Math.sin(angle);
+    const v0 = x[off + i];
+    const v1 = x[off + i + 1];
+    x[off + i] = v0 * c - v1 * s;
+    x[off + i + 1] = v0 * s + v1 * c;
+  }
+}
+
 function silu(v: number): number {
   return v / (1 + Math.exp(-v));
 }
@@ -92,6 +107,7 @@ export class LlamaReference {
   readonly eps: number;
   readonly theta: number;
   readonly tied: boolean;
+  private readonly rope: typeof ropeHead;
 
   private readonly embed: Float32Array; // (vocab, hidden)
   private readonly layers: LayerWeights[];
@@ -116,6 +132,7 @@ export class LlamaReference {
     this.eps = config.rms_norm_eps;
     this.theta = config.rope_theta;
     this.tied = config.tie_word_embeddings;
+    this.rope = config.rope_interleaved ? ropeHeadInterleaved : ropeHead;
     if (this.heads % this.kvHeads !== 0) throw new Error('heads must be a multiple of kv_heads');
 
     const H = this.hidden;
@@ -212,8 +229,8 @@ export class LlamaReference {
       const q = matmul(xn, w.wq, H, heads * D); // (heads*head_dim)
       const k = matmul(xn, w.wk, H, kvHeads * D); // (kv_heads*head_dim)
       const v = matmul(xn, w.wv, H, kvHeads * D); // (kv_heads*head_dim)
-      for (let h = 0; h < heads; h++) ropeHead(q, h * D, D, pos, this.theta);
-      for (let h = 0; h < kvHeads; h++) ropeHead(k, h * D, D, pos, this.theta);
+      for (let h = 0; h < heads; h++) this.rope(q, h * D, D, pos, this.theta);
+      for (let h = 0; h < kvHeads; h++) this.rope(k, h * D, D, pos, this.theta);
       this.keys[l].push(k);
       this.values[l].push(v);
       const T = pos + 1; // visible keys: 0..pos

@@ -1,0 +1,104 @@
+// Imports a real model into our model folder layout.
+//
+//   npm run model:import -- llama2c <model.bin> <tokenizer.bin> --out <dir> [--dtype fp32|fp16|int8|q4|all|a,b]
+//   npm run model:import -- safetensors <hf-folder> --out <dir> [--dtype ...]
+//
+// llama2c: a llama2.c (run.c, version 0) checkpoint and its tokenizer.bin. safetensors: a Hugging Face
+// Llama-family folder (config.json, model.safetensors or shards + model.safetensors.index.json,
+// tokenizer.json, tokenizer_config.json, generation_config.json if any). --dtype defaults to fp32.
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { readLlama2cCheckpoint } from './import/llama2c-checkpoint.js';
+import { llama2cTokenizerFiles, readLlama2cTokenizer } from './import/llama2c-tokenizer.js';
+import { shapeFromHfConfig, weightsFromHf } from './import/hf-llama.js';
+import { parseDtypes, writeModelFolder, type ImportedModel } from './import/model-folder.js';
+import { SafetensorsCheckpoint } from './import/safetensors.js';
+import { llamaConfigJson } from './model/presets.js';
+import type { Dtype } from './model/weight-ops.js';
+
+const USAGE = `usage:
+  model:import -- llama2c <model.bin> <tokenizer.bin> --out <dir> [--dtype fp32|fp16|int8|q4|all]
+  model:import -- safetensors <hf-folder> --out <dir> [--dtype fp32|fp16|int8|q4|all]`;
+
+const bytesOf = (path: string): Uint8Array => {
+  const b = readFileSync(path);
+  return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+};
+
+export function importLlama2c(modelPath: string, tokenizerPath: string): ImportedModel {
+  const { header, shape, weights } = readLlama2cCheckpoint(bytesOf(modelPath));
+  const vocab = readLlama2cTokenizer(bytesOf(tokenizerPath), header.vocabSize);
+  const { tokenizerJson, tokenizerConfig } = llama2cTokenizerFiles(vocab);
+  tokenizerConfig.model_max_length = header.seqLen;
+  return {
+    shape,
+    weights,
+    config: { ...llamaConfigJson(shape), bos_token_id: 1, eos_token_id: 2 },
+    // run.c stops when the model emits BOS (1), which delimits stories in its training data; 2 is EOS.
+    generationConfig: { bos_token_id: 1, eos_token_id: [1, 2], max_length: header.seqLen },
+    tokenizerJson,
+    tokenizerConfig,
+  };
+}
+
+const readJson = (path: string, optional = false): Record<string, unknown> => {
+  if (optional && !existsSync(path)) return {};
+  if (!existsSync(path)) throw new Error(`${path} is missing`);
+  return JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>;
+};
+
+export function importSafetensors(dir: string): ImportedModel {
+  const config = readJson(join(dir, 'config.json'));
+  const shape = shapeFromHfConfig(config);
+  const tokenizerJson = readJson(join(dir, 'tokenizer.json'));
+  const tokenizerConfig = readJson(join(dir, 'tokenizer_config.json'));
+  const generationConfig = readJson(join(dir, 'generation_config.json'), true);
+  const weights = weightsFromHf(SafetensorsCheckpoint.open(dir), shape);
+  return { shape, weights, config: { ...config, torch_dtype: 'float32' }, generationConfig, tokenizerJson, tokenizerConfig };
+}
+
+interface Parsed {
+  kind: 'llama2c' | 'safetensors';
+  paths: string[];
+  out: string;
+  dtypes: Dtype[];
+}
+
+export function parseImportArgs(argv: readonly string[]): Parsed {
+  const [kind, ...rest] = argv;
+  const paths: string[] = [];
+  const opts = new Map<string, string>();
+  for (let i = 0; i < rest.length; i++) {
+    if (rest[i].startsWith('--')) {
+      const value = rest[i + 1];
+      if (value === undefined) throw new Error(`${rest[i]} needs a value\n${USAGE}`);
+      if (!['--out', '--dtype'].includes(rest[i])) throw new Error(`unknown option ${rest[i]}\n${USAGE}`);
+      opts.set(rest[i].slice(2), value);
+      i++;
+    } else paths.push(rest[i]);
+  }
+  const out = opts.get('out');
+  if (!out) throw new Error(`--out is required\n${USAGE}`);
+  if (kind === 'llama2c' && paths.length === 2) return { kind, paths, out, dtypes: parseDtypes(opts.get('dtype')) };
+  if (kind === 'safetensors' && paths.length === 1) return { kind, paths, out, dtypes: parseDtypes(opts.get('dtype')) };
+  throw new Error(USAGE);
+}
+
+export function runImport(args: Parsed): { file: string; bytes: number }[] {
+  const model = args.kind === 'llama2c' ? importLlama2c(args.paths[0], args.paths[1]) : importSafetensors(args.paths[0]);
+  return writeModelFolder(args.out, model, args.dtypes);
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  try {
+    const args = parseImportArgs(process.argv.slice(2));
+    const t0 = performance.now();
+    const files = runImport(args);
+    for (const f of files) console.log(`${(f.bytes / 2 ** 20).toFixed(1).padStart(8)} MiB  ${f.file}`);
+    console.log(`imported ${args.paths.join(' + ')} into ${args.out} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  } catch (e) {
+    console.error(e instanceof Error ? e.message : e);
+    process.exit(1);
+  }
+}
