@@ -1,8 +1,10 @@
+import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { createGpuContext, platformGpu, requestGpuAdapter, type GpuContext } from '../engine/gpu/device.js';
+import type { ShaderSource } from '../engine/gpu/kernels.js';
 import { webGpuRuntime, type WebGpuRuntime } from './ort-webgpu.js';
 
 /**
@@ -90,3 +92,6 @@ export async function webGpuRuntimeForNode(): Promise<WebGpuRuntime> {
   const dist = dirname(createRequire(import.meta.url).resolve('onnxruntime-web'));
   return webGpuRuntime(gpu, { wasmPaths: `${pathToFileURL(dist).href}/` });
 }
+
+/** Our WGSL kernels from the repository's shaders/ folder. */
+export const nodeShaderSource: ShaderSource = (name) => readFile(new URL(`../../shaders/${name}.wgsl`, import.meta.url), 'utf8');

@@ -1,0 +1,49 @@
+import { BufferUsage } from './usage.js';
+import type { KvShape } from '../kv/sequence-kv.js';
+
+/**
+ * The block pool's storage on the device: per layer, keys and values each (num_blocks, kv_heads,
+ * block_size, head_dim) float32, the same layout as BlockPool's arrays. The CPU BlockPool keeps the
+ * bookkeeping (reference counts, prefix hashes, free list); this holds the bytes, so a GPU engine's
+ * keys and values never leave the device between steps.
+ */
+export class GpuKvPool {
+  readonly keys: GPUBuffer[];
+  readonly values: GPUBuffer[];
+  /** One block's bytes: WebGPU cannot copy within one buffer, so a block copy goes through here. */
+  private readonly scratch: GPUBuffer;
+
+  constructor(
+    readonly device: GPUDevice,
+    readonly shape: KvShape,
+    readonly numBlocks: number,
+    readonly blockSize: number,
+  ) {
+    const bytes = numBlocks * this.blockStride * 4;
+    const max = device.limits.maxStorageBufferBindingSize;
+    if (bytes > max) throw new RangeError(`a KV layer of ${bytes} bytes exceeds the device's ${max}-byte storage binding limit; use a smaller kvCacheBytes`);
+    const usage = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
+    const make = (kind: string, layer: number) => device.createBuffer({ label: `kv ${kind} layer ${layer}`, size: Math.max(16, bytes), usage });
+    this.keys = Array.from({ length: shape.numLayers }, (_, layer) => make('keys', layer));
+    this.values = Array.from({ length: shape.numLayers }, (_, layer) => make('values', layer));
+    this.scratch = device.createBuffer({ label: 'kv block scratch', size: this.blockStride * 4, usage: BufferUsage.COPY_SRC | BufferUsage.COPY_DST });
+  }
+
+  /** Floats between consecutive blocks (kv_heads * block_size * head_dim). */
+  get blockStride(): number {
+    return this.shape.numKvHeads * this.blockSize * this.shape.headDim;
+  }
+
+  /** Copy-on-write on the device: every layer's keys and values of block `from` into block `to`. */
+  encodeCopyBlock(encoder: GPUCommandEncoder, from: number, to: number): void {
+    const n = this.blockStride * 4;
+    for (const buffer of [...this.keys, ...this.values]) {
+      encoder.copyBufferToBuffer(buffer, from * n, this.scratch, 0, n);
+      encoder.copyBufferToBuffer(this.scratch, 0, buffer, to * n, n);
+    }
+  }
+
+  destroy(): void {
+    for (const b of [...this.keys, ...this.values, this.scratch]) b.destroy();
+  }
+}
