@@ -1,7 +1,7 @@
 // Model presets from SPEC.md ("Presets") and the config.json they produce.
 
-export type PresetName = 'tiny' | 'tiny-untied' | 'bench-135m';
-export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'tiny-untied', 'bench-135m'];
+export type PresetName = 'tiny' | 'tiny-untied' | 'tiny-draft' | 'bench-135m';
+export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'tiny-untied', 'tiny-draft', 'bench-135m'];
 
 export interface LlamaShape {
   hiddenSize: number;
@@ -34,6 +34,9 @@ const tiny: LlamaShape = {
 export const PRESETS: Record<PresetName, LlamaShape> = {
   tiny,
   'tiny-untied': { ...tiny, tieWordEmbeddings: false },
+  // A draft model for speculative decoding, distilled by construction: every tensor is seeded by its name,
+  // so with the same seed this is exactly tiny's embedding, first layer, final norm and output projection.
+  'tiny-draft': { ...tiny, numLayers: 1 },
   'bench-135m': {
     hiddenSize: 576,
     intermediateSize: 1536,

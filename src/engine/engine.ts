@@ -1,3 +1,5 @@
+import { BeamGroup } from './beam/beam-group.js';
+import { BeamSearch } from './beam/beam-search.js';
 import type { EngineStats } from './engine-stats.js';
 import { InvalidRequestError } from './errors.js';
 import { EventQueue } from './event-queue.js';
@@ -9,7 +11,10 @@ import { ModelRunner, type RunnerOptions } from './model/runner.js';
 import type { OrtRuntime } from './model/runtime.js';
 import { resolveRequest, type GenerationRequest, type ResolvedRequest } from './request.js';
 import { Scheduler, type SchedulableSequence } from './scheduler.js';
-import { Sequence, type GenerationEvent } from './sequence.js';
+import { Sequence, type GenerationEvent, type TokenEvent } from './sequence.js';
+import { DraftModelProposer } from './speculative/draft-proposer.js';
+import type { SpeculativeParams } from './speculative/params.js';
+import { Speculator, type Proposal } from './speculative/speculator.js';
 import { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { renderChat } from '../tokenizer/chat-template.js';
 
@@ -27,6 +32,10 @@ export interface EngineOptions extends RunnerOptions {
   maxTokensPerStep?: number;
   /** Run the engine loop by itself whenever there is work (default). Off, the owner calls step(). */
   autoRun?: boolean;
+  /** A draft model for speculative decoding (method `draft`): same tokenizer, its own KV pool. */
+  draft?: { source: ModelSource; dtype?: ModelDtype; kvCacheBytes?: number };
+  /** Speculation for requests that do not ask for any (a server default). */
+  speculative?: SpeculativeParams;
 }
 
 export interface GenerateOptions {
@@ -46,10 +55,14 @@ interface PinnedCache {
   tokens: number[];
 }
 
-/** The n sequences of one request (OpenAI's `n`), which share one event stream. */
+/** The n sequences (or the beams) of one request, which share one event stream. */
 interface RequestGroup {
   events: EventQueue<GenerationEvent | Error>;
   cancelRequested: boolean;
+  /** Done events the stream waits for: n, or as many candidates as a beam search returns. */
+  expectedDone: number;
+  /** Set for beam search: its live beams are this group's sequences. */
+  beams?: BeamGroup<EngineRequest>;
 }
 
 /** A sequence inside the engine: what the scheduler sees, plus its lifecycle. */
@@ -62,6 +75,8 @@ interface EngineRequest extends SchedulableSequence {
   forks: EngineRequest[];
   admitted: boolean;
   session: string | undefined;
+  /** Proposals wanted per step (speculative decoding); 0 for none. */
+  lookahead: number;
 }
 
 const yieldToEventLoop = (): Promise<void> =>
@@ -82,7 +97,17 @@ export class Engine {
   private nextId = 1;
   private readonly maxBatchSize: number;
   private looping = false;
-  private readonly counters = { prefixHitTokens: 0, prefillTokens: 0, generatedTokens: 0, steps: 0, lastBatchSize: 0, lastStepTokens: 0 };
+  private readonly counters = {
+    prefixHitTokens: 0,
+    prefillTokens: 0,
+    generatedTokens: 0,
+    steps: 0,
+    lastBatchSize: 0,
+    lastStepTokens: 0,
+    /** Speculative tokens verified, and those that stood. */
+    proposedTokens: 0,
+    acceptedTokens: 0,
+  };
 
   private constructor(
     readonly modelId: string,
@@ -92,6 +117,7 @@ export class Engine {
     readonly runner: ModelRunner,
     readonly backend: string,
     private readonly options: EngineOptions,
+    private readonly speculator: Speculator,
   ) {
     this.maxBatchSize = options.maxBatchSize ?? 32;
     const blockSize = options.blockSize ?? 16;
@@ -114,7 +140,8 @@ export class Engine {
     const template = files.tokenizerConfig.chat_template;
     if (typeof template !== 'string') throw new InvalidRequestError('model', 'tokenizer_config.json has no chat_template');
     const chat = { template, config: files.tokenizerConfig };
-    return new Engine(options.modelId ?? 'default', files.config, tokenizer, chat, runner, runtime.name, options);
+    const draft = options.draft ? await loadDraft(runtime, options, files.config, files.tokenizerJson, tokenizer.vocabSize) : undefined;
+    return new Engine(options.modelId ?? 'default', files.config, tokenizer, chat, runner, runtime.name, options, new Speculator(draft));
   }
 
   /** Token ids the model can be asked to generate: those both the model and the tokenizer know. */
@@ -133,6 +160,8 @@ export class Engine {
       eosTokenIds: this.config.eosTokenIds,
       maxN: this.maxBatchSize,
       kv: { blocksFor: (tokens) => this.kv.blocksFor(tokens), total: this.kv.pool.numBlocks },
+      hasDraftModel: this.speculator.hasDraftModel,
+      defaultSpeculative: this.options.speculative,
     });
   }
 
@@ -144,8 +173,10 @@ export class Engine {
   generate(request: GenerationRequest, options: GenerateOptions = {}): AsyncGenerator<GenerationEvent> {
     const resolved = this.resolve(request);
     if (options.session !== undefined && resolved.n > 1) throw new InvalidRequestError('n', 'a session turn generates one reply; n must be 1');
-    const group: RequestGroup = { events: new EventQueue(), cancelRequested: false };
-    const sequences = Array.from({ length: resolved.n }, (_, index): EngineRequest => {
+    if (options.session !== undefined && resolved.beam) throw new InvalidRequestError('use_beam_search', 'a session turn cannot use beam search');
+    const group: RequestGroup = { events: new EventQueue(), cancelRequested: false, expectedDone: resolved.n };
+    // Beam search starts from one sequence and forks it into beams as the search goes.
+    const sequences = Array.from({ length: resolved.beam ? 1 : resolved.n }, (_, index): EngineRequest => {
       const seed = resolved.sampling.seed;
       const own = index === 0 || seed === undefined ? resolved : { ...resolved, sampling: { ...resolved.sampling, seed: seed + index } };
       return {
@@ -157,10 +188,18 @@ export class Engine {
         forks: [],
         admitted: false,
         session: options.session,
+        lookahead: 0,
       };
     });
     const [first, ...forks] = sequences;
     first.forks = forks;
+    if (resolved.beam) {
+      const search = new BeamSearch(resolved.beam, resolved.maxTokens, resolved.stopTokenIds);
+      group.beams = new BeamGroup(first, resolved.promptIds.length, search, resolved.sampling, {
+        fork: (parent) => this.forkBeam(parent),
+        drop: (beam) => this.dropSequence(beam),
+      });
+    }
     const cancel = (): void => {
       group.cancelRequested = true;
       this.kick();
@@ -170,29 +209,33 @@ export class Engine {
     for (const seq of sequences) this.active.add(seq);
     this.scheduler.add(first);
     this.kick();
-    return this.stream(group, resolved.n, cancel);
+    return this.stream(group, cancel);
   }
 
-  /** The group's events until each of its `n` sequences has sent its done event. */
-  private async *stream(group: RequestGroup, n: number, cancel: () => void): AsyncGenerator<GenerationEvent> {
-    let open = n;
+  /** The group's events until it has sent every done event it owes. */
+  private async *stream(group: RequestGroup, cancel: () => void): AsyncGenerator<GenerationEvent> {
+    let done = 0;
     try {
-      while (open > 0) {
+      while (done < group.expectedDone) {
         const event = await group.events.next();
         if (event instanceof Error) throw event;
-        if (event.type === 'done') open--;
+        if (event.type === 'done') done++;
         yield event;
       }
     } finally {
-      if (open > 0) cancel();
+      if (done < group.expectedDone) cancel();
     }
   }
 
-  /** One engine step: retire cancelled requests, schedule, run one batched pass, sample and stream. */
+  /** One engine step: retire cancelled requests, schedule, propose, run one batched pass, sample and stream. */
   async step(): Promise<void> {
-    for (const req of this.active) if (req.group.cancelRequested && !req.sequence.finished) {
-      req.sequence.cancel();
-      this.retire(req);
+    for (const req of this.active) {
+      if (!req.group.cancelRequested) continue;
+      if (req.group.beams) this.endBeamSearch(req.group, req.sequence, true);
+      else if (!req.sequence.finished) {
+        req.sequence.cancel();
+        this.retire(req);
+      }
     }
     const plan = this.scheduler.schedule();
     for (const { seq, cachedTokens } of plan.admitted) {
@@ -202,29 +245,119 @@ export class Engine {
     }
     if (plan.rows.length === 0) return;
 
+    const proposals = await this.propose(plan.rows);
     const starts = plan.rows.map((r) => r.seq.kv.length);
+    const fed = plan.rows.map((r) => r.tokens.length);
+    plan.rows.forEach((row, i) => row.tokens.push(...(proposals[i]?.tokens ?? [])));
     const logits = await this.runner.forward(plan.rows.map((r) => ({ kv: r.seq.kv, tokens: r.tokens })));
     this.counters.steps++;
     this.counters.lastBatchSize = plan.rows.length;
     this.counters.lastStepTokens = plan.rows.reduce((n, r) => n + r.tokens.length, 0);
 
-    plan.rows.forEach(({ seq: req, tokens, samples }, i) => {
+    plan.rows.forEach(({ seq: req, samples }, i) => {
+      const decode = samples && fed[i] === 1 && starts[i] >= req.sequence.request.promptIds.length;
+      if (!decode) this.counters.prefillTokens += fed[i];
+      const proposal = proposals[i];
+      if (proposal) return this.verify(req, proposal, (j) => logits.at(i, fed[i] - 1 + j), starts[i] + fed[i]);
       this.kv.commit(req.kv, req.tokens);
-      const decode = samples && tokens.length === 1 && starts[i] >= req.sequence.request.promptIds.length;
-      if (!decode) this.counters.prefillTokens += tokens.length;
       if (!samples || req.sequence.finished) return;
+      if (req.group.beams) return this.onBeamLogits(req, logits.last(i));
       // The prompt is prefilled: siblings fork its cache now and sample from the same logits.
       const forks = req.forks.splice(0).map((child) => this.startFork(req, child));
       for (const seq of [req, ...forks]) this.sample(seq, logits.last(i));
     });
   }
 
+  /** Proposals for the rows the scheduler gave room to speculate (undefined for the others). */
+  private async propose(rows: readonly { seq: EngineRequest; lookahead: number }[]): Promise<(Proposal | undefined)[]> {
+    const speculating = rows.flatMap((row, i) => (row.lookahead > 0 && row.seq.sequence.request.speculative ? [i] : []));
+    const out: (Proposal | undefined)[] = rows.map(() => undefined);
+    if (speculating.length === 0) return out;
+    const proposals = await this.speculator.propose(
+      speculating.map((i) => {
+        const { seq, lookahead } = rows[i];
+        const { speculative, sampling } = seq.sequence.request;
+        return { id: seq.id, tokens: seq.tokens, count: lookahead, params: speculative!, sampling, seed: seq.sequence.seed };
+      }),
+    );
+    speculating.forEach((i, k) => (out[i] = proposals[k]));
+    return out;
+  }
+
+  /**
+   * Settles a row's proposals against the target's logits (`at(j)`: after the row's last settled token
+   * and j proposals), streams the tokens that stand plus the one the target gives after them, and drops
+   * the rejected positions from the cache.
+   */
+  private verify(req: EngineRequest, proposal: Proposal, at: (j: number) => Float32Array, settledLength: number): void {
+    let accepted = 0;
+    while (!req.sequence.finished) {
+      if (accepted === proposal.tokens.length) {
+        this.emitToken(req, req.sequence.onLogits(at(accepted))); // every proposal stood: the target's next token comes free
+        break;
+      }
+      const { event, accepted: stands } = req.sequence.onProposal(at(accepted), proposal.tokens[accepted], proposal.q[accepted]);
+      this.emitToken(req, event);
+      if (!stands) break;
+      accepted++;
+    }
+    this.counters.proposedTokens += proposal.tokens.length;
+    this.counters.acceptedTokens += accepted;
+    this.kv.truncate(req.kv, settledLength + accepted);
+    this.kv.commit(req.kv, req.tokens);
+    if (req.sequence.finished) this.retire(req);
+  }
+
   private sample(req: EngineRequest, logits: Float32Array): void {
-    const event = req.sequence.onLogits(logits);
+    this.emitToken(req, req.sequence.onLogits(logits));
+    if (req.sequence.finished) this.retire(req);
+  }
+
+  private emitToken(req: EngineRequest, event: TokenEvent): void {
     this.counters.generatedTokens++;
     req.tokens.push(event.tokenId);
     req.group.events.push(event);
-    if (req.sequence.finished) this.retire(req);
+    const speculative = req.sequence.request.speculative;
+    // Proposals past max_tokens would be verified for nothing; one token always comes from the pass itself.
+    if (speculative) req.lookahead = Math.max(0, Math.min(speculative.numTokens, req.sequence.request.maxTokens - req.sequence.outputIds.length - 1));
+  }
+
+  private onBeamLogits(beam: EngineRequest, logits: Float32Array): void {
+    const group = beam.group;
+    if (group.beams!.onLogits(beam, logits)) this.endBeamSearch(group, beam.sequence, false);
+  }
+
+  /** Emits the best candidates (or, cancelled, one cancelled completion) and drops every live beam. */
+  private endBeamSearch(group: RequestGroup, sequence: Sequence, cancelled: boolean): void {
+    const beams = group.beams!;
+    beams.abandon();
+    if (cancelled) {
+      sequence.cancel();
+      group.expectedDone = 1;
+      group.events.push(sequence.done());
+      return;
+    }
+    const best = beams.best(sequence.request.n);
+    group.expectedDone = best.length;
+    best.forEach((h, index) => {
+      this.counters.generatedTokens += h.tokens.length;
+      group.events.push(sequence.doneWith(h.tokens, h.finishReason, { score: h.score, cumulativeLogprob: h.cumulativeLogprob }, index));
+    });
+  }
+
+  /** A new beam sharing `parent`'s cache copy-on-write, running beside it (or waiting, if `parent` was preempted). */
+  private forkBeam(parent: EngineRequest): EngineRequest {
+    const child: EngineRequest = { ...parent, id: this.nextId++, kv: this.kv.fork(parent.kv), tokens: [...parent.tokens], forks: [] };
+    this.active.add(child);
+    if (this.scheduler.running.includes(parent)) this.scheduler.adopt(child);
+    else this.scheduler.add(child);
+    return child;
+  }
+
+  private dropSequence(req: EngineRequest): void {
+    this.scheduler.remove(req);
+    this.speculator.release(req.id);
+    this.active.delete(req);
   }
 
   /** A sibling takes a copy-on-write share of every block of `parent` and runs from here on its own. */
@@ -247,6 +380,7 @@ export class Engine {
     } else {
       this.scheduler.remove(req);
     }
+    this.speculator.release(req.id);
     this.active.delete(req);
     req.group.events.push(req.sequence.done());
     // Siblings that never forked (cancelled before the prompt was prefilled) end with it.
@@ -329,4 +463,25 @@ export class Engine {
       running: this.scheduler.running.length,
     };
   }
+}
+
+/** Loads the draft model for speculation; it must read and write the target's token ids. */
+async function loadDraft(
+  runtime: OrtRuntime,
+  options: EngineOptions,
+  target: ModelConfig,
+  targetTokenizer: Record<string, unknown>,
+  samplableVocab: number,
+): Promise<DraftModelProposer> {
+  const draft = options.draft!;
+  const files = await loadModelFiles(draft.source, draft.dtype ?? 'fp32');
+  if (files.config.vocabSize !== target.vocabSize || JSON.stringify(files.tokenizerJson.model) !== JSON.stringify(targetTokenizer.model)) {
+    throw new InvalidRequestError('draft', 'the draft model must share the target model\'s tokenizer and vocabulary');
+  }
+  const runner = await ModelRunner.create(runtime, files.onnx, files.config, options);
+  const blockSize = options.blockSize ?? 16;
+  const bytes = draft.kvCacheBytes ?? options.kvCacheBytes ?? 64 * 2 ** 20;
+  const numBlocks = Math.floor(bytes / (blockSize * kvBytesPerToken(files.config)));
+  const kv = new KvCacheManager(new BlockPool(files.config, Math.max(1, numBlocks), blockSize), `draft:${options.modelId ?? 'default'}`);
+  return new DraftModelProposer(runner, kv, Math.min(samplableVocab, files.config.vocabSize));
 }

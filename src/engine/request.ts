@@ -1,5 +1,7 @@
 import { CapacityError, InvalidRequestError } from './errors.js';
+import { resolveBeamParams, type BeamParams } from './beam/params.js';
 import { resolveSamplingParams, type SamplingParams } from './sampling/params.js';
+import { resolveSpeculativeParams, type SpeculativeParams } from './speculative/params.js';
 import { validateStops } from './stop-strings.js';
 
 /** A chat message as OpenAI's API carries it. */
@@ -35,9 +37,19 @@ export interface GenerationRequest {
   presence_penalty?: number;
   repetition_penalty?: number;
   logit_bias?: Record<string, number> | null;
+  /** Only these token ids may be generated (vLLM). */
+  allowed_token_ids?: readonly number[] | null;
   seed?: number | null;
   logprobs?: boolean;
   top_logprobs?: number;
+  /** Speculative decoding for this request; null turns off the engine's default. */
+  speculative?: { method: 'ngram' | 'draft'; num_tokens: number } | null;
+  /** Beam search (vLLM): returns the n best of `beam_width` (or `best_of`) beams, with their scores. */
+  use_beam_search?: boolean;
+  beam_width?: number;
+  best_of?: number;
+  length_penalty?: number;
+  early_stopping?: boolean | 'never';
 }
 
 export const DEFAULT_MAX_TOKENS = 256;
@@ -91,6 +103,9 @@ export interface ResolvedRequest {
   stops: string[];
   /** Token ids that end the generation: the model's EOS ids (unless ignore_eos) and stop_token_ids. */
   stopTokenIds: ReadonlySet<number>;
+  speculative: SpeculativeParams | undefined;
+  /** Set for beam search; `n` is then how many of the best finished beams are returned. */
+  beam: BeamParams | undefined;
 }
 
 /** What a request is checked against: the model, its tokenizer and the engine's limits. */
@@ -106,6 +121,9 @@ export interface RequestContext {
   eosTokenIds: readonly number[];
   maxN: number;
   kv: { blocksFor(tokens: number): number; total: number };
+  hasDraftModel: boolean;
+  /** The engine's speculation for requests that do not say. */
+  defaultSpeculative: SpeculativeParams | undefined;
 }
 
 /** Tokenises the prompt and checks every parameter; throws InvalidRequestError naming the first bad one. */
@@ -132,20 +150,53 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
   if (!Number.isSafeInteger(n) || n < 1 || n > ctx.maxN) {
     throw new InvalidRequestError('n', `n must be an integer in [1, ${ctx.maxN}], got ${JSON.stringify(request.n)}`);
   }
-  // Forks share the prompt's blocks; each needs its own blocks for its completion, plus one copy-on-write.
-  const needed = ctx.kv.blocksFor(promptIds.length + maxTokens) + (n - 1) * (ctx.kv.blocksFor(maxTokens) + 1);
+  const beam = resolveBeamParams(request, n, ctx.maxN);
+  // Forks (and beams) share the prompt's blocks; each needs its own for its completion, plus one copy-on-write.
+  const forks = beam?.width ?? n;
+  const needed = ctx.kv.blocksFor(promptIds.length + maxTokens) + (forks - 1) * (ctx.kv.blocksFor(maxTokens) + 1);
   if (needed > ctx.kv.total) {
     throw new CapacityError(
       'max_tokens',
-      `prompt (${promptIds.length} tokens) + max_tokens (${maxTokens}) × n (${n}) needs ${needed} KV blocks; the cache has ${ctx.kv.total}`,
+      `prompt (${promptIds.length} tokens) + max_tokens (${maxTokens}) × ${beam ? 'beam width' : 'n'} (${forks}) needs ${needed} KV blocks; the cache has ${ctx.kv.total}`,
       'kv_cache_capacity_exceeded',
     );
   }
-  const sampling = resolveSamplingParams(request, ctx.samplableVocab);
+  if (beam) refuseWithBeamSearch(request);
+  const sampling = resolveSamplingParams(beam ? { ...request, temperature: 0 } : request, ctx.samplableVocab);
+  const speculative = beam ? undefined : resolveSpeculativeParams(request.speculative, ctx.hasDraftModel, ctx.defaultSpeculative);
   const stops = validateStops(request.stop);
   const stopTokenIds = new Set<number>(request.ignore_eos ? [] : ctx.eosTokenIds);
   const extra = request.stop_token_ids ?? [];
   if (!Array.isArray(extra)) throw new InvalidRequestError('stop_token_ids', 'stop_token_ids must be an array of token ids');
   if (extra.length > 0) for (const id of checkTokenIds(extra, ctx.vocabSize, 'stop_token_ids')) stopTokenIds.add(id);
-  return { promptIds, maxTokens, n, sampling, stops, stopTokenIds };
+  return { promptIds, maxTokens, n, sampling, stops, stopTokenIds, speculative, beam };
+}
+
+/**
+ * Beam search ranks whole sequences by log-probability, so what reshapes or samples the distribution,
+ * streams text, or cuts text mid-token has no meaning there (as vLLM): refused by name, not ignored.
+ */
+function refuseWithBeamSearch(request: GenerationRequest): void {
+  const given = (v: unknown): boolean => v !== undefined && v !== null;
+  const neutral: [keyof GenerationRequest, (v: unknown) => boolean][] = [
+    ['temperature', (v) => v === 0],
+    ['top_p', (v) => v === 1],
+    ['top_k', (v) => v === 0 || v === -1],
+    ['min_p', (v) => v === 0],
+    ['frequency_penalty', (v) => v === 0],
+    ['presence_penalty', (v) => v === 0],
+    ['repetition_penalty', (v) => v === 1],
+    ['logprobs', (v) => v === false],
+    ['top_logprobs', (v) => v === 0],
+    ['speculative', () => false],
+  ];
+  for (const [param, isNeutral] of neutral) {
+    if (given(request[param]) && !isNeutral(request[param])) {
+      throw new InvalidRequestError(param, `${param} cannot be used with beam search`, 'unsupported_parameter');
+    }
+  }
+  const stop = request.stop;
+  if (given(stop) && (typeof stop === 'string' || (Array.isArray(stop) && stop.length > 0))) {
+    throw new InvalidRequestError('stop', 'stop strings cannot be used with beam search; use stop_token_ids', 'unsupported_parameter');
+  }
 }

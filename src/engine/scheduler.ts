@@ -6,6 +6,11 @@ export interface SchedulableSequence {
   /** Prompt and generated tokens so far; the pass computes those from kv.length on. */
   readonly tokens: readonly number[];
   kv: PagedSequenceKv;
+  /**
+   * Positions a decoding sequence would like beyond its tokens this step (speculative proposals for the
+   * pass to verify). Reserved only when the pool has them to spare: never worth a preemption.
+   */
+  readonly lookahead?: number;
 }
 
 export interface SchedulerLimits {
@@ -17,7 +22,14 @@ export interface SchedulerLimits {
 
 /** The plain record of what runs in one pass, as vLLM's scheduler output: the runner executes it. */
 export interface ScheduledStep<S extends SchedulableSequence> {
-  rows: { seq: S; tokens: number[]; /** True when the pass reaches the sequence's last known token, so a new one is sampled. */ samples: boolean }[];
+  rows: {
+    seq: S;
+    tokens: number[];
+    /** True when the pass reaches the sequence's last known token, so a new one is sampled. */
+    samples: boolean;
+    /** Extra positions reserved after `tokens` (and counted in the budget) for proposals to be verified. */
+    lookahead: number;
+  }[];
   /** Sequences that gave their blocks back this step and wait to be computed again. */
   preempted: S[];
   /** Sequences admitted from the queue this step, with their prefix-cache hits. */
@@ -118,12 +130,26 @@ export class Scheduler<S extends SchedulableSequence> {
       step.rows.push(this.row(seq, count));
       budget -= count;
     }
+
+    // Speculation last, from what is left: it must never cost another sequence its place or its blocks.
+    for (const row of step.rows) {
+      if (budget <= 0) break;
+      row.lookahead = this.reserveLookahead(row, budget);
+      budget -= row.lookahead;
+    }
     return step;
   }
 
   private row(seq: S, count: number): ScheduledStep<S>['rows'][number] {
     const start = seq.kv.length;
-    return { seq, tokens: seq.tokens.slice(start, start + count), samples: start + count === seq.tokens.length };
+    return { seq, tokens: seq.tokens.slice(start, start + count), samples: start + count === seq.tokens.length, lookahead: 0 };
+  }
+
+  /** Room for a sampling row's proposals, when the budget and the pool's spare blocks allow; else 0. */
+  private reserveLookahead({ seq, tokens, samples }: ScheduledStep<S>['rows'][number], budget: number): number {
+    const wanted = Math.min(seq.lookahead ?? 0, budget);
+    if (!samples || wanted <= 0) return 0;
+    return this.kv.reserve(seq.kv, tokens.length + wanted) ? wanted : 0;
   }
 
   private preempt(seq: S, step: ScheduledStep<S>): void {

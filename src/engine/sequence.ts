@@ -1,7 +1,7 @@
 import type { RequestMetrics } from './metrics.js';
 import { RequestClock } from './metrics.js';
 import type { ResolvedRequest } from './request.js';
-import { TokenSampler } from './sampling/sampler.js';
+import { TokenSampler, type SampledToken } from './sampling/sampler.js';
 import { StopStringMatcher } from './stop-strings.js';
 import type { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { IncrementalDetokenizer } from '../tokenizer/incremental-detokenizer.js';
@@ -30,6 +30,10 @@ export interface DoneEvent {
   finishReason: FinishReason;
   /** What ended a `stop` finish (as vLLM's stop_reason): the stop token's id, `'string'` for a stop string, else null. */
   stopReason: number | 'string' | null;
+  /** Beam search only: this candidate's rank score (cumulativeLogprob / length^α) and summed log-probability. */
+  beam?: { score: number; cumulativeLogprob: number };
+  /** Speculative decoding only: tokens proposed to the target, and how many it accepted. */
+  speculation?: { proposedTokens: number; acceptedTokens: number };
   /** The whole completion: exactly the concatenation of the token events' texts. */
   text: string;
   promptIds: number[];
@@ -54,10 +58,12 @@ export class Sequence {
   private readonly stopMatcher: StopStringMatcher;
   private readonly clock = new RequestClock();
   cachedTokens = 0;
+  /** Speculative proposals verified for this sequence, and how many stood. */
+  readonly speculation = { proposedTokens: 0, acceptedTokens: 0 };
 
   constructor(
     readonly request: ResolvedRequest,
-    tokenizer: TextTokenizer,
+    private readonly tokenizer: TextTokenizer,
     /** Ids from here up exist in the model but not in the tokenizer: never sampled. */
     private readonly samplableVocab: number,
     /** Which of the request's `n` completions this is. */
@@ -74,7 +80,30 @@ export class Sequence {
 
   /** Samples the next token from the logits after this sequence's last token, and advances its state. */
   onLogits(logits: Float32Array): TokenEvent {
-    const sampled = this.sampler.sample(logits.length > this.samplableVocab ? logits.subarray(0, this.samplableVocab) : logits);
+    return this.emit(this.sampler.sample(this.samplable(logits)));
+  }
+
+  /**
+   * Settles one speculative proposal against the target's logits at its position (see TokenSampler.verify)
+   * and advances the state with whichever token stands: the proposal, or the token drawn in its place.
+   */
+  onProposal(logits: Float32Array, proposed: number, draft?: Float64Array): { event: TokenEvent; accepted: boolean } {
+    const verdict = this.sampler.verify(this.samplable(logits), proposed, draft);
+    this.speculation.proposedTokens++;
+    if (verdict.accepted) this.speculation.acceptedTokens++;
+    return { event: this.emit(verdict), accepted: verdict.accepted };
+  }
+
+  /** The seed the sampler uses, so proposers can draw reproducibly from a stream of their own. */
+  get seed(): number {
+    return this.sampler.seed;
+  }
+
+  private samplable(logits: Float32Array): Float32Array {
+    return logits.length > this.samplableVocab ? logits.subarray(0, this.samplableVocab) : logits;
+  }
+
+  private emit(sampled: SampledToken): TokenEvent {
     const tokenId = sampled.tokenId;
     this.outputIds.push(tokenId);
     this.clock.token();
@@ -114,7 +143,26 @@ export class Sequence {
       promptIds: this.request.promptIds,
       tokenIds: [...this.outputIds],
       metrics: this.clock.metrics(this.request.promptIds.length, this.cachedTokens),
+      ...(this.request.speculative ? { speculation: { ...this.speculation } } : {}),
     };
+  }
+
+  /**
+   * The done event of a completion chosen elsewhere (a beam search candidate), detokenised as its stream
+   * would have been: a final stop token adds no text.
+   */
+  doneWith(tokenIds: number[], finishReason: 'stop' | 'length', beam: DoneEvent['beam'], index: number): DoneEvent {
+    const last = tokenIds[tokenIds.length - 1];
+    const stopped = finishReason === 'stop' && this.request.stopTokenIds.has(last);
+    const detokenizer = new IncrementalDetokenizer(this.tokenizer, { skipSpecialTokens: true });
+    let text = '';
+    for (const id of stopped ? tokenIds.slice(0, -1) : tokenIds) text += detokenizer.push(id);
+    text += detokenizer.flush();
+    const metrics = this.clock.metrics(this.request.promptIds.length, this.cachedTokens);
+    // Nothing streams before the search ends, so the first token arrives with the last.
+    metrics.completionTokens = tokenIds.length;
+    metrics.ttftMs = metrics.totalMs;
+    return { type: 'done', index, finishReason, stopReason: stopped ? last : null, beam, text, promptIds: this.request.promptIds, tokenIds, metrics };
   }
 
   /** Finishes and releases text held back for an unfinished character or a possible stop string. */

@@ -148,6 +148,20 @@ export class KvCacheManager {
     return child;
   }
 
+  /**
+   * Forgets every position from `length` on (rejected speculative tokens): blocks past the new end go
+   * back to the pool, and a kept partial block is rewritten in place by the next pass (reserve copies it
+   * first if it is shared or cached).
+   */
+  truncate(kv: PagedSequenceKv, length: number): void {
+    if (!Number.isInteger(length) || length < 0 || length > kv.length) throw new RangeError(`cannot truncate ${kv.length} positions to ${length}`);
+    const keep = this.blocksFor(length);
+    for (let i = kv.blocks.length - 1; i >= keep; i--) this.pool.release(kv.blocks[i]);
+    kv.blocks.length = Math.min(kv.blocks.length, keep);
+    kv.hashes.length = Math.min(kv.hashes.length, Math.floor(length / this.pool.blockSize));
+    kv.length = length;
+  }
+
   /** Gives every block back; the tail first, so that a prefix's blocks stay cached longest. */
   free(kv: PagedSequenceKv): void {
     for (let i = kv.blocks.length - 1; i >= 0; i--) this.pool.release(kv.blocks[i]);

@@ -21,6 +21,8 @@ export interface SamplingParams {
   repetitionPenalty: number;
   /** token id -> value added to its logit, [-100, 100]. */
   logitBias: Map<number, number>;
+  /** vLLM's allowed_token_ids: only these may be generated; undefined = all. */
+  allowedTokenIds: ReadonlySet<number> | undefined;
   /** undefined = draw a fresh seed per request. */
   seed: number | undefined;
   logprobs: boolean;
@@ -37,6 +39,7 @@ export const DEFAULT_SAMPLING: Readonly<SamplingParams> = Object.freeze({
   presencePenalty: 0,
   repetitionPenalty: 1,
   logitBias: new Map<number, number>(),
+  allowedTokenIds: undefined,
   seed: undefined,
   logprobs: false,
   topLogprobs: 0,
@@ -56,6 +59,7 @@ export interface SamplingInput {
   presence_penalty?: unknown;
   repetition_penalty?: unknown;
   logit_bias?: unknown;
+  allowed_token_ids?: unknown;
   seed?: unknown;
   logprobs?: unknown;
   top_logprobs?: unknown;
@@ -112,6 +116,19 @@ function resolveLogitBias(v: unknown, vocabSize: number): Map<number, number> {
   return bias;
 }
 
+function resolveAllowedTokenIds(v: unknown, vocabSize: number): Set<number> | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (!Array.isArray(v) || v.length === 0) {
+    throw new InvalidRequestError('allowed_token_ids', `allowed_token_ids must be a non-empty array of token ids, got ${describe(v)}`);
+  }
+  v.forEach((id: unknown, i) => {
+    if (typeof id !== 'number' || !Number.isSafeInteger(id) || id < 0 || id >= vocabSize) {
+      throw new InvalidRequestError('allowed_token_ids', `allowed_token_ids[${i}] = ${describe(id)} is not a token id in [0, ${vocabSize})`);
+    }
+  });
+  return new Set(v as number[]);
+}
+
 /**
  * Checks every sampling field of a request and returns the resolved settings; throws
  * InvalidRequestError naming the first bad field (OpenAI spelling) before anything is computed.
@@ -119,7 +136,7 @@ function resolveLogitBias(v: unknown, vocabSize: number): Map<number, number> {
  * Ranges: temperature [0, 2]; top_p (0, 1]; top_k integer >= 1, or 0 / -1 = off (as vLLM);
  * min_p [0, 1]; frequency_penalty and presence_penalty [-2, 2]; repetition_penalty (0, 2] (1 = off;
  * above 2 is refused as it only ever wrecks the text); logit_bias keys decimal token ids in
- * [0, vocabSize), values [-100, 100]; seed any safe integer; logprobs boolean; top_logprobs integer
+ * [0, vocabSize), values [-100, 100]; allowed_token_ids a non-empty list of ids in [0, vocabSize); seed any safe integer; logprobs boolean; top_logprobs integer
  * [0, 20], and > 0 only together with logprobs: true (OpenAI).
  */
 export function resolveSamplingParams(input: SamplingInput, vocabSize: number): SamplingParams {
@@ -146,6 +163,7 @@ export function resolveSamplingParams(input: SamplingInput, vocabSize: number): 
   if (!(repetitionPenalty > 0 && repetitionPenalty <= 2)) outOfRange('repetition_penalty', repetitionPenalty, '(0, 2]');
 
   const logitBias = resolveLogitBias(input.logit_bias, vocabSize);
+  const allowedTokenIds = resolveAllowedTokenIds(input.allowed_token_ids, vocabSize);
 
   const seedRaw = input.seed;
   let seed: number | undefined;
@@ -177,6 +195,7 @@ export function resolveSamplingParams(input: SamplingInput, vocabSize: number): 
     presencePenalty,
     repetitionPenalty,
     logitBias,
+    allowedTokenIds,
     seed,
     logprobs,
     topLogprobs,

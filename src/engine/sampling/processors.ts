@@ -13,6 +13,12 @@ export function applyLogitBias(logits: Float32Array, bias: ReadonlyMap<number, n
   }
 }
 
+/** vLLM allowed_token_ids: every other token becomes -Infinity. */
+export function applyAllowedTokens(logits: Float32Array, allowed: ReadonlySet<number> | undefined): void {
+  if (!allowed) return;
+  for (let i = 0; i < logits.length; i++) if (!allowed.has(i)) logits[i] = -Infinity;
+}
+
 /**
  * CTRL / HF repetition penalty over every id in `seen` (prompt + generated): a positive logit is
  * divided by the penalty, a negative one multiplied, so penalty > 1 always makes the token less likely.

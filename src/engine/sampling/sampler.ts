@@ -4,7 +4,7 @@
  * Order, per step (each stage is skipped when its parameter is neutral):
  *   0. copy the model's logits into scratch, NaN -> -Infinity, +Infinity -> largest float32
  *      (logprobs are taken here, from these RAW logits: log-softmax before any processor, as vLLM)
- *   1. logit_bias                    logit[id] += bias
+ *   1. logit_bias                    logit[id] += bias; allowed_token_ids: all others -Infinity
  *   2. repetition_penalty            over prompt + generated ids (positive / p, negative * p)
  *   3. frequency / presence penalty  over generated ids (OpenAI formula)
  *   4. temperature == 0  ->  greedy: argmax, lowest id on ties; stages 5-9 skipped
@@ -18,6 +18,7 @@
  */
 import type { SamplingParams } from './params.js';
 import {
+  applyAllowedTokens,
   applyFrequencyPresencePenalties,
   applyLogitBias,
   applyMinP,
@@ -82,6 +83,50 @@ export class TokenSampler {
 
   /** Picks the next token from one (vocab) row of logits (left untouched) and records it. */
   sample(logits: Float32Array): SampledToken {
+    const work = this.process(logits);
+    let tokenId: number;
+    if (this.params.temperature === 0) tokenId = this.greedy(work);
+    else {
+      tokenId = this.drawFrom(this.warp(work), -1);
+      if (tokenId < 0) tokenId = argmax(this.raw);
+    }
+    return this.record(tokenId);
+  }
+
+  /**
+   * Speculative verification: does `proposed` stand as the token after these (target) logits? `draft` is
+   * the distribution the proposer drew it from; none means it was proposed deterministically (q = 1 on
+   * it). Greedy: it stands iff it is the argmax, which replaces it otherwise. Sampling: the rule of
+   * Leviathan et al. and Chen et al.: it stands with probability min(1, p/q), else a token is drawn from
+   * normalise(max(0, p - q)). Either way the token is distributed exactly as sample() would draw it.
+   * Records the token like sample().
+   */
+  verify(logits: Float32Array, proposed: number, draft?: Float64Array): SampledToken & { accepted: boolean } {
+    const work = this.process(logits);
+    if (this.params.temperature === 0) {
+      const tokenId = this.greedy(work);
+      return { ...this.record(tokenId), accepted: tokenId === proposed };
+    }
+    const total = this.warp(work);
+    const weights = this.weights;
+    const p = total > 0 ? weights[proposed] / total : 0;
+    const q = draft ? draft[proposed] : 1;
+    if (q > 0 && this.rng.nextFloat() * q < p) return { ...this.record(proposed), accepted: true };
+    // Rejected: the residual max(0, p - q), unnormalised, over the same weights.
+    let residual = 0;
+    for (let i = 0; i < weights.length; i++) {
+      const w = Math.max(0, weights[i] / total - (draft ? draft[i] : i === proposed ? 1 : 0));
+      weights[i] = w;
+      residual += w;
+    }
+    // p == q exactly leaves no residual, but then the proposal was accepted with probability 1.
+    let tokenId = residual > 0 ? this.drawFrom(residual, proposed) : proposed;
+    if (tokenId < 0) tokenId = argmax(this.raw);
+    return { ...this.record(tokenId), accepted: false };
+  }
+
+  /** Stages 0-3: sanitised raw logits into `raw`, then bias and penalties into `work`. */
+  private process(logits: Float32Array): Float32Array {
     if (logits.length !== this.vocabSize) {
       throw new RangeError(`logits row has ${logits.length} entries, the sampler was built for ${this.vocabSize}`);
     }
@@ -91,30 +136,45 @@ export class TokenSampler {
       raw[i] = v === v ? (v === Infinity ? FLOAT32_MAX : v) : -Infinity;
     }
     work.set(raw);
-
     applyLogitBias(work, params.logitBias);
+    applyAllowedTokens(work, params.allowedTokenIds);
     applyRepetitionPenalty(work, this.seen, params.repetitionPenalty);
     applyFrequencyPresencePenalties(work, this.generated, params.frequencyPenalty, params.presencePenalty);
+    return work;
+  }
 
-    let tokenId: number;
-    if (params.temperature === 0) {
-      tokenId = argmax(work);
-      if (!(work[tokenId] > -Infinity)) tokenId = argmax(raw);
-    } else {
-      applyTemperature(work, params.temperature);
-      applyTopK(work, params.topK);
-      applyTopP(work, params.topP);
-      applyMinP(work, params.minP);
-      tokenId = this.draw(work);
-      if (tokenId < 0) tokenId = argmax(raw);
+  private greedy(work: Float32Array): number {
+    const tokenId = argmax(work);
+    return work[tokenId] > -Infinity ? tokenId : argmax(this.raw);
+  }
+
+  /** Stages 5-9 up to the draw: fills `weights` with softmax numerators of the survivors; returns their sum. */
+  private warp(work: Float32Array): number {
+    const { params } = this;
+    applyTemperature(work, params.temperature);
+    applyTopK(work, params.topK);
+    applyTopP(work, params.topP);
+    applyMinP(work, params.minP);
+    let max = -Infinity;
+    for (let i = 0; i < work.length; i++) if (work[i] > max) max = work[i];
+    const weights = this.weights;
+    let total = 0;
+    for (let i = 0; i < work.length; i++) {
+      const w = max > -Infinity && work[i] > -Infinity ? Math.exp(work[i] - max) : 0;
+      weights[i] = w;
+      total += w;
     }
+    return total;
+  }
 
+  /** Records the chosen token for the penalties and reports its logprobs. */
+  private record(tokenId: number): SampledToken {
     this.accept(tokenId);
     const out: SampledToken = { tokenId };
-    if (params.logprobs) {
-      const lse = logSumExp(raw);
-      out.logprob = raw[tokenId] - lse;
-      out.topLogprobs = topLogprobs(raw, params.topLogprobs, lse);
+    if (this.params.logprobs) {
+      const lse = logSumExp(this.raw);
+      out.logprob = this.raw[tokenId] - lse;
+      out.topLogprobs = topLogprobs(this.raw, this.params.topLogprobs, lse);
     }
     return out;
   }
@@ -128,22 +188,14 @@ export class TokenSampler {
     if (this.params.repetitionPenalty !== 1) this.seen.add(tokenId);
   }
 
-  /** Inverse CDF over softmax(logits), ids ascending; -1 when every logit is -Infinity. */
-  private draw(logits: Float32Array): number {
-    let max = -Infinity;
-    for (let i = 0; i < logits.length; i++) if (logits[i] > max) max = logits[i];
-    if (max === -Infinity) return -1;
+  /** Inverse CDF over `weights` (summing to `total`), ids ascending; `empty` when every weight is 0. */
+  private drawFrom(total: number, empty: number): number {
+    if (!(total > 0)) return empty;
     const weights = this.weights;
-    let total = 0;
-    for (let i = 0; i < logits.length; i++) {
-      const w = logits[i] > -Infinity ? Math.exp(logits[i] - max) : 0;
-      weights[i] = w;
-      total += w;
-    }
     // Same values summed in the same order as `total`, so the walk always ends inside the loop.
     const u = this.rng.nextFloat() * total;
     let cumulative = 0;
-    let last = -1;
+    let last = empty;
     for (let i = 0; i < weights.length; i++) {
       const w = weights[i];
       if (w === 0) continue;

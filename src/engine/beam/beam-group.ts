@@ -1,0 +1,68 @@
+import type { SamplingParams } from '../sampling/params.js';
+import { beamLogprobs, type BeamHypothesis, type BeamSearch } from './beam-search.js';
+
+/** What a beam group needs from the engine that runs its beams. */
+export interface BeamHost<S> {
+  /** A new beam continuing `parent`: its tokens copied, its cache shared copy-on-write, in the batch. */
+  fork(parent: S): S;
+  /** A pruned beam: out of the batch, its blocks given back. */
+  drop(beam: S): void;
+}
+
+/**
+ * The live beams of one beam search request. Every live beam is a sequence in the batch; each reports the
+ * logits after its last token as its pass completes (normally all in one pass; a preempted beam a pass or
+ * more later). Once all have reported, the search picks the next beams: a beam continued once keeps its
+ * sequence, one continued more than once is forked, one not continued is dropped.
+ */
+export class BeamGroup<S extends { tokens: number[] }> {
+  private live: { beam: S; cumulativeLogprob: number }[];
+  private readonly reported = new Map<S, Float64Array>();
+
+  constructor(
+    first: S,
+    private readonly promptLength: number,
+    private readonly search: BeamSearch,
+    private readonly sampling: SamplingParams,
+    private readonly host: BeamHost<S>,
+  ) {
+    this.live = [{ beam: first, cumulativeLogprob: 0 }];
+  }
+
+  get beams(): S[] {
+    return this.live.map((b) => b.beam);
+  }
+
+  /** Records `beam`'s next-token logits; runs the step when it was the last to report. True once the search is over. */
+  onLogits(beam: S, logits: Float32Array): boolean {
+    this.reported.set(beam, beamLogprobs(logits, this.sampling));
+    if (this.live.some((b) => !this.reported.has(b.beam))) return false;
+    const states = this.live.map((b) => ({ tokens: b.beam.tokens.slice(this.promptLength), cumulativeLogprob: b.cumulativeLogprob }));
+    const choices = this.search.step(states, this.live.map((b) => this.reported.get(b.beam)!));
+    this.reported.clear();
+
+    // Forks first, while every parent still ends at the token its logits were computed after.
+    const continued = new Set<number>();
+    const next = choices.map((choice) => {
+      const parent = this.live[choice.parent].beam;
+      const beam = continued.has(choice.parent) ? this.host.fork(parent) : parent;
+      continued.add(choice.parent);
+      return { beam, token: choice.token, cumulativeLogprob: choice.cumulativeLogprob };
+    });
+    this.live.forEach((b, i) => continued.has(i) || this.host.drop(b.beam));
+    for (const { beam, token } of next) beam.tokens.push(token);
+    this.live = next.map(({ beam, cumulativeLogprob }) => ({ beam, cumulativeLogprob }));
+    return this.live.length === 0;
+  }
+
+  /** Ends the search early (cancelled): every live beam is dropped. */
+  abandon(): void {
+    for (const { beam } of this.live) this.host.drop(beam);
+    this.live = [];
+    this.reported.clear();
+  }
+
+  best(n: number): BeamHypothesis[] {
+    return this.search.best(n);
+  }
+}
