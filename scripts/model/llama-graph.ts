@@ -19,7 +19,13 @@ import { layerPrefix, ropeInvFreq, type WeightMap } from './weights.js';
 const MASK_NEG = -1e9;
 const TOTAL: Dim = 'past_sequence_length + sequence_length';
 
-export function buildLlamaModel(p: LlamaShape, w: WeightMap, dtype: Dtype): ModelDef {
+/** I/O element types. `float16` for kv and logits is what optimum's fp16 exports (onnx-community's model_fp16.onnx) take and return. */
+export interface GraphIoTypes {
+  kv?: 'float32' | 'float16';
+  logits?: 'float32' | 'float16';
+}
+
+export function buildLlamaModel(p: LlamaShape, w: WeightMap, dtype: Dtype, io: GraphIoTypes = {}): ModelDef {
   if (p.numHeads % p.numKvHeads !== 0) throw new Error('num_attention_heads must be a multiple of num_key_value_heads');
   const g = new GraphBuilder();
   const ids = g.input({ name: 'input_ids', elemType: DataType.INT64, shape: ['batch_size', 'sequence_length'] });
@@ -27,17 +33,21 @@ export function buildLlamaModel(p: LlamaShape, w: WeightMap, dtype: Dtype): Mode
   const pos = g.input({ name: 'position_ids', elemType: DataType.INT64, shape: ['batch_size', 'sequence_length'] });
   const kvShape: Dim[] = ['batch_size', p.numKvHeads, 'past_sequence_length', p.headDim];
   const presentShape: Dim[] = ['batch_size', p.numKvHeads, TOTAL, p.headDim];
+  const kvType = io.kv === 'float16' ? DataType.FLOAT16 : DataType.FLOAT;
+  const logitsType = io.logits === 'float16' ? DataType.FLOAT16 : DataType.FLOAT;
+  // fp16 I/O: inputs are cast to float on the way in, outputs back to half on the way out (compute stays fp32).
+  const kvIn = (name: string) => {
+    const raw = g.input({ name, elemType: kvType, shape: kvShape });
+    return kvType === DataType.FLOAT ? raw : g.op('Cast', [raw], { name: `${name}/f32`, attrs: { to: int(DataType.FLOAT) } });
+  };
   const past: { key: string; value: string }[] = [];
+  for (let i = 0; i < p.numLayers; i++) past.push({ key: kvIn(`past_key_values.${i}.key`), value: kvIn(`past_key_values.${i}.value`) });
+  g.output({ name: 'logits', elemType: logitsType, shape: ['batch_size', 'sequence_length', p.vocabSize] });
   for (let i = 0; i < p.numLayers; i++) {
-    const key = g.input({ name: `past_key_values.${i}.key`, elemType: DataType.FLOAT, shape: kvShape });
-    const value = g.input({ name: `past_key_values.${i}.value`, elemType: DataType.FLOAT, shape: kvShape });
-    past.push({ key, value });
+    g.output({ name: `present.${i}.key`, elemType: kvType, shape: presentShape });
+    g.output({ name: `present.${i}.value`, elemType: kvType, shape: presentShape });
   }
-  g.output({ name: 'logits', elemType: DataType.FLOAT, shape: ['batch_size', 'sequence_length', p.vocabSize] });
-  for (let i = 0; i < p.numLayers; i++) {
-    g.output({ name: `present.${i}.key`, elemType: DataType.FLOAT, shape: presentShape });
-    g.output({ name: `present.${i}.value`, elemType: DataType.FLOAT, shape: presentShape });
-  }
+  const halfOut = (x: string, out: string) => g.op('Cast', [x], { name: `${out}/f16`, attrs: { to: int(DataType.FLOAT16) }, out });
 
   const ops = weightOps(g, p, w, dtype);
   const bias = maskBias(g, ids, mask); // (b, 1, 1, s, T)
@@ -47,13 +57,14 @@ export function buildLlamaModel(p: LlamaShape, w: WeightMap, dtype: Dtype): Mode
   for (let i = 0; i < p.numLayers; i++) {
     const l = layerPrefix(i);
     const h = rmsNorm(g, p, ops, x, `${l}.input_layernorm`);
-    const attn = attention(g, p, ops, h, l, i, past[i], rope, bias);
+    const attn = attention(g, p, ops, h, l, i, past[i], rope, bias, kvType === DataType.FLOAT ? undefined : halfOut);
     x = g.op('Add', [x, attn], { name: `${l}/attn_residual` });
     const h2 = rmsNorm(g, p, ops, x, `${l}.post_attention_layernorm`);
     x = g.op('Add', [x, mlp(g, ops, h2, l)], { name: `${l}/mlp_residual` });
   }
   const hf = rmsNorm(g, p, ops, x, 'model.norm');
-  ops.lmHead(hf, ids, 'logits');
+  if (logitsType === DataType.FLOAT) ops.lmHead(hf, ids, 'logits');
+  else halfOut(ops.lmHead(hf, ids, 'logits_f32'), 'logits');
 
   return {
     irVersion: 8,
@@ -136,6 +147,8 @@ function attention(
   past: { key: string; value: string },
   rope: Rope,
   bias: string,
+  /** Set for fp16 present outputs: casts the float present to the named half output. */
+  halfOut?: (x: string, out: string) => string,
 ): string {
   const a = `${l}.self_attn`;
   const hd = p.headDim;
@@ -148,8 +161,13 @@ function attention(
   const k = applyRope(g, p, toHeads(ops.linear(h, `${a}.k_proj.weight`), p.numKvHeads, `${a}/k`), rope, `${a}/k_rope`);
   const v = toHeads(ops.linear(h, `${a}.v_proj.weight`), p.numKvHeads, `${a}/v`);
   const axis2 = { axis: int(2) };
-  const key = g.op('Concat', [past.key, k], { name: `${a}/present_key`, attrs: axis2, out: `present.${i}.key` }); // (b, kv, T, hd)
-  const value = g.op('Concat', [past.value, v], { name: `${a}/present_value`, attrs: axis2, out: `present.${i}.value` });
+  const presentName = (kind: string) => (halfOut ? undefined : `present.${i}.${kind}`);
+  const key = g.op('Concat', [past.key, k], { name: `${a}/present_key`, attrs: axis2, out: presentName('key') }); // (b, kv, T, hd)
+  const value = g.op('Concat', [past.value, v], { name: `${a}/present_value`, attrs: axis2, out: presentName('value') });
+  if (halfOut) {
+    halfOut(key, `present.${i}.key`);
+    halfOut(value, `present.${i}.value`);
+  }
 
   // GQA without copying K/V: query heads grouped by the kv head they share, broadcast over the group.
   const q5 = g.op('Reshape', [q, g.i64([0, p.numKvHeads, group, -1, hd])], { name: `${a}/q_groups` }); // (b, kv, g, s, hd)

@@ -32,10 +32,29 @@ function idList(v: unknown): number[] {
   return [];
 }
 
+/**
+ * Decoder-only architectures whose Hugging Face ONNX exports the runner can feed: the engine runs the
+ * graph as it is, so what matters is the KV cache (one key and one value per layer, shaped
+ * (batch, num_key_value_heads, past, head_dim)) and a config.json that states those sizes. Others
+ * (sliding-window caches, recurrent state, encoder-decoders) are refused by name.
+ */
+export const SUPPORTED_MODEL_TYPES: readonly string[] = ['llama', 'mistral', 'qwen2', 'qwen3', 'phi3', 'gemma', 'granite'];
+
 /** Reads `config.json` (and optionally `generation_config.json`) into a ModelConfig. */
 export function parseModelConfig(config: Json, generationConfig: Json = {}): ModelConfig {
-  if (config.model_type !== 'llama') {
-    throw new InvalidRequestError('config', `unsupported model_type ${JSON.stringify(config.model_type)}; expected "llama"`);
+  if (typeof config.model_type !== 'string' || !SUPPORTED_MODEL_TYPES.includes(config.model_type)) {
+    throw new InvalidRequestError(
+      'model',
+      `config.json: model_type ${JSON.stringify(config.model_type)} is not supported; the engine serves ${SUPPORTED_MODEL_TYPES.join(', ')}`,
+      'unsupported_model',
+    );
+  }
+  if (typeof config.sliding_window === 'number' && config.use_sliding_window !== false && config.sliding_window < positiveInt(config, 'max_position_embeddings')) {
+    throw new InvalidRequestError(
+      'model',
+      `config.json: sliding_window ${config.sliding_window} is shorter than the context (${config.max_position_embeddings}); the paged KV cache keeps every position`,
+      'unsupported_model',
+    );
   }
   const hiddenSize = positiveInt(config, 'hidden_size');
   const numHeads = positiveInt(config, 'num_attention_heads');

@@ -1,5 +1,7 @@
 import type { ModelConfig } from './config.js';
+import type { GraphIo } from './graph-io.js';
 import type { OrtRuntime, OrtSession, OrtTensor } from './runtime.js';
+import { loadSession, type SessionOptions } from './session-loader.js';
 import type { SequenceKv } from '../kv/sequence-kv.js';
 
 /** One sequence in a model pass: the tokens it feeds now, and the cache holding everything before them. */
@@ -17,10 +19,8 @@ export interface StepLogits {
   last(row: number): Float32Array;
 }
 
-export interface RunnerOptions {
-  /** Threads for one op (native CPU backend only; WASM threads are set on its env). */
-  intraOpNumThreads?: number;
-}
+/** Threads, memory budget (weights + KV pool): see session-loader.ts. */
+export type RunnerOptions = SessionOptions;
 
 /**
  * Runs the ONNX graph over a batch of sequences with different past and new lengths.
@@ -38,15 +38,13 @@ export class ModelRunner {
     private readonly runtime: OrtRuntime,
     private readonly session: OrtSession,
     readonly config: ModelConfig,
+    /** The graph's I/O types (fp16 KV / logits in Hugging Face fp16 exports), read from the session. */
+    readonly io: GraphIo,
   ) {}
 
   static async create(runtime: OrtRuntime, onnx: Uint8Array, config: ModelConfig, options: RunnerOptions = {}): Promise<ModelRunner> {
-    const session = await runtime.InferenceSession.create(onnx, {
-      executionProviders: runtime.executionProviders,
-      graphOptimizationLevel: 'all',
-      ...(options.intraOpNumThreads ? { intraOpNumThreads: options.intraOpNumThreads } : {}),
-    });
-    return new ModelRunner(runtime, session, config);
+    const { session, io } = await loadSession(runtime, onnx, config, options);
+    return new ModelRunner(runtime, session, config, io);
   }
 
   async forward(rows: readonly StepRow[]): Promise<StepLogits> {
@@ -74,8 +72,8 @@ export class ModelRunner {
     const feeds: Record<string, OrtTensor> = {
       input_ids: new Tensor('int64', inputIds, [B, S]),
       attention_mask: new Tensor('int64', attentionMask, [B, T]),
-      position_ids: new Tensor('int64', positionIds, [B, S]),
     };
+    if (this.io.hasPositionIds) feeds.position_ids = new Tensor('int64', positionIds, [B, S]);
     const pastRow = numKvHeads * P * headDim;
     for (let layer = 0; layer < numLayers; layer++) {
       const keys = new Float32Array(B * pastRow); // (batch, kv_heads, P, head_dim)
@@ -84,16 +82,16 @@ export class ModelRunner {
         const at = b * pastRow;
         kv.gather(layer, keys.subarray(at, at + pastRow), values.subarray(at, at + pastRow), P, P - kv.length);
       });
-      feeds[`past_key_values.${layer}.key`] = new Tensor('float32', keys, [B, numKvHeads, P, headDim]);
-      feeds[`past_key_values.${layer}.value`] = new Tensor('float32', values, [B, numKvHeads, P, headDim]);
+      feeds[`past_key_values.${layer}.key`] = this.io.kvTensor(keys, [B, numKvHeads, P, headDim]);
+      feeds[`past_key_values.${layer}.value`] = this.io.kvTensor(values, [B, numKvHeads, P, headDim]);
     }
 
     const out = await this.session.run(feeds);
 
     const presentRow = numKvHeads * T * headDim;
     for (let layer = 0; layer < numLayers; layer++) {
-      const keys = out[`present.${layer}.key`].data as Float32Array; // (batch, kv_heads, T, head_dim)
-      const values = out[`present.${layer}.value`].data as Float32Array;
+      const keys = this.io.floats(out[`present.${layer}.key`]); // (batch, kv_heads, T, head_dim)
+      const values = this.io.floats(out[`present.${layer}.value`]);
       rows.forEach(({ kv, tokens }, b) => {
         const at = b * presentRow;
         kv.scatter(layer, keys.subarray(at, at + presentRow), values.subarray(at, at + presentRow), T, T - tokens.length, tokens.length);
@@ -101,7 +99,7 @@ export class ModelRunner {
     }
     for (const { kv, tokens } of rows) kv.advance(tokens.length);
 
-    const logits = out.logits.data as Float32Array; // (batch, S, vocab)
+    const logits = this.io.floats(out.logits); // (batch, S, vocab)
     const at = (row: number, index: number): Float32Array => {
       const offset = (row * S + S - rows[row].tokens.length + index) * vocabSize;
       return logits.subarray(offset, offset + vocabSize);

@@ -1,0 +1,142 @@
+// Hugging Face / onnx-community ONNX exports served as they are: an export-like graph (fp16 KV in and out
+// and fp16 logits, as optimum writes model_fp16.onnx) gives the reference's greedy tokens; and models the
+// engine cannot serve are refused with a clear error: an unsupported architecture, an operator the
+// runtime lacks, a graph whose inputs do not match config.json, weights + KV past the memory budget.
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_SEED } from '../scripts/model-make.js';
+import { GraphBuilder } from '../scripts/model/graph-builder.js';
+import { buildLlamaModel } from '../scripts/model/llama-graph.js';
+import { DataType, encodeModel, toBytes } from '../scripts/model/onnx-proto-writer.js';
+import { PRESETS } from '../scripts/model/presets.js';
+import { makeWeights } from '../scripts/model/weights.js';
+import { nodeRuntime } from '../scripts/lib/runtimes.js';
+import { Engine } from '../src/engine/engine.js';
+import { InvalidRequestError } from '../src/engine/errors.js';
+import { fromHalf, halfBits, toHalf } from '../src/engine/model/half.js';
+import { directorySource } from '../src/sources/directory-source.js';
+import { argmax, collect, modelDir } from './helpers/engines.js';
+import { fromHalfBits, toHalfBits } from '../scripts/model/fp16.js';
+import { loadReference } from './reference/load-reference.js';
+
+let dir: string;
+beforeAll(() => void (dir = mkdtempSync(join(tmpdir(), 'onnx-export-'))));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** A copy of models/tiny's config and tokenizer files with `onnx/<file>` = the given graph bytes. */
+function folder(name: string, onnxFile: string, onnx: Uint8Array, configPatch: Record<string, unknown> = {}): string {
+  const out = join(dir, name);
+  mkdirSync(join(out, 'onnx'), { recursive: true });
+  for (const f of ['generation_config.json', 'tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(modelDir('tiny'), f), join(out, f));
+  const config = JSON.parse(readFileSync(join(modelDir('tiny'), 'config.json'), 'utf8'));
+  writeFileSync(join(out, 'config.json'), JSON.stringify({ ...config, ...configPatch }));
+  writeFileSync(join(out, 'onnx', onnxFile), onnx);
+  return out;
+}
+
+async function refusal(load: Promise<unknown>): Promise<InvalidRequestError> {
+  const err = await load.then(
+    () => null,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(InvalidRequestError);
+  return err as InvalidRequestError;
+}
+
+describe('half conversion (the engine side of fp16 KV)', () => {
+  it('agrees with the generator\'s converter on every half and on rounding', () => {
+    const all = Uint16Array.from({ length: 65536 }, (_, i) => i);
+    const decoded = fromHalf(all);
+    for (let h = 0; h < 65536; h++) expect(Object.is(decoded[h], Math.fround(fromHalfBits(h))) || (Number.isNaN(decoded[h]) && Number.isNaN(fromHalfBits(h)))).toBe(true);
+    const samples = Float32Array.from({ length: 20000 }, (_, i) => Math.sinh((i - 10000) / 900) * (i % 7 === 0 ? 1e-5 : 1));
+    expect([...toHalf(samples)]).toEqual([...samples].map(toHalfBits));
+    expect(halfBits(65520)).toBe(0x7c00); // rounds past the largest half: infinity
+  });
+});
+
+describe('an export-like graph: fp16 KV inputs/outputs and fp16 logits (model_fp16.onnx)', () => {
+  for (const backend of ['cpu', 'wasm'] as const) {
+    it(`${backend}: the engine feeds it from its float32 pool and gives the reference's greedy tokens`, async () => {
+      const graph = buildLlamaModel(PRESETS.tiny, makeWeights(PRESETS.tiny, DEFAULT_SEED), 'fp32', { kv: 'float16', logits: 'float16' });
+      const out = folder(`fp16-io-${backend}`, 'model_fp16.onnx', toBytes(encodeModel(graph)));
+      const engine = await Engine.load(await nodeRuntime(backend), directorySource(out), { dtype: 'fp16', kvCacheBytes: 4 << 20 });
+      try {
+        expect(engine.runner.io).toMatchObject({ kvType: 'float16', logitsType: 'float16', hasPositionIds: true });
+        const ref = await loadReference(modelDir('tiny'));
+        const prompt = engine.tokenizer.encode('Hello');
+        const { done } = await collect(engine, { prompt_ids: prompt, max_tokens: 24, temperature: 0, ignore_eos: true });
+        expect(done.tokenIds).toEqual(ref.greedy(prompt, 24));
+        // Teacher-forced logits: fp16 KV and logits cost ~1e-3 relative error here, not more.
+        ref.reset();
+        const kv = engine.kv.create();
+        let feed = prompt;
+        let refLogits = ref.forward(prompt, 0).at(-1)!;
+        let err = 0;
+        let norm = 0;
+        for (let s = 0; s < 16; s++) {
+          engine.kv.reserve(kv, feed.length);
+          const logits = (await engine.runner.forward([{ kv, tokens: feed }])).last(0);
+          for (let i = 0; i < logits.length; i++) {
+            err += (logits[i] - refLogits[i]) ** 2;
+            norm += refLogits[i] ** 2;
+          }
+          feed = [argmax(refLogits)];
+          refLogits = ref.forward(feed, prompt.length + s)[0];
+        }
+        engine.kv.free(kv);
+        expect(Math.sqrt(err / norm)).toBeLessThan(5e-3);
+      } finally {
+        await engine.runner.release();
+      }
+    });
+  }
+});
+
+describe('refusals', () => {
+  const tinyFp32 = () => new Uint8Array(readFileSync(join(modelDir('tiny'), 'onnx/model.onnx')));
+
+  it('an architecture the engine does not serve', async () => {
+    const out = folder('mamba', 'model.onnx', tinyFp32(), { model_type: 'mamba' });
+    const err = await refusal(Engine.load(await nodeRuntime('cpu'), directorySource(out)));
+    expect(err.code).toBe('unsupported_model');
+    expect(err.message).toMatch(/model_type "mamba" is not supported; the engine serves llama, mistral, qwen2/);
+    const sliding = folder('sliding', 'model.onnx', tinyFp32(), { model_type: 'mistral', sliding_window: 512 });
+    expect((await refusal(Engine.load(await nodeRuntime('cpu'), directorySource(sliding)))).message).toMatch(/sliding_window 512 is shorter than the context/);
+  });
+
+  it('an operator the runtime lacks (named in the error), on both backends', async () => {
+    const g = new GraphBuilder();
+    const ids = g.input({ name: 'input_ids', elemType: DataType.INT64, shape: ['batch_size', 'sequence_length'] });
+    g.output({ name: 'logits', elemType: DataType.FLOAT, shape: ['batch_size', 'sequence_length', 512] });
+    g.op('FancyAttention', [ids], { name: 'fancy', domain: 'com.example', out: 'logits' });
+    const model = { irVersion: 8, opsets: [{ domain: '', version: 17 }, { domain: 'com.example', version: 1 }], producerName: 'test', producerVersion: '1', graph: g.graph('fancy') };
+    const out = folder('fancy-op', 'model.onnx', toBytes(encodeModel(model)));
+    for (const backend of ['cpu', 'wasm'] as const) {
+      const err = await refusal(Engine.load(await nodeRuntime(backend), directorySource(out)));
+      expect(err.code).toBe('unsupported_model');
+      expect(err.message).toMatch(new RegExp(`^the ${backend} backend cannot run the model's ONNX graph: .*FancyAttention`, 's'));
+    }
+  });
+
+  it('a graph whose inputs do not match config.json (num_hidden_layers 3 for a 2-layer graph)', async () => {
+    const out = folder('layers', 'model.onnx', tinyFp32(), { num_hidden_layers: 3 });
+    const err = await refusal(Engine.load(await nodeRuntime('cpu'), directorySource(out)));
+    expect(err.message).toMatch(/has no past_key_values\.2\.key input \(num_hidden_layers is 3/);
+  });
+
+  it('weights + KV cache past the memory budget, saying what would fit', async () => {
+    const source = directorySource(modelDir('tiny'));
+    const weights = readFileSync(join(modelDir('tiny'), 'onnx/model.onnx')).byteLength;
+    const budget = weights + (1 << 20);
+    const err = await refusal(Engine.load(await nodeRuntime('cpu'), source, { kvCacheBytes: 2 << 20, memoryBudgetBytes: budget }));
+    expect(err.code).toBe('model_too_large');
+    expect(err.message).toMatch(/weights 0\.\d MiB \+ KV cache 2\.0 MiB = .* > budget .*; a KV cache of at most 1\.0 MiB \(2048 tokens at 512 B\/token\) would fit/);
+    const tooSmall = await refusal(Engine.load(await nodeRuntime('cpu'), source, { kvCacheBytes: 1 << 20, memoryBudgetBytes: weights >> 1 }));
+    expect(tooSmall.message).toMatch(/the weights alone do not fit/);
+    // Exactly at the budget it loads.
+    const engine = await Engine.load(await nodeRuntime('cpu'), source, { kvCacheBytes: 1 << 20, memoryBudgetBytes: budget });
+    await engine.runner.release();
+  });
+});
