@@ -1,0 +1,56 @@
+// The bench's model folders: `tiny` from ./models (what tests and the server use), `bench-135m` in
+// .bench/models (538 MB in fp32: not under ./models, which is served as static assets capped at 25 MiB,
+// and never committed). bench-135m is regenerated when the generator's sources change (a stamp of them).
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { onnxFileFor } from '../../src/engine/model/model-files.js';
+import { ensureModels, MODELS_DIR } from '../ensure-models.js';
+import { makeModel } from '../model-make.js';
+import type { Variant } from './options.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const BENCH_MODELS = join(ROOT, '.bench/models');
+
+export function modelDir(model: Variant['model']): string {
+  return model === 'tiny' ? join(MODELS_DIR, 'tiny') : join(BENCH_MODELS, model);
+}
+
+export function onnxPath(v: Variant): string {
+  return join(modelDir(v.model), onnxFileFor(v.dtype));
+}
+
+function filesUnder(dir: string): string[] {
+  return readdirSync(dir)
+    .sort()
+    .flatMap((name) => (statSync(join(dir, name)).isDirectory() ? filesUnder(join(dir, name)) : [join(dir, name)]));
+}
+
+function generatorStamp(): string {
+  const hash = createHash('sha256');
+  for (const file of [join(ROOT, 'scripts/model-make.ts'), ...filesUnder(join(ROOT, 'scripts/model')), ...filesUnder(join(ROOT, 'scripts/tokenizer'))]) {
+    hash.update(relative(ROOT, file)).update(readFileSync(file));
+  }
+  return hash.digest('hex');
+}
+
+/** Makes sure every variant's files exist and were made by the current generator. */
+export function ensureBenchModels(variants: readonly Variant[]): void {
+  if (variants.some((v) => v.model === 'tiny')) ensureModels();
+  const wanted = variants.filter((v) => v.model === 'bench-135m');
+  if (wanted.length === 0) return;
+  const dir = modelDir('bench-135m');
+  const stampFile = join(dir, '.stamp');
+  const stamp = generatorStamp();
+  const fresh = existsSync(stampFile) && readFileSync(stampFile, 'utf8') === stamp;
+  const missing = wanted.filter((v) => !existsSync(onnxPath(v)));
+  if (fresh && missing.length === 0) return;
+  // A stale folder is remade whole (variants from an older generator would not match the new fp32);
+  // otherwise only what is missing is added. fp32 is always (re)written.
+  const existing = (['fp16', 'int8', 'q4'] as const).filter((d) => existsSync(onnxPath({ model: 'bench-135m', dtype: d })));
+  const dtypes = new Set(fresh ? missing.map((v) => v.dtype) : [...wanted.map((v) => v.dtype), ...existing]);
+  console.error(`bench: generating bench-135m (${[...dtypes].join(', ')}) into ${dir} ...`);
+  makeModel({ preset: 'bench-135m', outDir: dir, dtypes: [...dtypes].filter((d) => d !== 'fp32') as ('fp16' | 'int8' | 'q4')[] });
+  writeFileSync(stampFile, stamp);
+}

@@ -1,0 +1,106 @@
+// Markdown tables of a results object: what the bench prints, and what the README's benchmark section shows.
+import type { BenchResults, VariantResult } from './results.js';
+import type { Sampled } from './stats.js';
+
+const f = (x: number | undefined, d = 1): string => (x === undefined || !Number.isFinite(x) ? '–' : x >= 1000 && d > 0 ? x.toFixed(0) : x.toFixed(d));
+const m = (s: Sampled | undefined, d = 1): string => f(s?.median, d);
+const x = (s: Sampled | undefined): string => (s ? `${s.median.toFixed(2)}×` : '–');
+const pct = (v: number | undefined): string => (v === undefined || !Number.isFinite(v) ? '–' : `${(v * 100).toFixed(0)}%`);
+const name = (v: VariantResult): string => `${v.model} ${v.dtype} · ${v.backend}`;
+
+function table(head: string[], rows: string[][]): string {
+  return [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
+}
+
+export function markdownReport(r: BenchResults): string {
+  const o = r.options;
+  const all = r.backends.flatMap((b) => b.variants);
+  const out: string[] = [];
+  const mc = r.machine;
+  out.push(
+    `Machine: ${mc.cpu}, ${mc.cores} cores, ${mc.memoryGiB} GiB, ${mc.os}, Node ${mc.node}, onnxruntime-node ${mc.onnxruntimeNode}, ` +
+      `onnxruntime-web ${mc.onnxruntimeWeb}, transformers.js ${mc.transformersJs}; ${mc.date}. One thread everywhere; medians of ${o.runs} runs after a warm-up; ratios taken run by run.`,
+  );
+  const bw = r.backends.filter((b) => b.bandwidthGBps).map((b) => `${m(b.bandwidthGBps)} GB/s (${b.backend} run)`);
+  if (bw.length) out.push(`Streaming read bandwidth, one thread, WebAssembly SIMD over 1 GiB: ${bw.join(', ')}.`);
+
+  const batches = o.batches;
+  out.push(`\n**Decode** (prompt ${o.promptTokens} tokens, ${o.decodeTokens} generated per sequence; aggregate tokens/s over all sequences)\n`);
+  out.push(
+    table(
+      ['model · backend', ...batches.map((b) => `${b} seq`), ...batches.filter((b) => b > 1).map((b) => `${b}÷1`), 'vs fp32 (1 seq)', 'bytes/token', 'roofline tok/s', 'of roofline'],
+      all.map((v) => [
+        name(v),
+        ...batches.map((b) => m(v.decode[b])),
+        ...batches.filter((b) => b > 1).map((b) => x(v.decodeVsBatch1[b])),
+        v.dtype === 'fp32' ? '1×' : x(v.decodeVsFp32),
+        v.roofline ? `${(v.roofline.bytesPerToken / 1e6).toFixed(0)} MB` : '–',
+        f(v.roofline?.rooflineTokPerS),
+        pct(v.roofline?.fractionOfRoofline.median),
+      ]),
+    ),
+  );
+  if (all.some((v) => v.peers)) {
+    out.push(`\n**Peers at batch 1** (same ONNX file, greedy, same prompt ids, same length; decode tokens/s)\n`);
+    out.push(
+      table(
+        ['model · backend', 'engine', 'bare onnxruntime loop', 'engine ÷ bare', 'transformers.js', 'engine ÷ transformers.js', 'same tokens as bare'],
+        all.filter((v) => v.peers).map((v) => [
+          name(v),
+          m(v.decode[1]),
+          m(v.peers!.bareOrt.decode),
+          x(v.peers!.bareOrt.engineRatio),
+          m(v.peers!.transformersJs?.decode),
+          x(v.peers!.transformersJs?.engineRatio),
+          v.peers!.bareOrt.sameTokens ? 'yes' : 'no',
+        ]),
+      ),
+    );
+  }
+  if (all.some((v) => Object.keys(v.prefill).length)) {
+    out.push(`\n**Prefill** (one prompt, the engine's 512-token chunks; tokens/s, and time to first token)\n`);
+    out.push(
+      table(
+        ['model · backend', ...o.prefillLengths.map((n) => `${n} tok/s`), ...o.prefillLengths.map((n) => `TTFT ${n}`), `TTFT ${o.freshPromptTokens}`],
+        all.map((v) => [
+          name(v),
+          ...o.prefillLengths.map((n) => m(v.prefill[n]?.tokPerS, 0)),
+          ...o.prefillLengths.map((n) => (v.prefill[n] ? `${m(v.prefill[n].ttftMs, 0)} ms` : '–')),
+          v.ttftFreshMs ? `${m(v.ttftFreshMs)} ms` : '–',
+        ]),
+      ),
+    );
+  }
+  if (all.some((v) => v.sessions)) {
+    out.push(`\n**Session continuation** (time to first token of a new ~20-token turn)\n`);
+    out.push(
+      table(
+        ['model · backend', 'history', 'cached', 'rebuilt', `fresh ${o.freshPromptTokens}-token prompt`, 'cached ÷ fresh', 'rebuilt ÷ cached'],
+        all.flatMap((v) =>
+          Object.entries(v.sessions ?? {}).map(([h, s]) => [name(v), h, `${m(s.cachedMs)} ms`, `${m(s.rebuiltMs, 0)} ms`, `${m(v.ttftFreshMs)} ms`, x(s.cachedVsFresh), x(s.rebuiltVsCached)]),
+        ),
+      ),
+    );
+  }
+  if (all.some((v) => v.overhead)) {
+    out.push(`\n**Step overhead** (milliseconds per decode step; outside = everything but the ONNX session's run)\n`);
+    out.push(
+      table(
+        ['model · backend', 'batch', 'step', 'model pass', 'gather/scatter + feeds', 'sample, detokenise, schedule', 'loop turn', 'outside share'],
+        all.flatMap((v) =>
+          Object.entries(v.overhead ?? {}).map(([b, p]) => [name(v), b, f(p.periodMs, 2), f(p.modelMs, 2), f(p.gatherScatterMs, 2), f(p.engineMs, 2), f(p.loopMs, 2), pct(p.outsideShare)]),
+        ),
+      ),
+    );
+  }
+  if (r.service) {
+    out.push(`\n**Service** (${r.service.model}: \`wrangler dev\`, one shard, streaming HTTP clients; against the engine alone in Node on the same WASM backend; tokens/s end to end over all clients)\n`);
+    out.push(
+      table(
+        ['clients', 'service tok/s', 'service TTFT', 'engine tok/s', 'engine TTFT', 'service ÷ engine'],
+        Object.entries(r.service.byClients).map(([n, s]) => [n, m(s.service.tokPerS, 0), `${m(s.service.ttftMs)} ms`, m(s.engine.tokPerS, 0), `${m(s.engine.ttftMs)} ms`, x(s.serviceVsEngine)]),
+      ),
+    );
+  }
+  return `${out.join('\n')}\n`;
+}

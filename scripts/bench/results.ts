@@ -1,0 +1,59 @@
+// The shape of bench/results.json.
+import type { Sampled } from './stats.js';
+import type { StepPhases } from './overhead.js';
+import type { BenchOptions, Backend, Variant } from './options.js';
+
+export interface VariantResult extends Variant {
+  backend: Backend;
+  weightBytes: number;
+  kvBytesPerToken: number;
+  /** Aggregate decode tokens/s by concurrent sequences. */
+  decode: Record<string, Sampled>;
+  /** Aggregate at n sequences ÷ 1 sequence, run by run. */
+  decodeVsBatch1: Record<string, Sampled>;
+  /** Batch-1 decode ÷ the same model's fp32 batch-1 decode, run by run (quantised variants). */
+  decodeVsFp32?: Sampled;
+  /** Prefill tokens/s and time to first token by prompt length. */
+  prefill: Record<string, { tokPerS: Sampled; ttftMs: Sampled }>;
+  /** Time to first token of a fresh `freshPromptTokens`-token prompt. */
+  ttftFreshMs?: Sampled;
+  peers?: {
+    bareOrt: { decode: Sampled; engineRatio: Sampled; sameTokens: boolean };
+    transformersJs?: { decode: Sampled; engineRatio: Sampled };
+  };
+  roofline?: { bytesPerToken: number; context: number; rooflineTokPerS: number; fractionOfRoofline: Sampled };
+  sessions?: Record<string, { historyTokens: number; cachedMs: Sampled; rebuiltMs: Sampled; cachedVsFresh: Sampled; rebuiltVsCached: Sampled }>;
+  overhead?: Record<string, StepPhases & { outsideShareRuns: number[] }>;
+}
+
+export interface BackendResult {
+  backend: Backend;
+  bandwidthGBps?: Sampled;
+  variants: VariantResult[];
+  seconds: number;
+}
+
+export interface ServiceResult {
+  model: string;
+  /** By concurrent streaming clients. */
+  byClients: Record<string, { service: { tokPerS: Sampled; ttftMs: Sampled }; engine: { tokPerS: Sampled; ttftMs: Sampled }; serviceVsEngine: Sampled }>;
+}
+
+export interface Machine {
+  cpu: string;
+  cores: number;
+  memoryGiB: number;
+  os: string;
+  node: string;
+  onnxruntimeNode: string;
+  onnxruntimeWeb: string;
+  transformersJs: string;
+  date: string;
+}
+
+export interface BenchResults {
+  machine: Machine;
+  options: BenchOptions;
+  backends: BackendResult[];
+  service?: ServiceResult;
+}
