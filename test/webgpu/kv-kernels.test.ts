@@ -59,15 +59,15 @@ describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, ()
     });
     const gpuPool = new GpuKvPool(device(), shape, BLOCKS, BLOCK);
     for (let l = 0; l < shape.numLayers; l++) {
-      device().queue.writeBuffer(gpuPool.keys[l], 0, pool.keys[l]);
-      device().queue.writeBuffer(gpuPool.values[l], 0, pool.values[l]);
+      device().queue.writeBuffer(gpuPool.keys[l], 0, pool.keys[l] as Float32Array<ArrayBuffer>);
+      device().queue.writeBuffer(gpuPool.values[l], 0, pool.values[l] as Float32Array<ArrayBuffer>);
     }
     return { rand, pool, manager, seqs, gpuPool };
   }
 
   const storage = (floats: number, init?: Float32Array): GPUBuffer => {
     const b = device().createBuffer({ size: Math.max(16, floats * 4), usage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST });
-    if (init) device().queue.writeBuffer(b, 0, init);
+    if (init) device().queue.writeBuffer(b, 0, init as Float32Array<ArrayBuffer>);
     return b;
   };
 
