@@ -20,4 +20,9 @@ export interface EngineStats {
   /** Of the last step. */
   lastBatchSize: number;
   lastStepTokens: number;
+  /** Speculative decoding: tokens proposed to the target, and how many it accepted. */
+  proposedTokens: number;
+  acceptedTokens: number;
+  /** The draft model's own KV pool, when one is loaded. */
+  draftKv?: BlockPoolStats;
 }

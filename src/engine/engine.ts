@@ -461,6 +461,7 @@ export class Engine {
       queueDepth: this.scheduler.waiting.length,
       pinnedSessions: this.pinned.size,
       running: this.scheduler.running.length,
+      ...(this.speculator.hasDraftModel ? { draftKv: this.speculator.draftPoolStats() } : {}),
     };
   }
 }

@@ -26,18 +26,21 @@ export class Xoshiro128 {
   private s3: number;
 
   /**
-   * Any safe integer (negative too). Its low and high 32-bit halves each fill two state words through a
-   * bijection with different offsets, so distinct seeds give distinct states and the state is never all
-   * zero (the one state xoshiro cannot leave).
+   * Any safe integer (negative too). The state words are chained through a bijection so that every word
+   * depends on both 32-bit halves of the seed: the first output comes from s1, and with a word seeded
+   * from one half only, every seed below 2^32 began its stream with the same number (which showed up as
+   * seeds 0..N all drawing the same first token). (s0, s1) determine the seed, so distinct seeds give
+   * distinct states; the all-zero state, which xoshiro cannot leave, is avoided explicitly.
    */
   constructor(seed: number) {
     if (!Number.isSafeInteger(seed)) throw new RangeError(`seed must be a safe integer, got ${seed}`);
     const lo = seed >>> 0;
     const hi = Math.floor(seed / TWO_POW_32) >>> 0;
     this.s0 = fmix32((lo + 0x9e3779b9) >>> 0);
-    this.s1 = fmix32((hi + 0x7f4a7c15) >>> 0);
-    this.s2 = fmix32((lo + 0x3c6ef372) >>> 0);
-    this.s3 = fmix32((hi ^ 0xdaa66d2b) >>> 0);
+    this.s1 = fmix32((this.s0 ^ hi ^ 0x7f4a7c15) >>> 0);
+    this.s2 = fmix32((this.s1 + lo + 0x3c6ef372) >>> 0);
+    this.s3 = fmix32((this.s2 ^ hi ^ 0xdaa66d2b) >>> 0);
+    if ((this.s0 | this.s1 | this.s2 | this.s3) === 0) this.s3 = 1;
   }
 
   /** Uniform integer in [0, 2^32). */

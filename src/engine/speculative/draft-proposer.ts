@@ -1,3 +1,4 @@
+import type { BlockPoolStats } from '../kv/block-pool.js';
 import type { KvCacheManager, PagedSequenceKv } from '../kv/paged-kv.js';
 import type { ModelRunner } from '../model/runner.js';
 import type { SamplingParams } from '../sampling/params.js';
@@ -64,8 +65,9 @@ export class DraftModelProposer {
     this.states.delete(id);
   }
 
-  get sequences(): number {
-    return this.states.size;
+  /** The draft pool's blocks; `used` counts those held for sequences between steps. */
+  poolStats(): BlockPoolStats {
+    return this.kv.pool.stats();
   }
 
   /**

@@ -1,3 +1,4 @@
+import type { BlockPoolStats } from '../kv/block-pool.js';
 import type { SamplingParams } from '../sampling/params.js';
 import type { DraftModelProposer } from './draft-proposer.js';
 import { NgramProposer } from './ngram-proposer.js';
@@ -44,6 +45,10 @@ export class Speculator {
       });
     }
     return proposals;
+  }
+
+  draftPoolStats(): BlockPoolStats | undefined {
+    return this.draft?.poolStats();
   }
 
   /** The sequence is gone: its draft cache (if any) goes back to the draft pool. */
