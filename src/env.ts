@@ -8,10 +8,17 @@ import type { InferenceObject } from './objects/inference-object.js';
 export interface Env {
   INFERENCE: DurableObjectNamespace<InferenceObject>;
   MODELS: Fetcher;
+  /** Real models (over the assets' 25 MiB per-file cap), uploaded with `npm run model:upload`. */
+  MODEL_BUCKET?: R2Bucket;
   API_KEYS?: string;
   SHARD_COUNT?: string;
+  /** The served model's folder name (and id); MODEL_NAME is its older spelling and overrides it. */
+  MODEL?: string;
   MODEL_NAME?: string;
   MODEL_DTYPE?: string;
+  /** Read the model folder from this URL instead of the bucket or assets. */
+  MODEL_URL?: string;
+  MEMORY_BUDGET_MB?: string;
   KV_CACHE_MB?: string;
   MAX_BATCH?: string;
   MAX_QUEUE?: string;
@@ -36,6 +43,8 @@ export const DEFAULTS = {
   MODEL_NAME: 'tiny',
   MODEL_DTYPE: 'fp32',
   KV_CACHE_MB: 16,
+  /** Weights + KV pool an object may hold: a Workers isolate has 128 MB in all. */
+  MEMORY_BUDGET_MB: 128,
   MAX_BATCH: 16,
   MAX_QUEUE: 64,
   MAX_BODY_BYTES: 1 << 20,
@@ -53,7 +62,8 @@ export function intVar(env: Env, name: IntVar): number {
 }
 
 export function modelName(env: Env): string {
-  return env.MODEL_NAME?.trim() || DEFAULTS.MODEL_NAME;
+  // wrangler.toml sets MODEL; MODEL_NAME (the older name) is set only when passed, so it wins then.
+  return env.MODEL_NAME?.trim() || env.MODEL?.trim() || DEFAULTS.MODEL_NAME;
 }
 
 export function boolVar(env: Env, name: 'ALLOW_LOOPBACK_CALLBACKS'): boolean {

@@ -4,7 +4,8 @@ import { Engine } from '../engine/engine.js';
 import type { ModelDtype } from '../engine/model/model-files.js';
 import type { GenerationRequest } from '../engine/request.js';
 import { intVar, modelName, type Env } from '../env.js';
-import { fetchSource } from '../sources/fetch-source.js';
+import { InvalidRequestError } from '../engine/errors.js';
+import { modelSourceFor } from '../sources/model-source.js';
 import { runGeneration, type EventSink } from './generation.js';
 import { ServiceMetrics, type ShardStats } from './metrics.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
@@ -45,14 +46,29 @@ export class InferenceObject extends DurableObject<Env> {
     return this.enginePromise;
   }
 
-  private loadEngine(): Promise<Engine> {
+  private async loadEngine(): Promise<Engine> {
     const model = modelName(this.env);
-    return Engine.load(workerdWasmRuntime(), fetchSource(this.env.MODELS, `http://models.local/${model}/`), {
+    const { source } = await modelSourceFor(model, { bucket: this.env.MODEL_BUCKET, assets: this.env.MODELS, url: this.env.MODEL_URL?.trim() || undefined });
+    return Engine.load(workerdWasmRuntime(), source, {
       modelId: model,
       dtype: (this.env.MODEL_DTYPE?.trim() || 'fp32') as ModelDtype,
       kvCacheBytes: intVar(this.env, 'KV_CACHE_MB') * 2 ** 20,
+      memoryBudgetBytes: intVar(this.env, 'MEMORY_BUDGET_MB') * 2 ** 20,
       maxBatchSize: intVar(this.env, 'MAX_BATCH'),
     });
+  }
+
+  /**
+   * The engine, or a 503 naming the model and why it cannot be served (missing files, an architecture,
+   * operator or size the engine refuses): a configuration problem, not the client's and not a bug.
+   */
+  private async engineOrUnavailable(): Promise<RpcResult<Engine>> {
+    try {
+      return ok(await this.engine());
+    } catch (err) {
+      if (!(err instanceof InvalidRequestError)) throw err;
+      return fail({ status: 503, type: 'server_error', message: `model "${modelName(this.env)}" cannot be served: ${err.message}`, param: null, code: err.code });
+    }
   }
 
   /** Refuses new work while too many requests already wait for a batch slot (the worker answers 429). */
@@ -65,7 +81,9 @@ export class InferenceObject extends DurableObject<Env> {
    * worker's EventChannel. When the worker's side is gone (client disconnected) the requests are cancelled.
    */
   async generate(requests: GenerationRequest[], sink: EventSink): Promise<RpcResult<{ started: true }>> {
-    const engine = await this.engine();
+    const loaded = await this.engineOrUnavailable();
+    if (!loaded.ok) return loaded;
+    const engine = loaded.value;
     if (this.overloaded(engine)) return fail(overloaded());
     try {
       runGeneration(engine, requests, this.metrics, sink);
@@ -103,7 +121,9 @@ export class InferenceObject extends DurableObject<Env> {
   /** A new session; its sampling defaults are checked now, so a bad one fails here and not at every message. */
   async createSession(id: string, init: { system?: string; defaults?: SamplingFields }): Promise<RpcResult<SessionView>> {
     if (init.defaults) {
-      const engine = await this.engine();
+      const loaded = await this.engineOrUnavailable();
+      if (!loaded.ok) return loaded;
+      const engine = loaded.value;
       try {
         engine.resolve({ ...init.defaults, prompt: 'defaults check' });
       } catch (err) {
@@ -124,7 +144,9 @@ export class InferenceObject extends DurableObject<Env> {
 
   /** A session turn: its events go to `sink` as generate()'s do; a client that goes away cancels the turn. */
   async sessionMessage(id: string, content: string, overrides: SamplingFields, sink: EventSink): Promise<RpcResult<{ started: true }>> {
-    const engine = await this.engine();
+    const loaded = await this.engineOrUnavailable();
+    if (!loaded.ok) return loaded;
+    const engine = loaded.value;
     if (this.overloaded(engine)) return fail(overloaded());
     return this.services.sessions.message(id, content, overrides, sink);
   }

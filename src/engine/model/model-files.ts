@@ -9,9 +9,13 @@ export interface ModelSource {
   read(path: string): Promise<Uint8Array | null>;
 }
 
-/** Weight formats a model folder may hold; each is its own graph with the same inputs and outputs. */
-export type ModelDtype = 'fp32' | 'fp16' | 'int8' | 'q4';
-export const MODEL_DTYPES: readonly ModelDtype[] = ['fp32', 'fp16', 'int8', 'q4'];
+/**
+ * Weight formats a model folder may hold; each is its own graph with the same inputs and outputs. The
+ * first four are what model:make and model:import write; the others are onnx-community's export names
+ * (q4f16: 4-bit weights with fp16 activations and KV; uint8 / quantized: 8-bit dynamic quantisation; bnb4).
+ */
+export type ModelDtype = 'fp32' | 'fp16' | 'int8' | 'q4' | 'q4f16' | 'uint8' | 'quantized' | 'bnb4';
+export const MODEL_DTYPES: readonly ModelDtype[] = ['fp32', 'fp16', 'int8', 'q4', 'q4f16', 'uint8', 'quantized', 'bnb4'];
 
 /** File name of each variant inside `onnx/`, as transformers.js names them. */
 export function onnxFileFor(dtype: ModelDtype): string {

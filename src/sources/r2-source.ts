@@ -1,0 +1,21 @@
+import type { ModelSource } from '../engine/model/model-files.js';
+
+/** The part of an R2 bucket binding a model needs (also what miniflare's local R2 gives `wrangler dev`). */
+export interface ObjectBucket {
+  get(key: string): Promise<{ arrayBuffer(): Promise<ArrayBuffer> } | null>;
+  head(key: string): Promise<unknown>;
+}
+
+/**
+ * A model folder stored in an R2 bucket under `<prefix>/` (keys `<prefix>/config.json`, `<prefix>/onnx/model_q4.onnx`, ...).
+ * R2 has no 25 MiB per-file cap as static assets do, so real models live here (`npm run model:upload`).
+ */
+export function r2Source(bucket: ObjectBucket, prefix: string): ModelSource {
+  const base = prefix.replace(/\/+$/, '');
+  return {
+    async read(path) {
+      const object = await bucket.get(`${base}/${path}`);
+      return object ? new Uint8Array(await object.arrayBuffer()) : null;
+    },
+  };
+}
