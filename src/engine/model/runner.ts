@@ -34,6 +34,13 @@ export type RunnerOptions = SessionOptions;
  * exactly its own past and earlier new tokens, and the new keys come back at [P + S - s, T).
  */
 export class ModelRunner {
+  /**
+   * The last pass's `present` tensors, which are the next pass's `past` exactly when the same rows come
+   * back each having fed the same number of tokens (steady decode): then the gather is skipped. The pool
+   * stays the memory of record (every pass still scatters into it); this is a copy of what it holds.
+   */
+  private carried: { kvs: SequenceKv[]; lengths: number[]; slots: number; out: Record<string, OrtTensor> } | undefined;
+
   private constructor(
     private readonly runtime: OrtRuntime,
     private readonly session: OrtSession,
@@ -74,8 +81,16 @@ export class ModelRunner {
       attention_mask: new Tensor('int64', attentionMask, [B, T]),
     };
     if (this.io.hasPositionIds) feeds.position_ids = new Tensor('int64', positionIds, [B, S]);
+    const carried = this.carried;
+    this.carried = undefined;
+    const reuse = carried !== undefined && carried.slots === P && carried.kvs.length === B && rows.every((r, b) => r.kv === carried.kvs[b] && r.kv.length === carried.lengths[b]);
     const pastRow = numKvHeads * P * headDim;
     for (let layer = 0; layer < numLayers; layer++) {
+      if (reuse) {
+        feeds[`past_key_values.${layer}.key`] = carried.out[`present.${layer}.key`];
+        feeds[`past_key_values.${layer}.value`] = carried.out[`present.${layer}.value`];
+        continue;
+      }
       const keys = new Float32Array(B * pastRow); // (batch, kv_heads, P, head_dim)
       const values = new Float32Array(B * pastRow);
       rows.forEach(({ kv }, b) => {
@@ -98,6 +113,12 @@ export class ModelRunner {
       });
     }
     for (const { kv, tokens } of rows) kv.advance(tokens.length);
+    // Rows that all fed S tokens leave no padding between their past and new slots: present is contiguous.
+    if (rows.every((r) => r.tokens.length === S)) {
+      const presents: Record<string, OrtTensor> = {}; // not the logits: a long prefill's are hundreds of MB
+      for (let layer = 0; layer < numLayers; layer++) for (const kind of ['key', 'value']) presents[`present.${layer}.${kind}`] = out[`present.${layer}.${kind}`];
+      this.carried = { kvs: rows.map((r) => r.kv), lengths: rows.map((r) => r.kv.length), slots: T, out: presents };
+    }
 
     const logits = this.io.floats(out.logits); // (batch, S, vocab)
     const at = (row: number, index: number): Float32Array => {
@@ -108,6 +129,7 @@ export class ModelRunner {
   }
 
   async release(): Promise<void> {
+    this.carried = undefined;
     await this.session.release();
   }
 }
