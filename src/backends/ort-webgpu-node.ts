@@ -90,7 +90,7 @@ export async function webGpuRuntimeForNode(): Promise<WebGpuRuntime> {
   const gpu = await nodeGpuContext();
   if (!gpu) throw new Error(NO_ADAPTER_MESSAGE);
   const dist = dirname(createRequire(import.meta.url).resolve('onnxruntime-web'));
-  return webGpuRuntime(gpu, { wasmPaths: `${pathToFileURL(dist).href}/` });
+  return webGpuRuntime(gpu, nodeShaderSource, { wasmPaths: `${pathToFileURL(dist).href}/` });
 }
 
 /** Our WGSL kernels from the repository's shaders/ folder. */

@@ -1,16 +1,9 @@
 import * as ort from 'onnxruntime-web/webgpu';
-import type { OrtRuntime } from '../engine/model/runtime.js';
 import type { GpuContext } from '../engine/gpu/device.js';
+import type { GpuRuntime } from '../engine/gpu/gpu-runtime.js';
+import type { ShaderSource } from '../engine/gpu/kernels.js';
 
-/** An ORT runtime whose sessions run on `gpu.device`, the device our own kernels use too. */
-export interface WebGpuRuntime extends OrtRuntime {
-  readonly name: 'webgpu';
-  readonly gpu: GpuContext;
-}
-
-export function isWebGpuRuntime(runtime: OrtRuntime): runtime is WebGpuRuntime {
-  return runtime.name === 'webgpu' && 'gpu' in runtime;
-}
+export type WebGpuRuntime = GpuRuntime;
 
 /**
  * onnxruntime-web's WebGPU execution provider on a device we created (handed over in the EP options),
@@ -18,7 +11,7 @@ export function isWebGpuRuntime(runtime: OrtRuntime): runtime is WebGpuRuntime {
  * write (`Tensor.fromGpuBuffer`) live on one device. `wasmPaths` is where the loader finds its .wasm
  * when import.meta.url does not lead there (Node under a module runner).
  */
-export function webGpuRuntime(gpu: GpuContext, options: { wasmPaths?: string } = {}): WebGpuRuntime {
+export function webGpuRuntime(gpu: GpuContext, shaders: ShaderSource, options: { wasmPaths?: string } = {}): WebGpuRuntime {
   if (options.wasmPaths) ort.env.wasm.wasmPaths = options.wasmPaths;
   ort.env.wasm.numThreads = 1;
   ort.env.wasm.proxy = false;
@@ -28,6 +21,7 @@ export function webGpuRuntime(gpu: GpuContext, options: { wasmPaths?: string } =
   return {
     name: 'webgpu',
     gpu,
+    shaders,
     InferenceSession: ort.InferenceSession,
     Tensor: ort.Tensor,
     executionProviders: [{ name: 'webgpu', device: gpu.device } as unknown as ort.InferenceSession.WebGpuExecutionProviderOption],

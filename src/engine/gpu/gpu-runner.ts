@@ -1,0 +1,177 @@
+import type { BlockPool } from '../kv/block-pool.js';
+import { PagedSequenceKv } from '../kv/paged-kv.js';
+import type { ModelConfig } from '../model/config.js';
+import type { StepLogits, StepRow } from '../model/runner.js';
+import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
+import { GpuKvPool } from './gpu-kv-pool.js';
+import { readBuffer, type GpuKernels } from './kernels.js';
+import { KvTransfer, type KvLayerBuffers, type KvRowPlacement } from './kv-transfer.js';
+import { BufferUsage } from './usage.js';
+
+/**
+ * The model runner of the WebGPU backend with the KV cache kept on the device. Same forward() contract
+ * and batch layout as ModelRunner (see its comment), but each pass
+ *   1. gathers every layer's past_key_values from the device block pool with our kernel into fresh
+ *      device buffers, handed to ORT with Tensor.fromGpuBuffer;
+ *   2. runs the session with present.* left on the device (preferredOutputLocation 'gpu-buffer');
+ *   3. scatters the new keys and values from ORT's present buffers into their blocks with our kernel.
+ * Keys and values never cross to the CPU; only the logits come back (or, with `logitsOnDevice`, not even
+ * those: the device sampler reads them where they are).
+ *
+ * The CPU BlockPool keeps doing the bookkeeping (reference counts, prefix hashes, free list); attach it
+ * with attachPool() before the first pass. Its copy-on-write copies are then done on the device, at
+ * the start of the next pass (the only reader or writer of KV bytes); its own float arrays go unused.
+ */
+export class GpuModelRunner {
+  private pool: BlockPool | undefined;
+  private kvPool: GpuKvPool | undefined;
+  private pendingCopies: [number, number][] = [];
+
+  private constructor(
+    private readonly runtime: OrtRuntime,
+    private readonly session: OrtSession,
+    readonly config: ModelConfig,
+    private readonly kernels: GpuKernels,
+  ) {}
+
+  static async create(runtime: OrtRuntime, onnx: Uint8Array, config: ModelConfig, kernels: GpuKernels): Promise<GpuModelRunner> {
+    const preferredOutputLocation: Record<string, 'gpu-buffer' | 'cpu'> = { logits: 'cpu' };
+    for (let layer = 0; layer < config.numLayers; layer++) {
+      preferredOutputLocation[`present.${layer}.key`] = 'gpu-buffer';
+      preferredOutputLocation[`present.${layer}.value`] = 'gpu-buffer';
+    }
+    const session = await runtime.InferenceSession.create(onnx, {
+      executionProviders: runtime.executionProviders,
+      graphOptimizationLevel: 'all',
+      preferredOutputLocation,
+      logSeverityLevel: 3, // ORT's warning that shape ops run on the CPU is by design
+    });
+    return new GpuModelRunner(runtime, session, config, kernels);
+  }
+
+  /** Puts the bytes of `pool`'s blocks on the device and routes its block copies there. */
+  attachPool(pool: BlockPool): void {
+    if (this.pool) throw new Error('a KV pool is already attached');
+    this.pool = pool;
+    this.kvPool = new GpuKvPool(this.kernels.device, pool.shape, pool.numBlocks, pool.blockSize);
+    pool.copyBlock = (from: number, to: number) => void this.pendingCopies.push([from, to]);
+  }
+
+  async forward(rows: readonly StepRow[]): Promise<StepLogits> {
+    const { pool, kvPool } = this;
+    if (!pool || !kvPool) throw new Error('attachPool() before the first pass');
+    const { numLayers, numKvHeads, headDim, vocabSize } = this.config;
+    const device = this.kernels.device;
+    const B = rows.length;
+    const P = Math.max(...rows.map((r) => r.kv.length));
+    const S = Math.max(...rows.map((r) => r.tokens.length));
+    const T = P + S;
+    const tables = rows.map(({ kv }) => {
+      if (!(kv instanceof PagedSequenceKv)) throw new TypeError('the GPU runner needs paged sequences (their block tables)');
+      return kv.blocks;
+    });
+    rows.forEach(({ kv, tokens }, b) => this.checkWritable(tables[b], kv.length, tokens.length));
+
+    const inputIds = new BigInt64Array(B * S); // (batch, S)
+    const positionIds = new BigInt64Array(B * S); // (batch, S)
+    const attentionMask = new BigInt64Array(B * T); // (batch, T)
+    rows.forEach(({ kv, tokens }, b) => {
+      const p = kv.length;
+      const pad = S - tokens.length;
+      attentionMask.fill(1n, b * T + P - p, b * T + P);
+      for (let i = 0; i < tokens.length; i++) {
+        inputIds[b * S + pad + i] = BigInt(tokens[i]);
+        positionIds[b * S + pad + i] = BigInt(p + i);
+        attentionMask[b * T + P + pad + i] = 1n;
+      }
+    });
+    const Tensor = this.runtime.Tensor;
+    const feeds: Record<string, OrtTensor> = {
+      input_ids: new Tensor('int64', inputIds, [B, S]),
+      attention_mask: new Tensor('int64', attentionMask, [B, T]),
+      position_ids: new Tensor('int64', positionIds, [B, S]),
+    };
+
+    const transfer = new KvTransfer(this.kernels, kvPool);
+    const past: KvLayerBuffers[] = [];
+    const pastDims = [B, numKvHeads, P, headDim];
+    const encoder = device.createCommandEncoder({ label: 'kv gather' });
+    for (const [from, to] of this.pendingCopies.splice(0)) kvPool.encodeCopyBlock(encoder, from, to);
+    if (P > 0) {
+      const bytes = B * numKvHeads * P * headDim * 4;
+      const usage = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
+      for (let layer = 0; layer < numLayers; layer++) {
+        past.push({ keys: device.createBuffer({ size: bytes, usage }), values: device.createBuffer({ size: bytes, usage }) });
+      }
+      const placement: KvRowPlacement[] = rows.map(({ kv }, b) => ({ blocks: tables[b], length: kv.length, offset: P - kv.length, count: 0 }));
+      transfer.encodeGather(encoder, placement, P, past);
+    }
+    device.queue.submit([encoder.finish()]);
+    for (let layer = 0; layer < numLayers; layer++) {
+      feeds[`past_key_values.${layer}.key`] = P > 0
+        ? Tensor.fromGpuBuffer(past[layer].keys, { dataType: 'float32', dims: pastDims })
+        : new Tensor('float32', new Float32Array(0), pastDims);
+      feeds[`past_key_values.${layer}.value`] = P > 0
+        ? Tensor.fromGpuBuffer(past[layer].values, { dataType: 'float32', dims: pastDims })
+        : new Tensor('float32', new Float32Array(0), pastDims);
+    }
+
+    let out: Record<string, OrtTensor>;
+    try {
+      out = await this.session.run(feeds);
+    } finally {
+      transfer.release();
+      for (const { keys, values } of past) {
+        keys.destroy();
+        values.destroy();
+      }
+    }
+
+    const present: KvLayerBuffers[] = [];
+    for (let layer = 0; layer < numLayers; layer++) {
+      present.push({ keys: out[`present.${layer}.key`].gpuBuffer as GPUBuffer, values: out[`present.${layer}.value`].gpuBuffer as GPUBuffer });
+    }
+    const scatter = device.createCommandEncoder({ label: 'kv scatter' });
+    const placement: KvRowPlacement[] = rows.map(({ kv, tokens }, b) => ({ blocks: tables[b], length: kv.length, offset: T - tokens.length, count: tokens.length }));
+    transfer.encodeScatter(scatter, placement, T, present);
+    device.queue.submit([scatter.finish()]);
+    transfer.release();
+    // ORT may reuse these buffers for its next run; that work is queued after the scatter.
+    for (let layer = 0; layer < numLayers; layer++) {
+      out[`present.${layer}.key`].dispose();
+      out[`present.${layer}.value`].dispose();
+    }
+    for (const { kv, tokens } of rows) kv.advance(tokens.length);
+
+    const logits = out.logits.data as Float32Array; // (batch, S, vocab)
+    const at = (row: number, index: number): Float32Array => {
+      const offset = (row * S + S - rows[row].tokens.length + index) * vocabSize;
+      return logits.subarray(offset, offset + vocabSize);
+    };
+    return { at, last: (row) => at(row, rows[row].tokens.length - 1) };
+  }
+
+  /** The checks PagedSequenceKv.scatter makes on the CPU: a kernel cannot throw. */
+  private checkWritable(blocks: readonly number[], length: number, count: number): void {
+    const bs = this.pool!.blockSize;
+    for (let pos = length; pos < length + count; pos += bs - (pos % bs)) {
+      const block = blocks[Math.floor(pos / bs)];
+      if (block === undefined) throw new Error(`no KV block reserved for position ${pos}`);
+      if (!this.pool!.isWritable(block)) throw new Error(`KV block ${block} is shared or cached and must not be written`);
+    }
+  }
+
+  /** Reads the device bytes of the attached pool's blocks into the CPU pool's arrays (tests, debugging). */
+  async syncPoolToCpu(): Promise<void> {
+    const pool = this.pool!;
+    for (let layer = 0; layer < this.config.numLayers; layer++) {
+      pool.keys[layer].set(new Float32Array(await readBuffer(this.kernels.device, this.kvPool!.keys[layer], pool.keys[layer].byteLength)));
+      pool.values[layer].set(new Float32Array(await readBuffer(this.kernels.device, this.kvPool!.values[layer], pool.values[layer].byteLength)));
+    }
+  }
+
+  async release(): Promise<void> {
+    await this.session.release();
+    this.kvPool?.destroy();
+  }
+}

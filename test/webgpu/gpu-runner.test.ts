@@ -1,0 +1,86 @@
+// The WebGPU runner with the KV cache on the device (GpuModelRunner: gather / scatter with our kernels,
+// ORT inputs from GPU buffers, present.* left on the GPU): greedy tokens equal wasm's, token for token,
+// for a batch of sequences of different lengths decoding together, with blocks of 4 tokens so every
+// sequence spans partial and full blocks, and through a copy-on-write fork whose shared partial block
+// is copied on the device.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { nodeShaderSource, webGpuRuntimeForNode } from '../../src/backends/ort-webgpu-node.js';
+import type { Engine } from '../../src/engine/engine.js';
+import { GpuModelRunner } from '../../src/engine/gpu/gpu-runner.js';
+import { GpuKernels } from '../../src/engine/gpu/kernels.js';
+import { BlockPool } from '../../src/engine/kv/block-pool.js';
+import { KvCacheManager, type PagedSequenceKv } from '../../src/engine/kv/paged-kv.js';
+import { loadModelFiles } from '../../src/engine/model/model-files.js';
+import { directorySource } from '../../src/sources/directory-source.js';
+import { argmax, collect, loadEngine, modelDir, randomIds } from '../helpers/engines.js';
+import { gpu, skipNote } from './gpu.js';
+
+const STEPS = 20;
+
+describe.skipIf(!gpu)(`GpuModelRunner: KV kept on the device${skipNote}`, () => {
+  let runner: GpuModelRunner;
+  let manager: KvCacheManager;
+  let pool: BlockPool;
+  let wasm: Engine;
+  beforeAll(async () => {
+    const runtime = await webGpuRuntimeForNode();
+    const files = await loadModelFiles(directorySource(modelDir('tiny')), 'fp32');
+    const kernels = await GpuKernels.create(runtime.gpu.device, nodeShaderSource, ['kv-gather', 'kv-scatter']);
+    runner = await GpuModelRunner.create(runtime, files.onnx, files.config, kernels);
+    pool = new BlockPool(files.config, 64, 4);
+    manager = new KvCacheManager(pool, 'tiny');
+    runner.attachPool(pool);
+    wasm = await loadEngine('wasm', 'tiny');
+  });
+  afterAll(async () => {
+    await runner?.release();
+    await wasm?.runner.release();
+  });
+
+  const wasmGreedy = async (prompt: number[], n: number): Promise<number[]> =>
+    (await collect(wasm, { prompt_ids: prompt, max_tokens: n, temperature: 0, ignore_eos: true })).done.tokenIds;
+
+  /** Batched greedy decoding of `seqs` from their pending `feeds`, `steps` tokens each. */
+  async function decode(seqs: PagedSequenceKv[], feeds: number[][], steps: number): Promise<number[][]> {
+    const out: number[][] = seqs.map(() => []);
+    for (let step = 0; step < steps; step++) {
+      seqs.forEach((kv, b) => expect(manager.reserve(kv, feeds[b].length)).toBe(true));
+      const logits = await runner.forward(seqs.map((kv, b) => ({ kv, tokens: feeds[b] })));
+      feeds = seqs.map((_, b) => [argmax(logits.last(b))]);
+      feeds.forEach(([t], b) => out[b].push(t));
+    }
+    return out;
+  }
+
+  it('batched greedy decoding equals wasm token for token (prompts of 5, 13 and 1 tokens; 4-token blocks)', async () => {
+    const prompts = [randomIds(21, 5, 3, 512), randomIds(22, 13, 3, 512), [1]];
+    const seqs = prompts.map(() => manager.create());
+    const got = await decode(seqs, prompts, STEPS);
+    for (let b = 0; b < prompts.length; b++) expect(got[b], `row ${b}`).toEqual(await wasmGreedy(prompts[b], STEPS));
+    // Nothing was written to the CPU pool's arrays: the keys and values stayed on the device.
+    expect(pool.keys.every((layer) => layer.every((v) => v === 0)), 'CPU pool untouched').toBe(true);
+    await runner.syncPoolToCpu();
+    expect(pool.keys[0].some((v) => v !== 0), 'device pool holds the keys').toBe(true);
+    pool.keys.forEach((layer) => layer.fill(0));
+    pool.values.forEach((layer) => layer.fill(0));
+    for (const kv of seqs) manager.free(kv);
+    pool.checkInvariants();
+  });
+
+  it('a fork shares the prompt blocks; its first write copies the shared partial block on the device', async () => {
+    const prompt = randomIds(23, 6, 3, 512); // 6 tokens: one full block and a partial one
+    const parent = manager.create();
+    const [first] = await decode([parent], [prompt], 1);
+    const child = manager.fork(parent);
+    // The child continues with another token than the parent's greedy one.
+    const other = (first[0] + 1) % 512;
+    const copies = manager.copyOnWrites;
+    const [fromParent, fromChild] = await decode([parent, child], [[first[0]], [other]], 8);
+    expect(manager.copyOnWrites, 'the child copied the shared partial block').toBeGreaterThan(copies);
+    expect([first[0], ...fromParent]).toEqual(await wasmGreedy(prompt, 9));
+    expect(fromChild).toEqual(await wasmGreedy([...prompt, other], 8));
+    manager.free(parent);
+    manager.free(child);
+    pool.checkInvariants();
+  });
+});
