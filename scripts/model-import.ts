@@ -7,8 +7,9 @@
 // Llama-family folder (config.json, model.safetensors or shards + model.safetensors.index.json,
 // tokenizer.json, tokenizer_config.json, generation_config.json if any). --dtype defaults to fp32.
 import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { ignoreLargeModelFolders } from './import/assets-ignore.js';
 import { readLlama2cCheckpoint } from './import/llama2c-checkpoint.js';
 import { llama2cTokenizerFiles, readLlama2cTokenizer } from './import/llama2c-tokenizer.js';
 import { shapeFromHfConfig, weightsFromHf } from './import/hf-llama.js';
@@ -95,6 +96,8 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     const args = parseImportArgs(process.argv.slice(2));
     const t0 = performance.now();
     const files = runImport(args);
+    const models = fileURLToPath(new URL('../models', import.meta.url));
+    if (dirname(resolve(args.out)) === resolve(models)) ignoreLargeModelFolders(models);
     for (const f of files) console.log(`${(f.bytes / 2 ** 20).toFixed(1).padStart(8)} MiB  ${f.file}`);
     console.log(`imported ${args.paths.join(' + ')} into ${args.out} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   } catch (e) {

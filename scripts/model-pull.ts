@@ -4,8 +4,9 @@
 //
 // HF_TOKEN (gated/private repos) and HF_ENDPOINT (a mirror) are read from the environment. Interrupted
 // downloads resume; every file is checksummed. See scripts/import/hub-client.ts.
-import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { ignoreLargeModelFolders } from './import/assets-ignore.js';
 import { progressPrinter } from './import/progress.js';
 import { pullModel, type PullOptions } from './import/pull.js';
 
@@ -36,7 +37,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     console.log(`pulled ${opts.repo}@${r.sha.slice(0, 12)} into ${opts.outDir} (${r.files.filter((f) => f.status === 'downloaded').length} downloaded, ${r.files.filter((f) => f.status === 'present').length} already there)`);
     console.log(`memory: weights ${(r.weightBytes / MiB).toFixed(1)} MiB + KV cache ${(r.kvBytesPerToken / 1024).toFixed(1)} KiB per token (float32 pool)`);
     const name = opts.outDir.replace(/\/+$/, '').split('/').pop();
-    console.log(`serve it: npm run model:serve -- ${opts.outDir} && npm start -- --var MODEL:${name} --var MODEL_DTYPE:${r.dtypes[0]}`);
+    const models = fileURLToPath(new URL('../models', import.meta.url));
+    if (dirname(resolve(opts.outDir)) === resolve(models)) ignoreLargeModelFolders(models);
+    console.log(`serve it: npm run model:upload -- ${opts.outDir} --dtype ${r.dtypes[0]} && MODEL=${name} MODEL_DTYPE=${r.dtypes[0]} npm start`);
   } catch (e) {
     console.error(e instanceof Error ? e.message : e);
     process.exit(1);

@@ -4,15 +4,13 @@
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { ignoreLargeModelFolders } from './import/assets-ignore.js';
+import { startArgs } from './start-args.js';
 
-export const MODEL_ENV_VARS = ['MODEL', 'MODEL_DTYPE', 'MODEL_URL', 'MEMORY_BUDGET_MB', 'KV_CACHE_MB'] as const;
-
-export function startArgs(env: NodeJS.ProcessEnv, extra: readonly string[]): string[] {
-  const args = ['dev', '--ip', '127.0.0.1', '--port', '8787'];
-  for (const name of MODEL_ENV_VARS) if (env[name]) args.push('--var', `${name}:${env[name]}`);
-  return [...args, ...extra];
+for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url)))) {
+  console.error(`models/${name} has files over the 25 MiB asset cap: left out of the assets (models/.assetsignore); serve it from R2 with npm run model:upload -- models/${name}`);
 }
-
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
 const child = spawn(process.execPath, [wrangler, ...startArgs(process.env, process.argv.slice(2))], { stdio: 'inherit' });
 for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => child.kill(signal));

@@ -1,0 +1,81 @@
+// How the server finds real models: MODEL_URL (any HTTP server holding the folder), the 25 MiB asset cap
+// (big model folders are left out of ./models' assets), and MODEL=<name> npm start.
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ASSET_LIMIT_BYTES, ignoreLargeModelFolders } from '../scripts/import/assets-ignore.js';
+import { nodeRuntime } from '../scripts/lib/runtimes.js';
+import { filesToUpload, parseUploadArgs } from '../scripts/model-upload.js';
+import { Engine } from '../src/engine/engine.js';
+import { modelSourceFor } from '../src/sources/model-source.js';
+import { collect, loadEngine, modelDir } from './helpers/engines.js';
+
+let dir: string;
+beforeAll(() => void (dir = mkdtempSync(join(tmpdir(), 'serving-'))));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('MODEL_URL: the model folder from any HTTP server', () => {
+  let server: Server;
+  const paths: string[] = [];
+  beforeAll(async () => {
+    server = createServer((req, res) => {
+      paths.push(req.url!);
+      try {
+        res.end(readFileSync(join(modelDir('tiny'), decodeURIComponent(new URL(req.url!, 'http://x').pathname.replace(/^\/tiny\//, '')))));
+      } catch {
+        res.writeHead(404).end();
+      }
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  });
+  afterAll(() => new Promise((r) => server.close(r)));
+
+  it('serves the same tokens as the folder on disk, and wins over the assets', async () => {
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/tiny/`;
+    const assets = { fetch: async () => new Response('assets must not be read', { status: 500 }) };
+    const { source, from } = await modelSourceFor('tiny', { url, assets });
+    expect(from).toBe(url);
+    const overHttp = await Engine.load(await nodeRuntime('cpu'), source, { kvCacheBytes: 1 << 20 });
+    const onDisk = await loadEngine('cpu', 'tiny', { kvCacheBytes: 1 << 20 });
+    const request = { prompt: 'Hello', max_tokens: 8, temperature: 0 };
+    expect((await collect(overHttp, request)).done.tokenIds).toEqual((await collect(onDisk, request)).done.tokenIds);
+    expect(paths).toContain('/tiny/onnx/model.onnx');
+    await overHttp.runner.release();
+    await onDisk.runner.release();
+  });
+});
+
+describe('model folders over the 25 MiB asset cap', () => {
+  it('are listed once in models/.assetsignore (wrangler refuses to start on a bigger asset)', () => {
+    const models = join(dir, 'models');
+    mkdirSync(join(models, 'big', 'onnx'), { recursive: true });
+    mkdirSync(join(models, 'small'), { recursive: true });
+    writeFileSync(join(models, 'big', 'onnx', 'model_q4.onnx'), '');
+    truncateSync(join(models, 'big', 'onnx', 'model_q4.onnx'), ASSET_LIMIT_BYTES + 1); // sparse: no disk used
+    writeFileSync(join(models, 'small', 'config.json'), '{}');
+    expect(ignoreLargeModelFolders(models)).toEqual(['big']);
+    expect(ignoreLargeModelFolders(models)).toEqual([]);
+    expect(readFileSync(join(models, '.assetsignore'), 'utf8').split('\n').filter((l) => l && !l.startsWith('#'))).toEqual(['big/']);
+  });
+});
+
+describe('model:upload and npm start arguments', () => {
+  it('uploads the config, tokenizer and graph files, named after the folder', () => {
+    expect(parseUploadArgs([modelDir('tiny')])).toMatchObject({ name: 'tiny', remote: false });
+    expect(filesToUpload(modelDir('tiny'), 'q4')).toEqual(['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'onnx/model_q4.onnx']);
+    expect(filesToUpload(modelDir('tiny'))).toContain('onnx/model_fp16.onnx');
+    expect(() => filesToUpload(modelDir('tiny'), 'bnb4')).toThrow(/has no onnx\/model_bnb4\.onnx/);
+    expect(() => parseUploadArgs(['x', '--name', 'a/b'])).toThrow(/--name "a\/b"/);
+  });
+
+  it('MODEL=<name> npm start passes the model vars (only those) to wrangler dev', async () => {
+    const { startArgs } = await import('../scripts/start-args.js');
+    expect(startArgs({ MODEL: 'smollm2', MODEL_DTYPE: 'q4', HF_TOKEN: 'secret' }, ['--var', 'API_KEYS:k'])).toEqual([
+      'dev', '--ip', '127.0.0.1', '--port', '8787', '--var', 'MODEL:smollm2', '--var', 'MODEL_DTYPE:q4', '--var', 'API_KEYS:k',
+    ]);
+    expect(startArgs({}, ['--port', '9000'])).toEqual(['dev', '--ip', '127.0.0.1', '--port', '9000']);
+  });
+});
