@@ -12,6 +12,8 @@ import { isNodeBackend, nodeRuntime, NODE_BACKENDS } from './lib/runtimes.js';
 const USAGE = `usage: npm run generate -- --model <dir> (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json)
   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop STR]...
   [--frequency-penalty F] [--presence-penalty F] [--repetition-penalty R]
+  [--speculative ngram|draft] [--num-speculative-tokens N] [--draft-model <dir>]
+  [--beam-width K] [--length-penalty A] [--early-stopping true|false|never] [--n N]
   [--dtype fp32|fp16|int8|q4] [--backend cpu|wasm|webgpu|auto] [--json]`;
 
 const { values: args } = parseArgs({
@@ -30,6 +32,13 @@ const { values: args } = parseArgs({
     'repetition-penalty': { type: 'string' },
     seed: { type: 'string' },
     stop: { type: 'string', multiple: true },
+    speculative: { type: 'string' },
+    'num-speculative-tokens': { type: 'string', default: '4' },
+    'draft-model': { type: 'string' },
+    'beam-width': { type: 'string' },
+    'length-penalty': { type: 'string' },
+    'early-stopping': { type: 'string' },
+    n: { type: 'string' },
     dtype: { type: 'string', default: 'fp32' },
     backend: { type: 'string', default: 'cpu' },
     json: { type: 'boolean', default: false },
@@ -56,6 +65,11 @@ const request: GenerationRequest = {
   repetition_penalty: num(args['repetition-penalty']),
   seed: num(args.seed),
   stop: args.stop,
+  n: num(args.n),
+  beam_width: num(args['beam-width']),
+  length_penalty: num(args['length-penalty']),
+  early_stopping: args['early-stopping'] === undefined ? undefined : args['early-stopping'] === 'never' ? 'never' : args['early-stopping'] === 'true',
+  speculative: args.speculative === undefined ? undefined : { method: args.speculative as 'ngram' | 'draft', num_tokens: Number(args['num-speculative-tokens']) },
 };
 if (args.prompt !== undefined) request.prompt = args.prompt;
 if (args['prompt-ids'] !== undefined) request.prompt_ids = args['prompt-ids'].split(',').map((s) => Number(s.trim()));
@@ -65,7 +79,8 @@ for (const key of Object.keys(request) as (keyof GenerationRequest)[]) if (reque
 try {
   if (!isNodeBackend(args.backend)) throw new InvalidRequestError('backend', `--backend must be one of ${NODE_BACKENDS.join(', ')}, got ${args.backend}`);
   const runtime = await nodeRuntime(args.backend);
-  const engine = await Engine.load(runtime, directorySource(args.model), { dtype: args.dtype as ModelDtype });
+  const draft = args['draft-model'] === undefined ? undefined : { source: directorySource(args['draft-model']) };
+  const engine = await Engine.load(runtime, directorySource(args.model), { dtype: args.dtype as ModelDtype, draft });
   for await (const event of engine.generate(request)) {
     if (event.type === 'token') {
       if (!args.json) process.stdout.write(event.text);
@@ -77,16 +92,21 @@ try {
         token_ids: event.tokenIds,
         text: event.text,
         finish_reason: event.finishReason,
+        ...(event.beam ? { beam_score: event.beam.score, cumulative_logprob: event.beam.cumulativeLogprob } : {}),
+        ...(event.speculation ? { speculation: event.speculation } : {}),
         ttft_ms: Number(event.metrics.ttftMs.toFixed(3)),
         decode_tokens_per_s: Number(event.metrics.decodeTokensPerS.toFixed(2)),
       };
       process.stdout.write(`${JSON.stringify(result)}\n`);
     } else {
-      process.stdout.write('\n');
+      // Beam search streams nothing: each candidate's text arrives with its done event.
+      process.stdout.write(event.beam ? `${event.text}\n` : '\n');
       const m = event.metrics;
+      const beam = event.beam ? `beam score ${event.beam.score.toFixed(4)}, ` : '';
+      const spec = event.speculation ? `, ${event.speculation.acceptedTokens}/${event.speculation.proposedTokens} proposals accepted` : '';
       console.error(
-        `[${event.finishReason}] prompt ${m.promptTokens} tokens, completion ${m.completionTokens} tokens, ` +
-          `ttft ${m.ttftMs.toFixed(1)} ms, decode ${m.decodeTokensPerS.toFixed(1)} tok/s (${runtime.name})`,
+        `[${event.finishReason}] ${beam}prompt ${m.promptTokens} tokens, completion ${m.completionTokens} tokens, ` +
+          `ttft ${m.ttftMs.toFixed(1)} ms, decode ${m.decodeTokensPerS.toFixed(1)} tok/s (${runtime.name})${spec}`,
       );
     }
   }

@@ -169,7 +169,25 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
   const extra = request.stop_token_ids ?? [];
   if (!Array.isArray(extra)) throw new InvalidRequestError('stop_token_ids', 'stop_token_ids must be an array of token ids');
   if (extra.length > 0) for (const id of checkTokenIds(extra, ctx.vocabSize, 'stop_token_ids')) stopTokenIds.add(id);
+  if (beam && sampling.allowedTokenIds) {
+    const possible = distinctCompletions(sampling.allowedTokenIds, stopTokenIds, maxTokens, n);
+    if (possible < n) throw new InvalidRequestError('n', `allowed_token_ids and max_tokens leave only ${possible} distinct completions; n is ${n}`);
+  }
   return { promptIds, maxTokens, n, sampling, stops, stopTokenIds, speculative, beam };
+}
+
+/** How many different completions (counted up to `cap`) tokens from `allowed` can form within maxTokens. */
+function distinctCompletions(allowed: ReadonlySet<number>, stopTokenIds: ReadonlySet<number>, maxTokens: number, cap: number): number {
+  const stops = [...allowed].filter((t) => stopTokenIds.has(t)).length;
+  const others = allowed.size - stops;
+  let total = 0;
+  let prefixes = 1; // others^length: the prefixes of each length so far
+  for (let length = 1; length <= maxTokens && total < cap; length++) {
+    total += prefixes * stops; // end here on a stop token
+    prefixes *= others;
+    if (prefixes === 0) break;
+  }
+  return Math.min(cap, total + prefixes);
 }
 
 /**

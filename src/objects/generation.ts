@@ -24,7 +24,16 @@ export interface WireLogprob {
 
 export type WireEvent =
   | { type: 'token'; index: number; tokenId: number; text: string; logprob?: WireLogprob & { top: WireLogprob[] } }
-  | { type: 'done'; index: number; finishReason: FinishReason; text: string; completionIds: number[]; metrics: RequestMetrics }
+  | {
+      type: 'done';
+      index: number;
+      finishReason: FinishReason;
+      text: string;
+      completionIds: number[];
+      metrics: RequestMetrics;
+      /** Beam search: the candidate's score and summed log-probability. */
+      beam?: { score: number; cumulativeLogprob: number };
+    }
   /** The generation failed or was stopped from outside; no done events follow for unfinished choices. */
   | { type: 'error'; error: ServiceError };
 
@@ -51,7 +60,9 @@ function wireLogprob(engine: Engine, tokenId: number, logprob: number): WireLogp
 
 function toWire(engine: Engine, index: number, event: GenerationEvent): WireEvent {
   if (event.type === 'done') {
-    return { type: 'done', index, finishReason: event.finishReason, text: event.text, completionIds: event.tokenIds, metrics: event.metrics };
+    const done: WireEvent = { type: 'done', index, finishReason: event.finishReason, text: event.text, completionIds: event.tokenIds, metrics: event.metrics };
+    if (event.beam) done.beam = event.beam;
+    return done;
   }
   const wire: WireEvent = { type: 'token', index, tokenId: event.tokenId, text: event.text };
   if (event.logprob !== undefined) {

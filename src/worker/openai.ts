@@ -44,6 +44,10 @@ export function usage(done: DoneWire[], n: number): Usage {
   return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
 }
 
+/** A beam search choice's rank score and summed log-probability (beside OpenAI's fields, as vLLM reports them). */
+const beamFields = (d: DoneWire): { beam_score?: number; cumulative_logprob?: number } =>
+  d.beam ? { beam_score: d.beam.score, cumulative_logprob: d.beam.cumulativeLogprob } : {};
+
 // ---- chat ----
 
 export interface ChatLogprob {
@@ -71,6 +75,7 @@ export function chatCompletion(meta: ResponseMeta, tokens: TokenWire[][], done: 
       message: { role: 'assistant' as const, content: d.text, refusal: null },
       logprobs: logprobs ? chatLogprobs(tokens[index]) : null,
       finish_reason: finishReason(d.finishReason),
+      ...beamFields(d),
     })),
     usage: usage(done, n),
     system_fingerprint: null,
@@ -138,6 +143,7 @@ export function textCompletion(meta: ResponseMeta, tokens: TokenWire[][], done: 
       text: d.text,
       logprobs: logprobs ? completionLogprobs(tokens[index]) : null,
       finish_reason: finishReason(d.finishReason),
+      ...beamFields(d),
     })),
     usage: usage(done, n),
     system_fingerprint: null,

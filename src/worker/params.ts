@@ -97,7 +97,22 @@ export function refuseUnsupported(body: JsonObject, names: string[]): void {
   }
 }
 
-/** Sampling and stopping parameters shared by both endpoints, under OpenAI's names plus vLLM's extras. */
+function optSpeculative(body: JsonObject): GenerationRequest['speculative'] {
+  if (body.speculative === null) return null; // turns the server's default off
+  return optObject(body, 'speculative') as GenerationRequest['speculative'];
+}
+
+function optEarlyStopping(body: JsonObject): boolean | 'never' | undefined {
+  if (!present(body, 'early_stopping')) return undefined;
+  const v = body.early_stopping;
+  if (typeof v === 'boolean' || v === 'never') return v;
+  throw badParam('early_stopping', `early_stopping must be true, false or "never", got ${JSON.stringify(v)}`);
+}
+
+/**
+ * Sampling, stopping and search parameters shared by both endpoints, under OpenAI's names plus vLLM's
+ * extras (top_k, min_p, repetition_penalty, allowed_token_ids, beam search) and `speculative`.
+ */
 export function samplingParams(body: JsonObject): Omit<GenerationRequest, 'prompt' | 'prompt_ids' | 'messages' | 'logprobs' | 'top_logprobs'> {
   const params = {
     max_tokens: optInteger(body, 'max_tokens'),
@@ -113,14 +128,24 @@ export function samplingParams(body: JsonObject): Omit<GenerationRequest, 'promp
     stop_token_ids: optTokenIds(body, 'stop_token_ids'),
     ignore_eos: optBoolean(body, 'ignore_eos'),
     logit_bias: optLogitBias(body),
+    allowed_token_ids: optTokenIds(body, 'allowed_token_ids'),
+    speculative: optSpeculative(body),
+    use_beam_search: optBoolean(body, 'use_beam_search'),
+    beam_width: optInteger(body, 'beam_width'),
+    best_of: optInteger(body, 'best_of'),
+    length_penalty: optNumber(body, 'length_penalty'),
+    early_stopping: optEarlyStopping(body),
   };
   // Leave absent fields out, so the engine applies its defaults.
   return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined));
 }
 
-/** `stream` and `stream_options.include_usage`. */
+/** `stream` and `stream_options.include_usage`. Beam search decides its sequences only at the end, so it cannot stream. */
 export function streamOptions(body: JsonObject): { stream: boolean; includeUsage: boolean } {
   const stream = optBoolean(body, 'stream') ?? false;
+  if (stream && (body.use_beam_search === true || present(body, 'beam_width'))) {
+    throw badParam('stream', 'beam search cannot stream: its best sequences are known only when it ends; set stream: false', 'unsupported_parameter');
+  }
   const options = optObject(body, 'stream_options');
   let includeUsage = false;
   if (options !== undefined) {

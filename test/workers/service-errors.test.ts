@@ -64,6 +64,12 @@ describe('request errors', () => {
     ['model', chat({ model: 7 })],
     ['tools', chat({ tools: [] })],
     ['top_logprobs', chat({ top_logprobs: 2 })],
+    ['stream', chat({ use_beam_search: true, stream: true })],
+    ['stream', chat({ beam_width: 2, stream: true })],
+    ['use_beam_search', chat({ use_beam_search: 'yes' })],
+    ['early_stopping', chat({ use_beam_search: true, early_stopping: 'soon' })],
+    ['speculative', chat({ speculative: 'ngram' })],
+    ['allowed_token_ids', chat({ allowed_token_ids: 'all' })],
   ])('chat: a wrong %s is a 400 naming it', async (param, body) => {
     await expectError(await post('/v1/chat/completions', body), 400, param);
   });
@@ -88,6 +94,12 @@ describe('request errors', () => {
     ['max_tokens', chat({ max_tokens: 100_000 })],
     ['logit_bias', chat({ logit_bias: { '99999': 1 } })],
     ['seed', chat({ seed: 1.5 })],
+    ['temperature', chat({ use_beam_search: true, temperature: 0.8 })],
+    ['n', chat({ beam_width: 2, n: 3 })],
+    ['best_of', chat({ best_of: 3 })],
+    ['speculative.method', chat({ speculative: { method: 'draft', num_tokens: 2 } })],
+    ['speculative.num_tokens', chat({ speculative: { method: 'ngram', num_tokens: 99 } })],
+    ['allowed_token_ids', chat({ allowed_token_ids: [99999] })],
   ])('values the engine refuses (%s) are 400 with its param and code', async (param, body) => {
     const error = await expectError(await post('/v1/chat/completions', body), 400, param);
     expect(error.type).toBe('invalid_request_error');

@@ -1,7 +1,7 @@
 // The OpenAI-compatible routes end to end inside workerd: worker → InferenceObject → engine, streamed and
 // not, with the response shapes OpenAI clients parse.
 import { describe, expect, it } from 'vitest';
-import { call, postJson, post, readSse } from './service-helpers.js';
+import { call, postJson, post, readSse, scrape } from './service-helpers.js';
 
 const user = (content: string) => [{ role: 'user', content }];
 const greedy = { temperature: 0, ignore_eos: true };
@@ -10,7 +10,7 @@ describe('GET /v1/models', () => {
   it('lists the served model', async () => {
     const res = await call('/v1/models');
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ object: 'list', data: [{ id: 'tiny', object: 'model', created: expect.any(Number), owned_by: 'edge-infer' }] });
+    expect(await res.json()).toEqual({ object: 'list', data: [{ id: 'tiny', object: 'model', created: expect.any(Number), owned_by: 'edge-infer', backend: 'wasm' }] });
     const one = await call('/v1/models/tiny');
     expect(((await one.json()) as { id: string }).id).toBe('tiny');
   });
@@ -176,5 +176,39 @@ describe('POST /v1/completions', () => {
     expect(lp.text_offset[0]).toBe(0);
     expect([...lp.text_offset].sort((a, b) => a - b)).toEqual(lp.text_offset);
     lp.tokens.forEach((t: string, i: number) => expect(lp.top_logprobs[i][t]).toBe(lp.token_logprobs[i]));
+  });
+});
+
+describe('beam search and speculative decoding over HTTP', () => {
+  it('beam search returns the n best of its beams, best first, with their scores', async () => {
+    const request = { prompt: 'Once upon a time', max_tokens: 6, ignore_eos: true };
+    const body = await postJson('/v1/completions', { ...request, use_beam_search: true, best_of: 4, n: 2, length_penalty: 1 });
+    expect(body.choices).toHaveLength(2);
+    const [first, second] = body.choices;
+    expect(first).toEqual({ index: 0, text: expect.any(String), logprobs: null, finish_reason: 'length', beam_score: expect.any(Number), cumulative_logprob: expect.any(Number) });
+    expect(first.beam_score).toBeGreaterThanOrEqual(second.beam_score);
+    expect(first.beam_score).toBeCloseTo(first.cumulative_logprob / 6, 6);
+    expect(body.usage.completion_tokens).toBe(12);
+    // Its best sequence scores at least as well as greedy's.
+    const greedyBeam = await postJson('/v1/completions', { ...request, use_beam_search: true, beam_width: 1 });
+    expect(first.beam_score).toBeGreaterThanOrEqual(greedyBeam.choices[0].beam_score - 1e-9);
+  });
+
+  it('chat with beam search answers non-streamed; streamed it is a 400', async () => {
+    const body = await postJson('/v1/chat/completions', { messages: user('Hi'), max_tokens: 4, use_beam_search: true, beam_width: 3 });
+    expect(body.choices).toHaveLength(1);
+    expect(body.choices[0].beam_score).toEqual(expect.any(Number));
+  });
+
+  it('speculative decoding gives the same greedy text, and the metrics count its proposals', async () => {
+    const prompt = 'the cat sat on the mat. the cat sat on the mat. the cat sat on the mat.';
+    const request = { prompt, max_tokens: 24, ...greedy };
+    const plain = await postJson('/v1/completions', request);
+    const before = await scrape();
+    const fast = await postJson('/v1/completions', { ...request, speculative: { method: 'ngram', num_tokens: 4 } });
+    expect(fast.choices[0].text).toBe(plain.choices[0].text);
+    const after = await scrape();
+    const total = (m: Map<string, number>, name: string): number => [...m].filter(([k]) => k.startsWith(name)).reduce((sum, [, v]) => sum + v, 0);
+    expect(total(after, 'edge_infer_speculative_proposed_tokens_total')).toBeGreaterThan(total(before, 'edge_infer_speculative_proposed_tokens_total'));
   });
 });

@@ -38,7 +38,8 @@ export function resolveBeamParams(input: BeamInput, n: number, maxWidth: number)
   }
   const on = use === true || (beamWidth !== undefined && beamWidth !== null);
   if (!on) {
-    for (const [param, value] of [['best_of', bestOf], ['length_penalty', lengthPenalty], ['early_stopping', early]] as const) {
+    // best_of = n is OpenAI's default meaning (n candidates, n returned): nothing to do.
+    for (const [param, value] of [['best_of', bestOf === n ? undefined : bestOf], ['length_penalty', lengthPenalty], ['early_stopping', early]] as const) {
       if (value !== undefined && value !== null) {
         throw new InvalidRequestError(param, `${param} applies to beam search only; set use_beam_search: true`, 'unsupported_parameter');
       }

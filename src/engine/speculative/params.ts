@@ -32,7 +32,7 @@ export function resolveSpeculativeParams(
     throw new InvalidRequestError('speculative.method', `speculative.method must be "ngram" or "draft", got ${JSON.stringify(method)}`);
   }
   if (method === 'draft' && !hasDraftModel) {
-    throw new InvalidRequestError('speculative.method', 'this server has no draft model loaded; use "ngram" (prompt lookup)', 'draft_model_unavailable');
+    throw new InvalidRequestError('speculative.method', 'no draft model is loaded here; use "ngram" (prompt lookup), or load one (DRAFT_MODEL, --draft-model)', 'draft_model_unavailable');
   }
   if (typeof numTokens !== 'number' || !Number.isSafeInteger(numTokens) || numTokens < 1 || numTokens > MAX_SPECULATIVE_TOKENS) {
     throw new InvalidRequestError(

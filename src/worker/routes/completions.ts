@@ -20,8 +20,6 @@ completions.post('/', async (c) => {
 
   const prompts = completionPrompts(body);
   const n = choiceCount(body);
-  const bestOf = optInteger(body, 'best_of');
-  if (bestOf !== undefined && bestOf !== n) throw badParam('best_of', 'best_of other than n is not supported', 'unsupported_parameter');
   if (prompts.length * n > MAX_CHOICES) throw badParam('n', `prompts × n must be at most ${MAX_CHOICES}`, 'invalid_value');
   const { stream, includeUsage } = streamOptions(body);
   // Legacy logprobs: an integer, the number of alternatives per token (0 = just the chosen token's).

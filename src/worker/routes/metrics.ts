@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import type { EngineStats } from '../../engine/engine-stats.js';
-import type { Env } from '../../env.js';
+import { serviceBackend, type Env } from '../../env.js';
 import type { ShardStats } from '../../objects/metrics.js';
 import { Exposition } from '../prometheus.js';
 import { shardCount, shardStub } from '../routing.js';
@@ -10,10 +10,10 @@ const metrics = new Hono<{ Bindings: Env }>();
 
 metrics.get('/', async (c) => {
   const shards = await Promise.all(Array.from({ length: shardCount(c.env) }, (_, i) => shardStub(c.env, i).stats()));
-  return c.text(render(shards), 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+  return c.text(render(shards, serviceBackend(c.env)), 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
 });
 
-export function render(shards: ShardStats[]): string {
+export function render(shards: ShardStats[], backend = 'wasm'): string {
   const labelled = shards.map((s, i) => ({ labels: { shard: String(i), model: s.model }, s }));
   const each = (f: (s: ShardStats) => number) => labelled.map(({ labels, s }): [Record<string, string>, number] => [labels, f(s)]);
   // Engine gauges and counters exist only for shards whose engine is loaded.
@@ -22,6 +22,8 @@ export function render(shards: ShardStats[]): string {
 
   const out = new Exposition()
     .family('edge_infer_engine_loaded', 'gauge', 'Whether the shard has loaded its model (1) or not yet (0).', each((s) => (s.engine ? 1 : 0)))
+    .family('edge_infer_backend_info', 'gauge', 'The backend the shard runs the model on (label backend: wasm or webgpu); always 1.',
+      labelled.map(({ labels }): [Record<string, string>, number] => [{ ...labels, backend }, 1]))
     .histogram('edge_infer_time_to_first_token_seconds', 'Time from arrival to the first generated token.', labelled.map(({ labels, s }) => [labels, s.ttftSeconds]))
     .histogram('edge_infer_inter_token_latency_seconds', 'Time between consecutive generated tokens of one request.', labelled.map(({ labels, s }) => [labels, s.interTokenSeconds]))
     .family('edge_infer_prompt_tokens_total', 'counter', 'Prompt tokens of finished requests.', each((s) => s.promptTokens))
@@ -38,7 +40,9 @@ export function render(shards: ShardStats[]): string {
     .family('edge_infer_kv_block_size_tokens', 'gauge', 'Tokens per KV block.', engine((e) => e.kv.blockSize))
     .family('edge_infer_queue_depth', 'gauge', 'Requests waiting to be admitted to the batch.', engine((e) => e.queueDepth))
     .family('edge_infer_running_requests', 'gauge', 'Requests admitted and not yet finished.', engine((e) => e.running))
-    .family('edge_infer_pinned_sessions', 'gauge', 'Sessions whose KV cache is kept between turns.', engine((e) => e.pinnedSessions));
+    .family('edge_infer_pinned_sessions', 'gauge', 'Sessions whose KV cache is kept between turns.', engine((e) => e.pinnedSessions))
+    .family('edge_infer_speculative_proposed_tokens_total', 'counter', 'Speculative tokens proposed and verified by the target.', engine((e) => e.proposedTokens))
+    .family('edge_infer_speculative_accepted_tokens_total', 'counter', 'Speculative tokens the target accepted (acceptance rate = accepted / proposed).', engine((e) => e.acceptedTokens));
   return out.toString();
 }
 
