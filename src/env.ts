@@ -26,6 +26,8 @@ export interface Env {
   WEBHOOK_RETRY_BASE_MS?: string;
   WEBHOOK_MAX_ATTEMPTS?: string;
   ALLOW_LOOPBACK_CALLBACKS?: string;
+  /** `auto` (default: webgpu where navigator.gpu exists, else wasm), `wasm` or `webgpu`. */
+  BACKEND?: string;
 }
 
 declare global {
@@ -68,4 +70,32 @@ export function modelName(env: Env): string {
 
 export function boolVar(env: Env, name: 'ALLOW_LOOPBACK_CALLBACKS'): boolean {
   return env[name]?.trim().toLowerCase() === 'true';
+}
+
+export const BACKENDS = ['auto', 'wasm', 'webgpu'] as const;
+export type BackendChoice = (typeof BACKENDS)[number];
+
+/** The BACKEND var; unset, empty or unknown values fall back to `auto`, as other vars fall back to their defaults. */
+export function backendVar(env: Env): BackendChoice {
+  const raw = env.BACKEND?.trim().toLowerCase() ?? '';
+  return (BACKENDS as readonly string[]).includes(raw) ? (raw as BackendChoice) : 'auto';
+}
+
+/** Whether this isolate has WebGPU (workerd from npm has none: PLATFORM.md). */
+export function hostHasWebGpu(): boolean {
+  return typeof navigator !== 'undefined' && (navigator as { gpu?: unknown }).gpu !== undefined;
+}
+
+/**
+ * The backend the shards run on: a forced choice as given; `auto` is webgpu only where the host has
+ * WebGPU and this build can run onnxruntime-web's WebGPU EP there (`webgpuRunnable`; not in workerd yet).
+ */
+export function resolveBackend(choice: BackendChoice, hasWebGpu: boolean, webgpuRunnable = false): 'wasm' | 'webgpu' {
+  if (choice !== 'auto') return choice;
+  return hasWebGpu && webgpuRunnable ? 'webgpu' : 'wasm';
+}
+
+/** What the service reports in /v1/models and /metrics: the backend BACKEND resolves to on this host. */
+export function serviceBackend(env: Env): 'wasm' | 'webgpu' {
+  return resolveBackend(backendVar(env), hostHasWebGpu());
 }

@@ -1,5 +1,4 @@
 import { DurableObject } from 'cloudflare:workers';
-import { workerdWasmRuntime } from '../backends/ort-web-workerd.js';
 import { Engine } from '../engine/engine.js';
 import type { ModelDtype } from '../engine/model/model-files.js';
 import type { GenerationRequest } from '../engine/request.js';
@@ -12,6 +11,7 @@ import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './
 import type { JobView } from './jobs.js';
 import type { SamplingFields, SessionView } from './sessions.js';
 import { createShardServices, type ShardServices } from './shard-services.js';
+import { shardRuntime } from './shard-runtime.js';
 import type { HookView } from './webhooks/hooks.js';
 import type { AcceptedEvent, HookInput } from './webhooks/service.js';
 
@@ -49,7 +49,7 @@ export class InferenceObject extends DurableObject<Env> {
   private async loadEngine(): Promise<Engine> {
     const model = modelName(this.env);
     const { source } = await modelSourceFor(model, { bucket: this.env.MODEL_BUCKET, assets: this.env.MODELS, url: this.env.MODEL_URL?.trim() || undefined });
-    return Engine.load(workerdWasmRuntime(), source, {
+    return Engine.load(shardRuntime(this.env), source, {
       modelId: model,
       dtype: (this.env.MODEL_DTYPE?.trim() || 'fp32') as ModelDtype,
       kvCacheBytes: intVar(this.env, 'KV_CACHE_MB') * 2 ** 20,

@@ -118,7 +118,7 @@ describe.skipIf(!gpu)(`sampling kernels on the device${skipNote}`, () => {
     const vocab = 1000;
     const logits = new Float32Array(vocab); // uniform: the token is u's position, so it shows the stream
     const buffer = upload(logits);
-    // Seeds apart in their high 32 bits: rng.ts's first draw depends mostly on them (see the report).
+    // Seeds apart in their high 32 bits too (rng.ts once drew the same first number for every seed < 2^32).
     const seeds = [7, 2 ** 33 + 1, 2 ** 40 + 5, 2 ** 45 + 3];
     const params = (seed: number) => resolveSamplingParams({ temperature: 1, seed }, vocab);
     const states = seeds.map((seed) => new DeviceSamplerState(params(seed), { vocabSize: vocab, promptTokenIds: [] }));

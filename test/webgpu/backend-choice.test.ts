@@ -1,0 +1,30 @@
+// Choosing the backend: the CLI's --backend (scripts/lib/runtimes.ts) and the service's BACKEND var
+// (src/env.ts). Runs with or without a WebGPU adapter: `auto` must follow what the host has.
+import { describe, expect, it } from 'vitest';
+import { backendVar, resolveBackend, type Env } from '../../src/env.js';
+import { isNodeBackend, nodeRuntime } from '../../scripts/lib/runtimes.js';
+import { gpu } from './gpu.js';
+
+describe('backend choice', () => {
+  it('BACKEND: auto, wasm or webgpu; anything else falls back to auto', () => {
+    const env = (BACKEND?: string) => ({ BACKEND }) as Env;
+    expect(backendVar(env())).toBe('auto');
+    expect(backendVar(env(' WebGPU '))).toBe('webgpu');
+    expect(backendVar(env('wasm'))).toBe('wasm');
+    expect(backendVar(env('cuda'))).toBe('auto');
+  });
+
+  it('auto is webgpu only where the host has WebGPU and can run it; forced choices stand', () => {
+    expect(resolveBackend('auto', false)).toBe('wasm');
+    expect(resolveBackend('auto', true)).toBe('wasm'); // workerd: WebGPU EP not wired in
+    expect(resolveBackend('auto', true, true)).toBe('webgpu');
+    expect(resolveBackend('wasm', true, true)).toBe('wasm');
+    expect(resolveBackend('webgpu', false)).toBe('webgpu'); // and the object then refuses to load, naming why
+  });
+
+  it('the CLI accepts auto, cpu, wasm, webgpu; auto is webgpu exactly when an adapter exists', async () => {
+    expect(['auto', 'cpu', 'wasm', 'webgpu'].every(isNodeBackend)).toBe(true);
+    expect(isNodeBackend('gpu')).toBe(false);
+    expect((await nodeRuntime('auto')).name).toBe(gpu ? 'webgpu' : 'wasm');
+  });
+});

@@ -1,0 +1,21 @@
+// Backend choice inside workerd: there is no navigator.gpu, so BACKEND=auto (the default) resolves to
+// wasm, and /v1/models and /metrics say so; the engine runs (and so is loaded) on onnxruntime-web's WASM.
+import { describe, expect, it } from 'vitest';
+import { call, postJson, scrape } from './service-helpers.js';
+
+describe('backend choice in workerd', () => {
+  it('has no WebGPU, so auto is wasm in /v1/models and /metrics', async () => {
+    expect((globalThis as { navigator?: { gpu?: unknown } }).navigator?.gpu).toBeUndefined();
+    const models = (await (await call('/v1/models')).json()) as { data: { backend: string }[] };
+    expect(models.data[0].backend).toBe('wasm');
+    expect(((await (await call('/v1/models/tiny')).json()) as { backend: string }).backend).toBe('wasm');
+    await postJson('/v1/completions', { prompt: 'Hi', max_tokens: 2, temperature: 0 });
+    const metrics = await scrape();
+    const info = [...metrics].filter(([k]) => k.startsWith('edge_infer_backend_info{'));
+    expect(info.length).toBeGreaterThan(0);
+    for (const [key, value] of info) {
+      expect(key).toContain('backend="wasm"');
+      expect(value).toBe(1);
+    }
+  });
+});
