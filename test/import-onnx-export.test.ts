@@ -94,6 +94,23 @@ describe('an export-like graph: fp16 KV inputs/outputs and fp16 logits (model_fp
   }
 });
 
+describe('an export that takes no position_ids (positions counted from attention_mask in the graph)', () => {
+  it('is fed without them; batched rows with different pasts still give the reference tokens', async () => {
+    const graph = buildLlamaModel(PRESETS.tiny, makeWeights(PRESETS.tiny, DEFAULT_SEED), 'fp32', { positionIds: false });
+    const out = folder('no-position-ids', 'model.onnx', toBytes(encodeModel(graph)));
+    const engine = await Engine.load(await nodeRuntime('cpu'), directorySource(out), { kvCacheBytes: 4 << 20 });
+    try {
+      expect(engine.runner.io.hasPositionIds).toBe(false);
+      const ref = await loadReference(modelDir('tiny'));
+      const prompts = [engine.tokenizer.encode('Hello'), engine.tokenizer.encode('A longer prompt, so the rows are padded differently')];
+      const results = await Promise.all(prompts.map((p) => collect(engine, { prompt_ids: p, max_tokens: 16, temperature: 0, ignore_eos: true })));
+      results.forEach(({ done }, i) => expect(done.tokenIds).toEqual(ref.greedy(prompts[i], 16)));
+    } finally {
+      await engine.runner.release();
+    }
+  });
+});
+
 describe('refusals', () => {
   const tinyFp32 = () => new Uint8Array(readFileSync(join(modelDir('tiny'), 'onnx/model.onnx')));
 

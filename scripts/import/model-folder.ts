@@ -43,6 +43,8 @@ export function writeModelFolder(outDir: string, model: ImportedModel, dtypes: r
   for (const dtype of DTYPES.filter((d) => dtypes.includes(d))) {
     // One variant at a time: peak memory is the fp32 weights plus one encoded graph.
     const encoded = encodeModel(buildLlamaModel(model.shape, model.weights, dtype));
+    // protobuf messages stop at 2 GiB; bigger graphs need external data files, which the engine does not load.
+    if (encoded.length >= 2 ** 31) throw new Error(`the ${dtype} graph would be ${(encoded.length / 2 ** 30).toFixed(2)} GiB, past ONNX's 2 GiB single-file limit: import with --dtype fp16, int8 or q4`);
     writeEncoded(join(outDir, 'onnx', ONNX_FILE[dtype]), encoded);
     written.push({ file: `onnx/${ONNX_FILE[dtype]}`, bytes: encoded.length });
   }

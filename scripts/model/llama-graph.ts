@@ -23,6 +23,8 @@ const TOTAL: Dim = 'past_sequence_length + sequence_length';
 export interface GraphIoTypes {
   kv?: 'float32' | 'float16';
   logits?: 'float32' | 'float16';
+  /** false: no position_ids input; positions are counted from attention_mask, as some exports do. */
+  positionIds?: boolean;
 }
 
 export function buildLlamaModel(p: LlamaShape, w: WeightMap, dtype: Dtype, io: GraphIoTypes = {}): ModelDef {
@@ -30,7 +32,7 @@ export function buildLlamaModel(p: LlamaShape, w: WeightMap, dtype: Dtype, io: G
   const g = new GraphBuilder();
   const ids = g.input({ name: 'input_ids', elemType: DataType.INT64, shape: ['batch_size', 'sequence_length'] });
   const mask = g.input({ name: 'attention_mask', elemType: DataType.INT64, shape: ['batch_size', TOTAL] });
-  const pos = g.input({ name: 'position_ids', elemType: DataType.INT64, shape: ['batch_size', 'sequence_length'] });
+  const pos = io.positionIds === false ? positionsFromMask(g, ids, mask) : g.input({ name: 'position_ids', elemType: DataType.INT64, shape: ['batch_size', 'sequence_length'] });
   const kvShape: Dim[] = ['batch_size', p.numKvHeads, 'past_sequence_length', p.headDim];
   const presentShape: Dim[] = ['batch_size', p.numKvHeads, TOTAL, p.headDim];
   const kvType = io.kv === 'float16' ? DataType.FLOAT16 : DataType.FLOAT;
@@ -96,6 +98,16 @@ function maskBias(g: GraphBuilder, ids: string, mask: string): string {
   const visible = g.op('And', [causal, real3], { name: `${n}/visible` }); // (b, s, T)
   const bias = g.op('Where', [visible, g.f32(0, 'zero'), g.f32(MASK_NEG, 'mask_neg')], { name: `${n}/bias` });
   return g.op('Unsqueeze', [bias, g.i64([1, 2])], { name: `${n}/bias5` }); // (b, 1, 1, s, T)
+}
+
+/** position of new token i = (ones in attention_mask up to its slot) - 1: the last s columns of cumsum(mask) - 1. */
+function positionsFromMask(g: GraphBuilder, ids: string, mask: string): string {
+  const n = 'positions';
+  const counted = g.op('CumSum', [mask, g.i64([1], true)], { name: `${n}/cumsum` }); // (b, T)
+  const all = g.op('Sub', [counted, g.i64([1], true)], { name: `${n}/minus1` });
+  const seq = g.op('Shape', [ids], { name: `${n}/seq`, attrs: { start: int(1), end: int(2) } }); // (1) s
+  const start = g.op('Neg', [seq], { name: `${n}/start` });
+  return g.op('Slice', [all, start, g.i64([2 ** 53]), g.i64([1])], { name: `${n}/last_s` }); // (b, s)
 }
 
 interface Rope {
