@@ -161,6 +161,8 @@ describe('model:import llama2c: the command and bad input', () => {
     expect(() => runImport(parseImportArgs(['llama2c', join(dir, 'cut.bin'), join(dir, 'tokenizer.bin'), '--out', out]))).toThrow(/header implies \d+ bytes, file has/);
     writeCheckpoint(join(dir, 'other.bin'), { ...shape, vocabSize: vocab.pieces.length - 5 }, SEQ, 3);
     expect(() => runImport(parseImportArgs(['llama2c', join(dir, 'other.bin'), join(dir, 'tokenizer.bin'), '--out', out]))).toThrow(/vocab_size does not match/);
+    writeFileSync(join(dir, 'v1.bin'), Buffer.from(Int32Array.of(0x616b3432, 1, 64, 176, 2, 4, 2, 512, 256).buffer));
+    expect(() => runImport(parseImportArgs(['llama2c', join(dir, 'v1.bin'), join(dir, 'tokenizer.bin'), '--out', out]))).toThrow(/version 1\/2 format .*re-export with --version 0/);
     expect(() => parseImportArgs(['llama2c', 'a.bin', '--out', out])).toThrow(/usage/);
     expect(() => parseImportArgs(['llama2c', 'a.bin', 'b.bin', '--out', out, '--dtype', 'int3'])).toThrow(/--dtype: int3/);
   });
