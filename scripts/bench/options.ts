@@ -15,6 +15,8 @@ export interface Variant {
 
 export interface BenchOptions {
   variants: Variant[];
+  /** Variants whose sessions are measured (rebuilding 4096 tokens of history is the costliest item). */
+  sessionVariants: Variant[];
   backends: Backend[];
   sections: Section[];
   /** Measured runs after one warm-up; every figure is their median. */
@@ -34,6 +36,7 @@ export interface BenchOptions {
 
 const FULL = {
   models: 'bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32',
+  'session-models': '',
   backends: 'cpu,wasm',
   sections: SECTIONS.join(','),
   runs: '5',
@@ -70,14 +73,18 @@ export function parseBenchOptions(argv: string[], env: NodeJS.ProcessEnv = proce
   });
   const quick = values.quick === true || env.BENCH_QUICK === '1';
   const pick = (n: keyof typeof FULL): string =>
-    ((values as Record<string, unknown>)[n] as string | undefined) ?? env[`BENCH_${n.toUpperCase()}`] ?? (quick ? QUICK[n] : undefined) ?? FULL[n];
+    ((values as Record<string, unknown>)[n] as string | undefined) ?? env[`BENCH_${n.toUpperCase().replace('-', '_')}`] ?? (quick ? QUICK[n] : undefined) ?? FULL[n];
 
-  const variants = list(pick('models')).map((spec): Variant => {
-    const [model, dtype = 'fp32'] = spec.split(':');
-    if (model !== 'bench-135m' && model !== 'tiny') throw new Error(`unknown model "${model}" (bench-135m or tiny)`);
-    if (!['fp32', 'fp16', 'int8', 'q4'].includes(dtype)) throw new Error(`unknown dtype "${dtype}"`);
-    return { model, dtype: dtype as ModelDtype };
-  });
+  const variantList = (s: string): Variant[] =>
+    list(s).map((spec): Variant => {
+      const [model, dtype = 'fp32'] = spec.split(':');
+      if (model !== 'bench-135m' && model !== 'tiny') throw new Error(`unknown model "${model}" (bench-135m or tiny)`);
+      if (!['fp32', 'fp16', 'int8', 'q4'].includes(dtype)) throw new Error(`unknown dtype "${dtype}"`);
+      return { model, dtype: dtype as ModelDtype };
+    });
+  const variants = variantList(pick('models'));
+  const sessionSpec = pick('session-models');
+  const sessionVariants = sessionSpec ? variantList(sessionSpec).filter((sv) => variants.some((v) => v.model === sv.model && v.dtype === sv.dtype)) : variants;
   const backends = list(pick('backends')) as Backend[];
   for (const b of backends) if (b !== 'cpu' && b !== 'wasm') throw new Error(`unknown backend "${b}" (cpu or wasm)`);
   const sections = list(pick('sections')) as Section[];
@@ -85,6 +92,7 @@ export function parseBenchOptions(argv: string[], env: NodeJS.ProcessEnv = proce
   const runs = ints('runs', pick('runs'))[0];
   return {
     variants,
+    sessionVariants,
     backends,
     sections,
     runs,

@@ -34,7 +34,8 @@ export async function createTransformersJsPeer(backend: Backend, modelDir: strin
   const name = modelDir.slice(dirname(modelDir).length + 1);
   const model = await tjs.AutoModelForCausalLM.from_pretrained(name, {
     local_files_only: true,
-    dtype,
+    // transformers.js names the same files: 'quantized' is its name for model_quantized.onnx.
+    dtype: dtype as 'fp32' | 'fp16' | 'int8' | 'q4' | 'q4f16' | 'uint8' | 'bnb4',
     ...(backend === 'cpu'
       ? { device: 'cpu' as const, session_options: { intraOpNumThreads: 1, graphOptimizationLevel: 'all' as const } }
       : { device: 'auto' as const, session_options: { executionProviders: ['wasm'], graphOptimizationLevel: 'all' as const } }),

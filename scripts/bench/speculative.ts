@@ -1,0 +1,135 @@
+// Speculative decoding, measured side by side: greedy decode tokens/s of the same prompts with and
+// without speculation, in the same engine and run, and the acceptance rate. Prompt lookup on a
+// repetitive prompt and on a random one (where it should cost little); the draft model on tiny.
+// Output must be identical with and without speculation (greedy); the bench checks it.
+//
+//   tsx scripts/bench/speculative.ts [cpu|wasm] [--runs N] [--tokens N]   (or through npm run bench)
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { Engine } from '../../src/engine/engine.js';
+import type { GenerationRequest } from '../../src/engine/request.js';
+import type { SpeculativeParams } from '../../src/engine/speculative/params.js';
+import { directorySource } from '../../src/sources/directory-source.js';
+import { ensureModels, MODELS_DIR } from '../ensure-models.js';
+import { nodeRuntime, type NodeBackend } from '../lib/runtimes.js';
+import { ensureBenchModels, modelDir } from './models.js';
+import { median, ratioByRun } from './stats.js';
+
+export interface SpeculationCase {
+  model: string;
+  prompt: 'repetitive' | 'random';
+  method: SpeculativeParams['method'];
+  numTokens: number;
+  /** Median decode tokens/s without and with speculation, and the median of their per-run ratio. */
+  baseTokPerS: number;
+  specTokPerS: number;
+  speedup: number;
+  acceptance: number;
+  identical: boolean;
+}
+
+/** Deterministic ids in [3, vocab): a phrase repeated (the home ground of prompt lookup), or noise. */
+function promptIds(kind: SpeculationCase['prompt'], vocab: number): number[] {
+  let x = 12345;
+  const next = (): number => 3 + ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) % (vocab - 3));
+  if (kind === 'random') return Array.from({ length: 64 }, next);
+  const phrase = Array.from({ length: 16 }, next);
+  return [...phrase, ...phrase, ...phrase, ...phrase];
+}
+
+/** Decode tokens/s of one greedy request (first token to last), its tokens and its speculation counts. */
+async function decode(engine: Engine, request: GenerationRequest): Promise<{ tokPerS: number; ids: number[]; proposed: number; accepted: number }> {
+  let first = 0;
+  let last = 0;
+  for await (const event of engine.generate(request)) {
+    const now = performance.now();
+    if (event.type === 'token') {
+      first ||= now;
+      last = now;
+      continue;
+    }
+    const spec = event.speculation ?? { proposedTokens: 0, acceptedTokens: 0 };
+    return { tokPerS: ((event.tokenIds.length - 1) * 1000) / (last - first), ids: event.tokenIds, proposed: spec.proposedTokens, accepted: spec.acceptedTokens };
+  }
+  throw new Error('no done event');
+}
+
+export async function benchSpeculation(backend: NodeBackend, runs: number, tokens: number, log: (s: string) => void): Promise<SpeculationCase[]> {
+  const runtime = await nodeRuntime(backend);
+  ensureModels();
+  ensureBenchModels([{ model: 'bench-135m', dtype: 'fp32' }]);
+  const setups: { model: string; engine: Engine; methods: SpeculativeParams[] }[] = [
+    {
+      model: 'bench-135m fp32',
+      engine: await Engine.load(runtime, directorySource(modelDir('bench-135m')), { intraOpNumThreads: 1, kvCacheBytes: 256 * 2 ** 20 }),
+      methods: [2, 4, 8].map((numTokens) => ({ method: 'ngram', numTokens })),
+    },
+    {
+      model: 'tiny fp32',
+      engine: await Engine.load(runtime, directorySource(`${MODELS_DIR}/tiny`), { intraOpNumThreads: 1, draft: { source: directorySource(`${MODELS_DIR}/tiny-draft`) } }),
+      methods: [{ method: 'ngram', numTokens: 4 }, { method: 'draft', numTokens: 4 }],
+    },
+  ];
+  const cases: SpeculationCase[] = [];
+  for (const { model, engine, methods } of setups) {
+    for (const prompt of ['repetitive', 'random'] as const) {
+      const request: GenerationRequest = { prompt_ids: promptIds(prompt, engine.samplableVocab), max_tokens: tokens, temperature: 0, ignore_eos: true };
+      for (const m of methods) {
+        const base: number[] = [];
+        const spec: number[] = [];
+        const acceptance: number[] = [];
+        let identical = true;
+        for (let run = 0; run <= runs; run++) {
+          // Run 0 warms up; after it the two alternate which goes first.
+          const order = run % 2 ? ['spec', 'base'] : ['base', 'spec'];
+          const results = new Map<string, Awaited<ReturnType<typeof decode>>>();
+          for (const which of order) {
+            results.set(which, await decode(engine, which === 'spec' ? { ...request, speculative: { method: m.method, num_tokens: m.numTokens } } : request));
+          }
+          const b = results.get('base')!;
+          const s = results.get('spec')!;
+          identical &&= b.ids.join() === s.ids.join();
+          if (run === 0) continue;
+          base.push(b.tokPerS);
+          spec.push(s.tokPerS);
+          acceptance.push(s.proposed ? s.accepted / s.proposed : 0);
+        }
+        const c: SpeculationCase = {
+          model,
+          prompt,
+          method: m.method,
+          numTokens: m.numTokens,
+          baseTokPerS: median(base),
+          specTokPerS: median(spec),
+          speedup: ratioByRun(spec, base).median,
+          acceptance: median(acceptance),
+          identical,
+        };
+        log(`speculative ${backend}: ${model} ${prompt} ${m.method}×${m.numTokens}: ${c.baseTokPerS.toFixed(1)} -> ${c.specTokPerS.toFixed(1)} tok/s (${c.speedup.toFixed(2)}×), acceptance ${c.acceptance.toFixed(2)}${identical ? '' : ' OUTPUT DIFFERS'}`);
+        cases.push(c);
+      }
+    }
+  }
+  return cases;
+}
+
+export function speculationTable(backend: string, cases: readonly SpeculationCase[]): string {
+  const rows = cases.map(
+    (c) =>
+      `| ${c.model} | ${c.prompt} | ${c.method} | ${c.numTokens} | ${c.baseTokPerS.toFixed(1)} | ${c.specTokPerS.toFixed(1)} | **${c.speedup.toFixed(2)}×** | ${(c.acceptance * 100).toFixed(0)}% | ${c.identical ? 'yes' : 'NO'} |`,
+  );
+  return [
+    `Speculative decoding (${backend}, greedy, batch 1): decode tokens/s without and with speculation, same prompt, same run`,
+    '',
+    '| model | prompt | method | γ | without | with | speedup | accepted | same output |',
+    '|---|---|---|---|---|---|---|---|---|',
+    ...rows,
+  ].join('\n');
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const { values, positionals } = parseArgs({ allowPositionals: true, options: { runs: { type: 'string', default: '5' }, tokens: { type: 'string', default: '128' } } });
+  const backend = (positionals[0] ?? 'cpu') as NodeBackend;
+  const cases = await benchSpeculation(backend, Number(values.runs), Number(values.tokens), (s) => console.error(s));
+  console.log(speculationTable(backend, cases));
+}
