@@ -11,11 +11,12 @@ import type { Dtype } from './model/weight-ops.js';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const MODELS_DIR = join(ROOT, 'models');
 
-/** The models every checkout needs: the default `tiny` in every dtype, `tiny-untied` for lm_head, `tiny-draft` for speculation. */
+/** The models every checkout needs: the default `tiny` in every dtype, `tiny-untied` for lm_head, `tiny-draft` and `tiny-copy` for speculation. */
 const WANTED: { preset: PresetName; dtypes: readonly Dtype[] }[] = [
   { preset: 'tiny', dtypes: ['fp32', 'fp16', 'int8', 'q4'] },
   { preset: 'tiny-untied', dtypes: ['fp32'] },
   { preset: 'tiny-draft', dtypes: ['fp32'] },
+  { preset: 'tiny-copy', dtypes: ['fp32'] },
 ];
 
 function filesUnder(dir: string): string[] {

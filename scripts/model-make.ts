@@ -11,7 +11,8 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { buildLlamaModel } from './model/llama-graph.js';
 import { encodeModel, writeEncoded } from './model/onnx-proto-writer.js';
-import { PRESETS, PRESET_NAMES, generationConfigJson, isPresetName, llamaConfigJson, type PresetName } from './model/presets.js';
+import { makeCopyWeights } from './model/copy-weights.js';
+import { COPY_PERIOD, PRESETS, PRESET_NAMES, generationConfigJson, isPresetName, llamaConfigJson, type PresetName } from './model/presets.js';
 import { DTYPES, ONNX_FILE, type Dtype } from './model/weight-ops.js';
 import { makeWeights } from './model/weights.js';
 import { buildTokenizerFiles } from './tokenizer/build-tokenizer.js';
@@ -41,7 +42,8 @@ export function makeModel({ preset, outDir, seed = DEFAULT_SEED, dtypes = ['fp32
   writeJson(join(outDir, 'tokenizer.json'), tok.tokenizerJson);
   writeJson(join(outDir, 'tokenizer_config.json'), tok.tokenizerConfig);
 
-  const weights = makeWeights(p, seed);
+  const period = COPY_PERIOD[preset];
+  const weights = period === undefined ? makeWeights(p, seed) : makeCopyWeights(p, seed, period);
   const wanted = new Set<Dtype>(['fp32', ...dtypes]);
   for (const dtype of DTYPES.filter((d) => wanted.has(d))) {
     // One variant at a time so peak memory is the fp32 weights plus one encoded variant.

@@ -78,6 +78,22 @@ describe('greedy speculation equals greedy without it', () => {
     expect(withLookup).toBeLessThan(without);
   });
 
+  it('on a model that continues repeated text (tiny-copy), every prompt-lookup proposal stands', async () => {
+    // tiny-copy's weights predict x[t+1] = x[t+1-8] (scripts/model/copy-weights.ts), as real models continue
+    // repeated text; random models never do, which is why the test above can only ask for some acceptance.
+    const copy = await loadEngine('cpu', 'tiny-copy');
+    const phrase = randomIds(13, 8, 3, 512);
+    const request = { prompt_ids: [...phrase, ...phrase, ...phrase], max_tokens: 41, temperature: 0, ignore_eos: true };
+    const plainRun = await collect(copy, request);
+    expect(plainRun.done.tokenIds).toEqual(Array.from({ length: 41 }, (_, i) => phrase[i % 8]));
+    const before = copy.stats().steps;
+    const { done } = await collect(copy, { ...request, speculative: { method: 'ngram', num_tokens: 4 } });
+    expect(done.tokenIds).toEqual(plainRun.done.tokenIds);
+    // The prefill's token, then 8 passes of 4 accepted proposals + 1: 9 passes instead of 41.
+    expect(done.speculation).toEqual({ proposedTokens: 32, acceptedTokens: 32 });
+    expect(copy.stats().steps - before).toBe(9);
+  });
+
   it('stops exactly at max_tokens, stop tokens and stop strings inside an accepted run', async () => {
     const phrase = randomIds(12, 5, 3, 512);
     const base = { prompt_ids: Array.from({ length: 5 }, () => phrase).flat(), temperature: 0, ignore_eos: true };

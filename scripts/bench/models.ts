@@ -27,7 +27,7 @@ function filesUnder(dir: string): string[] {
     .flatMap((name) => (statSync(join(dir, name)).isDirectory() ? filesUnder(join(dir, name)) : [join(dir, name)]));
 }
 
-function generatorStamp(): string {
+export function generatorStamp(): string {
   const hash = createHash('sha256');
   for (const file of [join(ROOT, 'scripts/model-make.ts'), ...filesUnder(join(ROOT, 'scripts/model')), ...filesUnder(join(ROOT, 'scripts/tokenizer'))]) {
     hash.update(relative(ROOT, file)).update(readFileSync(file));

@@ -1,10 +1,16 @@
 // Speculative decoding, measured side by side: greedy decode tokens/s of the same prompts with and
-// without speculation, in the same engine and run, and the acceptance rate. Prompt lookup on a
-// repetitive prompt and on a random one (where it should cost little); the draft model on tiny.
-// Output must be identical with and without speculation (greedy); the bench checks it.
+// without speculation, in the same engine and run, and the acceptance rate. Output must be identical
+// with and without speculation (greedy); the bench checks it.
+// - bench-135m-copy: bench-135m's shapes and cost, weights built to continue repeated text
+//   (scripts/model/copy-weights.ts), on a prompt repeating a 16-token phrase: prompt lookup's home ground.
+// - bench-135m (random weights): random models never repeat their context, so prompt lookup proposes
+//   little and nothing is accepted: what speculation costs when it fails.
+// - tiny with tiny-draft (its own first layer) as the draft model.
 //
 //   tsx scripts/bench/speculative.ts [cpu|wasm] [--runs N] [--tokens N]   (or through npm run bench)
-import { pathToFileURL } from 'node:url';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Engine } from '../../src/engine/engine.js';
 import type { GenerationRequest } from '../../src/engine/request.js';
@@ -12,7 +18,9 @@ import type { SpeculativeParams } from '../../src/engine/speculative/params.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { ensureModels, MODELS_DIR } from '../ensure-models.js';
 import { nodeRuntime, type NodeBackend } from '../lib/runtimes.js';
-import { ensureBenchModels, modelDir } from './models.js';
+import { makeModel } from '../model-make.js';
+import { COPY_PERIOD } from '../model/presets.js';
+import { ensureBenchModels, generatorStamp, modelDir } from './models.js';
 import { median, ratioByRun } from './stats.js';
 
 export interface SpeculationCase {
@@ -28,12 +36,28 @@ export interface SpeculationCase {
   identical: boolean;
 }
 
-/** Deterministic ids in [3, vocab): a phrase repeated (the home ground of prompt lookup), or noise. */
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const PHRASE = COPY_PERIOD['bench-135m-copy']!;
+
+/** .bench/models/bench-135m-copy (fp32), made again when the generator's sources change. */
+function ensureCopyModel(): string {
+  const dir = join(ROOT, '.bench/models/bench-135m-copy');
+  const stampFile = join(dir, '.stamp');
+  const stamp = generatorStamp();
+  if (!existsSync(stampFile) || readFileSync(stampFile, 'utf8') !== stamp) {
+    console.error(`bench: generating bench-135m-copy into ${dir} ...`);
+    makeModel({ preset: 'bench-135m-copy', outDir: dir });
+    writeFileSync(stampFile, stamp);
+  }
+  return dir;
+}
+
+/** Deterministic ids in [3, vocab): a phrase repeated four times (the home ground of prompt lookup), or noise. */
 function promptIds(kind: SpeculationCase['prompt'], vocab: number): number[] {
   let x = 12345;
   const next = (): number => 3 + ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) % (vocab - 3));
-  if (kind === 'random') return Array.from({ length: 64 }, next);
-  const phrase = Array.from({ length: 16 }, next);
+  if (kind === 'random') return Array.from({ length: 4 * PHRASE }, next);
+  const phrase = Array.from({ length: PHRASE }, next);
   return [...phrase, ...phrase, ...phrase, ...phrase];
 }
 
@@ -58,11 +82,18 @@ export async function benchSpeculation(backend: NodeBackend, runs: number, token
   const runtime = await nodeRuntime(backend);
   ensureModels();
   ensureBenchModels([{ model: 'bench-135m', dtype: 'fp32' }]);
+  const copyDir = ensureCopyModel();
+  const ngram = [2, 4, 8].map((numTokens): SpeculativeParams => ({ method: 'ngram', numTokens }));
   const setups: { model: string; engine: Engine; methods: SpeculativeParams[] }[] = [
+    {
+      model: 'bench-135m-copy fp32',
+      engine: await Engine.load(runtime, directorySource(copyDir), { intraOpNumThreads: 1, kvCacheBytes: 256 * 2 ** 20 }),
+      methods: ngram,
+    },
     {
       model: 'bench-135m fp32',
       engine: await Engine.load(runtime, directorySource(modelDir('bench-135m')), { intraOpNumThreads: 1, kvCacheBytes: 256 * 2 ** 20 }),
-      methods: [2, 4, 8].map((numTokens) => ({ method: 'ngram', numTokens })),
+      methods: [{ method: 'ngram', numTokens: 4 }],
     },
     {
       model: 'tiny fp32',

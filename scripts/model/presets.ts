@@ -1,7 +1,10 @@
 // Model presets from SPEC.md ("Presets") and the config.json they produce.
 
-export type PresetName = 'tiny' | 'tiny-untied' | 'tiny-draft' | 'bench-135m';
-export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'tiny-untied', 'tiny-draft', 'bench-135m'];
+export type PresetName = 'tiny' | 'tiny-untied' | 'tiny-draft' | 'tiny-copy' | 'bench-135m' | 'bench-135m-copy';
+export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'tiny-untied', 'tiny-draft', 'tiny-copy', 'bench-135m', 'bench-135m-copy'];
+
+/** Presets whose weights continue a repeated phrase of this many tokens (copy-weights.ts), not random ones. */
+export const COPY_PERIOD: Partial<Record<PresetName, number>> = { 'tiny-copy': 8, 'bench-135m-copy': 16 };
 
 export interface LlamaShape {
   hiddenSize: number;
@@ -31,25 +34,30 @@ const tiny: LlamaShape = {
   ropeTheta: 10000,
 };
 
+/** SmolLM2-135M's shapes. */
+const bench135m: LlamaShape = {
+  hiddenSize: 576,
+  intermediateSize: 1536,
+  numLayers: 30,
+  numHeads: 9,
+  numKvHeads: 3,
+  headDim: 64,
+  vocabSize: 49152,
+  maxPositionEmbeddings: 8192,
+  tieWordEmbeddings: true,
+  rmsNormEps: 1e-5,
+  ropeTheta: 10000,
+};
+
 export const PRESETS: Record<PresetName, LlamaShape> = {
   tiny,
   'tiny-untied': { ...tiny, tieWordEmbeddings: false },
   // A draft model for speculative decoding, distilled by construction: every tensor is seeded by its name,
   // so with the same seed this is exactly tiny's embedding, first layer, final norm and output projection.
   'tiny-draft': { ...tiny, numLayers: 1 },
-  'bench-135m': {
-    hiddenSize: 576,
-    intermediateSize: 1536,
-    numLayers: 30,
-    numHeads: 9,
-    numKvHeads: 3,
-    headDim: 64,
-    vocabSize: 49152,
-    maxPositionEmbeddings: 8192,
-    tieWordEmbeddings: true,
-    rmsNormEps: 1e-5,
-    ropeTheta: 10000,
-  },
+  'tiny-copy': tiny,
+  'bench-135m': bench135m,
+  'bench-135m-copy': bench135m,
 };
 
 export const BOS_TOKEN_ID = 1; // <|im_start|>

@@ -5,6 +5,7 @@ import { InvalidRequestError } from './errors.js';
 import { EventQueue } from './event-queue.js';
 import { BlockPool } from './kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from './kv/paged-kv.js';
+import { SessionCaches } from './kv/session-caches.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
 import { loadModelFiles, type ModelDtype, type ModelSource } from './model/model-files.js';
 import { ModelRunner, type RunnerOptions } from './model/runner.js';
@@ -12,7 +13,7 @@ import type { OrtRuntime } from './model/runtime.js';
 import { resolveRequest, type GenerationRequest, type ResolvedRequest } from './request.js';
 import { Scheduler, type SchedulableSequence } from './scheduler.js';
 import { Sequence, type GenerationEvent, type TokenEvent } from './sequence.js';
-import { DraftModelProposer } from './speculative/draft-proposer.js';
+import { loadDraftModel, type DraftModelOptions } from './speculative/load-draft.js';
 import type { SpeculativeParams } from './speculative/params.js';
 import { Speculator, type Proposal } from './speculative/speculator.js';
 import { TextTokenizer } from '../tokenizer/tokenizer.js';
@@ -33,7 +34,7 @@ export interface EngineOptions extends RunnerOptions {
   /** Run the engine loop by itself whenever there is work (default). Off, the owner calls step(). */
   autoRun?: boolean;
   /** A draft model for speculative decoding (method `draft`): same tokenizer, its own KV pool. */
-  draft?: { source: ModelSource; dtype?: ModelDtype; kvCacheBytes?: number };
+  draft?: DraftModelOptions;
   /** Speculation for requests that do not ask for any (a server default). */
   speculative?: SpeculativeParams;
 }
@@ -47,12 +48,6 @@ export interface GenerateOptions {
    * Idle session caches are released, oldest first, whenever the pool needs room.
    */
   session?: string;
-}
-
-/** A finished session turn's cache: the blocks of `tokens`, kept for the session's next turn. */
-interface PinnedCache {
-  kv: PagedSequenceKv;
-  tokens: number[];
 }
 
 /** The n sequences (or the beams) of one request, which share one event stream. */
@@ -79,6 +74,9 @@ interface EngineRequest extends SchedulableSequence {
   lookahead: number;
 }
 
+const DEFAULT_KV_CACHE_BYTES = 64 * 2 ** 20;
+const DEFAULT_BLOCK_SIZE = 16;
+
 const yieldToEventLoop = (): Promise<void> =>
   new Promise((resolve) => (typeof setImmediate === 'function' ? setImmediate(resolve) : setTimeout(resolve, 0)));
 
@@ -92,8 +90,7 @@ export class Engine {
   readonly kv: KvCacheManager;
   private readonly scheduler: Scheduler<EngineRequest>;
   private readonly active = new Set<EngineRequest>();
-  /** Session caches between turns, least recently used first. */
-  private readonly pinned = new Map<string, PinnedCache>();
+  private readonly sessions: SessionCaches;
   private nextId = 1;
   private readonly maxBatchSize: number;
   private looping = false;
@@ -120,16 +117,17 @@ export class Engine {
     private readonly speculator: Speculator,
   ) {
     this.maxBatchSize = options.maxBatchSize ?? 32;
-    const blockSize = options.blockSize ?? 16;
-    const numBlocks = Math.floor((options.kvCacheBytes ?? 64 * 2 ** 20) / (blockSize * kvBytesPerToken(config)));
+    const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
+    const numBlocks = Math.floor((options.kvCacheBytes ?? DEFAULT_KV_CACHE_BYTES) / (blockSize * kvBytesPerToken(config)));
     if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
     this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize), modelId);
+    this.sessions = new SessionCaches(this.kv);
     const limits = { maxBatchSize: this.maxBatchSize, maxTokensPerStep: options.maxTokensPerStep ?? 512 };
     this.scheduler = new Scheduler(
       this.kv,
       limits,
-      () => this.releaseOldestSession(),
-      (seq) => (seq.session === undefined ? undefined : this.takeSessionCache(seq.session, seq.tokens)),
+      () => this.sessions.releaseOldest(),
+      (seq) => (seq.session === undefined ? undefined : this.sessions.take(seq.session, seq.tokens)),
     );
   }
 
@@ -140,7 +138,17 @@ export class Engine {
     const template = files.tokenizerConfig.chat_template;
     if (typeof template !== 'string') throw new InvalidRequestError('model', 'tokenizer_config.json has no chat_template');
     const chat = { template, config: files.tokenizerConfig };
-    const draft = options.draft ? await loadDraft(runtime, options, files.config, files.tokenizerJson, tokenizer.vocabSize) : undefined;
+    const draft = options.draft
+      ? await loadDraftModel(runtime, options.draft, {
+          config: files.config,
+          tokenizerModel: files.tokenizerJson.model,
+          samplableVocab: Math.min(files.config.vocabSize, tokenizer.vocabSize),
+          modelId: options.modelId ?? 'default',
+          kvCacheBytes: options.kvCacheBytes ?? DEFAULT_KV_CACHE_BYTES,
+          blockSize: options.blockSize ?? DEFAULT_BLOCK_SIZE,
+          runner: options,
+        })
+      : undefined;
     return new Engine(options.modelId ?? 'default', files.config, tokenizer, chat, runner, runtime.name, options, new Speculator(draft));
   }
 
@@ -375,8 +383,7 @@ export class Engine {
     // A cancel that arrived during the last pass (a session being deleted) keeps nothing either.
     if (req.session !== undefined && req.sequence.finishReason !== 'cancelled' && !req.group.cancelRequested) {
       this.scheduler.detach(req);
-      this.releaseSession(req.session);
-      this.pinned.set(req.session, { kv: req.kv, tokens: req.tokens.slice(0, req.kv.length) });
+      this.sessions.keep(req.session, req.kv, req.tokens);
     } else {
       this.scheduler.remove(req);
     }
@@ -390,34 +397,14 @@ export class Engine {
     }
   }
 
-  /** The session's cache, if it holds a strict prefix of `tokens`; otherwise it is released. */
-  private takeSessionCache(session: string, tokens: readonly number[]): PagedSequenceKv | undefined {
-    const pin = this.pinned.get(session);
-    if (!pin) return undefined;
-    this.pinned.delete(session);
-    if (pin.tokens.length < tokens.length && pin.tokens.every((t, i) => t === tokens[i])) return pin.kv;
-    this.kv.free(pin.kv);
-    return undefined;
-  }
-
   /** Tokens a session's kept cache holds now (0 once released for room, or never kept). */
   sessionCachedTokens(session: string): number {
-    return this.pinned.get(session)?.kv.length ?? 0;
+    return this.sessions.cachedTokens(session);
   }
 
   /** Frees a session's cache between turns (session deleted, or memory wanted). */
   releaseSession(session: string): void {
-    const pin = this.pinned.get(session);
-    if (!pin) return;
-    this.pinned.delete(session);
-    this.kv.free(pin.kv);
-  }
-
-  private releaseOldestSession(): boolean {
-    const oldest = this.pinned.keys().next();
-    if (oldest.done) return false;
-    this.releaseSession(oldest.value);
-    return true;
+    this.sessions.release(session);
   }
 
   private kick(): void {
@@ -459,30 +446,9 @@ export class Engine {
       preemptions: this.scheduler.preemptions,
       copyOnWrites: this.kv.copyOnWrites,
       queueDepth: this.scheduler.waiting.length,
-      pinnedSessions: this.pinned.size,
+      pinnedSessions: this.sessions.size,
       running: this.scheduler.running.length,
       ...(this.speculator.hasDraftModel ? { draftKv: this.speculator.draftPoolStats() } : {}),
     };
   }
-}
-
-/** Loads the draft model for speculation; it must read and write the target's token ids. */
-async function loadDraft(
-  runtime: OrtRuntime,
-  options: EngineOptions,
-  target: ModelConfig,
-  targetTokenizer: Record<string, unknown>,
-  samplableVocab: number,
-): Promise<DraftModelProposer> {
-  const draft = options.draft!;
-  const files = await loadModelFiles(draft.source, draft.dtype ?? 'fp32');
-  if (files.config.vocabSize !== target.vocabSize || JSON.stringify(files.tokenizerJson.model) !== JSON.stringify(targetTokenizer.model)) {
-    throw new InvalidRequestError('draft', 'the draft model must share the target model\'s tokenizer and vocabulary');
-  }
-  const runner = await ModelRunner.create(runtime, files.onnx, files.config, options);
-  const blockSize = options.blockSize ?? 16;
-  const bytes = draft.kvCacheBytes ?? options.kvCacheBytes ?? 64 * 2 ** 20;
-  const numBlocks = Math.floor(bytes / (blockSize * kvBytesPerToken(files.config)));
-  const kv = new KvCacheManager(new BlockPool(files.config, Math.max(1, numBlocks), blockSize), `draft:${options.modelId ?? 'default'}`);
-  return new DraftModelProposer(runner, kv, Math.min(samplableVocab, files.config.vocabSize));
 }
