@@ -70,6 +70,8 @@ describe('llama2.c tokenizer -> tokenizer.json', () => {
     for (const text of TEXTS) {
       const ids = runcEncode(vocab, text, true);
       expect(tok.encode(`<s>${text}`)).toEqual(ids);
+      // A raw completion prompt gets the BOS from the tokenizer's post-processor, as run.c's prompt does.
+      expect(tok.encodePrompt(text)).toEqual(ids);
       expect(tok.decode(ids, { skipSpecialTokens: true })).toBe(text);
       // Streaming: the pieces concatenate to the text plus run.c's dummy-prefix space.
       const detok = new IncrementalDetokenizer(tok);

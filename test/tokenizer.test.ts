@@ -159,6 +159,8 @@ describe('TextTokenizer', () => {
 
   it('round-trips varied text', () => {
     for (const s of SAMPLES) expect(tok512.decode(tok512.encode(s))).toBe(s);
+    // A byte-level tokenizer's post-processor adds nothing around a raw prompt (as SmolLM2's).
+    for (const s of SAMPLES) expect(tok512.encodePrompt(s)).toEqual(tok512.encode(s));
     expect(tok512.encode('')).toEqual([]);
     expect(tok512.decode([])).toBe('');
   });

@@ -161,6 +161,7 @@ export class Engine {
   resolve(request: GenerationRequest): ResolvedRequest {
     return resolveRequest(request, {
       encode: (text) => this.tokenizer.encode(text),
+      encodePrompt: (text) => this.tokenizer.encodePrompt(text),
       renderChat: (messages) => renderChat(this.chatTemplate.template, messages, this.chatTemplate.config),
       vocabSize: this.config.vocabSize,
       samplableVocab: this.samplableVocab,

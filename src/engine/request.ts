@@ -110,7 +110,10 @@ export interface ResolvedRequest {
 
 /** What a request is checked against: the model, its tokenizer and the engine's limits. */
 export interface RequestContext {
+  /** Token ids of text as it is (rendered chat templates carry their own special tokens). */
   encode(text: string): number[];
+  /** Token ids of a raw prompt, with the BOS (or other markers) the tokenizer's post-processor adds. */
+  encodePrompt(text: string): number[];
   /** Chat messages to prompt text; throws InvalidRequestError('messages') for malformed ones. */
   renderChat(messages: unknown): string;
   /** Ids the model knows (prompts may use them all). */
@@ -137,7 +140,7 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
     if (typeof request.prompt !== 'string' || request.prompt.length === 0) {
       throw new InvalidRequestError('prompt', 'prompt must be a non-empty string');
     }
-    promptIds = ctx.encode(request.prompt);
+    promptIds = ctx.encodePrompt(request.prompt);
   } else if (request.prompt_ids !== undefined) {
     if (!Array.isArray(request.prompt_ids)) throw new InvalidRequestError('prompt_ids', 'prompt_ids must be an array of token ids');
     promptIds = [...request.prompt_ids];

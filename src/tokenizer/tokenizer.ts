@@ -87,6 +87,16 @@ export class TextTokenizer {
     return this.hf.encode(text, { add_special_tokens: false }).ids;
   }
 
+  /**
+   * Token ids of a raw completion prompt, with what the tokenizer's post-processor adds around a
+   * sequence (e.g. `<s>` for Llama-2 and llama2.c tokenizers; nothing for byte-level ones such as
+   * SmolLM2's), as HF's and vLLM's completions do. Chat prompts get theirs from the template instead.
+   */
+  encodePrompt(text: string): number[] {
+    if (typeof text !== 'string') throw new TypeError('encodePrompt expects a string');
+    return this.hf.encode(text, { add_special_tokens: true }).ids;
+  }
+
   /** Text of `ids`; incomplete or invalid UTF-8 becomes U+FFFD (per maximal invalid subpart, as TextDecoder). */
   decode(ids: readonly number[], options: DecodeOptions = {}): string {
     if (ids.length === 0) return ''; // the HF decoder rejects empty input
