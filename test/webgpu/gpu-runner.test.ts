@@ -2,15 +2,18 @@
 // ORT inputs from GPU buffers, present.* left on the GPU): greedy tokens equal wasm's, token for token,
 // for a batch of sequences of different lengths decoding together, with blocks of 4 tokens so every
 // sequence spans partial and full blocks, and through a copy-on-write fork whose shared partial block
-// is copied on the device.
+// is copied on the device. Then the whole step on the device: logits left on the GPU and sampled there
+// (DeviceSampler), seeded: the same tokens as the wasm engine's CPU sampler.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { nodeShaderSource, webGpuRuntimeForNode } from '../../src/backends/ort-webgpu-node.js';
 import type { Engine } from '../../src/engine/engine.js';
+import { DeviceSampler, DeviceSamplerState } from '../../src/engine/gpu/device-sampler.js';
 import { GpuModelRunner } from '../../src/engine/gpu/gpu-runner.js';
 import { GpuKernels } from '../../src/engine/gpu/kernels.js';
 import { BlockPool } from '../../src/engine/kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from '../../src/engine/kv/paged-kv.js';
 import { loadModelFiles } from '../../src/engine/model/model-files.js';
+import { resolveSamplingParams, type SamplingInput } from '../../src/engine/sampling/params.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { argmax, collect, loadEngine, modelDir, randomIds } from '../helpers/engines.js';
 import { gpu, skipNote } from './gpu.js';
@@ -82,5 +85,53 @@ describe.skipIf(!gpu)(`GpuModelRunner: KV kept on the device${skipNote}`, () => 
     manager.free(parent);
     manager.free(child);
     pool.checkInvariants();
+  });
+});
+
+describe.skipIf(!gpu)(`GpuModelRunner + DeviceSampler: logits sampled where they are${skipNote}`, () => {
+  let runner: GpuModelRunner;
+  let sampler: DeviceSampler;
+  let manager: KvCacheManager;
+  let wasm: Engine;
+  beforeAll(async () => {
+    const runtime = await webGpuRuntimeForNode();
+    const files = await loadModelFiles(directorySource(modelDir('tiny')), 'fp32');
+    const kernels = await GpuKernels.create(runtime.gpu.device, nodeShaderSource);
+    runner = await GpuModelRunner.create(runtime, files.onnx, files.config, kernels, { logitsOnDevice: true });
+    manager = new KvCacheManager(new BlockPool(files.config, 64, 16), 'tiny');
+    runner.attachPool(manager.pool);
+    sampler = new DeviceSampler(kernels, files.config.vocabSize);
+    wasm = await loadEngine('wasm', 'tiny');
+  });
+  afterAll(async () => {
+    await runner?.release();
+    await wasm?.runner.release();
+  });
+
+  it('greedy with penalties, and seeded sampling, batched: the wasm engine\'s tokens', async () => {
+    const prompts = [randomIds(31, 7, 3, 512), randomIds(32, 18, 3, 512), randomIds(33, 3, 3, 512)];
+    const inputs: SamplingInput[] = [
+      { temperature: 0, repetition_penalty: 1.3, presence_penalty: 0.5 },
+      { temperature: 0.9, top_p: 0.95, seed: 5 },
+      { temperature: 0.7, top_k: 20, min_p: 0.01, frequency_penalty: 0.3, seed: 2 ** 40 + 9 },
+    ];
+    const n = 16;
+    const seqs = prompts.map(() => manager.create());
+    const states = prompts.map((p, b) => new DeviceSamplerState(resolveSamplingParams(inputs[b], 512), { vocabSize: 512, promptTokenIds: p }));
+    const got: number[][] = prompts.map(() => []);
+    let feeds = prompts;
+    for (let step = 0; step < n; step++) {
+      seqs.forEach((kv, b) => expect(manager.reserve(kv, feeds[b].length)).toBe(true));
+      const logits = await runner.forwardOnDevice(seqs.map((kv, b) => ({ kv, tokens: feeds[b] })));
+      const sampled = await sampler.sample(logits.buffer, logits.lastStarts(), states);
+      logits.release();
+      feeds = sampled.map((t) => [t.tokenId]);
+      sampled.forEach((t, b) => got[b].push(t.tokenId));
+    }
+    for (let b = 0; b < prompts.length; b++) {
+      const { done } = await collect(wasm, { prompt_ids: prompts[b], max_tokens: n, ignore_eos: true, ...inputs[b] });
+      expect(got[b], `row ${b}: ${JSON.stringify(inputs[b])}`).toEqual(done.tokenIds);
+    }
+    for (const kv of seqs) manager.free(kv);
   });
 });

@@ -22,6 +22,21 @@ import { BufferUsage } from './usage.js';
  * with attachPool() before the first pass. Its copy-on-write copies are then done on the device, at
  * the start of the next pass (the only reader or writer of KV bytes); its own float arrays go unused.
  */
+/** Logits left on the device: row r's logits after its token i start at float `start(r, i)` of `buffer`. */
+export interface DeviceStepLogits {
+  readonly buffer: GPUBuffer;
+  start(row: number, index: number): number;
+  /** Float offsets of each row's last fed token: what DeviceSampler.sample takes. */
+  lastStarts(): number[];
+  /** Gives the buffer back to ORT; call once sampling has been submitted. */
+  release(): void;
+}
+
+export interface GpuRunnerOptions {
+  /** Leave the logits on the GPU (session output 'gpu-buffer'); forward() then downloads them, forwardOnDevice() does not. */
+  logitsOnDevice?: boolean;
+}
+
 export class GpuModelRunner {
   private pool: BlockPool | undefined;
   private kvPool: GpuKvPool | undefined;
@@ -32,10 +47,12 @@ export class GpuModelRunner {
     private readonly session: OrtSession,
     readonly config: ModelConfig,
     private readonly kernels: GpuKernels,
+    readonly logitsOnDevice: boolean,
   ) {}
 
-  static async create(runtime: OrtRuntime, onnx: Uint8Array, config: ModelConfig, kernels: GpuKernels): Promise<GpuModelRunner> {
-    const preferredOutputLocation: Record<string, 'gpu-buffer' | 'cpu'> = { logits: 'cpu' };
+  static async create(runtime: OrtRuntime, onnx: Uint8Array, config: ModelConfig, kernels: GpuKernels, options: GpuRunnerOptions = {}): Promise<GpuModelRunner> {
+    const logitsOnDevice = options.logitsOnDevice ?? false;
+    const preferredOutputLocation: Record<string, 'gpu-buffer' | 'cpu'> = { logits: logitsOnDevice ? 'gpu-buffer' : 'cpu' };
     for (let layer = 0; layer < config.numLayers; layer++) {
       preferredOutputLocation[`present.${layer}.key`] = 'gpu-buffer';
       preferredOutputLocation[`present.${layer}.value`] = 'gpu-buffer';
@@ -46,7 +63,7 @@ export class GpuModelRunner {
       preferredOutputLocation,
       logSeverityLevel: 3, // ORT's warning that shape ops run on the CPU is by design
     });
-    return new GpuModelRunner(runtime, session, config, kernels);
+    return new GpuModelRunner(runtime, session, config, kernels, logitsOnDevice);
   }
 
   /** Puts the bytes of `pool`'s blocks on the device and routes its block copies there. */
@@ -58,9 +75,35 @@ export class GpuModelRunner {
   }
 
   async forward(rows: readonly StepRow[]): Promise<StepLogits> {
+    const { logits, S } = await this.run(rows);
+    const data = (this.logitsOnDevice ? await logits.getData(true) : logits.data) as Float32Array; // (batch, S, vocab)
+    const vocab = this.config.vocabSize;
+    const at = (row: number, index: number): Float32Array => {
+      const offset = (row * S + S - rows[row].tokens.length + index) * vocab;
+      return data.subarray(offset, offset + vocab);
+    };
+    return { at, last: (row) => at(row, rows[row].tokens.length - 1) };
+  }
+
+  /** A pass whose logits stay on the device (needs `logitsOnDevice`), for DeviceSampler. */
+  async forwardOnDevice(rows: readonly StepRow[]): Promise<DeviceStepLogits> {
+    if (!this.logitsOnDevice) throw new Error('create the runner with logitsOnDevice: true');
+    const { logits, S } = await this.run(rows);
+    const vocab = this.config.vocabSize;
+    const start = (row: number, index: number): number => (row * S + S - rows[row].tokens.length + index) * vocab;
+    return {
+      buffer: logits.gpuBuffer as GPUBuffer,
+      start,
+      lastStarts: () => rows.map((r, row) => start(row, r.tokens.length - 1)),
+      release: () => logits.dispose(),
+    };
+  }
+
+  /** One pass: gather, run, scatter, advance. Returns the logits tensor, (batch, S, vocab). */
+  private async run(rows: readonly StepRow[]): Promise<{ logits: OrtTensor; S: number }> {
     const { pool, kvPool } = this;
     if (!pool || !kvPool) throw new Error('attachPool() before the first pass');
-    const { numLayers, numKvHeads, headDim, vocabSize } = this.config;
+    const { numLayers, numKvHeads, headDim } = this.config;
     const device = this.kernels.device;
     const B = rows.length;
     const P = Math.max(...rows.map((r) => r.kv.length));
@@ -142,13 +185,7 @@ export class GpuModelRunner {
       out[`present.${layer}.value`].dispose();
     }
     for (const { kv, tokens } of rows) kv.advance(tokens.length);
-
-    const logits = out.logits.data as Float32Array; // (batch, S, vocab)
-    const at = (row: number, index: number): Float32Array => {
-      const offset = (row * S + S - rows[row].tokens.length + index) * vocabSize;
-      return logits.subarray(offset, offset + vocabSize);
-    };
-    return { at, last: (row) => at(row, rows[row].tokens.length - 1) };
+    return { logits: out.logits, S };
   }
 
   /** The checks PagedSequenceKv.scatter makes on the CPU: a kernel cannot throw. */
