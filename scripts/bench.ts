@@ -7,10 +7,10 @@
 //   npm run bench -- [--quick] [--models bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32]
 //     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service]
 //     [--runs 5] [--batches 1,4,16,32] [--prefill 128,512,2048] [--histories 256,1024,4096]
-//     [--prompt 32] [--tokens 32] [--fresh 20] [--clients 1,16] [--out bench]
+//     [--prompt 32] [--tokens 32] [--fresh 20] [--clients 1,16] [--session-models ...] [--out bench] [--append]
 // Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1). Each backend runs in a child process.
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -53,9 +53,16 @@ const backends: BackendResult[] = [];
 if (engineSections.length) for (const b of options.backends) backends.push(await runBackendChild(b));
 const results: BenchResults = { machine: machineInfo(), options, backends };
 if (options.sections.includes('service')) results.service = await runService(options.clients, options.runs, options.decodeTokens, options.promptTokens, log);
+if (options.append && existsSync(join(outDir, 'results.json'))) {
+  // A long run split in parts (one backend each): earlier parts' backends and service are kept.
+  const earlier = JSON.parse(readFileSync(join(outDir, 'results.json'), 'utf8')) as BenchResults;
+  results.backends = [...earlier.backends.filter((b) => !backends.some((n) => n.backend === b.backend)), ...backends];
+  results.service ??= earlier.service;
+  results.parts = [...(earlier.parts ?? [{ machine: earlier.machine, options: earlier.options }]), { machine: results.machine, options }];
+}
 
 writeFileSync(join(outDir, 'results.json'), `${JSON.stringify(results, null, 1)}\n`);
-const svg = decodePlotSvg(backends, 'bench-135m: aggregate decode tokens/s, one thread (solid cpu, dashed wasm)');
+const svg = decodePlotSvg(results.backends, 'bench-135m: aggregate decode tokens/s, one thread (solid cpu, dashed wasm)');
 writeFileSync(join(outDir, 'decode.svg'), svg);
 console.log(`\n${markdownReport(results)}`);
 log(`wrote ${join(options.out, 'results.json')} and ${join(options.out, 'decode.svg')}`);

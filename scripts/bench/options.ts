@@ -32,6 +32,8 @@ export interface BenchOptions {
   /** Concurrent streaming clients of the service section. */
   clients: number[];
   out: string;
+  /** Keep what <out>/results.json already holds for backends (and the service) this run does not measure. */
+  append: boolean;
 }
 
 const FULL = {
@@ -69,7 +71,7 @@ export function parseBenchOptions(argv: string[], env: NodeJS.ProcessEnv = proce
   const names = Object.keys(FULL) as (keyof typeof FULL)[];
   const { values } = parseArgs({
     args: argv,
-    options: { ...Object.fromEntries(names.map((n) => [n, { type: 'string' as const }])), quick: { type: 'boolean' } },
+    options: { ...Object.fromEntries(names.map((n) => [n, { type: 'string' as const }])), quick: { type: 'boolean' }, append: { type: 'boolean' } },
   });
   const quick = values.quick === true || env.BENCH_QUICK === '1';
   const pick = (n: keyof typeof FULL): string =>
@@ -104,6 +106,7 @@ export function parseBenchOptions(argv: string[], env: NodeJS.ProcessEnv = proce
     freshPromptTokens: ints('fresh', pick('fresh'))[0],
     clients: ints('clients', pick('clients')),
     out: pick('out'),
+    append: values.append === true || env.BENCH_APPEND === '1',
   };
 }
 

@@ -56,4 +56,6 @@ export interface BenchResults {
   options: BenchOptions;
   backends: BackendResult[];
   service?: ServiceResult;
+  /** When the run was made in parts (--append): each part's machine and options. */
+  parts?: { machine: Machine; options: BenchOptions }[];
 }
