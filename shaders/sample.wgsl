@@ -1,7 +1,7 @@
 // Token sampling on the device: one workgroup per row of logits runs the CPU sampler's stages
 // (src/engine/sampling/sampler.ts) and returns only the token id and, when asked, logprobs:
 //   0. sanitise: NaN -> -inf, +inf -> largest float32 (the "raw" logits; logprobs come from these)
-//   1. logit_bias   2. repetition_penalty (prompt + generated ids)   3. frequency / presence (generated)
+//   1. logit_bias, then allowed_token_ids (all others -inf)   2. repetition_penalty (prompt + generated ids)   3. frequency / presence (generated)
 //   4. temperature 0: argmax, lowest id on ties (raw argmax if everything was filtered)
 //   5. (x - max) / T   6. top-k (ties with the kth kept)   7. top-p (smallest top set with mass >= p;
 //      lowest ids first among equal weights)   8. min-p   9. inverse CDF over softmax, ids ascending,
@@ -13,6 +13,8 @@
 //
 // Sparse per-row lists (`edits`): logit_bias {id, bias}, seen ids {id, _} for repetition_penalty,
 // generated ids {id, count} for frequency / presence. Ids are distinct within a list and < vocab.
+// allowed_token_ids, when set, is a bitmask over the vocabulary in the `id` fields of
+// ceil(vocab / 32) edits from allowed_start (bit i % 32 of word i / 32).
 
 struct Params {
   vocab: u32,
@@ -45,6 +47,8 @@ struct Settings {
   generated_count: u32,
   top_logprobs: u32,
   logprobs: u32,
+  allowed_start: u32,
+  allowed: u32,  // 1: only the ids in the mask may be generated
 }
 
 struct Edit {
@@ -410,6 +414,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     work[base + e.id] += e.value;
   }
   sync_work();
+  if (st.allowed != 0u) {
+    for (var i = tid; i < params.vocab; i += WG) {
+      if (((edits[st.allowed_start + i / 32u].id >> (i % 32u)) & 1u) == 0u) {
+        work[base + i] = params.neg_inf;
+      }
+    }
+    sync_work();
+  }
   if (st.repetition != 1.0) {
     for (var j = tid; j < st.seen_count; j += WG) {
       let id = edits[st.seen_start + j].id;

@@ -1,7 +1,7 @@
 // shaders/greedy.wgsl and sample.wgsl against the CPU sampler (src/engine/sampling) on the same logits.
 // Vocabularies of 37 and 1000 (not multiples of the 256-wide workgroup), rows with NaN, +-inf, exact
 // ties at the top and at the top-k boundary, several rows per dispatch, and several steps so the
-// penalties accumulate. Stated tolerances: token ids equal (the kernels sum in float32; the CPU in
+// penalties accumulate; allowed_token_ids masks. Stated tolerances: token ids equal (the kernels sum in float32; the CPU in
 // float64 — they could differ only when a value lands within float32 rounding of a cut, which these
 // seeded cases do not hit), logprobs within 2e-5.
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -76,10 +76,12 @@ describe.skipIf(!gpu)(`sampling kernels on the device${skipNote}`, () => {
     ['min_p 0.05', { temperature: 0.9, min_p: 0.05 }],
     ['everything', { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.02, repetition_penalty: 1.2, frequency_penalty: 0.5, presence_penalty: -0.3, logit_bias: { 2: 4 } }],
     ['logprobs with top 5', { temperature: 1, top_p: 0.95, logprobs: true, top_logprobs: 5 }],
+    ['allowed_token_ids, greedy', { temperature: 0, allowed_token_ids: [0, 2, 5, 9, 11, 31, 32, 33] }],
+    ['allowed_token_ids, sampled', { temperature: 1.5, allowed_token_ids: [1, 2, 5, 9, 11, 31, 32, 36], logprobs: true }],
   ];
 
   for (const [vocab, quantised] of [[37, false], [1000, false], [1000, true]] as const) {
-    it(`sample: the CPU sampler's tokens, seeded, over 6 steps x 4 rows, vocab ${vocab}${quantised ? ', tied logits' : ''}`, async () => {
+    it(`sample: the CPU sampler's tokens, seeded, over 6 steps x 4 rows x 10 settings, vocab ${vocab}${quantised ? ', tied logits' : ''}`, async () => {
       const device = sampler(vocab);
       let drawn = 0;
       for (const [name, input] of cases) {
@@ -92,7 +94,7 @@ describe.skipIf(!gpu)(`sampling kernels on the device${skipNote}`, () => {
           const logits = makeLogits(vocab * 100 + step, rows, vocab, quantised);
           // The model's logits buffer holds more than the rows read: starts need not be r * vocab.
           const padded = new Float32Array(logits.length + 3 * vocab);
-          const starts = Array.from({ length: rows }, (_, r) => (r + 1) * vocab - (r === 0 ? vocab : 0) + r * 0);
+          const starts = [0, 2, 3, 6].map((k) => k * vocab); // inside a buffer of 7 rows
           starts.forEach((s, r) => padded.set(logits.subarray(r * vocab, (r + 1) * vocab), s));
           const buffer = upload(padded);
           const got = await device.sample(buffer, starts, gpuStates);

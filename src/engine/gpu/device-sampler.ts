@@ -22,6 +22,7 @@ import { BufferUsage } from './usage.js';
  */
 export class DeviceSamplerState {
   readonly seed: number;
+  private readonly vocabSize: number;
   private readonly rng: Xoshiro128;
   /** Prompt + generated ids: repetition_penalty. */
   private readonly seen: TokenCounts;
@@ -32,9 +33,7 @@ export class DeviceSamplerState {
     readonly params: SamplingParams,
     opts: { vocabSize: number; promptTokenIds: readonly number[] },
   ) {
-    if ((params as { allowedTokenIds?: unknown }).allowedTokenIds !== undefined) {
-      throw new Error('the device sampler does not support allowed_token_ids yet; sample on the CPU');
-    }
+    this.vocabSize = opts.vocabSize;
     this.seed = params.seed ?? randomSeed();
     this.rng = new Xoshiro128(this.seed);
     this.generated = new TokenCounts(opts.vocabSize);
@@ -42,7 +41,7 @@ export class DeviceSamplerState {
   }
 
   /** This step's kernel settings (consumes the draw's random number) and sparse lists. */
-  next(): { settings: ArrayBuffer; bias: [number, number][]; seen: number[]; generated: [number, number][] } {
+  next(): { settings: ArrayBuffer; bias: [number, number][]; seen: number[]; generated: [number, number][]; allowedMask: Uint32Array | undefined } {
     const p = this.params;
     const u = p.temperature === 0 ? 0 : this.rng.nextFloat();
     const settings = new ArrayBuffer(SETTINGS_BYTES);
@@ -58,7 +57,13 @@ export class DeviceSamplerState {
     f[7] = u;
     i[14] = p.logprobs ? p.topLogprobs : 0;
     i[15] = p.logprobs ? 1 : 0;
+    let allowedMask: Uint32Array | undefined;
+    if (p.allowedTokenIds) {
+      allowedMask = new Uint32Array(Math.ceil(this.vocabSize / 32));
+      for (const id of p.allowedTokenIds) if (id >= 0 && id < this.vocabSize) allowedMask[id >>> 5] |= 1 << (id & 31);
+    }
     return {
+      allowedMask,
       settings,
       bias: [...p.logitBias],
       seen: p.repetitionPenalty === 1 ? [] : this.seen.distinct,
@@ -73,7 +78,7 @@ export class DeviceSamplerState {
   }
 }
 
-const SETTINGS_BYTES = 64; // struct Settings in sample.wgsl: 16 x 4 bytes
+const SETTINGS_BYTES = 72; // struct Settings in sample.wgsl: 18 x 4 bytes
 const MAX_TOP = 20;
 const STORAGE = BufferUsage.STORAGE;
 
@@ -107,6 +112,11 @@ export class DeviceSampler {
       u32[12] = edits.length;
       u32[13] = list.generated.length;
       for (const [id, count] of list.generated) edits.push(id), values.push(count);
+      if (list.allowedMask) {
+        u32[16] = edits.length;
+        u32[17] = 1;
+        for (const word of list.allowedMask) edits.push(word), values.push(0);
+      }
       settings.set(new Uint8Array(list.settings), r * SETTINGS_BYTES);
     });
     const editData = new ArrayBuffer(Math.max(8, edits.length * 8));
