@@ -28,6 +28,10 @@ export interface Env {
   ALLOW_LOOPBACK_CALLBACKS?: string;
   /** `auto` (default: webgpu where navigator.gpu exists, else wasm), `wasm` or `webgpu`. */
   BACKEND?: string;
+  /** Speculative decoding for requests that do not ask: `ngram:<γ>` or `draft:<γ>`; empty = none. */
+  SPECULATIVE?: string;
+  /** The draft model's folder name (found like MODEL), for `speculative.method: "draft"`. */
+  DRAFT_MODEL?: string;
 }
 
 declare global {
@@ -98,4 +102,15 @@ export function resolveBackend(choice: BackendChoice, hasWebGpu: boolean, webgpu
 /** What the service reports in /v1/models and /metrics: the backend BACKEND resolves to on this host. */
 export function serviceBackend(env: Env): 'wasm' | 'webgpu' {
   return resolveBackend(backendVar(env), hostHasWebGpu());
+}
+
+/**
+ * The SPECULATIVE var as `{ method, num_tokens }` (its values are the engine's to check), or undefined
+ * when empty. A malformed value is refused when the engine loads, as a 503 naming it, not ignored.
+ */
+export function speculativeVar(env: Env): { method: string; num_tokens: number } | undefined {
+  const raw = env.SPECULATIVE?.trim() ?? '';
+  if (raw === '') return undefined;
+  const [method, count = ''] = raw.split(':');
+  return { method, num_tokens: /^[0-9]+$/.test(count) ? Number(count) : NaN };
 }

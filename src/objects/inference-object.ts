@@ -2,7 +2,8 @@ import { DurableObject } from 'cloudflare:workers';
 import { Engine } from '../engine/engine.js';
 import type { ModelDtype } from '../engine/model/model-files.js';
 import type { GenerationRequest } from '../engine/request.js';
-import { intVar, modelName, type Env } from '../env.js';
+import { resolveSpeculativeParams } from '../engine/speculative/params.js';
+import { intVar, modelName, speculativeVar, type Env } from '../env.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import { modelSourceFor } from '../sources/model-source.js';
 import { runGeneration, type EventSink } from './generation.js';
@@ -48,10 +49,18 @@ export class InferenceObject extends DurableObject<Env> {
 
   private async loadEngine(): Promise<Engine> {
     const model = modelName(this.env);
-    const { source } = await modelSourceFor(model, { bucket: this.env.MODEL_BUCKET, assets: this.env.MODELS, url: this.env.MODEL_URL?.trim() || undefined });
+    const places = { bucket: this.env.MODEL_BUCKET, assets: this.env.MODELS, url: this.env.MODEL_URL?.trim() || undefined };
+    const { source } = await modelSourceFor(model, places);
+    const dtype = (this.env.MODEL_DTYPE?.trim() || 'fp32') as ModelDtype;
+    const draftName = this.env.DRAFT_MODEL?.trim();
+    // The draft lives beside the target (same bucket or assets); a MODEL_URL names one folder, the target's.
+    const draft = draftName ? { source: (await modelSourceFor(draftName, { ...places, url: undefined })).source } : undefined;
+    const speculative = speculativeVar(this.env);
     return Engine.load(shardRuntime(this.env), source, {
       modelId: model,
-      dtype: (this.env.MODEL_DTYPE?.trim() || 'fp32') as ModelDtype,
+      dtype,
+      draft,
+      speculative: speculative && resolveSpeculativeParams(speculative, draft !== undefined, undefined, 'SPECULATIVE'),
       kvCacheBytes: intVar(this.env, 'KV_CACHE_MB') * 2 ** 20,
       memoryBudgetBytes: intVar(this.env, 'MEMORY_BUDGET_MB') * 2 ** 20,
       maxBatchSize: intVar(this.env, 'MAX_BATCH'),
