@@ -12,7 +12,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ensureBenchModels } from './bench/models.js';
 import { machineInfo } from './bench/machine.js';
@@ -26,7 +26,7 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const log = (s: string): void => console.error(s);
 const options = parseBenchOptions(process.argv.slice(2));
 ensureBenchModels(options.variants);
-const outDir = join(ROOT, options.out);
+const outDir = resolvePath(ROOT, options.out);
 mkdirSync(outDir, { recursive: true });
 
 function runBackendChild(backend: string): Promise<BackendResult> {
