@@ -7,13 +7,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { nodeShaderSource, webGpuRuntimeForNode } from '../../src/backends/ort-webgpu-node.js';
 import type { Engine } from '../../src/engine/engine.js';
+import type { GenerationRequest } from '../../src/engine/request.js';
 import { DeviceSampler, DeviceSamplerState } from '../../src/engine/gpu/device-sampler.js';
 import { GpuModelRunner } from '../../src/engine/gpu/gpu-runner.js';
 import { GpuKernels } from '../../src/engine/gpu/kernels.js';
 import { BlockPool } from '../../src/engine/kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from '../../src/engine/kv/paged-kv.js';
 import { loadModelFiles } from '../../src/engine/model/model-files.js';
-import { resolveSamplingParams, type SamplingInput } from '../../src/engine/sampling/params.js';
+import { resolveSamplingParams } from '../../src/engine/sampling/params.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { argmax, collect, loadEngine, modelDir, randomIds } from '../helpers/engines.js';
 import { gpu, skipNote } from './gpu.js';
@@ -110,11 +111,11 @@ describe.skipIf(!gpu)(`GpuModelRunner + DeviceSampler: logits sampled where they
 
   it('greedy with penalties, and seeded sampling, batched: the wasm engine\'s tokens', async () => {
     const prompts = [randomIds(31, 7, 3, 512), randomIds(32, 18, 3, 512), randomIds(33, 3, 3, 512)];
-    const inputs: SamplingInput[] = [
+    const inputs = [
       { temperature: 0, repetition_penalty: 1.3, presence_penalty: 0.5 },
       { temperature: 0.9, top_p: 0.95, seed: 5 },
       { temperature: 0.7, top_k: 20, min_p: 0.01, frequency_penalty: 0.3, seed: 2 ** 40 + 9 },
-    ];
+    ] satisfies GenerationRequest[];
     const n = 16;
     const seqs = prompts.map(() => manager.create());
     const states = prompts.map((p, b) => new DeviceSamplerState(resolveSamplingParams(inputs[b], 512), { vocabSize: 512, promptTokenIds: p }));
