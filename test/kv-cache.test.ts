@@ -65,7 +65,8 @@ type Op =
   | { kind: 'step'; which: number; token: number }
   | { kind: 'fork'; which: number }
   | { kind: 'cancel'; which: number }
-  | { kind: 'preempt'; which: number };
+  | { kind: 'preempt'; which: number }
+  | { kind: 'speculate'; which: number; proposals: number[]; accepted: number };
 
 const token = fc.integer({ min: 0, max: 2 }); // a tiny alphabet, so prefixes repeat and blocks get reused
 const opArb: fc.Arbitrary<Op> = fc.oneof(
@@ -74,6 +75,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   fc.record({ kind: fc.constant('fork' as const), which: fc.nat() }),
   fc.record({ kind: fc.constant('cancel' as const), which: fc.nat() }),
   fc.record({ kind: fc.constant('preempt' as const), which: fc.nat() }),
+  fc.record({ kind: fc.constant('speculate' as const), which: fc.nat(), proposals: fc.array(token, { minLength: 1, maxLength: 9 }), accepted: fc.nat() }),
 );
 
 /** Admits a sequence like the scheduler does: prefix hits, then room for the rest, else nothing held. */
@@ -105,6 +107,15 @@ function run(ops: Op[], numBlocks: number): void {
         writeTokens(seq.kv, seq.tokens);
         manager.commit(seq.kv, seq.tokens);
       }
+    } else if (op.kind === 'speculate') {
+      // A verification pass writes every proposal, then the rejected ones are cut off again.
+      const seq = pick(op.which);
+      if (seq && manager.reserve(seq.kv, op.proposals.length)) {
+        writeTokens(seq.kv, [...seq.tokens, ...op.proposals]);
+        seq.tokens.push(...op.proposals.slice(0, op.accepted % (op.proposals.length + 1)));
+        manager.truncate(seq.kv, seq.tokens.length);
+        manager.commit(seq.kv, seq.tokens);
+      }
     } else if (op.kind === 'fork') {
       const seq = pick(op.which);
       if (seq) live.push({ kv: manager.fork(seq.kv), tokens: [...seq.tokens] });
@@ -128,7 +139,7 @@ function run(ops: Op[], numBlocks: number): void {
 }
 
 describe('paged KV cache invariants (fast-check)', () => {
-  it('no leaks, no negative counts, no writes into shared blocks, contents always right', () => {
+  it('no leaks, no negative counts, no writes into shared blocks, contents always right (speculative rollback too)', () => {
     fc.assert(
       fc.property(fc.array(opArb, { maxLength: 60 }), fc.integer({ min: 2, max: 24 }), (ops, numBlocks) => run(ops, numBlocks)),
       { numRuns: 300 },
