@@ -1,7 +1,8 @@
 // webgpu versus wasm: aggregate greedy decode tokens/s of the same model on onnxruntime-web's WASM
 // (ModelRunner), its WebGPU EP with the KV cache crossing to the CPU each step (ModelRunner), and the
-// WebGPU EP with the KV cache kept on the device (GpuModelRunner: our gather / scatter kernels). All
-// three are loaded at once and each run measures them side by side in rotating order; the table gives
+// WebGPU EP with the KV cache kept on the device (GpuModelRunner: our gather / scatter kernels), and
+// that plus the logits kept there too, the token picked by our fused argmax (greedy.wgsl). All
+// four are loaded at once and each run measures them side by side in rotating order; the table gives
 // medians over runs and ratios to wasm taken run by run. On lavapipe (a CPU pretending to be a GPU) the
 // numbers say nothing about GPUs; they show the path works and what it costs there.
 //
@@ -12,6 +13,7 @@ import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { nodeShaderSource, webGpuRuntimeForNode } from '../../src/backends/ort-webgpu-node.js';
 import { webWasmRuntimeForNode } from '../../src/backends/ort-web-node.js';
+import { DeviceSampler } from '../../src/engine/gpu/device-sampler.js';
 import { GpuModelRunner } from '../../src/engine/gpu/gpu-runner.js';
 import { GpuKernels } from '../../src/engine/gpu/kernels.js';
 import { BlockPool } from '../../src/engine/kv/block-pool.js';
@@ -40,9 +42,15 @@ export interface WebGpuBenchRow {
 
 interface Path {
   name: string;
-  forward(rows: readonly StepRow[]): Promise<StepLogits>;
+  /** One pass and each row's greedy token. */
+  step(rows: readonly StepRow[]): Promise<number[]>;
   manager: KvCacheManager;
 }
+
+const onCpu = (forward: (rows: readonly StepRow[]) => Promise<StepLogits>) => async (rows: readonly StepRow[]) => {
+  const logits = await forward(rows);
+  return rows.map((_, b) => argmax(logits.last(b)));
+};
 
 async function decodeRun(path: Path, batch: number, prompt: number, tokens: number, seed: number): Promise<number> {
   const seqs = Array.from({ length: batch }, () => path.manager.create());
@@ -51,8 +59,8 @@ async function decodeRun(path: Path, batch: number, prompt: number, tokens: numb
     seqs.forEach((kv, b) => {
       if (!path.manager.reserve(kv, feeds[b].length)) throw new Error('KV pool too small for the bench');
     });
-    const logits = await path.forward(seqs.map((kv, b) => ({ kv, tokens: feeds[b] })));
-    feeds = seqs.map((_, b) => [argmax(logits.last(b))]);
+    const next = await path.step(seqs.map((kv, b) => ({ kv, tokens: feeds[b] })));
+    feeds = next.map((t) => [t]);
   };
   await step(); // prefill, not timed
   const t0 = performance.now();
@@ -69,14 +77,28 @@ export async function runWebGpuBench(o: WebGpuBenchOptions, log: (s: string) => 
   const wasmRunner = await ModelRunner.create(webWasmRuntimeForNode(), files.onnx, files.config);
   const gpuRuntime = await webGpuRuntimeForNode();
   const gpuCpuKv = await ModelRunner.create(gpuRuntime, files.onnx, files.config);
-  const kernels = await GpuKernels.create(gpuRuntime.gpu.device, nodeShaderSource, ['kv-gather', 'kv-scatter']);
+  const kernels = await GpuKernels.create(gpuRuntime.gpu.device, nodeShaderSource, ['kv-gather', 'kv-scatter', 'greedy']);
   const gpuDeviceKv = await GpuModelRunner.create(gpuRuntime, files.onnx, files.config, kernels);
   const deviceManager = manager();
   gpuDeviceKv.attachPool(deviceManager.pool);
+  const gpuAll = await GpuModelRunner.create(gpuRuntime, files.onnx, files.config, kernels, { logitsOnDevice: true });
+  const allManager = manager();
+  gpuAll.attachPool(allManager.pool);
+  const sampler = new DeviceSampler(kernels, files.config.vocabSize);
   const paths: Path[] = [
-    { name: 'wasm', forward: (r) => wasmRunner.forward(r), manager: manager() },
-    { name: 'webgpu (KV via CPU)', forward: (r) => gpuCpuKv.forward(r), manager: manager() },
-    { name: 'webgpu (KV on device)', forward: (r) => gpuDeviceKv.forward(r), manager: deviceManager },
+    { name: 'wasm', step: onCpu((r) => wasmRunner.forward(r)), manager: manager() },
+    { name: 'webgpu (KV via CPU)', step: onCpu((r) => gpuCpuKv.forward(r)), manager: manager() },
+    { name: 'webgpu (KV on device)', step: onCpu((r) => gpuDeviceKv.forward(r)), manager: deviceManager },
+    {
+      name: 'webgpu (KV and argmax on device)',
+      step: async (rows) => {
+        const logits = await gpuAll.forwardOnDevice(rows);
+        const picked = await sampler.greedy(logits.buffer, logits.lastStarts());
+        logits.release();
+        return picked.map((p) => p.tokenId);
+      },
+      manager: allManager,
+    },
   ];
   log(`webgpu bench on ${gpuRuntime.gpu.description}`);
   for (const p of paths) await decodeRun(p, 1, 8, 4, 0); // warm-up: shader compiles, first allocations
@@ -93,7 +115,7 @@ export async function runWebGpuBench(o: WebGpuBenchOptions, log: (s: string) => 
       }
     }
   }
-  await Promise.all([wasmRunner.release(), gpuCpuKv.release(), gpuDeviceKv.release()]);
+  await Promise.all([wasmRunner.release(), gpuCpuKv.release(), gpuDeviceKv.release(), gpuAll.release()]);
   const rows: WebGpuBenchRow[] = [];
   for (const batch of o.batches) {
     const wasm = samples.get(`wasm|${batch}`)!;
