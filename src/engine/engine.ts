@@ -300,17 +300,19 @@ export class Engine {
    */
   private verify(req: EngineRequest, proposal: Proposal, at: (j: number) => Float32Array, settledLength: number): void {
     let accepted = 0;
+    let verified = 0; // proposals past a finish (a stop token that stood) are never judged
     while (!req.sequence.finished) {
       if (accepted === proposal.tokens.length) {
         this.emitToken(req, req.sequence.onLogits(at(accepted))); // every proposal stood: the target's next token comes free
         break;
       }
       const { event, accepted: stands } = req.sequence.onProposal(at(accepted), proposal.tokens[accepted], proposal.q[accepted]);
+      verified++;
       this.emitToken(req, event);
       if (!stands) break;
       accepted++;
     }
-    this.counters.proposedTokens += proposal.tokens.length;
+    this.counters.proposedTokens += verified;
     this.counters.acceptedTokens += accepted;
     this.kv.truncate(req.kv, settledLength + accepted);
     this.kv.commit(req.kv, req.tokens);
