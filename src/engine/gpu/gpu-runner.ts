@@ -63,6 +63,12 @@ export class GpuModelRunner {
       preferredOutputLocation,
       logSeverityLevel: 3, // ORT's warning that shape ops run on the CPU is by design
     });
+    // Our kernels move float32 KV and the feeds below name position_ids: graphs with fp16 KV I/O or
+    // without position_ids (some Hugging Face exports, which ModelRunner converts) are not handled here yet.
+    if (!session.inputNames.includes('position_ids')) {
+      await session.release();
+      throw new Error('GpuModelRunner needs a graph with a position_ids input; use ModelRunner for this model');
+    }
     return new GpuModelRunner(runtime, session, config, kernels, logitsOnDevice);
   }
 
