@@ -43,4 +43,30 @@ describe('npm run generate', () => {
     expect(status).toBe(2);
     expect(stderr).toMatch(/top_p/);
   });
+
+  it('--speculative ngram|draft gives the same greedy tokens and reports the proposals', () => {
+    const base = ['--prompt', 'the cat sat on the mat, the cat sat on the mat, the cat', '--max-tokens', '24', '--temperature', '0', '--json'];
+    const plain = JSON.parse(generate(...base).stdout);
+    const lookup = generate(...base, '--speculative', 'ngram', '--num-speculative-tokens', '3');
+    expect(lookup.status, lookup.stderr).toBe(0);
+    const drafted = generate(...base, '--speculative', 'draft', '--draft-model', modelDir('tiny-draft'));
+    expect(drafted.status, drafted.stderr).toBe(0);
+    for (const out of [JSON.parse(lookup.stdout), JSON.parse(drafted.stdout)]) {
+      expect(out.token_ids).toEqual(plain.token_ids);
+      expect(out.speculation.proposedTokens).toBeGreaterThan(0);
+    }
+    const noDraft = generate(...base, '--speculative', 'draft');
+    expect(noDraft.status).toBe(2);
+    expect(noDraft.stderr).toMatch(/speculative\.method/);
+  });
+
+  it('--beam-width prints the --n best beams, best first, with their scores', () => {
+    const { status, stdout, stderr } = generate('--prompt', 'Hello', '--max-tokens', '6', '--beam-width', '4', '--n', '3', '--json');
+    expect(status, stderr).toBe(0);
+    const beams = stdout.trim().split('\n').map((line) => JSON.parse(line));
+    expect(beams).toHaveLength(3);
+    for (const b of beams) expect(b.token_ids.length).toBeGreaterThan(0);
+    expect(beams[0].beam_score).toBeGreaterThanOrEqual(beams[1].beam_score);
+    expect(beams[1].beam_score).toBeGreaterThanOrEqual(beams[2].beam_score);
+  });
 });
