@@ -20,6 +20,7 @@ import { directorySource } from '../src/sources/directory-source.js';
 import { argmax, collect, modelDir } from './helpers/engines.js';
 import { fromHalfBits, toHalfBits } from '../scripts/model/fp16.js';
 import { loadReference } from './reference/load-reference.js';
+import type { ModelRunner } from '../src/engine/model/runner.js';
 
 let dir: string;
 beforeAll(() => void (dir = mkdtempSync(join(tmpdir(), 'onnx-export-'))));
@@ -63,7 +64,7 @@ describe('an export-like graph: fp16 KV inputs/outputs and fp16 logits (model_fp
       const out = folder(`fp16-io-${backend}`, 'model_fp16.onnx', toBytes(encodeModel(graph)));
       const engine = await Engine.load(await nodeRuntime(backend), directorySource(out), { dtype: 'fp16', kvCacheBytes: 4 << 20 });
       try {
-        expect(engine.runner.io).toMatchObject({ kvType: 'float16', logitsType: 'float16', hasPositionIds: true });
+        expect((engine.runner as ModelRunner).io).toMatchObject({ kvType: 'float16', logitsType: 'float16', hasPositionIds: true });
         const ref = await loadReference(modelDir('tiny'));
         const prompt = engine.tokenizer.encode('Hello');
         const { done } = await collect(engine, { prompt_ids: prompt, max_tokens: 24, temperature: 0, ignore_eos: true });
@@ -100,7 +101,7 @@ describe('an export that takes no position_ids (positions counted from attention
     const out = folder('no-position-ids', 'model.onnx', toBytes(encodeModel(graph)));
     const engine = await Engine.load(await nodeRuntime('cpu'), directorySource(out), { kvCacheBytes: 4 << 20 });
     try {
-      expect(engine.runner.io.hasPositionIds).toBe(false);
+      expect((engine.runner as ModelRunner).io.hasPositionIds).toBe(false);
       const ref = await loadReference(modelDir('tiny'));
       const prompts = [engine.tokenizer.encode('Hello'), engine.tokenizer.encode('A longer prompt, so the rows are padded differently')];
       const results = await Promise.all(prompts.map((p) => collect(engine, { prompt_ids: p, max_tokens: 16, temperature: 0, ignore_eos: true })));

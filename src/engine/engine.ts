@@ -8,7 +8,8 @@ import { KvCacheManager, type PagedSequenceKv } from './kv/paged-kv.js';
 import { SessionCaches } from './kv/session-caches.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
 import { loadModelFiles, type ModelDtype, type ModelSource } from './model/model-files.js';
-import { ModelRunner, type RunnerOptions } from './model/runner.js';
+import { createRunner, attachKvPool, type PassRunner } from './gpu/create-runner.js';
+import type { RunnerOptions } from './model/runner.js';
 import type { OrtRuntime } from './model/runtime.js';
 import { resolveRequest, type GenerationRequest, type ResolvedRequest } from './request.js';
 import { Scheduler, type SchedulableSequence } from './scheduler.js';
@@ -111,7 +112,7 @@ export class Engine {
     readonly config: ModelConfig,
     readonly tokenizer: TextTokenizer,
     private readonly chatTemplate: { template: string; config: Record<string, unknown> },
-    readonly runner: ModelRunner,
+    readonly runner: PassRunner,
     readonly backend: string,
     private readonly options: EngineOptions,
     private readonly speculator: Speculator,
@@ -121,6 +122,8 @@ export class Engine {
     const numBlocks = Math.floor((options.kvCacheBytes ?? DEFAULT_KV_CACHE_BYTES) / (blockSize * kvBytesPerToken(config)));
     if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
     this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize), modelId);
+    // On WebGPU the pool's bytes live on the device; the CPU pool keeps the bookkeeping.
+    attachKvPool(runner, this.kv.pool);
     this.sessions = new SessionCaches(this.kv);
     const limits = { maxBatchSize: this.maxBatchSize, maxTokensPerStep: options.maxTokensPerStep ?? 512 };
     this.scheduler = new Scheduler(
@@ -134,7 +137,7 @@ export class Engine {
   static async load(runtime: OrtRuntime, source: ModelSource, options: EngineOptions = {}): Promise<Engine> {
     const files = await loadModelFiles(source, options.dtype ?? 'fp32');
     const tokenizer = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
-    const runner = await ModelRunner.create(runtime, files.onnx, files.config, options);
+    const runner = await createRunner(runtime, files.onnx, files.config, options);
     const template = files.tokenizerConfig.chat_template;
     if (typeof template !== 'string') throw new InvalidRequestError('model', 'tokenizer_config.json has no chat_template');
     const chat = { template, config: files.tokenizerConfig };

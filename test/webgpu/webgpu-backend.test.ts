@@ -71,4 +71,20 @@ describe.skipIf(!gpu)(`tiny on webgpu${skipNote}`, () => {
     expect(onGpu.map((r) => r.done.tokenIds)).toEqual(onWasm.map((r) => r.done.tokenIds));
     expect(new Set(onGpu.map((r) => r.done.tokenIds.join())).size, 'seeds give different samples').toBe(3);
   });
+
+  it('keeps its KV cache on the device, and speculation and beam search on it give the wasm tokens', async () => {
+    expect(webgpu.runner.constructor.name).toBe('GpuModelRunner');
+    const phrase = randomIds(5, 6, 3, webgpu.samplableVocab);
+    const base = { prompt_ids: [...phrase, ...phrase, ...phrase], max_tokens: 12, temperature: 0, ignore_eos: true };
+    const speculated = await collect(webgpu, { ...base, speculative: { method: 'ngram', num_tokens: 3 } });
+    expect(speculated.done.tokenIds).toEqual((await collect(wasm, base)).done.tokenIds);
+    const beam = { ...base, max_tokens: 5, use_beam_search: true, beam_width: 3, n: 2 };
+    const beams = async (e: Engine) => {
+      const out: number[][] = [];
+      for await (const event of e.generate(beam)) if (event.type === 'done') out.push(event.tokenIds);
+      return out;
+    };
+    expect(await beams(webgpu)).toEqual(await beams(wasm));
+    expect(webgpu.stats().kv.used).toBe(0);
+  });
 });

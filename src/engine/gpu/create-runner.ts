@@ -3,7 +3,8 @@ import type { ModelConfig } from '../model/config.js';
 import { ModelRunner, type RunnerOptions } from '../model/runner.js';
 import type { OrtRuntime } from '../model/runtime.js';
 import { isGpuRuntime } from './gpu-runtime.js';
-import { GpuModelRunner } from './gpu-runner.js';
+import { GpuModelRunner, UnsupportedOnDevice } from './gpu-runner.js';
+import { checkMemoryBudget } from '../model/session-loader.js';
 import { GpuKernels } from './kernels.js';
 
 /** What the engine needs of a runner; ModelRunner and GpuModelRunner both are one. */
@@ -15,14 +16,18 @@ export interface PassRunner {
 
 /**
  * The runner for `runtime`: on WebGPU the one that keeps the KV cache on the device (our kernels compiled
- * on the runtime's device), elsewhere ModelRunner. For the engine (wiring left to engine.ts's owner):
- *   const runner = await createRunner(runtime, files.onnx, files.config, options);   // in Engine.load
- *   attachKvPool(runner, pool);                                                      // after the BlockPool exists
+ * on the runtime's device) when the graph allows it (float32 KV, position_ids), elsewhere ModelRunner.
+ * The engine attaches its block pool with attachKvPool() once the pool exists.
  */
 export async function createRunner(runtime: OrtRuntime, onnx: Uint8Array, config: ModelConfig, options: RunnerOptions & { kvOnDevice?: boolean } = {}): Promise<PassRunner> {
   if (isGpuRuntime(runtime) && options.kvOnDevice !== false) {
+    checkMemoryBudget(onnx.byteLength, config, options.kvCacheBytes ?? 64 * 2 ** 20, options.memoryBudgetBytes);
     const kernels = await GpuKernels.create(runtime.gpu.device, runtime.shaders);
-    return GpuModelRunner.create(runtime, onnx, config, kernels);
+    try {
+      return await GpuModelRunner.create(runtime, onnx, config, kernels);
+    } catch (err) {
+      if (!(err instanceof UnsupportedOnDevice)) throw err;
+    }
   }
   return ModelRunner.create(runtime, onnx, config, options);
 }

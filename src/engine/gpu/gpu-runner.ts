@@ -1,6 +1,7 @@
 import type { BlockPool } from '../kv/block-pool.js';
 import { PagedSequenceKv } from '../kv/paged-kv.js';
 import type { ModelConfig } from '../model/config.js';
+import { describeGraphIo, type GraphIo } from '../model/graph-io.js';
 import type { StepLogits, StepRow } from '../model/runner.js';
 import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
 import { GpuKvPool } from './gpu-kv-pool.js';
@@ -37,6 +38,9 @@ export interface GpuRunnerOptions {
   logitsOnDevice?: boolean;
 }
 
+/** The graph is one ModelRunner can run but this runner cannot (fp16 KV, no position_ids). */
+export class UnsupportedOnDevice extends Error {}
+
 export class GpuModelRunner {
   private pool: BlockPool | undefined;
   private kvPool: GpuKvPool | undefined;
@@ -65,9 +69,16 @@ export class GpuModelRunner {
     });
     // Our kernels move float32 KV and the feeds below name position_ids: graphs with fp16 KV I/O or
     // without position_ids (some Hugging Face exports, which ModelRunner converts) are not handled here yet.
-    if (!session.inputNames.includes('position_ids')) {
+    let io: GraphIo;
+    try {
+      io = describeGraphIo(runtime, session, config);
+    } catch (err) {
       await session.release();
-      throw new Error('GpuModelRunner needs a graph with a position_ids input; use ModelRunner for this model');
+      throw err;
+    }
+    if (!io.hasPositionIds || io.kvType !== 'float32' || io.logitsType !== 'float32') {
+      await session.release();
+      throw new UnsupportedOnDevice('GpuModelRunner needs float32 KV and logits and a position_ids input; use ModelRunner for this model');
     }
     return new GpuModelRunner(runtime, session, config, kernels, logitsOnDevice);
   }
