@@ -106,7 +106,8 @@ export async function runBackend(backend: Backend, o: BenchOptions, log: (s: str
       const sessions = has('sessions') && o.sessionVariants.some((v) => v.model === it.v.model && v.dtype === it.v.dtype);
       if (sessions) {
         if (!has('prefill')) add('ttft:fresh', await engineTtft(engine, o.freshPromptTokens, seed + 7));
-        for (const h of o.histories) {
+        // Histories the context window holds with every run's turn added (tiny's window is 2048).
+        for (const h of o.histories.filter((h) => h + 32 * (o.runs + 2) <= engine.config.maxPositionEmbeddings)) {
           let session = it.sessions.get(h);
           if (!session) {
             session = await openSessionHistory(engine, h, `bench-${h}`);
