@@ -9,10 +9,12 @@ import { SessionCaches } from './kv/session-caches.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
 import { loadModelFiles, type ModelDtype, type ModelSource } from './model/model-files.js';
 import { createRunner, attachKvPool, type PassRunner } from './gpu/create-runner.js';
-import type { RunnerOptions } from './model/runner.js';
+import { GpuModelRunner } from './gpu/gpu-runner.js';
+import type { RunnerOptions, StepLogits } from './model/runner.js';
+import type { SampledToken } from './sampling/sampler.js';
 import type { OrtRuntime } from './model/runtime.js';
 import { resolveRequest, type GenerationRequest, type ResolvedRequest } from './request.js';
-import { Scheduler, type SchedulableSequence } from './scheduler.js';
+import { Scheduler, type SchedulableSequence, type ScheduledStep } from './scheduler.js';
 import { Sequence, type GenerationEvent, type TokenEvent } from './sequence.js';
 import { loadDraftModel, type DraftModelOptions } from './speculative/load-draft.js';
 import type { SpeculativeParams } from './speculative/params.js';
@@ -38,6 +40,8 @@ export interface EngineOptions extends RunnerOptions {
   draft?: DraftModelOptions;
   /** Speculation for requests that do not ask for any (a server default). */
   speculative?: SpeculativeParams;
+  /** On WebGPU: draw tokens on the device, so only ids (and asked-for logprobs) come back. Default true. */
+  sampleOnDevice?: boolean;
 }
 
 export interface GenerateOptions {
@@ -50,6 +54,8 @@ export interface GenerateOptions {
    */
   session?: string;
 }
+
+type ScheduledRow = ScheduledStep<EngineRequest>['rows'][number];
 
 /** The n sequences (or the beams) of one request, which share one event stream. */
 interface RequestGroup {
@@ -77,6 +83,16 @@ interface EngineRequest extends SchedulableSequence {
 
 const DEFAULT_KV_CACHE_BYTES = 64 * 2 ** 20;
 const DEFAULT_BLOCK_SIZE = 16;
+
+/** Logits of a pass whose every row was sampled on the device: nothing may read them. */
+const NO_LOGITS: StepLogits = {
+  at: () => {
+    throw new Error('these logits stayed on the device');
+  },
+  last: () => {
+    throw new Error('these logits stayed on the device');
+  },
+};
 
 const yieldToEventLoop = (): Promise<void> =>
   new Promise((resolve) => (typeof setImmediate === 'function' ? setImmediate(resolve) : setTimeout(resolve, 0)));
@@ -155,6 +171,11 @@ export class Engine {
     return new Engine(options.modelId ?? 'default', files.config, tokenizer, chat, runner, runtime.name, options, new Speculator(draft));
   }
 
+  /** On WebGPU, tokens are drawn by our kernels where the logits are (see runPass). */
+  private get samplesOnDevice(): boolean {
+    return this.runner instanceof GpuModelRunner && this.runner.logitsOnDevice;
+  }
+
   /** Token ids the model can be asked to generate: those both the model and the tokenizer know. */
   get samplableVocab(): number {
     return Math.min(this.config.vocabSize, this.tokenizer.vocabSize);
@@ -195,7 +216,7 @@ export class Engine {
         id: this.nextId++,
         tokens: [...resolved.promptIds],
         kv: this.kv.create(),
-        sequence: new Sequence(own, this.tokenizer, this.samplableVocab, index),
+        sequence: new Sequence(own, this.tokenizer, this.samplableVocab, index, this.samplesOnDevice && !resolved.speculative && !resolved.beam),
         group,
         forks: [],
         admitted: false,
@@ -261,7 +282,7 @@ export class Engine {
     const starts = plan.rows.map((r) => r.seq.kv.length);
     const fed = plan.rows.map((r) => r.tokens.length);
     plan.rows.forEach((row, i) => row.tokens.push(...(proposals[i]?.tokens ?? [])));
-    const logits = await this.runner.forward(plan.rows.map((r) => ({ kv: r.seq.kv, tokens: r.tokens })));
+    const { logits, drawn } = await this.runPass(plan.rows, proposals);
     this.counters.steps++;
     this.counters.lastBatchSize = plan.rows.length;
     this.counters.lastStepTokens = plan.rows.reduce((n, r) => n + r.tokens.length, 0);
@@ -276,7 +297,7 @@ export class Engine {
       if (req.group.beams) return this.onBeamLogits(req, logits.last(i));
       // The prompt is prefilled: siblings fork its cache now and sample from the same logits.
       const forks = req.forks.splice(0).map((child) => this.startFork(req, child));
-      for (const seq of [req, ...forks]) this.sample(seq, logits.last(i));
+      for (const seq of [req, ...forks]) this.sample(seq, drawn.get(seq) ?? logits.last(i));
     });
   }
 
@@ -322,8 +343,29 @@ export class Engine {
     if (req.sequence.finished) this.retire(req);
   }
 
-  private sample(req: EngineRequest, logits: Float32Array): void {
-    this.emitToken(req, req.sequence.onLogits(logits));
+  /**
+   * The model pass. On a runner that keeps logits on the device, sequences that sample there (all but
+   * speculating and beam ones) get their tokens drawn by our kernels, one dispatch for the step, and the
+   * logits come back to the CPU only when some row needs them.
+   */
+  private async runPass(
+    rows: readonly ScheduledRow[],
+    proposals: readonly (Proposal | undefined)[],
+  ): Promise<{ logits: StepLogits; drawn: Map<EngineRequest, SampledToken> }> {
+    const passRows = rows.map((r) => ({ kv: r.seq.kv, tokens: r.tokens }));
+    const drawn = new Map<EngineRequest, SampledToken>();
+    if (!(this.runner instanceof GpuModelRunner && this.samplesOnDevice)) return { logits: await this.runner.forward(passRows), drawn };
+    const sampling = rows.map((r, i) => r.samples && !r.seq.sequence.finished && proposals[i] === undefined);
+    // A row and the forks that will branch from it (n > 1) each draw from the row's logits.
+    const draws = rows.flatMap((r, i) => (sampling[i] ? [r.seq, ...r.seq.forks] : []).filter((seq) => seq.sequence.deviceSampler).map((seq) => ({ row: i, seq })));
+    const needLogits = rows.some((r, i) => (sampling[i] || proposals[i]) && (r.seq.group.beams || !r.seq.sequence.deviceSampler || proposals[i]));
+    const out = await this.runner.forwardAndSample(passRows, draws.map(({ row, seq }) => ({ row, state: seq.sequence.deviceSampler! })), this.samplableVocab, needLogits);
+    draws.forEach(({ seq }, k) => drawn.set(seq, out.sampled[k]));
+    return { logits: out.logits ?? NO_LOGITS, drawn };
+  }
+
+  private sample(req: EngineRequest, from: Float32Array | SampledToken): void {
+    this.emitToken(req, from instanceof Float32Array ? req.sequence.onLogits(from) : req.sequence.onSampled(from));
     if (req.sequence.finished) this.retire(req);
   }
 

@@ -1,6 +1,7 @@
 import type { RequestMetrics } from './metrics.js';
 import { RequestClock } from './metrics.js';
 import type { ResolvedRequest } from './request.js';
+import { DeviceSamplerState } from './gpu/device-sampler.js';
 import { TokenSampler, type SampledToken } from './sampling/sampler.js';
 import { StopStringMatcher } from './stop-strings.js';
 import type { TextTokenizer } from '../tokenizer/tokenizer.js';
@@ -53,7 +54,9 @@ export class Sequence {
   finishReason: FinishReason | null = null;
   private stopReason: number | 'string' | null = null;
   private text = '';
-  private readonly sampler: TokenSampler;
+  /** Exactly one of these: the CPU sampler, or the state of a sampler on the device (sampled by the engine). */
+  private readonly sampler: TokenSampler | undefined;
+  readonly deviceSampler: DeviceSamplerState | undefined;
   private readonly detokenizer: IncrementalDetokenizer;
   private readonly stopMatcher: StopStringMatcher;
   private readonly clock = new RequestClock();
@@ -68,8 +71,12 @@ export class Sequence {
     private readonly samplableVocab: number,
     /** Which of the request's `n` completions this is. */
     readonly index = 0,
+    /** Sample on the device (WebGPU): the engine draws with `deviceSampler` and calls onSampled(). */
+    onDevice = false,
   ) {
-    this.sampler = new TokenSampler(request.sampling, { vocabSize: samplableVocab, promptTokenIds: request.promptIds });
+    const samplerOptions = { vocabSize: samplableVocab, promptTokenIds: request.promptIds };
+    if (onDevice) this.deviceSampler = new DeviceSamplerState(request.sampling, samplerOptions);
+    else this.sampler = new TokenSampler(request.sampling, samplerOptions);
     this.detokenizer = new IncrementalDetokenizer(tokenizer, { skipSpecialTokens: true });
     this.stopMatcher = new StopStringMatcher(request.stops);
   }
@@ -80,7 +87,17 @@ export class Sequence {
 
   /** Samples the next token from the logits after this sequence's last token, and advances its state. */
   onLogits(logits: Float32Array): TokenEvent {
-    return this.emit(this.sampler.sample(this.samplable(logits)));
+    return this.emit(this.cpuSampler.sample(this.samplable(logits)));
+  }
+
+  /** Advances the state with a token its device sampler drew (which recorded it for the penalties). */
+  onSampled(sampled: SampledToken): TokenEvent {
+    return this.emit(sampled);
+  }
+
+  private get cpuSampler(): TokenSampler {
+    if (!this.sampler) throw new Error('this sequence samples on the device');
+    return this.sampler;
   }
 
   /**
@@ -88,7 +105,7 @@ export class Sequence {
    * and advances the state with whichever token stands: the proposal, or the token drawn in its place.
    */
   onProposal(logits: Float32Array, proposed: number, draft?: Float64Array): { event: TokenEvent; accepted: boolean } {
-    const verdict = this.sampler.verify(this.samplable(logits), proposed, draft);
+    const verdict = this.cpuSampler.verify(this.samplable(logits), proposed, draft);
     this.speculation.proposedTokens++;
     if (verdict.accepted) this.speculation.acceptedTokens++;
     return { event: this.emit(verdict), accepted: verdict.accepted };
@@ -96,7 +113,7 @@ export class Sequence {
 
   /** The seed the sampler uses, so proposers can draw reproducibly from a stream of their own. */
   get seed(): number {
-    return this.sampler.seed;
+    return (this.sampler ?? this.deviceSampler)!.seed;
   }
 
   private samplable(logits: Float32Array): Float32Array {

@@ -87,4 +87,24 @@ describe.skipIf(!gpu)(`tiny on webgpu${skipNote}`, () => {
     expect(await beams(webgpu)).toEqual(await beams(wasm));
     expect(webgpu.stats().kv.used).toBe(0);
   });
+
+  it('samples on the device beside rows that need their logits on the CPU, with the wasm tokens', async () => {
+    expect((webgpu as unknown as { samplesOnDevice: boolean }).samplesOnDevice).toBe(true);
+    const phrase = randomIds(8, 5, 3, webgpu.samplableVocab);
+    const requests = [
+      { prompt: 'Once', max_tokens: 10, temperature: 0.8, top_k: 40, presence_penalty: 0.5, seed: 11, n: 2, ignore_eos: true },
+      { prompt_ids: [...phrase, ...phrase], max_tokens: 10, temperature: 0, ignore_eos: true, speculative: { method: 'ngram' as const, num_tokens: 2 } },
+      { prompt: 'Hello', max_tokens: 6, temperature: 0, frequency_penalty: 1, logprobs: true, top_logprobs: 2, ignore_eos: true },
+    ];
+    const all = async (e: Engine) =>
+      Promise.all(
+        requests.map(async (r) => {
+          const out: number[][] = [];
+          for await (const event of e.generate(r)) if (event.type === 'done') out[event.index] = event.tokenIds;
+          return out;
+        }),
+      );
+    expect(await all(webgpu)).toEqual(await all(wasm));
+    expect(webgpu.stats().kv.used).toBe(0);
+  });
 });

@@ -19,12 +19,17 @@ export interface PassRunner {
  * on the runtime's device) when the graph allows it (float32 KV, position_ids), elsewhere ModelRunner.
  * The engine attaches its block pool with attachKvPool() once the pool exists.
  */
-export async function createRunner(runtime: OrtRuntime, onnx: Uint8Array, config: ModelConfig, options: RunnerOptions & { kvOnDevice?: boolean } = {}): Promise<PassRunner> {
+export async function createRunner(
+  runtime: OrtRuntime,
+  onnx: Uint8Array,
+  config: ModelConfig,
+  options: RunnerOptions & { kvOnDevice?: boolean; sampleOnDevice?: boolean } = {},
+): Promise<PassRunner> {
   if (isGpuRuntime(runtime) && options.kvOnDevice !== false) {
     checkMemoryBudget(onnx.byteLength, config, options.kvCacheBytes ?? 64 * 2 ** 20, options.memoryBudgetBytes);
     const kernels = await GpuKernels.create(runtime.gpu.device, runtime.shaders);
     try {
-      return await GpuModelRunner.create(runtime, onnx, config, kernels);
+      return await GpuModelRunner.create(runtime, onnx, config, kernels, { logitsOnDevice: options.sampleOnDevice !== false });
     } catch (err) {
       if (!(err instanceof UnsupportedOnDevice)) throw err;
     }

@@ -4,6 +4,8 @@ import type { ModelConfig } from '../model/config.js';
 import { describeGraphIo, type GraphIo } from '../model/graph-io.js';
 import type { StepLogits, StepRow } from '../model/runner.js';
 import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
+import type { SampledToken } from '../sampling/sampler.js';
+import { DeviceSampler, type DeviceSamplerState } from './device-sampler.js';
 import { GpuKvPool } from './gpu-kv-pool.js';
 import { readBuffer, type GpuKernels } from './kernels.js';
 import { KvTransfer, type KvLayerBuffers, type KvRowPlacement } from './kv-transfer.js';
@@ -29,6 +31,8 @@ export interface DeviceStepLogits {
   start(row: number, index: number): number;
   /** Float offsets of each row's last fed token: what DeviceSampler.sample takes. */
   lastStarts(): number[];
+  /** The whole (batch, S, vocab) logits on the CPU. */
+  download(): Promise<Float32Array>;
   /** Gives the buffer back to ORT; call once sampling has been submitted. */
   release(): void;
 }
@@ -42,6 +46,7 @@ export interface GpuRunnerOptions {
 export class UnsupportedOnDevice extends Error {}
 
 export class GpuModelRunner {
+  private sampler: DeviceSampler | undefined;
   private pool: BlockPool | undefined;
   private kvPool: GpuKvPool | undefined;
   private pendingCopies: [number, number][] = [];
@@ -112,8 +117,35 @@ export class GpuModelRunner {
       buffer: logits.gpuBuffer as GPUBuffer,
       start,
       lastStarts: () => rows.map((r, row) => start(row, r.tokens.length - 1)),
+      download: async () => (await logits.getData(false)) as Float32Array,
       release: () => logits.dispose(),
     };
+  }
+
+  /**
+   * One pass whose sampling happens where the logits are (needs `logitsOnDevice`): draw k samples
+   * `states[k]` from row `rows[k]`'s last logits (a row and its forks share one), over the first `vocab`
+   * ids. The logits come back to the CPU only when `download` (rows that verify proposals or search beams).
+   */
+  async forwardAndSample(
+    rows: readonly StepRow[],
+    draws: readonly { row: number; state: DeviceSamplerState }[],
+    vocab: number,
+    download: boolean,
+  ): Promise<{ logits: StepLogits | undefined; sampled: SampledToken[] }> {
+    const out = await this.forwardOnDevice(rows);
+    try {
+      this.sampler ??= new DeviceSampler(this.kernels, vocab);
+      const last = out.lastStarts();
+      const sampled = draws.length ? await this.sampler.sample(out.buffer, draws.map((d) => last[d.row]), draws.map((d) => d.state)) : [];
+      if (!download) return { logits: undefined, sampled };
+      const data = await out.download();
+      const size = this.config.vocabSize;
+      const at = (row: number, index: number): Float32Array => data.subarray(out.start(row, index), out.start(row, index) + size);
+      return { logits: { at, last: (row) => at(row, rows[row].tokens.length - 1) }, sampled };
+    } finally {
+      out.release();
+    }
   }
 
   /** One pass: gather, run, scatter, advance. Returns the logits tensor, (batch, S, vocab). */
