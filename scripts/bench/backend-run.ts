@@ -100,7 +100,8 @@ export async function runBackend(backend: Backend, o: BenchOptions, log: (s: str
       }
       if (has('prefill')) {
         // The warm-up skips the longest prompts: one 512-token chunk warms what they run.
-        for (const n of o.prefillLengths) if (measured || n <= 512) add(`ttft:${n}`, await engineTtft(engine, n, seed + n));
+        const window = engine.config.maxPositionEmbeddings;
+        for (const n of o.prefillLengths) if ((measured || n <= 512) && n < window) add(`ttft:${n}`, await engineTtft(engine, n, seed + n));
         add('ttft:fresh', await engineTtft(engine, o.freshPromptTokens, seed + 7));
       }
       const sessions = has('sessions') && o.sessionVariants.some((v) => v.model === it.v.model && v.dtype === it.v.dtype);
