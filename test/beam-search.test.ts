@@ -127,6 +127,17 @@ describe('beam search', () => {
     small.kv.pool.checkInvariants();
   });
 
+  it('two searches that each fit the pool alone both finish when they share it (no deadlock)', async () => {
+    // Each needs 16 of the 18 blocks. A beam that computed its token waits, holding its blocks, for its
+    // preempted siblings; without preempting a whole search, each would hold what the other needs.
+    const small = await loadEngine('cpu', 'tiny', { autoRun: false, blockSize: 4, kvCacheBytes: 18 * 4 * 512 });
+    const search = (seed: number): GenerationRequest => ({ prompt_ids: randomIds(seed, 6, 3, 512), max_tokens: 10, use_beam_search: true, beam_width: 4, n: 2, ignore_eos: true });
+    const results = await runArrivals(small, [{ request: search(1), at: 0 }, { request: search(2), at: 0 }]);
+    for (const [i, seed] of [1, 2].entries()) expect(results[i].done.tokenIds).toEqual((await beams(search(seed)))[0].tokenIds);
+    expect(small.stats().kv.used).toBe(0);
+    small.kv.pool.checkInvariants();
+  });
+
   it('early_stopping: true stops once width candidates have finished', async () => {
     const request = { prompt_ids: prompt, max_tokens: 8, use_beam_search: true, beam_width: 3, n: 3 };
     const eager = await beams({ ...request, early_stopping: true, allowed_token_ids: [5, 6, EOS] });
@@ -150,6 +161,10 @@ describe('beam search', () => {
       [{ ...base, early_stopping: 'soon' as never }, 'early_stopping'],
       [{ prompt_ids: prompt, best_of: 2 }, 'best_of'],
       [{ prompt_ids: prompt, length_penalty: 2 }, 'length_penalty'],
+      [{ prompt_ids: prompt, use_beam_search: false, beam_width: 4 }, 'beam_width'],
+      [{ ...base, beam_width: 4, best_of: 3 }, 'best_of'],
+      [{ ...base, temperature: 'hot' as never }, 'temperature'],
+      [{ ...base, temperature: 0.7, max_tokens: 2000 }, 'temperature'],
     ];
     for (const [request, param] of refused) {
       expect(() => engine.generate(request), param).toThrow(InvalidRequestError);

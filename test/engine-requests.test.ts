@@ -136,6 +136,8 @@ describe('bad input is refused before any compute, and changes nothing', () => {
     ['frequency_penalty too big', { prompt: 'hi', frequency_penalty: 3 }, 'frequency_penalty'],
     ['n 0', { prompt: 'hi', n: 0 }, 'n'],
     ['n past the batch size', { prompt: 'hi', n: 1000 }, 'n'],
+    ['seed + n - 1 past the safe integers', { prompt: 'hi', n: 2, seed: Number.MAX_SAFE_INTEGER }, 'seed'],
+    ['empty allowed_token_ids', { prompt: 'hi', allowed_token_ids: [] }, 'allowed_token_ids'],
   ];
   for (const [name, request, param] of cases) {
     it(`${name} → InvalidRequestError(${param})`, () => {

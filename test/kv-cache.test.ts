@@ -66,7 +66,8 @@ type Op =
   | { kind: 'fork'; which: number }
   | { kind: 'cancel'; which: number }
   | { kind: 'preempt'; which: number }
-  | { kind: 'speculate'; which: number; proposals: number[]; accepted: number };
+  | { kind: 'speculate'; which: number; proposals: number[]; accepted: number }
+  | { kind: 'rewind'; which: number; keep: number };
 
 const token = fc.integer({ min: 0, max: 2 }); // a tiny alphabet, so prefixes repeat and blocks get reused
 const opArb: fc.Arbitrary<Op> = fc.oneof(
@@ -76,6 +77,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   fc.record({ kind: fc.constant('cancel' as const), which: fc.nat() }),
   fc.record({ kind: fc.constant('preempt' as const), which: fc.nat() }),
   fc.record({ kind: fc.constant('speculate' as const), which: fc.nat(), proposals: fc.array(token, { minLength: 1, maxLength: 9 }), accepted: fc.nat() }),
+  fc.record({ kind: fc.constant('rewind' as const), which: fc.nat(), keep: fc.nat() }),
 );
 
 /** Admits a sequence like the scheduler does: prefix hits, then room for the rest, else nothing held. */
@@ -115,6 +117,14 @@ function run(ops: Op[], numBlocks: number): void {
         seq.tokens.push(...op.proposals.slice(0, op.accepted % (op.proposals.length + 1)));
         manager.truncate(seq.kv, seq.tokens.length);
         manager.commit(seq.kv, seq.tokens);
+      }
+    } else if (op.kind === 'rewind') {
+      // A draft cache dropping its rejected tail may cut into full blocks already cached and shared;
+      // the next write into a kept partial block must copy it, not write the cached one.
+      const seq = pick(op.which);
+      if (seq) {
+        seq.tokens.length = op.keep % (seq.tokens.length + 1);
+        manager.truncate(seq.kv, seq.tokens.length);
       }
     } else if (op.kind === 'fork') {
       const seq = pick(op.which);

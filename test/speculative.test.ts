@@ -117,17 +117,25 @@ describe('sampled speculation is distributed as the target', () => {
     ref = await loadReference(modelDir('tiny'));
   });
 
-  /** Softmax over the top 3 reference logits after prompt + prefix (the sampler's top_k: 3, temperature 1). */
+  const PRESENCE = 0.8;
+  let bias: Record<number, number> = {};
+
+  /**
+   * The target's exact next-token distribution after prompt + prefix, as the sampler draws it here:
+   * reference logits, + logit_bias, − presence_penalty on generated tokens, top_k 3, temperature 1.
+   */
   function top3(prompt: number[], prefix: number[]): Map<number, number> {
     ref.reset();
-    const logits = ref.forward([...prompt, ...prefix], 0).at(-1)!;
+    const logits = Float64Array.from(ref.forward([...prompt, ...prefix], 0).at(-1)!);
+    for (const [id, b] of Object.entries(bias)) logits[Number(id)] += b;
+    for (const id of new Set(prefix)) logits[id] -= PRESENCE;
     const best = [...logits.keys()].sort((a, b) => logits[b] - logits[a]).slice(0, 4);
     expect(logits[best[2]] - logits[best[3]], 'no near-tie at the top-k boundary').toBeGreaterThan(1e-3);
     const z = best.slice(0, 3).reduce((s, t) => s + Math.exp(logits[t] - logits[best[0]]), 0);
     return new Map(best.slice(0, 3).map((t) => [t, Math.exp(logits[t] - logits[best[0]]) / z]));
   }
 
-  /** The exact probability of every 3-token continuation. */
+  /** The exact probability of every 3-token start of a continuation. */
   function exactJoint(prompt: number[]): Map<string, number> {
     const joint = new Map<string, number>();
     for (const [a, pa] of top3(prompt, [])) for (const [b, pb] of top3(prompt, [a])) for (const [c, pc] of top3(prompt, [a, b])) joint.set([a, b, c].join(), pa * pb * pc);
@@ -158,7 +166,7 @@ describe('sampled speculation is distributed as the target', () => {
   async function histogram(e: Engine, request: GenerationRequest, samples: number): Promise<Map<string, number>> {
     const runs = await Promise.all(Array.from({ length: samples }, (_, seed) => tokens(e, { ...request, seed })));
     const counts = new Map<string, number>();
-    for (const run of runs) counts.set(run.join(), (counts.get(run.join()) ?? 0) + 1);
+    for (const run of runs) counts.set(run.slice(0, 3).join(), (counts.get(run.slice(0, 3).join()) ?? 0) + 1);
     return counts;
   }
 
@@ -168,17 +176,23 @@ describe('sampled speculation is distributed as the target', () => {
   let prompt = randomIds(21, 120, 3, 512);
   let sampling: GenerationRequest;
   beforeAll(() => {
+    // A bias that lifts the 4th most likely first token into play, so logit_bias shapes p.
+    ref.reset();
+    const first = ref.forward(prompt, 0).at(-1)!;
+    bias = { [[...first.keys()].sort((a, b) => first[b] - first[a])[3]]: 2.5 };
     for (let i = 0; i < 8; i++) {
       const missing = [...top3(prompt, []).keys()].filter((t) => !prompt.includes(t));
       if (missing.length === 0) break;
       prompt = [...missing, ...prompt];
     }
     expect([...top3(prompt, []).keys()].every((t) => prompt.includes(t))).toBe(true);
-    sampling = { prompt_ids: prompt, max_tokens: 3, temperature: 1, top_k: 3, ignore_eos: true };
+    // Five tokens: after the prefill's, the first decode step verifies three proposals (positions 2-4), so
+    // the first three tokens include rejections at the second proposal, not only the first.
+    sampling = { prompt_ids: prompt, max_tokens: 5, temperature: 1, top_k: 3, presence_penalty: PRESENCE, logit_bias: bias, ignore_eos: true };
   });
 
-  for (const [method, numTokens] of [['draft', 2], ['ngram', 2]] as const) {
-    it(`${method}: 3-token continuations over ${SAMPLES} seeds match the target's exact distribution`, async () => {
+  for (const [method, numTokens] of [['draft', 3], ['ngram', 3]] as const) {
+    it(`${method}: the first 3 tokens over ${SAMPLES} seeds follow the target's exact distribution (bias, presence penalty, top-k)`, async () => {
       const before = engine.stats();
       const observed = await histogram(engine, { ...sampling, speculative: { method, num_tokens: numTokens } }, SAMPLES);
       const { stat, critical } = chiSquare(observed, exactJoint(prompt), SAMPLES);

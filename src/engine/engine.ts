@@ -79,6 +79,8 @@ interface EngineRequest extends SchedulableSequence {
   session: string | undefined;
   /** Proposals wanted per step (speculative decoding); 0 for none. */
   lookahead: number;
+  /** The request group, for beams (which advance together); undefined otherwise. */
+  cohort: RequestGroup | undefined;
 }
 
 const DEFAULT_KV_CACHE_BYTES = 64 * 2 ** 20;
@@ -163,6 +165,7 @@ export class Engine {
           tokenizerModel: files.tokenizerJson.model,
           samplableVocab: Math.min(files.config.vocabSize, tokenizer.vocabSize),
           modelId: options.modelId ?? 'default',
+          weightBytes: files.onnx.byteLength,
           kvCacheBytes: options.kvCacheBytes ?? DEFAULT_KV_CACHE_BYTES,
           blockSize: options.blockSize ?? DEFAULT_BLOCK_SIZE,
           runner: options,
@@ -222,6 +225,7 @@ export class Engine {
         admitted: false,
         session: options.session,
         lookahead: 0,
+        cohort: resolved.beam ? group : undefined,
       };
     });
     const [first, ...forks] = sequences;
@@ -288,13 +292,16 @@ export class Engine {
     this.counters.lastStepTokens = plan.rows.reduce((n, r) => n + r.tokens.length, 0);
 
     plan.rows.forEach(({ seq: req, samples }, i) => {
+      // Gone during this loop: a beam the search dropped when a sibling's logits completed its step.
+      if (!this.active.has(req)) return;
       const decode = samples && fed[i] === 1 && starts[i] >= req.sequence.request.promptIds.length;
       if (!decode) this.counters.prefillTokens += fed[i];
       const proposal = proposals[i];
       if (proposal) return this.verify(req, proposal, (j) => logits.at(i, fed[i] - 1 + j), starts[i] + fed[i]);
       this.kv.commit(req.kv, req.tokens);
       if (!samples || req.sequence.finished) return;
-      if (req.group.beams) return this.onBeamLogits(req, logits.last(i));
+      // A beam the search continued earlier in this loop has a token this pass did not compute.
+      if (req.group.beams) return req.kv.length === req.tokens.length ? this.onBeamLogits(req, logits.last(i)) : undefined;
       // The prompt is prefilled: siblings fork its cache now and sample from the same logits.
       const forks = req.forks.splice(0).map((child) => this.startFork(req, child));
       for (const seq of [req, ...forks]) this.sample(seq, drawn.get(seq) ?? logits.last(i));
@@ -401,12 +408,15 @@ export class Engine {
     });
   }
 
-  /** A new beam sharing `parent`'s cache copy-on-write, running beside it (or waiting, if `parent` was preempted). */
+  /**
+   * A new beam sharing `parent`'s cache copy-on-write (and its Sequence, which beams use only for the
+   * request and the clock), running beside it, or queued behind it if `parent` was preempted.
+   */
   private forkBeam(parent: EngineRequest): EngineRequest {
     const child: EngineRequest = { ...parent, id: this.nextId++, kv: this.kv.fork(parent.kv), tokens: [...parent.tokens], forks: [] };
     this.active.add(child);
     if (this.scheduler.running.includes(parent)) this.scheduler.adopt(child);
-    else this.scheduler.add(child);
+    else this.scheduler.addBehind(child, parent);
     return child;
   }
 
@@ -472,6 +482,7 @@ export class Engine {
       const error = err instanceof Error ? err : new Error(String(err));
       for (const req of this.active) {
         this.scheduler.remove(req);
+        this.speculator.release(req.id);
         req.group.events.push(error);
       }
       this.active.clear();

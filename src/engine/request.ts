@@ -153,7 +153,13 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
   if (!Number.isSafeInteger(n) || n < 1 || n > ctx.maxN) {
     throw new InvalidRequestError('n', `n must be an integer in [1, ${ctx.maxN}], got ${JSON.stringify(request.n)}`);
   }
+  // Types and ranges first, so a bad value is named as such before it is refused for beam search.
+  const requested = resolveSamplingParams(request, ctx.samplableVocab);
+  if (requested.seed !== undefined && !Number.isSafeInteger(requested.seed + (n - 1))) {
+    throw new InvalidRequestError('seed', `seed + n - 1 must be a safe integer (completion i is seeded with seed + i), got seed ${requested.seed}`);
+  }
   const beam = resolveBeamParams(request, n, ctx.maxN);
+  if (beam) refuseWithBeamSearch(request);
   // Forks (and beams) share the prompt's blocks; each needs its own for its completion, plus one copy-on-write.
   const forks = beam?.width ?? n;
   const needed = ctx.kv.blocksFor(promptIds.length + maxTokens) + (forks - 1) * (ctx.kv.blocksFor(maxTokens) + 1);
@@ -164,8 +170,7 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
       'kv_cache_capacity_exceeded',
     );
   }
-  if (beam) refuseWithBeamSearch(request);
-  const sampling = resolveSamplingParams(beam ? { ...request, temperature: 0 } : request, ctx.samplableVocab);
+  const sampling = beam ? { ...requested, temperature: 0 } : requested;
   const speculative = beam ? undefined : resolveSpeculativeParams(request.speculative, ctx.hasDraftModel, ctx.defaultSpeculative);
   const stops = validateStops(request.stop);
   const stopTokenIds = new Set<number>(request.ignore_eos ? [] : ctx.eosTokenIds);

@@ -11,6 +11,11 @@ export interface SchedulableSequence {
    * pass to verify). Reserved only when the pool has them to spare: never worth a preemption.
    */
   readonly lookahead?: number;
+  /**
+   * Sequences that only advance together (the beams of one search): one that has computed its token
+   * waits, holding its blocks, until the others have too. Preempted together when that would deadlock.
+   */
+  readonly cohort?: object;
 }
 
 export interface SchedulerLimits {
@@ -65,6 +70,13 @@ export class Scheduler<S extends SchedulableSequence> {
     this.waiting.push(seq);
   }
 
+  /** Queues `seq` right behind `sibling` (a fork of a waiting sequence goes where its parent is). */
+  addBehind(seq: S, sibling: S): void {
+    const at = this.waiting.indexOf(sibling);
+    if (at < 0) this.waiting.push(seq);
+    else this.waiting.splice(at + 1, 0, seq);
+  }
+
   /** A sequence that arrives already running, with its blocks (a fork of a running sequence). */
   adopt(seq: S): void {
     this.running.push(seq);
@@ -89,20 +101,48 @@ export class Scheduler<S extends SchedulableSequence> {
   }
 
   schedule(): ScheduledStep<S> {
+    const step = this.plan();
+    if (step.rows.length > 0 || !this.unstick(step)) return step;
+    const retry = this.plan();
+    retry.preempted.unshift(...step.preempted);
+    return retry;
+  }
+
+  /**
+   * Nothing can run: every running sequence waits for a cohort sibling (a beam for a preempted beam of
+   * its search) and the head of the queue cannot get blocks, so two searches could each hold what the
+   * other needs for ever. The newest cohort other than the head's gives all its blocks back and queues
+   * right behind the head. Returns whether anything was preempted.
+   */
+  private unstick(step: ScheduledStep<S>): boolean {
+    const head = this.waiting[0];
+    if (head === undefined) return false;
+    const victim = [...this.running].reverse().find((seq) => seq.cohort === undefined || seq.cohort !== head.cohort);
+    if (victim === undefined) return false;
+    this.preempt(victim, step);
+    // preempt() queued the cohort at the head; the head it displaced goes first.
+    const displaced = this.waiting.indexOf(head);
+    this.waiting.splice(displaced, 1);
+    this.waiting.unshift(head);
+    return true;
+  }
+
+  private plan(): ScheduledStep<S> {
     const step: ScheduledStep<S> = { rows: [], preempted: [], admitted: [] };
     let budget = this.limits.maxTokensPerStep;
 
-    for (let i = 0; i < this.running.length && budget > 0; i++) {
+    // Forks (n > 1, beams) join the running set without admission, so the batch limit is kept here too.
+    for (let i = 0; i < this.running.length && budget > 0 && step.rows.length < this.limits.maxBatchSize; i++) {
       const seq = this.running[i];
       const count = Math.min(seq.tokens.length - seq.kv.length, budget);
       if (count <= 0) continue;
-      while (!this.kv.reserve(seq.kv, count)) {
-        if (this.reclaim()) continue;
-        const victim = this.running[this.running.length - 1];
-        this.preempt(victim, step);
-        if (victim === seq) break;
+      let reserved = this.kv.reserve(seq.kv, count);
+      while (!reserved && this.running.includes(seq)) {
+        if (!this.reclaim()) this.preempt(this.running[this.running.length - 1], step);
+        reserved = this.running.includes(seq) && this.kv.reserve(seq.kv, count);
       }
-      if (this.running[i] !== seq) break; // seq itself was preempted: nothing newer is left running
+      if (!reserved) break; // seq itself was preempted: what is newer waits for the next step
+      i = this.running.indexOf(seq); // a preempted cohort may have held places before it
       step.rows.push(this.row(seq, count));
       budget -= count;
     }
@@ -145,20 +185,27 @@ export class Scheduler<S extends SchedulableSequence> {
     return { seq, tokens: seq.tokens.slice(start, start + count), samples: start + count === seq.tokens.length, lookahead: 0 };
   }
 
-  /** Room for a sampling row's proposals, when the budget and the pool's spare blocks allow; else 0. */
+  /** Room for a sampling row's proposals, from the budget and the pool's unused blocks (no prefix evicted); else 0. */
   private reserveLookahead({ seq, tokens, samples }: ScheduledStep<S>['rows'][number], budget: number): number {
     const wanted = Math.min(seq.lookahead ?? 0, budget);
     if (!samples || wanted <= 0) return 0;
-    return this.kv.reserve(seq.kv, tokens.length + wanted) ? wanted : 0;
+    return this.kv.reserve(seq.kv, tokens.length + wanted, true) ? wanted : 0;
   }
 
+  /**
+   * Gives `seq`'s blocks back and queues it at the head, to be recomputed later; with it every running
+   * member of its cohort, which could not advance without it and would only hold blocks meanwhile.
+   */
   private preempt(seq: S, step: ScheduledStep<S>): void {
-    this.running.splice(this.running.indexOf(seq), 1);
-    const row = step.rows.findIndex((r) => r.seq === seq);
-    if (row >= 0) step.rows.splice(row, 1);
-    this.kv.free(seq.kv);
-    this.waiting.unshift(seq);
-    step.preempted.push(seq);
-    this.preemptions++;
+    const members = seq.cohort === undefined ? [seq] : this.running.filter((s) => s.cohort === seq.cohort);
+    for (const member of members) {
+      this.running.splice(this.running.indexOf(member), 1);
+      const row = step.rows.findIndex((r) => r.seq === member);
+      if (row >= 0) step.rows.splice(row, 1);
+      this.kv.free(member.kv);
+      step.preempted.push(member);
+      this.preemptions++;
+    }
+    this.waiting.unshift(...members);
   }
 }

@@ -35,6 +35,7 @@ export class BeamGroup<S extends { tokens: number[] }> {
 
   /** Records `beam`'s next-token logits; runs the step when it was the last to report. True once the search is over. */
   onLogits(beam: S, logits: Float32Array): boolean {
+    if (!this.live.some((b) => b.beam === beam)) return false; // dropped: nothing it reports counts
     this.reported.set(beam, beamLogprobs(logits, this.sampling));
     if (this.live.some((b) => !this.reported.has(b.beam))) return false;
     const states = this.live.map((b) => ({ tokens: b.beam.tokens.slice(this.promptLength), cumulativeLogprob: b.cumulativeLogprob }));

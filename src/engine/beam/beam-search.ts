@@ -79,7 +79,8 @@ export class BeamSearch {
       if (tokens.length >= this.maxTokens) this.add(tokens, c.cumulativeLogprob, 'length');
       else next.push(c);
     }
-    if (next.length === 0 || this.isDone(next[0].cumulativeLogprob, beams[0].tokens.length + 1)) return [];
+    // As HF: the best continuation of all (stop tokens included), at the length before this step's token.
+    if (next.length === 0 || this.isDone(candidates[0].cumulativeLogprob, beams[0].tokens.length)) return [];
     return next;
   }
 
@@ -113,7 +114,7 @@ export class BeamSearch {
     const { earlyStopping, lengthPenalty } = this.params;
     if (earlyStopping === true) return true;
     // Log-probabilities only fall as a beam grows; with α > 0 a longer length divides them less.
-    const bestLength = earlyStopping === 'never' && lengthPenalty > 0 ? this.maxTokens : length;
+    const bestLength = earlyStopping === 'never' && lengthPenalty > 0 ? this.maxTokens : Math.max(1, length);
     return this.finished[k - 1].score >= bestLiveLogprob / bestLength ** lengthPenalty;
   }
 }

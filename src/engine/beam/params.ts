@@ -9,9 +9,9 @@ export interface BeamParams {
   /** α: a finished candidate scores sum(log p) / length^α, length counting its generated tokens. */
   lengthPenalty: number;
   /**
-   * true: stop once `width` candidates have finished. false: also stop when no live beam, scored at its
-   * current length, could beat the worst kept candidate (HF's heuristic). 'never': stop only when no live
-   * beam could beat it at any length up to max_tokens (exact).
+   * true: stop once `width` candidates have finished. false: also stop when the best continuation, scored
+   * at the current length, could not beat the worst kept candidate (HF's heuristic). 'never': stop only
+   * when no live beam could beat it at any length up to max_tokens (exact).
    */
   earlyStopping: EarlyStopping;
 }
@@ -36,7 +36,9 @@ export function resolveBeamParams(input: BeamInput, n: number, maxWidth: number)
   if (use !== undefined && use !== null && typeof use !== 'boolean') {
     throw new InvalidRequestError('use_beam_search', `use_beam_search must be a boolean, got ${JSON.stringify(use)}`);
   }
-  const on = use === true || (beamWidth !== undefined && beamWidth !== null);
+  const widthGiven = beamWidth !== undefined && beamWidth !== null;
+  if (use === false && widthGiven) throw new InvalidRequestError('beam_width', 'beam_width is given but use_beam_search is false');
+  const on = use === true || widthGiven;
   if (!on) {
     // best_of = n is OpenAI's default meaning (n candidates, n returned): nothing to do.
     for (const [param, value] of [['best_of', bestOf === n ? undefined : bestOf], ['length_penalty', lengthPenalty], ['early_stopping', early]] as const) {
@@ -46,7 +48,10 @@ export function resolveBeamParams(input: BeamInput, n: number, maxWidth: number)
     }
     return undefined;
   }
-  const widthParam = beamWidth !== undefined && beamWidth !== null ? 'beam_width' : 'best_of';
+  if (widthGiven && bestOf !== undefined && bestOf !== null && bestOf !== beamWidth) {
+    throw new InvalidRequestError('best_of', `best_of (${JSON.stringify(bestOf)}) and beam_width (${JSON.stringify(beamWidth)}) both set the beam width; give one`);
+  }
+  const widthParam = widthGiven ? 'beam_width' : 'best_of';
   const widthValue = widthParam === 'beam_width' ? beamWidth : (bestOf ?? Math.max(n, DEFAULT_BEAM_WIDTH));
   if (typeof widthValue !== 'number' || !Number.isSafeInteger(widthValue) || widthValue < 1 || widthValue > maxWidth) {
     throw new InvalidRequestError(widthParam, `${widthParam} must be an integer in [1, ${maxWidth}], got ${JSON.stringify(widthValue)}`);

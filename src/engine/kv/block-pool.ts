@@ -77,6 +77,11 @@ export class BlockPool {
     return this.freeList.length + this.idle.size;
   }
 
+  /** Of those, the blocks holding nothing: handing them out evicts no cached prefix. */
+  get unused(): number {
+    return this.freeList.length;
+  }
+
   retain(id: number): void {
     if (this.refCounts[id] === 0) this.idle.delete(id);
     this.refCounts[id]++;

@@ -107,14 +107,15 @@ export class KvCacheManager {
 
   /**
    * Makes room to write `count` more tokens: new blocks as needed, and a private copy of a shared last
-   * partial block. Returns false, changing nothing, when the pool cannot supply the blocks.
+   * partial block. Returns false, changing nothing, when the pool cannot supply the blocks; with
+   * `spareOnly`, also when supplying them would evict cached prefixes (room that is merely nice to have).
    */
-  reserve(kv: PagedSequenceKv, count: number): boolean {
+  reserve(kv: PagedSequenceKv, count: number, spareOnly = false): boolean {
     const bs = this.pool.blockSize;
     const fresh = Math.max(0, this.blocksFor(kv.length + count) - kv.blocks.length);
     const lastIndex = Math.floor(kv.length / bs);
     const copy = kv.length % bs !== 0 && count > 0 && !this.pool.isWritable(kv.blocks[lastIndex]) ? 1 : 0;
-    if (fresh + copy > this.pool.available) return false;
+    if (fresh + copy > (spareOnly ? this.pool.unused : this.pool.available)) return false;
     if (copy) {
       const shared = kv.blocks[lastIndex];
       const own = this.pool.allocate()!;

@@ -39,8 +39,9 @@ export class DraftModelProposer {
 
   async propose(requests: readonly DraftRequest[]): Promise<DraftToken[][]> {
     const proposals = requests.map((): DraftToken[] => []);
+    const busy = new Set(requests.map((r) => r.id));
     let live = requests.flatMap((request, i) => {
-      const state = this.prepare(request);
+      const state = this.prepare(request, busy);
       return state ? [{ i, state, feed: request.tokens.slice(state.kv.length), count: request.count }] : [];
     });
     while (live.length > 0) {
@@ -72,9 +73,10 @@ export class DraftModelProposer {
 
   /**
    * Brings a sequence's draft cache in line with its settled tokens (rejected proposals dropped) and
-   * reserves room for this step's passes; undefined when the draft pool has no room (no proposals then).
+   * reserves room for this step's passes, releasing the caches of sequences not speculating this step
+   * (preempted, or between turns) if it must; undefined when there is still no room (no proposals then).
    */
-  private prepare({ id, tokens, count, sampling, seed }: DraftRequest): DraftState | undefined {
+  private prepare({ id, tokens, count, sampling, seed }: DraftRequest, busy: ReadonlySet<number>): DraftState | undefined {
     let state = this.states.get(id);
     if (!state) {
       state = { kv: this.kv.create(), held: [], sampler: new DraftSampler(sampling, seed, this.samplableVocab) };
@@ -90,9 +92,14 @@ export class DraftModelProposer {
       state.held.push(...tokens.slice(0, this.kv.matchPrefix(state.kv, tokens)));
     }
     // The catch-up tokens, then count - 1 proposals fed back (the last proposal is never fed).
-    if (!this.kv.reserve(state.kv, tokens.length - state.kv.length + count - 1)) {
-      this.release(id);
-      return undefined;
+    const needed = tokens.length - state.kv.length + count - 1;
+    while (!this.kv.reserve(state.kv, needed)) {
+      const idle = [...this.states.keys()].find((other) => !busy.has(other));
+      if (idle === undefined) {
+        this.release(id);
+        return undefined;
+      }
+      this.release(idle);
     }
     return state;
   }

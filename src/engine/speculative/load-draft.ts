@@ -11,7 +11,7 @@ import { DraftModelProposer } from './draft-proposer.js';
 export interface DraftModelOptions {
   source: ModelSource;
   dtype?: ModelDtype;
-  /** Bytes of the draft's own KV pool; default: the target's budget. */
+  /** Bytes of the draft's own KV pool; default: room for as many tokens as the target's pool. */
   kvCacheBytes?: number;
 }
 
@@ -22,10 +22,14 @@ export interface DraftTarget {
   tokenizerModel: unknown;
   samplableVocab: number;
   modelId: string;
+  /** The target's ONNX bytes and KV pool: with the draft's they must fit runner.memoryBudgetBytes. */
+  weightBytes: number;
   kvCacheBytes: number;
   blockSize: number;
   runner: RunnerOptions;
 }
+
+const mib = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
 /** Loads the draft model and its KV pool; refuses one that does not read and write the target's token ids. */
 export async function loadDraftModel(runtime: OrtRuntime, draft: DraftModelOptions, target: DraftTarget): Promise<DraftModelProposer> {
@@ -33,8 +37,26 @@ export async function loadDraftModel(runtime: OrtRuntime, draft: DraftModelOptio
   if (files.config.vocabSize !== target.config.vocabSize || JSON.stringify(files.tokenizerJson.model) !== JSON.stringify(target.tokenizerModel)) {
     throw new InvalidRequestError('draft', "the draft model must share the target model's tokenizer and vocabulary");
   }
-  const runner = await ModelRunner.create(runtime, files.onnx, files.config, target.runner);
-  const numBlocks = Math.floor((draft.kvCacheBytes ?? target.kvCacheBytes) / (target.blockSize * kvBytesPerToken(files.config)));
+  if (files.config.maxPositionEmbeddings < target.config.maxPositionEmbeddings) {
+    throw new InvalidRequestError(
+      'draft',
+      `the draft model's context window (${files.config.maxPositionEmbeddings}) is shorter than the model's (${target.config.maxPositionEmbeddings})`,
+    );
+  }
+  const perToken = kvBytesPerToken(files.config);
+  const kvBytes = draft.kvCacheBytes ?? Math.floor((target.kvCacheBytes / kvBytesPerToken(target.config)) * perToken);
+  const budget = target.runner.memoryBudgetBytes;
+  const total = target.weightBytes + target.kvCacheBytes + files.onnx.byteLength + kvBytes;
+  if (budget !== undefined && total > budget) {
+    throw new InvalidRequestError(
+      'draft',
+      `the model and its draft do not fit the memory budget: ${mib(target.weightBytes + target.kvCacheBytes)} + draft weights ${mib(files.onnx.byteLength)} + draft KV cache ${mib(kvBytes)} = ${mib(total)} > ${mib(budget)}`,
+      'model_too_large',
+    );
+  }
+  // The target's session already passed the budget; the draft's own check would count only itself.
+  const runner = await ModelRunner.create(runtime, files.onnx, files.config, { ...target.runner, memoryBudgetBytes: undefined, kvCacheBytes: kvBytes });
+  const numBlocks = Math.floor(kvBytes / (target.blockSize * perToken));
   if (numBlocks < 1) throw new RangeError('the draft kvCacheBytes is too small for one KV block');
   const kv = new KvCacheManager(new BlockPool(files.config, numBlocks, target.blockSize), `draft:${target.modelId}`);
   return new DraftModelProposer(runner, kv, target.samplableVocab);
