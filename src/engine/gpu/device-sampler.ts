@@ -15,10 +15,9 @@ import { BufferUsage } from './usage.js';
  * the penalties. Hence a seeded request samples the same tokens as the CPU sampler, except when a value
  * lands within float32 rounding of a cut (the kernel sums in float32; see sample.wgsl).
  *
- * Engine wiring (for the lead; engine.ts / sequence.ts are not ours): a Sequence on a GPU runner would
- * hold a DeviceSamplerState instead of a TokenSampler and, after runner.forward(), the engine would
- * call `DeviceSampler.sample(runner.logitsBuffer, runner.lastRowStarts(), states)` once per step for
- * all rows (one dispatch, one small read-back), then hand each SampledToken to its sequence as today.
+ * In the engine: a Sequence sampling on the device holds a DeviceSamplerState instead of a TokenSampler;
+ * after each pass the engine draws every such row's token with one DeviceSampler.sample() call
+ * (GpuModelRunner.forwardAndSample) and hands the results to the sequences (Sequence.onSampled).
  */
 export class DeviceSamplerState {
   readonly seed: number;
