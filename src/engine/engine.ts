@@ -4,7 +4,7 @@ import type { EngineStats } from './engine-stats.js';
 import { InvalidRequestError } from './errors.js';
 import { EventQueue } from './event-queue.js';
 import { BlockPool } from './kv/block-pool.js';
-import { KvCacheManager, type PagedSequenceKv } from './kv/paged-kv.js';
+import { KvCacheManager } from './kv/paged-kv.js';
 import { SessionCaches } from './kv/session-caches.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
 import { loadModelFiles, type ModelDtype, type ModelSource } from './model/model-files.js';
@@ -14,11 +14,13 @@ import type { RunnerOptions, StepLogits } from './model/runner.js';
 import type { SampledToken } from './sampling/sampler.js';
 import type { OrtRuntime } from './model/runtime.js';
 import { resolveRequest, type GenerationRequest, type ResolvedRequest } from './request.js';
-import { Scheduler, type SchedulableSequence, type ScheduledStep } from './scheduler.js';
+import { Scheduler } from './scheduler.js';
 import { Sequence, type GenerationEvent, type TokenEvent } from './sequence.js';
 import { loadDraftModel, type DraftModelOptions } from './speculative/load-draft.js';
 import type { SpeculativeParams } from './speculative/params.js';
 import { Speculator, type Proposal } from './speculative/speculator.js';
+import { settleProposals } from './speculative/verification.js';
+import { NO_LOGITS, streamGroup, type EngineRequest, type RequestGroup, type ScheduledRow } from './engine-request.js';
 import { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { renderChat } from '../tokenizer/chat-template.js';
 
@@ -55,46 +57,8 @@ export interface GenerateOptions {
   session?: string;
 }
 
-type ScheduledRow = ScheduledStep<EngineRequest>['rows'][number];
-
-/** The n sequences (or the beams) of one request, which share one event stream. */
-interface RequestGroup {
-  events: EventQueue<GenerationEvent | Error>;
-  cancelRequested: boolean;
-  /** Done events the stream waits for: n, or as many candidates as a beam search returns. */
-  expectedDone: number;
-  /** Set for beam search: its live beams are this group's sequences. */
-  beams?: BeamGroup<EngineRequest>;
-}
-
-/** A sequence inside the engine: what the scheduler sees, plus its lifecycle. */
-interface EngineRequest extends SchedulableSequence {
-  tokens: number[];
-  kv: PagedSequenceKv;
-  sequence: Sequence;
-  group: RequestGroup;
-  /** Siblings (n > 1) that fork from this sequence's cache once its prompt is prefilled. */
-  forks: EngineRequest[];
-  admitted: boolean;
-  session: string | undefined;
-  /** Proposals wanted per step (speculative decoding); 0 for none. */
-  lookahead: number;
-  /** The request group, for beams (which advance together); undefined otherwise. */
-  cohort: RequestGroup | undefined;
-}
-
 const DEFAULT_KV_CACHE_BYTES = 64 * 2 ** 20;
 const DEFAULT_BLOCK_SIZE = 16;
-
-/** Logits of a pass whose every row was sampled on the device: nothing may read them. */
-const NO_LOGITS: StepLogits = {
-  at: () => {
-    throw new Error('these logits stayed on the device');
-  },
-  last: () => {
-    throw new Error('these logits stayed on the device');
-  },
-};
 
 const yieldToEventLoop = (): Promise<void> =>
   new Promise((resolve) => (typeof setImmediate === 'function' ? setImmediate(resolve) : setTimeout(resolve, 0)));
@@ -246,22 +210,7 @@ export class Engine {
     for (const seq of sequences) this.active.add(seq);
     this.scheduler.add(first);
     this.kick();
-    return this.stream(group, cancel);
-  }
-
-  /** The group's events until it has sent every done event it owes. */
-  private async *stream(group: RequestGroup, cancel: () => void): AsyncGenerator<GenerationEvent> {
-    let done = 0;
-    try {
-      while (done < group.expectedDone) {
-        const event = await group.events.next();
-        if (event instanceof Error) throw event;
-        if (event.type === 'done') done++;
-        yield event;
-      }
-    } finally {
-      if (done < group.expectedDone) cancel();
-    }
+    return streamGroup(group, cancel);
   }
 
   /** One engine step: retire cancelled requests, schedule, propose, run one batched pass, sample and stream. */
@@ -330,19 +279,8 @@ export class Engine {
    * the rejected positions from the cache.
    */
   private verify(req: EngineRequest, proposal: Proposal, at: (j: number) => Float32Array, settledLength: number): void {
-    let accepted = 0;
-    let verified = 0; // proposals past a finish (a stop token that stood) are never judged
-    while (!req.sequence.finished) {
-      if (accepted === proposal.tokens.length) {
-        this.emitToken(req, req.sequence.onLogits(at(accepted))); // every proposal stood: the target's next token comes free
-        break;
-      }
-      const { event, accepted: stands } = req.sequence.onProposal(at(accepted), proposal.tokens[accepted], proposal.q[accepted]);
-      verified++;
-      this.emitToken(req, event);
-      if (!stands) break;
-      accepted++;
-    }
+    const { events, accepted, verified } = settleProposals(req.sequence, proposal, at);
+    for (const event of events) this.emitToken(req, event);
     this.counters.proposedTokens += verified;
     this.counters.acceptedTokens += accepted;
     this.kv.truncate(req.kv, settledLength + accepted);

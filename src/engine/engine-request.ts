@@ -1,0 +1,59 @@
+import type { BeamGroup } from './beam/beam-group.js';
+import type { EventQueue } from './event-queue.js';
+import type { PagedSequenceKv } from './kv/paged-kv.js';
+import type { StepLogits } from './model/runner.js';
+import type { SchedulableSequence, ScheduledStep } from './scheduler.js';
+import type { GenerationEvent, Sequence } from './sequence.js';
+
+export type ScheduledRow = ScheduledStep<EngineRequest>['rows'][number];
+
+/** The n sequences (or the beams) of one request, which share one event stream. */
+export interface RequestGroup {
+  events: EventQueue<GenerationEvent | Error>;
+  cancelRequested: boolean;
+  /** Done events the stream waits for: n, or as many candidates as a beam search returns. */
+  expectedDone: number;
+  /** Set for beam search: its live beams are this group's sequences. */
+  beams?: BeamGroup<EngineRequest>;
+}
+
+/** A sequence inside the engine: what the scheduler sees, plus its lifecycle. */
+export interface EngineRequest extends SchedulableSequence {
+  tokens: number[];
+  kv: PagedSequenceKv;
+  sequence: Sequence;
+  group: RequestGroup;
+  /** Siblings (n > 1) that fork from this sequence's cache once its prompt is prefilled. */
+  forks: EngineRequest[];
+  admitted: boolean;
+  session: string | undefined;
+  /** Proposals wanted per step (speculative decoding); 0 for none. */
+  lookahead: number;
+  /** The request group, for beams (which advance together); undefined otherwise. */
+  cohort: RequestGroup | undefined;
+}
+
+/** Logits of a pass whose every row was sampled on the device: nothing may read them. */
+export const NO_LOGITS: StepLogits = {
+  at: () => {
+    throw new Error('these logits stayed on the device');
+  },
+  last: () => {
+    throw new Error('these logits stayed on the device');
+  },
+};
+
+/** A request's events until it has sent every done event it owes; leaving early calls `cancel`. */
+export async function* streamGroup(group: RequestGroup, cancel: () => void): AsyncGenerator<GenerationEvent> {
+  let done = 0;
+  try {
+    while (done < group.expectedDone) {
+      const event = await group.events.next();
+      if (event instanceof Error) throw event;
+      if (event.type === 'done') done++;
+      yield event;
+    }
+  } finally {
+    if (done < group.expectedDone) cancel();
+  }
+}
