@@ -5,7 +5,7 @@
 // Writes <out>/results.json, <out>/decode.svg and prints Markdown tables. Not part of `npm test`.
 //
 //   npm run bench -- [--quick] [--models bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32]
-//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service]
+//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu]
 //     [--runs 5] [--batches 1,4,16,32] [--prefill 128,512,2048] [--histories 256,1024,4096]
 //     [--prompt 32] [--tokens 32] [--fresh 20] [--clients 1,16] [--session-models ...] [--out bench] [--append]
 // Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1). Each backend runs in a child process.
@@ -20,6 +20,8 @@ import { parseBenchOptions } from './bench/options.js';
 import { markdownReport } from './bench/report.js';
 import type { BackendResult, BenchResults } from './bench/results.js';
 import { runService } from './bench/service.js';
+import type { SpeculationCase } from './bench/speculative-table.js';
+import type { WebGpuBenchRow } from './bench/webgpu-table.js';
 import { decodePlotSvg } from './bench/svg-plot.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -48,16 +50,42 @@ function runBackendChild(backend: string): Promise<BackendResult> {
   });
 }
 
-const engineSections = options.sections.filter((s) => s !== 'service');
+/** A section that runs as a script of its own (its own ONNX runtime, or Node flags), returning its --json output. */
+function runScriptChild<T>(nodeFlags: string[], script: string, args: string[]): Promise<T> {
+  const dir = mkdtempSync(join(tmpdir(), 'edge-infer-bench-'));
+  const file = join(dir, 'out.json');
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...nodeFlags, '--import', 'tsx', join(ROOT, script), ...args, '--json', file], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
+    child.once('error', reject);
+    child.once('exit', (code) => {
+      if (code !== 0) return reject(new Error(`${script} exited with ${code}`));
+      const out = JSON.parse(readFileSync(file, 'utf8')) as T;
+      rmSync(dir, { recursive: true, force: true });
+      resolve(out);
+    });
+  });
+}
+
+const SCRIPT_SECTIONS: readonly string[] = ['service', 'speculative', 'webgpu'];
+const engineSections = options.sections.filter((s) => !SCRIPT_SECTIONS.includes(s));
 const backends: BackendResult[] = [];
 if (engineSections.length) for (const b of options.backends) backends.push(await runBackendChild(b));
 const results: BenchResults = { machine: machineInfo(), options, backends };
 if (options.sections.includes('service')) results.service = await runService(options.clients, options.runs, options.decodeTokens, options.promptTokens, log);
+if (options.sections.includes('speculative')) {
+  results.speculative = await runScriptChild<SpeculationCase[]>([], 'scripts/bench/speculative.ts', ['cpu', '--runs', String(options.runs), '--tokens', '128']);
+}
+if (options.sections.includes('webgpu')) {
+  // --liftoff-only: otherwise V8 spends ~30 s optimising ORT's WebGPU wasm (PLATFORM.md).
+  results.webgpu = await runScriptChild<WebGpuBenchRow[]>(['--liftoff-only'], 'scripts/bench/webgpu.ts', ['--runs', String(Math.min(options.runs, 3)), '--batches', '1,4']);
+}
 if (options.append && existsSync(join(outDir, 'results.json'))) {
   // A long run split in parts (one backend each): earlier parts' backends and service are kept.
   const earlier = JSON.parse(readFileSync(join(outDir, 'results.json'), 'utf8')) as BenchResults;
   results.backends = [...earlier.backends.filter((b) => !backends.some((n) => n.backend === b.backend)), ...backends];
   results.service ??= earlier.service;
+  results.speculative ??= earlier.speculative;
+  results.webgpu ??= earlier.webgpu;
   results.parts = [...(earlier.parts ?? [{ machine: earlier.machine, options: earlier.options }]), { machine: results.machine, options }];
 }
 

@@ -1,3 +1,5 @@
+import type { SpeculationCase } from './speculative-table.js';
+import type { WebGpuBenchRow } from './webgpu-table.js';
 // The shape of bench/results.json.
 import type { Sampled } from './stats.js';
 import type { StepPhases } from './overhead.js';
@@ -56,6 +58,10 @@ export interface BenchResults {
   options: BenchOptions;
   backends: BackendResult[];
   service?: ServiceResult;
+  /** Decode with and without speculation, same prompts, same run (scripts/bench/speculative.ts; cpu). */
+  speculative?: SpeculationCase[];
+  /** webgpu against wasm on tiny (scripts/bench/webgpu.ts): on lavapipe this measures dispatch overhead, not a GPU. */
+  webgpu?: WebGpuBenchRow[];
   /** When the run was made in parts (--append): each part's machine and options. */
   parts?: { machine: Machine; options: BenchOptions }[];
 }

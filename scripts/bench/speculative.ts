@@ -7,7 +7,7 @@
 //   little and nothing is accepted: what speculation costs when it fails.
 // - tiny with tiny-draft (its own first layer) as the draft model.
 //
-//   tsx scripts/bench/speculative.ts [cpu|wasm] [--runs N] [--tokens N]   (or through npm run bench)
+//   tsx scripts/bench/speculative.ts [cpu|wasm] [--runs N] [--tokens N] [--json FILE]   (npm run bench: section speculative)
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -22,19 +22,9 @@ import { makeModel } from '../model-make.js';
 import { COPY_PERIOD } from '../model/presets.js';
 import { ensureBenchModels, generatorStamp, modelDir } from './models.js';
 import { median, ratioByRun } from './stats.js';
+import { speculationTable, type SpeculationCase } from './speculative-table.js';
 
-export interface SpeculationCase {
-  model: string;
-  prompt: 'repetitive' | 'random';
-  method: SpeculativeParams['method'];
-  numTokens: number;
-  /** Median decode tokens/s without and with speculation, and the median of their per-run ratio. */
-  baseTokPerS: number;
-  specTokPerS: number;
-  speedup: number;
-  acceptance: number;
-  identical: boolean;
-}
+export type { SpeculationCase } from './speculative-table.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const PHRASE = COPY_PERIOD['bench-135m-copy']!;
@@ -144,23 +134,13 @@ export async function benchSpeculation(backend: NodeBackend, runs: number, token
   return cases;
 }
 
-export function speculationTable(backend: string, cases: readonly SpeculationCase[]): string {
-  const rows = cases.map(
-    (c) =>
-      `| ${c.model} | ${c.prompt} | ${c.method} | ${c.numTokens} | ${c.baseTokPerS.toFixed(1)} | ${c.specTokPerS.toFixed(1)} | **${c.speedup.toFixed(2)}×** | ${(c.acceptance * 100).toFixed(0)}% | ${c.identical ? 'yes' : 'NO'} |`,
-  );
-  return [
-    `Speculative decoding (${backend}, greedy, batch 1): decode tokens/s without and with speculation, same prompt, same run`,
-    '',
-    '| model | prompt | method | γ | without | with | speedup | accepted | same output |',
-    '|---|---|---|---|---|---|---|---|---|',
-    ...rows,
-  ].join('\n');
-}
-
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values, positionals } = parseArgs({ allowPositionals: true, options: { runs: { type: 'string', default: '5' }, tokens: { type: 'string', default: '128' } } });
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: { runs: { type: 'string', default: '5' }, tokens: { type: 'string', default: '128' }, json: { type: 'string' } },
+  });
   const backend = (positionals[0] ?? 'cpu') as NodeBackend;
   const cases = await benchSpeculation(backend, Number(values.runs), Number(values.tokens), (s) => console.error(s));
+  if (values.json) writeFileSync(values.json, `${JSON.stringify(cases, null, 1)}\n`);
   console.log(speculationTable(backend, cases));
 }

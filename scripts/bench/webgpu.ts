@@ -23,6 +23,9 @@ import { ModelRunner, type StepLogits, type StepRow } from '../../src/engine/mod
 import { argmax } from '../../src/engine/sampling/processors.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { median } from './stats.js';
+import { webGpuBenchTable, type WebGpuBenchRow } from './webgpu-table.js';
+
+export type { WebGpuBenchRow } from './webgpu-table.js';
 
 export interface WebGpuBenchOptions {
   model: string;
@@ -30,14 +33,6 @@ export interface WebGpuBenchOptions {
   batches: number[];
   promptTokens: number;
   decodeTokens: number;
-}
-
-export interface WebGpuBenchRow {
-  path: string;
-  batch: number;
-  tokensPerS: number[];
-  median: number;
-  vsWasm: number;
 }
 
 interface Path {
@@ -125,12 +120,6 @@ export async function runWebGpuBench(o: WebGpuBenchOptions, log: (s: string) => 
     }
   }
   return rows;
-}
-
-export function webGpuBenchTable(rows: WebGpuBenchRow[]): string {
-  const lines = ['| path | concurrent sequences | aggregate decode tok/s (median) | vs wasm (run by run) |', '|---|---|---|---|'];
-  for (const r of rows) lines.push(`| ${r.path} | ${r.batch} | ${r.median.toFixed(1)} | ${r.vsWasm.toFixed(2)}× |`);
-  return lines.join('\n');
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
