@@ -87,6 +87,8 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   results.speculative ??= earlier.speculative;
   results.webgpu ??= earlier.webgpu;
   results.parts = [...(earlier.parts ?? [{ machine: earlier.machine, options: earlier.options }]), { machine: results.machine, options }];
+  // A part that ran no engine section leaves the tables to the options they were measured with.
+  if (engineSections.length === 0) [results.machine, results.options] = [earlier.machine, earlier.options];
 }
 
 writeFileSync(join(outDir, 'results.json'), `${JSON.stringify(results, null, 1)}\n`);
