@@ -2,7 +2,7 @@ import type { BlockPool } from '../kv/block-pool.js';
 import { PagedSequenceKv } from '../kv/paged-kv.js';
 import type { ModelConfig } from '../model/config.js';
 import { describeGraphIo, type GraphIo } from '../model/graph-io.js';
-import type { StepLogits, StepRow } from '../model/runner.js';
+import { stepInputs, type StepLogits, type StepRow } from '../model/runner.js';
 import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
 import type { SampledToken } from '../sampling/sampler.js';
 import { DeviceSampler, type DeviceSamplerState } from './device-sampler.js';
@@ -164,19 +164,7 @@ export class GpuModelRunner {
     });
     rows.forEach(({ kv, tokens }, b) => this.checkWritable(tables[b], kv.length, tokens.length));
 
-    const inputIds = new BigInt64Array(B * S); // (batch, S)
-    const positionIds = new BigInt64Array(B * S); // (batch, S)
-    const attentionMask = new BigInt64Array(B * T); // (batch, T)
-    rows.forEach(({ kv, tokens }, b) => {
-      const p = kv.length;
-      const pad = S - tokens.length;
-      attentionMask.fill(1n, b * T + P - p, b * T + P);
-      for (let i = 0; i < tokens.length; i++) {
-        inputIds[b * S + pad + i] = BigInt(tokens[i]);
-        positionIds[b * S + pad + i] = BigInt(p + i);
-        attentionMask[b * T + P + pad + i] = 1n;
-      }
-    });
+    const { inputIds, positionIds, attentionMask } = stepInputs(rows, P, S);
     const Tensor = this.runtime.Tensor;
     const feeds: Record<string, OrtTensor> = {
       input_ids: new Tensor('int64', inputIds, [B, S]),

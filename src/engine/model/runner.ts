@@ -23,6 +23,33 @@ export interface StepLogits {
 export type RunnerOptions = SessionOptions;
 
 /**
+ * The id, position and mask inputs of one pass in the layout below (P = longest past, S = most new
+ * tokens): ids and positions (batch, S), the attention mask (batch, P + S). Shared by both runners.
+ */
+export function stepInputs(
+  rows: readonly StepRow[],
+  P: number,
+  S: number,
+): { inputIds: BigInt64Array; positionIds: BigInt64Array; attentionMask: BigInt64Array } {
+  const B = rows.length;
+  const T = P + S;
+  const inputIds = new BigInt64Array(B * S); // (batch, S)
+  const positionIds = new BigInt64Array(B * S); // (batch, S)
+  const attentionMask = new BigInt64Array(B * T); // (batch, T)
+  rows.forEach(({ kv, tokens }, b) => {
+    const p = kv.length;
+    const pad = S - tokens.length;
+    attentionMask.fill(1n, b * T + P - p, b * T + P);
+    for (let i = 0; i < tokens.length; i++) {
+      inputIds[b * S + pad + i] = BigInt(tokens[i]);
+      positionIds[b * S + pad + i] = BigInt(p + i);
+      attentionMask[b * T + P + pad + i] = 1n;
+    }
+  });
+  return { inputIds, positionIds, attentionMask };
+}
+
+/**
  * Runs the ONNX graph over a batch of sequences with different past and new lengths.
  *
  * Layout of one batch row in time (P = longest past, S = most new tokens, T = P + S):
@@ -61,19 +88,7 @@ export class ModelRunner {
     const S = Math.max(...rows.map((r) => r.tokens.length));
     const T = P + S;
 
-    const inputIds = new BigInt64Array(B * S); // (batch, S)
-    const positionIds = new BigInt64Array(B * S); // (batch, S)
-    const attentionMask = new BigInt64Array(B * T); // (batch, T)
-    rows.forEach(({ kv, tokens }, b) => {
-      const p = kv.length;
-      const pad = S - tokens.length;
-      attentionMask.fill(1n, b * T + P - p, b * T + P);
-      for (let i = 0; i < tokens.length; i++) {
-        inputIds[b * S + pad + i] = BigInt(tokens[i]);
-        positionIds[b * S + pad + i] = BigInt(p + i);
-        attentionMask[b * T + P + pad + i] = 1n;
-      }
-    });
+    const { inputIds, positionIds, attentionMask } = stepInputs(rows, P, S);
 
     const Tensor = this.runtime.Tensor;
     const feeds: Record<string, OrtTensor> = {
