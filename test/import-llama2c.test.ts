@@ -18,6 +18,7 @@ import { argmax, collect, maxAbsDiff, topGap } from './helpers/engines.js';
 import { runcEncode, trainVocab, writeCheckpoint, writeTokenizerBin, type Llama2cTestVocab } from './helpers/llama2c.js';
 import { loadLlama2cReference } from './reference/llama2c-weights.js';
 import type { LlamaReference } from './reference/llama-reference.js';
+import { llama2cTokenizerFiles } from '../scripts/import/llama2c-tokenizer.js';
 
 const ROOT = join(import.meta.dirname, '..');
 const SEQ = 256;
@@ -63,6 +64,13 @@ describe('llama2.c tokenizer -> tokenizer.json', () => {
       expect(tok.encode(text), JSON.stringify(text)).toEqual(expected);
     }
     expect(byteFallbacks, 'the texts exercise byte fallback').toBeGreaterThan(10);
+  });
+
+  it('pieces named like Object.prototype members ("constructor", "toString") are ordinary tokens', () => {
+    const names = ['constructor', 'toString', '__proto__', 'hasOwnProperty'];
+    const files = llama2cTokenizerFiles({ maxTokenLength: 16, pieces: [...vocab.pieces, ...names], scores: Float32Array.from([...vocab.scores, -1, -2, -3, -4]) });
+    const model = (files.tokenizerJson as { model: { vocab: Record<string, number> } }).model;
+    names.forEach((name, i) => expect(Object.getOwnPropertyDescriptor(model.vocab, name)?.value).toBe(vocab.pieces.length + i));
   });
 
   it('chat prompts start with BOS as run.c does; decoding gives the text back, streamed or not', () => {

@@ -129,6 +129,12 @@ export async function downloadFile(repo: string, sha: string, sibling: Sibling, 
     }
     if (res.status === 416 && want.size !== undefined && have === want.size) {
       await res.body?.cancel();
+    } else if (res.status === 416 && have > 0) {
+      // The leftover .part is not a prefix the server can continue (longer than the file): start over.
+      await res.body?.cancel();
+      rmSync(part, { force: true });
+      have = 0;
+      continue;
     } else if (!res.ok) {
       await res.body?.cancel();
       throw new HubError(explain(res.status, `${repo}/${file}`, token));

@@ -70,11 +70,12 @@ const toHf = (piece: string) => piece.replaceAll(' ', SPACE);
 /** tokenizer.json and tokenizer_config.json for a llama2.c vocabulary. */
 export function llama2cTokenizerFiles(vocab: Llama2cVocab): { tokenizerJson: Record<string, unknown>; tokenizerConfig: Record<string, unknown> } {
   const { pieces, scores } = vocab;
-  const hfVocab: Record<string, number> = {};
+  // No prototype: pieces such as "constructor" or "toString" are ordinary tokens, not inherited keys.
+  const hfVocab: Record<string, number> = Object.create(null) as Record<string, number>;
   const idOf = new Map<string, number>(); // llama2.c spelling -> id, mergeable pieces only
   pieces.forEach((piece, id) => {
     const name = id < 3 ? LLAMA2C_SPECIALS[id] : toHf(piece);
-    if (name in hfVocab) throw new Error(`tokenizer.bin: piece ${JSON.stringify(piece)} appears twice (ids ${hfVocab[name]} and ${id})`);
+    if (Object.hasOwn(hfVocab, name)) throw new Error(`tokenizer.bin: piece ${JSON.stringify(piece)} appears twice (ids ${hfVocab[name]} and ${id})`);
     hfVocab[name] = id;
     if (id >= 3 && !BYTE_PIECE.test(piece)) idOf.set(piece, id);
   });

@@ -45,7 +45,8 @@ export class SafetensorsFile {
     const file = new SafetensorsFile(bytes, 8 + headerLen, entries, path);
     for (const [name, e] of entries) {
       const [begin, end] = e.data_offsets;
-      if (end > bytes.byteLength - file.dataStart || begin > end) throw new Error(`${path}: tensor ${name} lies outside the file`);
+      const valid = Number.isSafeInteger(begin) && Number.isSafeInteger(end) && begin >= 0 && begin <= end && end <= bytes.byteLength - file.dataStart;
+      if (!valid) throw new Error(`${path}: tensor ${name} lies outside the file`);
     }
     return file;
   }
