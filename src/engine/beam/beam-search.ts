@@ -1,5 +1,6 @@
 import type { SamplingParams } from '../sampling/params.js';
-import { applyAllowedTokens, applyLogitBias } from '../sampling/processors.js';
+import { logSumExp } from '../sampling/logprobs.js';
+import { applyAllowedTokens, applyLogitBias, copySanitized } from '../sampling/processors.js';
 import type { BeamParams } from './params.js';
 
 /** A live beam as the search sees it: what it generated and its summed log-probability. */
@@ -30,14 +31,11 @@ export interface BeamChoice {
  * beams are scored with. Disallowed tokens are -Infinity and never chosen.
  */
 export function beamLogprobs(logits: Float32Array, sampling: SamplingParams): Float64Array {
-  const work = Float32Array.from(logits, (v) => (v === v ? Math.min(v, 3.4e38) : -Infinity));
+  const work = new Float32Array(logits.length);
+  copySanitized(logits, work);
   applyLogitBias(work, sampling.logitBias);
   applyAllowedTokens(work, sampling.allowedTokenIds);
-  let max = -Infinity;
-  for (const v of work) if (v > max) max = v;
-  let sum = 0;
-  for (const v of work) if (v > -Infinity) sum += Math.exp(v - max);
-  const lse = max + Math.log(sum);
+  const lse = logSumExp(work);
   return Float64Array.from(work, (v) => v - lse);
 }
 

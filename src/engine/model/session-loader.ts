@@ -17,7 +17,8 @@ export interface SessionOptions {
 }
 
 const MiB = 2 ** 20;
-const mib = (n: number) => `${(n / MiB).toFixed(1)} MiB`;
+/** Bytes as MiB with one decimal, for messages. */
+export const mib = (n: number): string => `${(n / MiB).toFixed(1)} MiB`;
 
 /** Refuses a model whose weights and KV pool together exceed the budget, saying what would fit. */
 export function checkMemoryBudget(weightBytes: number, config: ModelConfig, kvCacheBytes: number, budgetBytes: number | undefined): void {

@@ -6,6 +6,19 @@ import type { TokenCounts } from './token-counts.js';
  * of them writes NaN. The sampler runs them on its own scratch copy, never on the model's output.
  */
 
+const FLOAT32_MAX = 3.4028234663852886e38;
+
+/**
+ * Copies a model's logits into `out` with NaN as -Infinity and +Infinity as the largest float32: what
+ * every processor expects (a row's first `out.length` entries; `out` may be shorter than `logits`).
+ */
+export function copySanitized(logits: Float32Array, out: Float32Array): void {
+  for (let i = 0; i < out.length; i++) {
+    const v = logits[i];
+    out[i] = v === v ? (v === Infinity ? FLOAT32_MAX : v) : -Infinity;
+  }
+}
+
 /** logit[id] += bias for each entry (OpenAI logit_bias). */
 export function applyLogitBias(logits: Float32Array, bias: ReadonlyMap<number, number>): void {
   for (const [id, value] of bias) {

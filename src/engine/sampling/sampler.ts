@@ -27,6 +27,7 @@ import {
   applyTopK,
   applyTopP,
   argmax,
+  copySanitized,
 } from './processors.js';
 import { logSumExp, topLogprobs, type TokenLogprob } from './logprobs.js';
 import { randomSeed, Xoshiro128 } from './rng.js';
@@ -48,8 +49,6 @@ export interface TokenSamplerOptions {
   /** Counted for repetition_penalty; ids outside [0, vocabSize) are ignored. */
   promptTokenIds: readonly number[];
 }
-
-const FLOAT32_MAX = 3.4028234663852886e38;
 
 export class TokenSampler {
   /** The seed actually used (drawn from crypto when the request gave none), for reproduction. */
@@ -131,10 +130,7 @@ export class TokenSampler {
       throw new RangeError(`logits row has ${logits.length} entries, the sampler was built for ${this.vocabSize}`);
     }
     const { raw, work, params } = this;
-    for (let i = 0; i < raw.length; i++) {
-      const v = logits[i];
-      raw[i] = v === v ? (v === Infinity ? FLOAT32_MAX : v) : -Infinity;
-    }
+    copySanitized(logits, raw);
     work.set(raw);
     applyLogitBias(work, params.logitBias);
     applyAllowedTokens(work, params.allowedTokenIds);

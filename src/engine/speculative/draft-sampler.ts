@@ -1,5 +1,5 @@
 import type { SamplingParams } from '../sampling/params.js';
-import { applyAllowedTokens, applyLogitBias, applyMinP, applyTemperature, applyTopK, applyTopP, argmax } from '../sampling/processors.js';
+import { applyAllowedTokens, applyLogitBias, copySanitized, applyMinP, applyTemperature, applyTopK, applyTopP, argmax } from '../sampling/processors.js';
 import { Xoshiro128 } from '../sampling/rng.js';
 
 /** A draft token and, when sampling, the distribution q it was drawn from (what verification needs). */
@@ -30,10 +30,7 @@ export class DraftSampler {
 
   next(logits: Float32Array): DraftToken {
     const work = this.work;
-    for (let i = 0; i < work.length; i++) {
-      const v = logits[i];
-      work[i] = v === v ? Math.min(v, 3.4e38) : -Infinity;
-    }
+    copySanitized(logits, work);
     applyLogitBias(work, this.params.logitBias);
     applyAllowedTokens(work, this.params.allowedTokenIds);
     if (this.params.temperature === 0) return { tokenId: argmax(work) };

@@ -4,6 +4,7 @@ import { KvCacheManager } from '../kv/paged-kv.js';
 import { kvBytesPerToken, type ModelConfig } from '../model/config.js';
 import { loadModelFiles, type ModelDtype, type ModelSource } from '../model/model-files.js';
 import { ModelRunner, type RunnerOptions } from '../model/runner.js';
+import { mib } from '../model/session-loader.js';
 import type { OrtRuntime } from '../model/runtime.js';
 import { DraftModelProposer } from './draft-proposer.js';
 
@@ -29,7 +30,6 @@ export interface DraftTarget {
   runner: RunnerOptions;
 }
 
-const mib = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
 /** Loads the draft model and its KV pool; refuses one that does not read and write the target's token ids. */
 export async function loadDraftModel(runtime: OrtRuntime, draft: DraftModelOptions, target: DraftTarget): Promise<DraftModelProposer> {
