@@ -27,7 +27,7 @@ function filesUnder(dir: string): string[] {
     .flatMap((name) => (statSync(join(dir, name)).isDirectory() ? filesUnder(join(dir, name)) : [join(dir, name)]));
 }
 
-export function generatorStamp(): string {
+function generatorStamp(): string {
   const hash = createHash('sha256');
   for (const file of [join(ROOT, 'scripts/model-make.ts'), ...filesUnder(join(ROOT, 'scripts/model')), ...filesUnder(join(ROOT, 'scripts/tokenizer'))]) {
     hash.update(relative(ROOT, file)).update(readFileSync(file));
@@ -38,9 +38,13 @@ export function generatorStamp(): string {
 /** Makes sure every variant's files exist and were made by the current generator. */
 export function ensureBenchModels(variants: readonly Variant[]): void {
   if (variants.some((v) => v.model === 'tiny')) ensureModels();
-  const wanted = variants.filter((v) => v.model === 'bench-135m');
-  if (wanted.length === 0) return;
-  const dir = modelDir('bench-135m');
+  for (const model of new Set(variants.map((v) => v.model))) {
+    if (model !== 'tiny') ensureGenerated(model, variants.filter((v) => v.model === model));
+  }
+}
+
+function ensureGenerated(model: Exclude<Variant['model'], 'tiny'>, wanted: readonly Variant[]): void {
+  const dir = modelDir(model);
   const stampFile = join(dir, '.stamp');
   const stamp = generatorStamp();
   const fresh = existsSync(stampFile) && readFileSync(stampFile, 'utf8') === stamp;
@@ -48,9 +52,9 @@ export function ensureBenchModels(variants: readonly Variant[]): void {
   if (fresh && missing.length === 0) return;
   // A stale folder is remade whole (variants from an older generator would not match the new fp32);
   // otherwise only what is missing is added. fp32 is always (re)written.
-  const existing = (['fp16', 'int8', 'q4'] as const).filter((d) => existsSync(onnxPath({ model: 'bench-135m', dtype: d })));
+  const existing = (['fp16', 'int8', 'q4'] as const).filter((d) => existsSync(onnxPath({ model, dtype: d })));
   const dtypes = new Set(fresh ? missing.map((v) => v.dtype) : [...wanted.map((v) => v.dtype), ...existing]);
-  console.error(`bench: generating bench-135m (${[...dtypes].join(', ')}) into ${dir} ...`);
-  makeModel({ preset: 'bench-135m', outDir: dir, dtypes: [...dtypes].filter((d) => d !== 'fp32') as ('fp16' | 'int8' | 'q4')[] });
+  console.error(`bench: generating ${model} (${[...dtypes].join(', ')}) into ${dir} ...`);
+  makeModel({ preset: model, outDir: dir, dtypes: [...dtypes].filter((d) => d !== 'fp32') as ('fp16' | 'int8' | 'q4')[] });
   writeFileSync(stampFile, stamp);
 }

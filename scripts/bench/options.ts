@@ -9,7 +9,8 @@ export const SECTIONS = ['decode', 'prefill', 'peers', 'roofline', 'sessions', '
 export type Section = (typeof SECTIONS)[number];
 
 export interface Variant {
-  model: 'bench-135m' | 'tiny';
+  /** bench-135m-copy (weights that continue repeated text) is for the speculation section only. */
+  model: 'bench-135m' | 'bench-135m-copy' | 'tiny';
   dtype: ModelDtype;
 }
 

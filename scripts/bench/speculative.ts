@@ -8,39 +8,24 @@
 // - tiny with tiny-draft (its own first layer) as the draft model.
 //
 //   tsx scripts/bench/speculative.ts [cpu|wasm] [--runs N] [--tokens N] [--json FILE]   (npm run bench: section speculative)
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { writeFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Engine } from '../../src/engine/engine.js';
 import type { GenerationRequest } from '../../src/engine/request.js';
 import type { SpeculativeParams } from '../../src/engine/speculative/params.js';
 import { directorySource } from '../../src/sources/directory-source.js';
-import { ensureModels, MODELS_DIR } from '../ensure-models.js';
+import { MODELS_DIR } from '../ensure-models.js';
 import { nodeRuntime, type NodeBackend } from '../lib/runtimes.js';
-import { makeModel } from '../model-make.js';
 import { COPY_PERIOD } from '../model/presets.js';
-import { ensureBenchModels, generatorStamp, modelDir } from './models.js';
+import { ensureBenchModels, modelDir } from './models.js';
+import type { Variant } from './options.js';
 import { median, ratioByRun } from './stats.js';
 import { speculationTable, type SpeculationCase } from './speculative-table.js';
 
 export type { SpeculationCase } from './speculative-table.js';
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const PHRASE = COPY_PERIOD['bench-135m-copy']!;
-
-/** .bench/models/bench-135m-copy (fp32), made again when the generator's sources change. */
-function ensureCopyModel(): string {
-  const dir = join(ROOT, '.bench/models/bench-135m-copy');
-  const stampFile = join(dir, '.stamp');
-  const stamp = generatorStamp();
-  if (!existsSync(stampFile) || readFileSync(stampFile, 'utf8') !== stamp) {
-    console.error(`bench: generating bench-135m-copy into ${dir} ...`);
-    makeModel({ preset: 'bench-135m-copy', outDir: dir });
-    writeFileSync(stampFile, stamp);
-  }
-  return dir;
-}
 
 /** Deterministic ids in [3, vocab): a phrase repeated four times (the home ground of prompt lookup), or noise. */
 function promptIds(kind: SpeculationCase['prompt'], vocab: number): number[] {
@@ -70,14 +55,12 @@ async function decode(engine: Engine, request: GenerationRequest): Promise<{ tok
 
 export async function benchSpeculation(backend: NodeBackend, runs: number, tokens: number, log: (s: string) => void): Promise<SpeculationCase[]> {
   const runtime = await nodeRuntime(backend);
-  ensureModels();
-  ensureBenchModels([{ model: 'bench-135m', dtype: 'fp32' }]);
-  const copyDir = ensureCopyModel();
+  ensureBenchModels(['bench-135m', 'bench-135m-copy', 'tiny'].map((model) => ({ model: model as Variant['model'], dtype: 'fp32' })));
   const ngram = [2, 4, 8].map((numTokens): SpeculativeParams => ({ method: 'ngram', numTokens }));
   const setups: { model: string; engine: Engine; methods: SpeculativeParams[] }[] = [
     {
       model: 'bench-135m-copy fp32',
-      engine: await Engine.load(runtime, directorySource(copyDir), { intraOpNumThreads: 1, kvCacheBytes: 256 * 2 ** 20 }),
+      engine: await Engine.load(runtime, directorySource(modelDir('bench-135m-copy')), { intraOpNumThreads: 1, kvCacheBytes: 256 * 2 ** 20 }),
       methods: ngram,
     },
     {
@@ -87,7 +70,7 @@ export async function benchSpeculation(backend: NodeBackend, runs: number, token
     },
     {
       model: 'tiny fp32',
-      engine: await Engine.load(runtime, directorySource(`${MODELS_DIR}/tiny`), { intraOpNumThreads: 1, draft: { source: directorySource(`${MODELS_DIR}/tiny-draft`) } }),
+      engine: await Engine.load(runtime, directorySource(modelDir('tiny')), { intraOpNumThreads: 1, draft: { source: directorySource(`${MODELS_DIR}/tiny-draft`) } }),
       methods: [{ method: 'ngram', numTokens: 4 }, { method: 'draft', numTokens: 4 }],
     },
   ];
