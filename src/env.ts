@@ -1,4 +1,5 @@
 /// <reference types="@cloudflare/workers-types" />
+import type { RunnerChoice } from './engine/model/runtime.js';
 import type { InferenceObject } from './objects/inference-object.js';
 
 /**
@@ -26,7 +27,7 @@ export interface Env {
   WEBHOOK_RETRY_BASE_MS?: string;
   WEBHOOK_MAX_ATTEMPTS?: string;
   ALLOW_LOOPBACK_CALLBACKS?: string;
-  /** `auto` (default: webgpu where navigator.gpu exists, else wasm), `wasm` or `webgpu`. */
+  /** `auto` (default: webgpu where navigator.gpu exists, else wasm), `wasm`, `kernels`, `ort-wasm` or `webgpu` (see BACKENDS). */
   BACKEND?: string;
   /** Speculative decoding for requests that do not ask: `ngram:<γ>` or `draft:<γ>`; empty = none. */
   SPECULATIVE?: string;
@@ -76,7 +77,11 @@ export function boolVar(env: Env, name: 'ALLOW_LOOPBACK_CALLBACKS'): boolean {
   return env[name]?.trim().toLowerCase() === 'true';
 }
 
-export const BACKENDS = ['auto', 'wasm', 'webgpu'] as const;
+/**
+ * `wasm` runs Llama graphs on our edge kernels and other graphs on onnxruntime-web; `kernels` and
+ * `ort-wasm` insist on one of the two (the bench compares them); `auto` is wasm unless WebGPU runs here.
+ */
+export const BACKENDS = ['auto', 'wasm', 'kernels', 'ort-wasm', 'webgpu'] as const;
 export type BackendChoice = (typeof BACKENDS)[number];
 
 /** The BACKEND var; unset, empty or unknown values fall back to `auto`, as other vars fall back to their defaults. */
@@ -95,6 +100,7 @@ export function hostHasWebGpu(): boolean {
  * WebGPU and this build can run onnxruntime-web's WebGPU EP there (`webgpuRunnable`; not in workerd yet).
  */
 export function resolveBackend(choice: BackendChoice, hasWebGpu: boolean, webgpuRunnable = false): 'wasm' | 'webgpu' {
+  if (choice === 'kernels' || choice === 'ort-wasm') return 'wasm';
   if (choice !== 'auto') return choice;
   return hasWebGpu && webgpuRunnable ? 'webgpu' : 'wasm';
 }
@@ -102,6 +108,12 @@ export function resolveBackend(choice: BackendChoice, hasWebGpu: boolean, webgpu
 /** What the service reports in /v1/models and /metrics: the backend BACKEND resolves to on this host. */
 export function serviceBackend(env: Env): 'wasm' | 'webgpu' {
   return resolveBackend(backendVar(env), hostHasWebGpu());
+}
+
+/** Which runner the wasm backend uses: our kernels where they cover the graph (`auto`), or as forced. */
+export function runnerChoice(env: Env): RunnerChoice {
+  const choice = backendVar(env);
+  return choice === 'kernels' ? 'kernels' : choice === 'ort-wasm' ? 'onnxruntime' : 'auto';
 }
 
 /**

@@ -41,7 +41,8 @@ async function compareLogits(engine: Engine, ref: LlamaReference, prompt: number
   return { maxDiff, relRms: Math.sqrt(squaredError / squaredRef), minGap, agree };
 }
 
-for (const backend of ['cpu', 'wasm'] as const) {
+// kernels: our WebAssembly forward pass; ort-wasm: onnxruntime-web (what `wasm` falls back to).
+for (const backend of ['cpu', 'kernels', 'ort-wasm'] as const) {
   for (const model of ['tiny', 'tiny-untied']) {
     describe(`${model} on ${backend}`, () => {
       let engine: Engine;
@@ -86,9 +87,9 @@ describe('quantised variants against the fp32 reference', () => {
   // margin and still catch a wrong scale, block layout or zero point, which give errors of order 1.
   const tolerances = { fp16: 5e-3, int8: 0.08, q4: 0.7 } as const;
   for (const [dtype, tolerance] of Object.entries(tolerances)) {
-    it(`${dtype}: relative RMS logit error below ${tolerance} over 32 teacher-forced steps (cpu and wasm)`, async () => {
+    it(`${dtype}: relative RMS logit error below ${tolerance} over 32 teacher-forced steps (cpu, kernels, ort-wasm)`, async () => {
       const ref = await loadReference(modelDir('tiny'));
-      for (const backend of ['cpu', 'wasm'] as const) {
+      for (const backend of ['cpu', 'kernels', 'ort-wasm'] as const) {
         const engine = await loadEngine(backend, 'tiny', { dtype: dtype as 'fp16' | 'int8' | 'q4' });
         const { relRms, agree } = await compareLogits(engine, ref, engine.tokenizer.encode('Hello'));
         expect(relRms, `${dtype} on ${backend}`).toBeLessThan(tolerance);

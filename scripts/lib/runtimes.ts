@@ -1,7 +1,11 @@
 import type { OrtRuntime } from '../../src/engine/model/runtime.js';
 
-/** Backends a Node process can run: `auto` is webgpu when a WebGPU adapter exists, else wasm. */
-export const NODE_BACKENDS = ['auto', 'cpu', 'wasm', 'webgpu'] as const;
+/**
+ * Backends a Node process can run: `auto` is webgpu when a WebGPU adapter exists, else wasm. `wasm` runs
+ * Llama graphs on our edge kernels and others on onnxruntime-web; `kernels` insists on the kernels,
+ * `ort-wasm` on onnxruntime-web (the two the bench compares).
+ */
+export const NODE_BACKENDS = ['auto', 'cpu', 'wasm', 'kernels', 'ort-wasm', 'webgpu'] as const;
 export type NodeBackend = (typeof NODE_BACKENDS)[number];
 
 export function isNodeBackend(value: unknown): value is NodeBackend {
@@ -16,6 +20,8 @@ export function isNodeBackend(value: unknown): value is NodeBackend {
 export async function nodeRuntime(backend: NodeBackend): Promise<OrtRuntime> {
   if (backend === 'cpu') return (await import('../../src/backends/ort-node.js')).nodeCpuRuntime();
   if (backend === 'wasm') return (await import('../../src/backends/ort-web-node.js')).webWasmRuntimeForNode();
+  if (backend === 'kernels') return (await import('../../src/backends/ort-web-node.js')).webWasmRuntimeForNode(1, 'kernels');
+  if (backend === 'ort-wasm') return (await import('../../src/backends/ort-web-node.js')).webWasmRuntimeForNode(1, 'onnxruntime');
   if (backend === 'webgpu') return (await import('../../src/backends/ort-webgpu-node.js')).webGpuRuntimeForNode();
   if (backend === 'auto') {
     const { nodeGpuAdapter } = await import('../../src/backends/ort-webgpu-node.js');

@@ -2,17 +2,20 @@ import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as ort from 'onnxruntime-web';
-import type { OrtRuntime } from '../engine/model/runtime.js';
+import type { OrtRuntime, RunnerChoice } from '../engine/model/runtime.js';
+import { edgeKernelsModule } from './edge-kernels-node.js';
 
 /**
- * onnxruntime-web's WASM backend inside Node (the same kernels that run in workerd). Its loader finds
- * the .wasm beside itself through import.meta.url, which bundlers and module runners (vitest's) rewrite,
- * so the package's dist folder is named explicitly.
+ * The `wasm` backend inside Node, as in workerd: our edge kernels for the Llama graphs they cover
+ * (`runner`: see RunnerChoice), onnxruntime-web's WASM build for the rest. ORT's loader finds its .wasm
+ * beside itself through import.meta.url, which bundlers and module runners (vitest's) rewrite, so the
+ * package's dist folder is named explicitly.
  */
-export function webWasmRuntimeForNode(numThreads = 1): OrtRuntime {
+export function webWasmRuntimeForNode(numThreads = 1, runner: RunnerChoice = 'auto'): OrtRuntime {
   const dist = dirname(createRequire(import.meta.url).resolve('onnxruntime-web'));
   ort.env.wasm.wasmPaths = `${pathToFileURL(dist).href}/`;
   ort.env.wasm.numThreads = numThreads;
   ort.env.wasm.proxy = false;
-  return { name: 'wasm', InferenceSession: ort.InferenceSession, Tensor: ort.Tensor, executionProviders: ['wasm'] };
+  const kernels = runner === 'onnxruntime' ? undefined : edgeKernelsModule();
+  return { name: 'wasm', InferenceSession: ort.InferenceSession, Tensor: ort.Tensor, executionProviders: ['wasm'], kernels, runner };
 }

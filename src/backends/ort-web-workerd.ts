@@ -1,8 +1,10 @@
 import * as ort from 'onnxruntime-web/wasm';
+import { absentOrt } from './onnxruntime-absent.js';
 // wrangler (and vitest-pool-workers) import a .wasm file as a compiled WebAssembly.Module: workerd
 // forbids compiling WebAssembly from bytes at run time, so the module must arrive precompiled.
 import ortWasmModule from 'onnxruntime-web/ort-wasm-simd-threaded.wasm';
-import type { OrtRuntime } from '../engine/model/runtime.js';
+import edgeKernels from '../engine/kernels/edge-kernels.wasm';
+import type { OrtRuntime, RunnerChoice } from '../engine/model/runtime.js';
 
 /**
  * onnxruntime-web's WASM backend inside workerd (see PLATFORM.md). ORT 1.30 cannot be handed a compiled
@@ -33,10 +35,17 @@ function hookInstantiate(): void {
   (WebAssembly as { instantiate: unknown }).instantiate = patched;
 }
 
-export function workerdWasmRuntime(): OrtRuntime {
+/**
+ * The wasm backend in workerd: our edge kernels (precompiled by wrangler like ORT's binary) for the
+ * Llama graphs they cover, onnxruntime-web for the rest. A build that aliases onnxruntime-web away
+ * (src/backends/onnxruntime-absent.ts, `npm run deploy:kernels-only`) has the kernels alone.
+ */
+export function workerdWasmRuntime(runner: RunnerChoice = 'auto'): OrtRuntime {
+  const kernels = runner === 'onnxruntime' ? undefined : edgeKernels;
+  if (ortWasmModule === undefined) return { ...absentOrt(), kernels, runner };
   hookInstantiate();
   ort.env.wasm.wasmBinary = PLACEHOLDER;
   ort.env.wasm.numThreads = 1; // no worker threads in workerd
   ort.env.wasm.proxy = false;
-  return { name: 'wasm', InferenceSession: ort.InferenceSession, Tensor: ort.Tensor, executionProviders: ['wasm'] };
+  return { name: 'wasm', InferenceSession: ort.InferenceSession, Tensor: ort.Tensor, executionProviders: ['wasm'], kernels, runner };
 }

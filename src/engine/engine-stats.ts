@@ -23,6 +23,13 @@ export interface EngineStats {
   /** Speculative decoding: tokens proposed to the target, and how many it accepted. */
   proposedTokens: number;
   acceptedTokens: number;
+  /** What runs the passes: our WebAssembly kernels, or onnxruntime. */
+  runner: 'kernels' | 'onnxruntime';
+  /**
+   * Bytes of the kernels' WebAssembly.Memory (weights + KV pool + scratch): the engine's footprint on
+   * the kernel runner. Absent on onnxruntime, whose own memory the engine cannot see.
+   */
+  wasmMemoryBytes?: number;
   /** The draft model's own KV pool, when one is loaded. */
   draftKv?: BlockPoolStats;
 }

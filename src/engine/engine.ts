@@ -8,8 +8,9 @@ import { KvCacheManager } from './kv/paged-kv.js';
 import { SessionCaches } from './kv/session-caches.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
 import { loadModelFiles, type ModelDtype, type ModelSource } from './model/model-files.js';
-import { createRunner, attachKvPool, type PassRunner } from './gpu/create-runner.js';
+import { createRunner, attachKvPool, kvStorageFor, runnerName, type PassRunner } from './gpu/create-runner.js';
 import { GpuModelRunner } from './gpu/gpu-runner.js';
+import { KernelRunner } from './kernels/kernel-runner.js';
 import type { RunnerOptions, StepLogits } from './model/runner.js';
 import type { SampledToken } from './sampling/sampler.js';
 import type { OrtRuntime } from './model/runtime.js';
@@ -103,7 +104,7 @@ export class Engine {
     const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
     const numBlocks = Math.floor((options.kvCacheBytes ?? DEFAULT_KV_CACHE_BYTES) / (blockSize * kvBytesPerToken(config)));
     if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
-    this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize), modelId);
+    this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize, kvStorageFor(runner, config, numBlocks, blockSize)), modelId);
     // On WebGPU the pool's bytes live on the device; the CPU pool keeps the bookkeeping.
     attachKvPool(runner, this.kv.pool);
     this.sessions = new SessionCaches(this.kv);
@@ -445,6 +446,8 @@ export class Engine {
       queueDepth: this.scheduler.waiting.length,
       pinnedSessions: this.sessions.size,
       running: this.scheduler.running.length,
+      runner: runnerName(this.runner),
+      ...(this.runner instanceof KernelRunner ? { wasmMemoryBytes: this.runner.memoryBytes } : {}),
       ...(this.speculator.hasDraftModel ? { draftKv: this.speculator.draftPoolStats() } : {}),
     };
   }

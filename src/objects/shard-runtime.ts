@@ -1,7 +1,7 @@
 import { workerdWasmRuntime } from '../backends/ort-web-workerd.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import type { OrtRuntime } from '../engine/model/runtime.js';
-import { backendVar, hostHasWebGpu, serviceBackend, type Env } from '../env.js';
+import { backendVar, hostHasWebGpu, runnerChoice, serviceBackend, type Env } from '../env.js';
 
 /**
  * The ONNX runtime an inference object runs its engine on, from the BACKEND var. Inside workerd that is
@@ -18,5 +18,5 @@ export function shardRuntime(env: Env): OrtRuntime {
       'backend_unavailable',
     );
   }
-  return workerdWasmRuntime();
+  return workerdWasmRuntime(runnerChoice(env));
 }

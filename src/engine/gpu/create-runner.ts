@@ -6,12 +6,21 @@ import { isGpuRuntime } from './gpu-runtime.js';
 import { GpuModelRunner, UnsupportedOnDevice } from './gpu-runner.js';
 import { checkMemoryBudget } from '../model/session-loader.js';
 import { GpuKernels } from './kernels.js';
+import { InvalidRequestError } from '../errors.js';
+import { KernelRunner, type KvStorage } from '../kernels/kernel-runner.js';
+import { UnsupportedByKernels } from '../kernels/llama-weights.js';
+import type { KvShape } from '../kv/sequence-kv.js';
 
-/** What the engine needs of a runner; ModelRunner and GpuModelRunner both are one. */
+/** What the engine needs of a runner; ModelRunner, GpuModelRunner and KernelRunner all are one. */
 export interface PassRunner {
   readonly config: ModelConfig;
   forward: ModelRunner['forward'];
   release(): Promise<void>;
+}
+
+/** Which implementation runs the passes: our WebAssembly kernels, or onnxruntime (on `runtime.name`). */
+export function runnerName(runner: PassRunner): 'kernels' | 'onnxruntime' {
+  return runner instanceof KernelRunner ? 'kernels' : 'onnxruntime';
 }
 
 /**
@@ -25,6 +34,8 @@ export async function createRunner(
   config: ModelConfig,
   options: RunnerOptions & { kvOnDevice?: boolean; sampleOnDevice?: boolean } = {},
 ): Promise<PassRunner> {
+  const kernels = await kernelRunner(runtime, onnx, config, options);
+  if (kernels) return kernels;
   if (isGpuRuntime(runtime) && options.kvOnDevice !== false) {
     checkMemoryBudget(onnx.byteLength, config, options.kvCacheBytes ?? 64 * 2 ** 20, options.memoryBudgetBytes);
     const kernels = await GpuKernels.create(runtime.gpu.device, runtime.shaders);
@@ -35,6 +46,33 @@ export async function createRunner(
     }
   }
   return ModelRunner.create(runtime, onnx, config, options);
+}
+
+/**
+ * Our kernels for a `wasm` runtime that carries them, unless told not to. A graph they do not cover goes
+ * to onnxruntime with a warning saying which graph and why; asked for by name (`runner: 'kernels'`),
+ * that is a refusal instead.
+ */
+async function kernelRunner(runtime: OrtRuntime, onnx: Uint8Array, config: ModelConfig, options: RunnerOptions): Promise<KernelRunner | undefined> {
+  const choice = runtime.runner ?? 'auto';
+  if (choice === 'onnxruntime' || isGpuRuntime(runtime)) return undefined;
+  if (!runtime.kernels) {
+    if (choice === 'kernels') throw new InvalidRequestError('model', `the ${runtime.name} runtime has no edge kernels module`, 'unsupported_model');
+    return undefined;
+  }
+  try {
+    return await KernelRunner.create(runtime.kernels, onnx, config, options);
+  } catch (err) {
+    if (!(err instanceof UnsupportedByKernels)) throw err;
+    if (choice === 'kernels') throw new InvalidRequestError('model', `the edge kernels cannot run this model: ${err.message}`, 'unsupported_model');
+    console.warn(`edge kernels: ${err.message}; running the graph on onnxruntime (${runtime.name}) instead`);
+    return undefined;
+  }
+}
+
+/** The KV pool's storage in the runner's own memory (the kernels' linear memory), or undefined: JS arrays. */
+export function kvStorageFor(runner: PassRunner, shape: KvShape, numBlocks: number, blockSize: number): KvStorage | undefined {
+  return runner instanceof KernelRunner ? runner.allocateKv(shape, numBlocks, blockSize) : undefined;
 }
 
 /** Gives a device-KV runner the pool whose bookkeeping it follows; a no-op for other runners. */

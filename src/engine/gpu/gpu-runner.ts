@@ -162,7 +162,7 @@ export class GpuModelRunner {
       if (!(kv instanceof PagedSequenceKv)) throw new TypeError('the GPU runner needs paged sequences (their block tables)');
       return kv.blocks;
     });
-    rows.forEach(({ kv, tokens }, b) => this.checkWritable(tables[b], kv.length, tokens.length));
+    rows.forEach(({ kv, tokens }) => (kv as PagedSequenceKv).checkWritable(tokens.length));
 
     const { inputIds, positionIds, attentionMask } = stepInputs(rows, P, S);
     const Tensor = this.runtime.Tensor;
@@ -223,16 +223,6 @@ export class GpuModelRunner {
     }
     for (const { kv, tokens } of rows) kv.advance(tokens.length);
     return { logits: out.logits, S };
-  }
-
-  /** The checks PagedSequenceKv.scatter makes on the CPU: a kernel cannot throw. */
-  private checkWritable(blocks: readonly number[], length: number, count: number): void {
-    const bs = this.pool!.blockSize;
-    for (let pos = length; pos < length + count; pos += bs - (pos % bs)) {
-      const block = blocks[Math.floor(pos / bs)];
-      if (block === undefined) throw new Error(`no KV block reserved for position ${pos}`);
-      if (!this.pool!.isWritable(block)) throw new Error(`KV block ${block} is shared or cached and must not be written`);
-    }
   }
 
   /** Reads the device bytes of the attached pool's blocks into the CPU pool's arrays (tests, debugging). */

@@ -36,11 +36,13 @@ export class BlockPool {
     readonly shape: KvShape,
     readonly numBlocks: number,
     readonly blockSize: number,
+    /** Where the bytes live when a runner owns them (the kernels' linear memory); else JS arrays. */
+    storage?: { keys: Float32Array[]; values: Float32Array[] },
   ) {
     if (!Number.isInteger(numBlocks) || numBlocks < 1) throw new RangeError(`a KV pool needs at least one block, got ${numBlocks}`);
     const floats = numBlocks * shape.numKvHeads * blockSize * shape.headDim;
-    this.keys = Array.from({ length: shape.numLayers }, () => new Float32Array(floats));
-    this.values = Array.from({ length: shape.numLayers }, () => new Float32Array(floats));
+    this.keys = storage?.keys ?? Array.from({ length: shape.numLayers }, () => new Float32Array(floats));
+    this.values = storage?.values ?? Array.from({ length: shape.numLayers }, () => new Float32Array(floats));
     this.refCounts = new Int32Array(numBlocks);
     this.hashes = new Array(numBlocks).fill(undefined);
     // Lowest ids first: deterministic placement makes runs reproducible.

@@ -55,6 +55,19 @@ export class PagedSequenceKv implements SequenceKv {
   advance(count: number): void {
     this.length += count;
   }
+
+  /**
+   * The checks scatter makes, for runners whose kernels write the next `count` positions in place (a
+   * kernel cannot throw): each position has a block, and that block is this sequence's alone.
+   */
+  checkWritable(count: number): void {
+    const bs = this.pool.blockSize;
+    for (let pos = this.length; pos < this.length + count; pos += bs - (pos % bs)) {
+      const block = this.blocks[Math.floor(pos / bs)];
+      if (block === undefined) throw new Error(`no KV block reserved for position ${pos}`);
+      if (!this.pool.isWritable(block)) throw new Error(`KV block ${block} is shared or cached and must not be written`);
+    }
+  }
 }
 
 /**

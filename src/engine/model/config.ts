@@ -14,6 +14,8 @@ export interface ModelConfig {
   /** Token ids that end a generation (config's and generation_config's eos ids, merged). */
   eosTokenIds: number[];
   bosTokenId: number | undefined;
+  /** RMSNorm epsilon (Hugging Face's LlamaConfig default when config.json leaves it out). */
+  rmsNormEps: number;
 }
 
 type Json = Record<string, unknown>;
@@ -72,6 +74,7 @@ export function parseModelConfig(config: Json, generationConfig: Json = {}): Mod
     tieWordEmbeddings: config.tie_word_embeddings !== false,
     eosTokenIds: eos,
     bosTokenId: typeof config.bos_token_id === 'number' ? config.bos_token_id : undefined,
+    rmsNormEps: typeof config.rms_norm_eps === 'number' && config.rms_norm_eps > 0 ? config.rms_norm_eps : 1e-6,
   };
 }
 

@@ -19,8 +19,8 @@ export interface StepLogits {
   last(row: number): Float32Array;
 }
 
-/** Threads, memory budget (weights + KV pool): see session-loader.ts. */
-export type RunnerOptions = SessionOptions;
+/** Threads, memory budget (weights + KV pool): see session-loader.ts; the batch limits size scratch. */
+export type RunnerOptions = SessionOptions & { maxTokensPerStep?: number; maxBatchSize?: number };
 
 /**
  * The id, position and mask inputs of one pass in the layout below (P = longest past, S = most new

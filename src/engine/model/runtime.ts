@@ -12,7 +12,17 @@ export interface OrtRuntime {
   readonly Tensor: typeof Tensor;
   /** Execution providers to ask for when creating a session. */
   readonly executionProviders: InferenceSession.SessionOptions['executionProviders'];
+  /**
+   * Our WebAssembly kernels (src/engine/kernels/edge-kernels.wasm), compiled by the host: workerd
+   * imports .wasm files precompiled, Node compiles the bytes. On a `wasm` runtime the engine runs Llama
+   * graphs on them and keeps onnxruntime for the graphs they do not cover.
+   */
+  readonly kernels?: WebAssembly.Module;
+  /** `kernels`: our kernels or an error saying why not; `onnxruntime`: never the kernels; `auto` (default): kernels where they cover the graph. */
+  readonly runner?: RunnerChoice;
 }
+
+export type RunnerChoice = 'auto' | 'kernels' | 'onnxruntime';
 
 export type OrtSession = InferenceSession;
 export type OrtTensor = Tensor;

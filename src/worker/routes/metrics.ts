@@ -22,8 +22,10 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
 
   const out = new Exposition()
     .family('edge_infer_engine_loaded', 'gauge', 'Whether the shard has loaded its model (1) or not yet (0).', each((s) => (s.engine ? 1 : 0)))
-    .family('edge_infer_backend_info', 'gauge', 'The backend the shard runs the model on (label backend: wasm or webgpu); always 1.',
-      labelled.map(({ labels }): [Record<string, string>, number] => [{ ...labels, backend }, 1]))
+    .family('edge_infer_backend_info', 'gauge', 'The backend the shard runs the model on (label backend: wasm or webgpu; runner: kernels or onnxruntime once loaded); always 1.',
+      labelled.map(({ labels, s }): [Record<string, string>, number] => [{ ...labels, backend, ...(s.engine ? { runner: s.engine.runner } : {}) }, 1]))
+    .family('edge_infer_wasm_memory_bytes', 'gauge', 'Bytes of the edge kernels\' WebAssembly.Memory: weights, KV pool and scratch (kernel runner only).',
+      loaded.filter(({ s }) => s.engine!.wasmMemoryBytes !== undefined).map(({ labels, s }): [Record<string, string>, number] => [labels, s.engine!.wasmMemoryBytes!]))
     .histogram('edge_infer_time_to_first_token_seconds', 'Time from arrival to the first generated token.', labelled.map(({ labels, s }) => [labels, s.ttftSeconds]))
     .histogram('edge_infer_inter_token_latency_seconds', 'Time between consecutive generated tokens of one request.', labelled.map(({ labels, s }) => [labels, s.interTokenSeconds]))
     .family('edge_infer_prompt_tokens_total', 'counter', 'Prompt tokens of finished requests.', each((s) => s.promptTokens))

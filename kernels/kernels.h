@@ -1,0 +1,58 @@
+// Shared declarations of the edge kernels: WebAssembly SIMD (simd128) only, no libc.
+//
+// Batch invariance is the rule every kernel keeps: an output element is computed by the same sequence of
+// float32 operations whatever the batch size, tile or position in the batch. Tiles only decide which
+// elements are computed together, never the order of the operations that produce one element; lane-wise
+// SIMD float ops are IEEE single ops, so a lane computes exactly what the scalar op would.
+#pragma once
+#include <wasm_simd128.h>
+
+typedef unsigned long size_t;
+typedef unsigned short half;
+
+#define EXPORT(name) __attribute__((export_name(#name))) name
+
+/** (l0 + l1) + (l2 + l3): one fixed order for every horizontal sum. */
+static inline float hsum(v128_t v) {
+  return (wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1)) +
+         (wasm_f32x4_extract_lane(v, 2) + wasm_f32x4_extract_lane(v, 3));
+}
+
+/** e^x per lane, within ~1 ulp for x in [-87, 88] (Cephes expf: Cody-Waite reduction, degree-6 polynomial). */
+static inline v128_t exp_f32x4(v128_t x) {
+  x = wasm_f32x4_min(wasm_f32x4_max(x, wasm_f32x4_splat(-87.3f)), wasm_f32x4_splat(88.7f));
+  v128_t n = wasm_f32x4_nearest(wasm_f32x4_mul(x, wasm_f32x4_splat(1.44269504088896341f)));
+  v128_t r = wasm_f32x4_sub(x, wasm_f32x4_mul(n, wasm_f32x4_splat(0.693359375f)));
+  r = wasm_f32x4_sub(r, wasm_f32x4_mul(n, wasm_f32x4_splat(-2.12194440e-4f)));
+  v128_t p = wasm_f32x4_splat(1.9875691500e-4f);
+  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(1.3981999507e-3f));
+  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(8.3334519073e-3f));
+  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(4.1665795894e-2f));
+  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(1.6666665459e-1f));
+  p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(5.0000001201e-1f));
+  p = wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_mul(wasm_f32x4_mul(p, r), r), r), wasm_f32x4_splat(1.0f));
+  // 2^n built in the exponent field; n is in [-126, 128) after the clamp.
+  v128_t pow2n = wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_trunc_sat_f32x4(n), wasm_i32x4_splat(127)), 23);
+  return wasm_f32x4_mul(p, pow2n);
+}
+
+/** Eight halves (IEEE binary16) to two float32x4: exact for normal and subnormal values. */
+static inline void half8_to_f32(v128_t h, v128_t *lo, v128_t *hi) {
+  v128_t parts[2] = {wasm_u32x4_extend_low_u16x8(h), wasm_u32x4_extend_high_u16x8(h)};
+  for (int i = 0; i < 2; i++) {
+    v128_t sign = wasm_i32x4_shl(wasm_v128_and(parts[i], wasm_i32x4_splat(0x8000)), 16);
+    v128_t mag = wasm_i32x4_shl(wasm_v128_and(parts[i], wasm_i32x4_splat(0x7fff)), 13);
+    // The half's exponent sits in float's field with bias 15 instead of 127: scaling by 2^112 fixes it,
+    // and turns a half subnormal (float subnormal here) into the right normal float.
+    v128_t value = wasm_f32x4_mul(mag, wasm_f32x4_splat(0x1p112f));
+    parts[i] = wasm_v128_or(value, sign);
+  }
+  *lo = parts[0];
+  *hi = parts[1];
+}
+
+static inline float half_to_f32(half h) {
+  v128_t lo, hi;
+  half8_to_f32(wasm_i16x8_splat((short)h), &lo, &hi);
+  return wasm_f32x4_extract_lane(lo, 0);
+}

@@ -1,0 +1,99 @@
+/**
+ * The edge kernels (kernels/*.c, built into edge-kernels.wasm) instantiated over a memory the host
+ * sizes: weights, KV pool and scratch all live in that one WebAssembly.Memory, and every pointer below
+ * is a byte offset into it. Shapes are in the C sources' comments.
+ */
+export interface KernelExports {
+  rmsnorm(out: number, x: number, w: number, rows: number, n: number, eps: number): void;
+  rope(x: number, cos: number, sin: number, rows: number, heads: number, headDim: number, rowStride: number): void;
+  silu_mul(gate: number, up: number, n: number): void;
+  add_inplace(x: number, y: number, n: number): void;
+  embed_f16(out: number, table: number, id: number, n: number): void;
+  embed_q8(out: number, q: number, scales: number, id: number, n: number): void;
+  quantize_rows(xq: number, xs: number, x: number, rows: number, k: number, blocks: number, deinterleave: number): void;
+  matmul_kn_f32(y: number, x: number, w: number, m: number, k: number, n: number): void;
+  matmul_kn_f16(y: number, x: number, w: number, m: number, k: number, n: number): void;
+  matmul_nk_f32(y: number, x: number, w: number, m: number, k: number, n: number): void;
+  matmul_nk_f16(y: number, x: number, w: number, m: number, k: number, n: number): void;
+  matmul_q(y: number, xq: number, xs: number, w: number, ws: number, m: number, k: number, n: number, bits: number): void;
+  kv_write(kpool: number, vpool: number, table: number, start: number, count: number, k: number, v: number, kvHeads: number, headDim: number, blockSize: number): void;
+  kv_write_f16(kpool: number, vpool: number, table: number, start: number, count: number, k: number, v: number, kvHeads: number, headDim: number, blockSize: number): void;
+  attention(
+    out: number, q: number, kpool: number, vpool: number, table: number, start: number, count: number,
+    heads: number, kvHeads: number, headDim: number, blockSize: number, scale: number, scores: number, kvHalf: number,
+  ): void;
+}
+
+const PAGE = 65536;
+
+/**
+ * The kernels' linear memory: a bump allocator over one WebAssembly.Memory that only grows. Typed views
+ * die when the memory grows, so views are made fresh from pointers (`f32`, `u8`) and whoever keeps one
+ * (the KV pool's arrays) registers to have it remade (`onGrow`).
+ */
+export class LinearMemory {
+  private top: number;
+  private readonly growListeners: (() => void)[] = [];
+
+  constructor(
+    readonly memory: WebAssembly.Memory,
+    heapBase: number,
+  ) {
+    this.top = align(heapBase, 64);
+  }
+
+  get bytes(): number {
+    return this.memory.buffer.byteLength;
+  }
+
+  /** Bytes handed out so far (the high-water mark of the bump allocator). */
+  get used(): number {
+    return this.top;
+  }
+
+  /** `size` bytes at a 64-byte-aligned offset, growing the memory if it must. */
+  alloc(size: number): number {
+    const ptr = this.top;
+    this.top = align(ptr + size, 64);
+    if (this.top > this.memory.buffer.byteLength) {
+      this.memory.grow(Math.ceil((this.top - this.memory.buffer.byteLength) / PAGE));
+      for (const listener of this.growListeners) listener();
+    }
+    return ptr;
+  }
+
+  /** Everything allocated from `mark` on is free again (scratch between passes). */
+  resetTo(mark: number): void {
+    this.top = mark;
+  }
+
+  write(ptr: number, bytes: Uint8Array): void {
+    this.u8(ptr, bytes.length).set(bytes);
+  }
+
+  onGrow(listener: () => void): void {
+    this.growListeners.push(listener);
+  }
+
+  f32(ptr: number, length: number): Float32Array {
+    return new Float32Array(this.memory.buffer, ptr, length);
+  }
+
+  u8(ptr: number, length: number): Uint8Array {
+    return new Uint8Array(this.memory.buffer, ptr, length);
+  }
+
+  i32(ptr: number, length: number): Int32Array {
+    return new Int32Array(this.memory.buffer, ptr, length);
+  }
+}
+
+export const align = (n: number, to: number): number => Math.ceil(n / to) * to;
+
+/** Instantiates the kernels with a fresh memory of `initialBytes` (it grows as weights are placed). */
+export async function instantiateKernels(module: WebAssembly.Module, initialBytes = 2 * PAGE): Promise<{ kernels: KernelExports; memory: LinearMemory }> {
+  const memory = new WebAssembly.Memory({ initial: Math.ceil(initialBytes / PAGE), maximum: 65536 });
+  const instance = await WebAssembly.instantiate(module, { env: { memory } });
+  const exports = instance.exports as unknown as KernelExports & { __heap_base: WebAssembly.Global };
+  return { kernels: exports, memory: new LinearMemory(memory, exports.__heap_base.value as number) };
+}

@@ -1,0 +1,296 @@
+import { PagedSequenceKv } from '../kv/paged-kv.js';
+import type { KvShape } from '../kv/sequence-kv.js';
+import type { ModelConfig } from '../model/config.js';
+import type { RunnerOptions, StepLogits, StepRow } from '../model/runner.js';
+import { align, instantiateKernels, type KernelExports, type LinearMemory } from './edge-kernels.js';
+import { checkMemoryBudget } from '../model/session-loader.js';
+import { measureLlamaWeights, placeLlamaWeights, type LlamaWeights, type Matrix } from './llama-weights.js';
+import { indexInitializers } from './onnx-initializers.js';
+
+/** Tokens whose activations are in scratch at once: bounds scratch memory whatever the pass's size. */
+const CHUNK = 64;
+
+/** The KV pool's per-layer arrays, views into linear memory (remade in place when the memory grows). */
+export interface KvStorage {
+  keys: Float32Array[];
+  values: Float32Array[];
+}
+
+/** Pointers of one chunk's activations (float32 unless noted), sized for CHUNK rows. */
+interface Scratch {
+  h: number; // (CHUNK, hidden): normed input of attention / MLP
+  q: number; // (CHUNK, heads * head_dim)
+  k: number; // (CHUNK, kv_heads * head_dim)
+  v: number; // (CHUNK, kv_heads * head_dim)
+  ctx: number; // (CHUNK, heads * head_dim)
+  out: number; // (CHUNK, hidden): o_proj and down_proj outputs
+  gate: number; // (CHUNK, intermediate)
+  up: number; // (CHUNK, intermediate)
+  xq: number; // (CHUNK, widest input padded to 32) int16: quantised activations
+  xs: number; // (CHUNK, widest input / 32): their block scales
+  scores: number; // (context + CHUNK + 4): one head's attention scores
+  lazyLogits: number; // (vocab): logits asked for one position at a time
+}
+
+/**
+ * The model runner on our own WebAssembly kernels (kernels/*.c): the whole Llama forward pass over
+ * weights held once, in their stored format, in the kernels' linear memory, with the KV block pool in
+ * that same memory. Attention reads each sequence's past straight from its blocks through its block
+ * table and writes the new tokens' keys and values into their blocks in place: nothing is gathered.
+ *
+ * A pass lays every row's new tokens end to end (M tokens) and runs each layer over them CHUNK tokens
+ * at a time; the residual stream of all M stays in scratch. Logits are computed for each row's last
+ * token only, batched; any other position's logits (speculative verification) on demand.
+ *
+ * Batch invariance: every kernel computes an element with the same float operations whatever the
+ * tile, the chunk or the batch (kernels/kernels.h), and activations are quantised per block of their
+ * own row. So a sequence's logits are bit-identical alone or in any batch, and whether its past came
+ * from the prefix cache or from its own prefill.
+ */
+export class KernelRunner {
+  private kvKeys: number[] = [];
+  private kvValues: number[] = [];
+  private blockSize = 0;
+  private scratchBase = 0;
+  /** This pass's scratch; past the KV pool, laid out anew each pass. */
+  private scratch!: Scratch;
+  private quantMemo: { x: number; rows: number; deinterleave: boolean } | undefined;
+  /** The last pass's residual stream (M, hidden) and each row's token offsets in it, for lazy logits. */
+  private last: { residual: number; firstToken: number[] } | undefined;
+
+  private constructor(
+    readonly config: ModelConfig,
+    private readonly kernels: KernelExports,
+    readonly memory: LinearMemory,
+    readonly weights: LlamaWeights,
+  ) {}
+
+  /**
+   * Places the weights of `onnx` (one of our Llama exports) in a fresh linear memory. The footprint is
+   * checked against `memoryBudgetBytes` before anything is placed: weights + KV pool + scratch.
+   */
+  static async create(module: WebAssembly.Module, onnx: Uint8Array, config: ModelConfig, options: RunnerOptions = {}): Promise<KernelRunner> {
+    const index = indexInitializers(onnx);
+    const weightBytes = measureLlamaWeights(onnx, index, config);
+    checkMemoryBudget(weightBytes + scratchBytes(config, options.maxTokensPerStep ?? 512, options.maxBatchSize ?? 32), config, options.kvCacheBytes ?? 64 * 2 ** 20, options.memoryBudgetBytes);
+    const { kernels, memory } = await instantiateKernels(module);
+    const weights = placeLlamaWeights(onnx, index, config, memory);
+    return new KernelRunner(config, kernels, memory, weights);
+  }
+
+  /** Bytes of linear memory now (weights + KV pool + scratch + the kernels' own stack and data). */
+  get memoryBytes(): number {
+    return this.memory.bytes;
+  }
+
+  /**
+   * Places the engine's KV block pool in linear memory: per layer, keys and values (numBlocks, kv_heads,
+   * blockSize, head_dim) float32, the layout BlockPool describes. Returns the views BlockPool holds.
+   */
+  allocateKv(shape: KvShape, numBlocks: number, blockSize: number): KvStorage {
+    if (this.kvKeys.length) throw new Error('the KV pool is already allocated');
+    const floats = numBlocks * shape.numKvHeads * blockSize * shape.headDim;
+    for (let layer = 0; layer < shape.numLayers; layer++) {
+      this.kvKeys.push(this.memory.alloc(floats * 4));
+      this.kvValues.push(this.memory.alloc(floats * 4));
+    }
+    this.blockSize = blockSize;
+    const storage: KvStorage = { keys: [], values: [] };
+    const remake = (): void => {
+      for (let layer = 0; layer < shape.numLayers; layer++) {
+        storage.keys[layer] = this.memory.f32(this.kvKeys[layer], floats);
+        storage.values[layer] = this.memory.f32(this.kvValues[layer], floats);
+      }
+    };
+    remake();
+    this.memory.onGrow(remake);
+    this.scratchBase = this.memory.used;
+    return storage;
+  }
+
+  async forward(rows: readonly StepRow[]): Promise<StepLogits> {
+    if (!this.kvKeys.length) throw new Error('allocateKv() before the first pass');
+    const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize, numLayers } = this.config;
+    const k = this.kernels;
+    const kvs = rows.map(({ kv }) => {
+      if (!(kv instanceof PagedSequenceKv)) throw new TypeError('the kernel runner needs paged sequences (their block tables)');
+      return kv;
+    });
+    const counts = rows.map((r) => r.tokens.length);
+    const starts = kvs.map((kv) => kv.length);
+    kvs.forEach((kv, r) => kv.checkWritable(counts[r]));
+    const M = counts.reduce((a, b) => a + b, 0);
+    const firstToken: number[] = [];
+    counts.reduce((at, n) => (firstToken.push(at), at + n), 0);
+
+    // Scratch for this pass: everything past the KV pool is reused from pass to pass.
+    this.memory.resetTo(this.scratchBase);
+    this.quantMemo = undefined;
+    const mem = this.memory;
+    const residual = mem.alloc(M * H * 4); // (M, hidden)
+    const cos = mem.alloc(M * (headDim / 2) * 4); // (M, head_dim / 2)
+    const sin = mem.alloc(M * (headDim / 2) * 4);
+    const tableStart: number[] = [];
+    const tables = mem.alloc(4 * kvs.reduce((n, kv) => (tableStart.push(n), n + kv.blocks.length), 0));
+    const s = (this.scratch = this.allocScratch());
+    const logits = mem.alloc(rows.length * vocabSize * 4); // (rows, vocab)
+    const lastRows = mem.alloc(rows.length * H * 4); // (rows, hidden)
+
+    // Inputs: embeddings, RoPE tables, block tables. Views are made after every alloc (none grows later).
+    const ids: number[] = rows.flatMap((r) => r.tokens);
+    ids.forEach((id, t) => this.embed(residual + t * H * 4, id));
+    const cosView = mem.f32(cos, M * (headDim / 2));
+    const sinView = mem.f32(sin, M * (headDim / 2));
+    const { invFreq } = this.weights;
+    rows.forEach((row, r) => {
+      for (let i = 0; i < row.tokens.length; i++) {
+        const pos = starts[r] + i;
+        const at = (firstToken[r] + i) * (headDim / 2);
+        // float64 angles, rounded once: the float32 graph's pos * inv_freq rounds before the cosine.
+        for (let j = 0; j < headDim / 2; j++) {
+          cosView[at + j] = Math.cos(pos * invFreq[j]);
+          sinView[at + j] = Math.sin(pos * invFreq[j]);
+        }
+      }
+    });
+    kvs.forEach((kv, r) => mem.i32(tables + tableStart[r] * 4, kv.blocks.length).set(kv.blocks));
+
+    const qOut = numHeads * headDim;
+    const kvOut = numKvHeads * headDim;
+    const I = this.weights.intermediateSize;
+    const rowOf = rows.flatMap((row, r) => row.tokens.map(() => r));
+    const scale = 1 / Math.sqrt(headDim);
+    for (let layer = 0; layer < numLayers; layer++) {
+      const w = this.weights.layers[layer];
+      for (let c0 = 0; c0 < M; c0 += CHUNK) {
+        const n = Math.min(CHUNK, M - c0);
+        const x = residual + c0 * H * 4;
+        k.rmsnorm(s.h, x, w.attnNorm, n, H, this.config.rmsNormEps);
+        this.quantMemo = undefined;
+        this.linear(s.q, s.h, n, w.q);
+        this.linear(s.k, s.h, n, w.k);
+        this.linear(s.v, s.h, n, w.v);
+        k.rope(s.q, cos + c0 * (headDim / 2) * 4, sin + c0 * (headDim / 2) * 4, n, numHeads, headDim, qOut);
+        k.rope(s.k, cos + c0 * (headDim / 2) * 4, sin + c0 * (headDim / 2) * 4, n, numKvHeads, headDim, kvOut);
+        // Each run of one row's tokens inside the chunk: store its keys and values, then attend.
+        for (let t = c0; t < c0 + n; ) {
+          const r = rowOf[t];
+          const run = Math.min(c0 + n, firstToken[r] + counts[r]) - t;
+          const start = starts[r] + (t - firstToken[r]);
+          const table = tables + tableStart[r] * 4;
+          const local = t - c0;
+          k.kv_write(this.kvKeys[layer], this.kvValues[layer], table, start, run, s.k + local * kvOut * 4, s.v + local * kvOut * 4, numKvHeads, headDim, this.blockSize);
+          k.attention(s.ctx + local * qOut * 4, s.q + local * qOut * 4, this.kvKeys[layer], this.kvValues[layer], table, start, run, numHeads, numKvHeads, headDim, this.blockSize, scale, s.scores, 0);
+          t += run;
+        }
+        this.quantMemo = undefined;
+        this.linear(s.out, s.ctx, n, w.o);
+        k.add_inplace(x, s.out, n * H);
+        k.rmsnorm(s.h, x, w.mlpNorm, n, H, this.config.rmsNormEps);
+        this.quantMemo = undefined;
+        this.linear(s.gate, s.h, n, w.gate);
+        this.linear(s.up, s.h, n, w.up);
+        k.silu_mul(s.gate, s.up, align(n * I, 4));
+        this.quantMemo = undefined;
+        this.linear(s.out, s.gate, n, w.down);
+        k.add_inplace(x, s.out, n * H);
+      }
+    }
+    kvs.forEach((kv, r) => kv.advance(counts[r]));
+
+    // Logits for each row's last token, in one batched output projection.
+    const all = mem.u8(0, mem.bytes);
+    rows.forEach((_, r) => {
+      const from = residual + (firstToken[r] + counts[r] - 1) * H * 4;
+      all.copyWithin(lastRows + r * H * 4, from, from + H * 4);
+    });
+    for (let r0 = 0; r0 < rows.length; r0 += CHUNK) {
+      const n = Math.min(CHUNK, rows.length - r0);
+      k.rmsnorm(s.h, lastRows + r0 * H * 4, this.weights.norm, n, H, this.config.rmsNormEps);
+      this.quantMemo = undefined;
+      this.linear(logits + r0 * vocabSize * 4, s.h, n, this.weights.lmHead);
+    }
+    this.last = { residual, firstToken };
+    const lastView = (row: number): Float32Array => mem.f32(logits + row * vocabSize * 4, vocabSize);
+    return {
+      last: lastView,
+      at: (row, index) => (index === counts[row] - 1 ? lastView(row) : this.logitsAt(firstToken[row] + index)),
+    };
+  }
+
+  /** Logits after token `t` of the last pass (copied out: the next call reuses the buffer). */
+  private logitsAt(t: number): Float32Array {
+    const { hiddenSize: H, vocabSize } = this.config;
+    const s = this.scratch;
+    this.kernels.rmsnorm(s.h, this.last!.residual + t * H * 4, this.weights.norm, 1, H, this.config.rmsNormEps);
+    this.quantMemo = undefined;
+    this.linear(s.lazyLogits, s.h, 1, this.weights.lmHead);
+    return this.memory.f32(s.lazyLogits, vocabSize).slice();
+  }
+
+  private allocScratch(): Scratch {
+    const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize, maxPositionEmbeddings } = this.config;
+    const I = this.weights.intermediateSize;
+    const f = (n: number): number => this.memory.alloc(align(n, 4) * 4);
+    const widest = align(Math.max(H, I, numHeads * headDim), 32);
+    return {
+      h: f(CHUNK * H),
+      q: f(CHUNK * numHeads * headDim),
+      k: f(CHUNK * numKvHeads * headDim),
+      v: f(CHUNK * numKvHeads * headDim),
+      ctx: f(CHUNK * numHeads * headDim),
+      out: f(CHUNK * H),
+      gate: f(CHUNK * I),
+      up: f(CHUNK * I),
+      xq: this.memory.alloc(CHUNK * widest * 2),
+      xs: f((CHUNK * widest) / 32),
+      scores: f(maxPositionEmbeddings + CHUNK + 4),
+      lazyLogits: f(vocabSize),
+    };
+  }
+
+  private embed(out: number, id: number): void {
+    const { hiddenSize: H, vocabSize } = this.config;
+    if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RangeError(`token id ${id} is outside the vocabulary (${vocabSize})`);
+    const e = this.weights.embedding;
+    if (e.dtype === 'q8') this.kernels.embed_q8(out, e.ptr, e.scales, id, H);
+    else if (e.dtype === 'f16') this.kernels.embed_f16(out, e.ptr, id, H);
+    else this.memory.u8(0, this.memory.bytes).copyWithin(out, e.ptr + id * H * 4, e.ptr + (id + 1) * H * 4);
+  }
+
+  /** out (rows, w.n) = x (rows, w.k) @ w, in w's stored format. */
+  private linear(out: number, x: number, rows: number, w: Matrix): void {
+    const k = this.kernels;
+    if (w.kind === 'dense') {
+      const kernel = w.layout === 'kn' ? (w.dtype === 'f32' ? k.matmul_kn_f32 : k.matmul_kn_f16) : w.dtype === 'f32' ? k.matmul_nk_f32 : k.matmul_nk_f16;
+      kernel(out, x, w.ptr, rows, w.k, w.n);
+      return;
+    }
+    const deinterleave = w.bits === 4;
+    const s = this.scratch;
+    const memo = this.quantMemo;
+    // q, k and v (and gate and up) read one input: it is quantised once for them.
+    if (!memo || memo.x !== x || memo.rows !== rows || memo.deinterleave !== deinterleave) {
+      k.quantize_rows(s.xq, s.xs, x, rows, w.k, w.blocks, deinterleave ? 1 : 0);
+      this.quantMemo = { x, rows, deinterleave };
+    }
+    k.matmul_q(out, s.xq, s.xs, w.ptr, w.scales, rows, w.blocks * 32, w.n, w.bits);
+  }
+
+  async release(): Promise<void> {
+    this.last = undefined;
+  }
+}
+
+/**
+ * Scratch a pass of `tokens` tokens over `rows` rows needs at most (forward()'s allocations), plus the
+ * kernels' 64 KiB stack: what the footprint adds to weights and KV pool.
+ */
+export function scratchBytes(config: ModelConfig, tokens: number, rows: number): number {
+  const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize, maxPositionEmbeddings } = config;
+  const I = 4 * H; // an upper bound for Llama shapes until the weights say (SmolLM2: 1536 = 2.7 H)
+  const widest = Math.max(I, numHeads * headDim);
+  const perToken = H + headDim + 16; // residual, RoPE tables, a block-table entry
+  const chunk = CHUNK * (2 * H + 2 * numHeads * headDim + 2 * numKvHeads * headDim + 2 * I + widest / 2 + widest / 32);
+  return 4 * (tokens * perToken + chunk + maxPositionEmbeddings + CHUNK + vocabSize + rows * (vocabSize + H)) + 65536;
+}

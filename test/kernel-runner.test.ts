@@ -1,0 +1,201 @@
+// The kernel runner (our WebAssembly forward pass) beyond reference parity (engine-parity.test.ts):
+// batch invariance, prefix-cache invariance, quantised accuracy against onnxruntime on the same file,
+// its footprint, and the fallback to onnxruntime for graphs the kernels do not cover.
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine/engine.js';
+import { directorySource } from '../src/sources/directory-source.js';
+import { nodeRuntime } from '../scripts/lib/runtimes.js';
+import { KernelRunner } from '../src/engine/kernels/kernel-runner.js';
+import type { PagedSequenceKv } from '../src/engine/kv/paged-kv.js';
+import { PRESETS } from '../scripts/model/presets.js';
+import { effectiveWeights } from '../scripts/model/weight-ops.js';
+import { LlamaReference, type LlamaConfig } from './reference/llama-reference.js';
+import { readOnnxWeights } from './reference/onnx-weights.js';
+import { argmax, collect, loadEngine, modelDir, randomIds } from './helpers/engines.js';
+
+const bits = (a: Float32Array): string => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString('base64');
+
+describe('kernel runner', () => {
+  let engine: Engine;
+  beforeAll(async () => {
+    engine = await loadEngine('kernels', 'tiny', { autoRun: false, blockSize: 4 });
+    expect(engine.runner).toBeInstanceOf(KernelRunner);
+  });
+  afterAll(() => engine.runner.release());
+
+  /** Runs rows (fresh sequences, each prefilled with its prompt) in one pass; returns each row's last logits and frees them. */
+  async function pass(prompts: number[][], feed: (kv: PagedSequenceKv, prompt: number[]) => number[] = (_, p) => p): Promise<string[]> {
+    const kvs = prompts.map(() => engine.kv.create());
+    try {
+      const rows = prompts.map((p, i) => {
+        const tokens = feed(kvs[i], p);
+        expect(engine.kv.reserve(kvs[i], tokens.length)).toBe(true);
+        return { kv: kvs[i], tokens };
+      });
+      const logits = await engine.runner.forward(rows);
+      return rows.map((_, i) => bits(logits.last(i)));
+    } finally {
+      for (const kv of kvs) engine.kv.free(kv);
+    }
+  }
+
+  it('gives a sequence bit-identical logits alone and in batches of any size, at any row', async () => {
+    const target = randomIds(1, 23, 3, engine.samplableVocab);
+    const [alone] = await pass([target]);
+    for (const size of [2, 3, 5, 8, 13]) {
+      for (const row of [0, Math.floor(size / 2), size - 1]) {
+        const others = Array.from({ length: size - 1 }, (_, i) => randomIds(100 + size * 10 + i, 1 + ((i * 7) % 40), 3, engine.samplableVocab));
+        const prompts = [...others.slice(0, row), target, ...others.slice(row)];
+        expect((await pass(prompts))[row], `batch of ${size}, row ${row}`).toBe(alone);
+      }
+    }
+  });
+
+  it('gives bit-identical decode logits whatever the batch and whatever its neighbours feed', async () => {
+    const prompt = randomIds(2, 30, 3, engine.samplableVocab);
+    const decodeAfter = async (neighbours: number[][]): Promise<string> => {
+      const kv = engine.kv.create();
+      const extra = neighbours.map(() => engine.kv.create());
+      try {
+        engine.kv.reserve(kv, prompt.length + 1);
+        await engine.runner.forward([{ kv, tokens: prompt }]);
+        neighbours.forEach((n, i) => engine.kv.reserve(extra[i], n.length));
+        const logits = await engine.runner.forward([...neighbours.map((tokens, i) => ({ kv: extra[i], tokens })), { kv, tokens: [42] }]);
+        return bits(logits.last(neighbours.length));
+      } finally {
+        for (const k of [kv, ...extra]) engine.kv.free(k);
+      }
+    };
+    const alone = await decodeAfter([]);
+    expect(await decodeAfter([[7]])).toBe(alone);
+    expect(await decodeAfter([randomIds(3, 100, 3, 400), [9], randomIds(4, 17, 3, 400)])).toBe(alone);
+  });
+
+  it('gives bit-identical logits whether the prefix came from the prefix cache or from its own prefill', async () => {
+    const prompt = randomIds(5, 37, 3, engine.samplableVocab);
+    // Fill the prefix cache with the prompt's full blocks, and keep them cached after freeing.
+    const first = engine.kv.create();
+    engine.kv.reserve(first, prompt.length);
+    await engine.runner.forward([{ kv: first, tokens: prompt }]);
+    engine.kv.commit(first, prompt);
+    const [fresh] = await pass([prompt]);
+    engine.kv.free(first);
+    const [cached] = await pass([prompt], (kv, p) => {
+      const hit = engine.kv.matchPrefix(kv, p);
+      expect(hit).toBeGreaterThan(0);
+      return p.slice(hit);
+    });
+    expect(cached).toBe(fresh);
+  });
+
+  it('feeds a prompt in chunks to the same logits as in one pass', async () => {
+    const prompt = randomIds(6, 45, 3, engine.samplableVocab);
+    const [whole] = await pass([prompt]);
+    const kv = engine.kv.create();
+    try {
+      let logits: Float32Array | undefined;
+      for (const [a, b] of [[0, 7], [7, 8], [8, 30], [30, 45]]) {
+        engine.kv.reserve(kv, b - a);
+        logits = (await engine.runner.forward([{ kv, tokens: prompt.slice(a, b) }])).last(0);
+      }
+      expect(bits(logits!)).toBe(whole);
+    } finally {
+      engine.kv.free(kv);
+    }
+  });
+
+  it('gives the logits of every fed position on demand, equal to feeding up to that position', async () => {
+    const prompt = randomIds(7, 12, 3, engine.samplableVocab);
+    const kv = engine.kv.create();
+    engine.kv.reserve(kv, prompt.length);
+    const logits = await engine.runner.forward([{ kv, tokens: prompt }]);
+    const mid = bits(logits.at(0, 5).slice());
+    engine.kv.free(kv);
+    expect((await pass([prompt.slice(0, 6)]))[0]).toBe(mid);
+  });
+
+  it('holds weights, KV pool and scratch in one linear memory within weights + KV + 16 MiB', async () => {
+    const runner = engine.runner as KernelRunner;
+    const kvBytes = engine.stats().kv.bytesTotal;
+    expect(runner.memoryBytes).toBeGreaterThanOrEqual(runner.weights.bytes + kvBytes);
+    expect(runner.memoryBytes).toBeLessThanOrEqual(runner.weights.bytes + kvBytes + 16 * 2 ** 20);
+    expect(engine.stats()).toMatchObject({ runner: 'kernels', wasmMemoryBytes: runner.memoryBytes });
+  });
+});
+
+describe('quantised weights on the kernels against onnxruntime on the same file', () => {
+  // The reference runs on the weights the file really holds (each matrix dequantised), so what remains
+  // is each runtime's own arithmetic: ours quantises activations per block of 32 of their row;
+  // onnxruntime-node's MatMulNBits at the file's accuracy_level 4 quantises them too.
+  for (const dtype of ['int8', 'q4'] as const) {
+    it(`${dtype}: relative logit error and teacher-forced greedy agreement no worse than onnxruntime's`, async () => {
+      const config = JSON.parse(readFileSync(join(modelDir('tiny'), 'config.json'), 'utf8')) as LlamaConfig;
+      const fp32 = readOnnxWeights(new Uint8Array(readFileSync(join(modelDir('tiny'), 'onnx', 'model.onnx'))));
+      const ref = new LlamaReference(config, effectiveWeights(PRESETS.tiny, fp32, dtype));
+      const measure = async (backend: 'kernels' | 'cpu') => {
+        const engine = await loadEngine(backend, 'tiny', { dtype, autoRun: false });
+        let err = 0;
+        let norm = 0;
+        let agree = 0;
+        const steps = 48;
+        try {
+          for (const seed of [1, 2, 3]) {
+            const prompt = randomIds(seed, 20, 3, engine.samplableVocab);
+            ref.reset();
+            const kv = engine.kv.create();
+            let feed = prompt;
+            let refLogits = ref.forward(prompt, 0).at(-1)!;
+            for (let step = 0; step < steps / 3; step++) {
+              engine.kv.reserve(kv, feed.length);
+              const logits = (await engine.runner.forward([{ kv, tokens: feed }])).last(0);
+              for (let i = 0; i < logits.length; i++) {
+                err += (logits[i] - refLogits[i]) ** 2;
+                norm += refLogits[i] ** 2;
+              }
+              const next = argmax(refLogits);
+              if (argmax(logits) === next) agree++;
+              feed = [next];
+              refLogits = ref.forward(feed, prompt.length + step)[0];
+            }
+            engine.kv.free(kv);
+          }
+        } finally {
+          await engine.runner.release();
+        }
+        return { relRms: Math.sqrt(err / norm), agreement: agree / steps };
+      };
+      const ours = await measure('kernels');
+      const ort = await measure('cpu');
+      console.log(`${dtype}: kernels rel. RMS ${ours.relRms.toExponential(2)}, agreement ${ours.agreement}; onnxruntime-node ${ort.relRms.toExponential(2)}, ${ort.agreement}`);
+      expect(ours.relRms).toBeLessThanOrEqual(ort.relRms);
+      expect(ours.agreement).toBeGreaterThanOrEqual(ort.agreement);
+    });
+  }
+});
+
+describe('graphs the kernels do not cover', () => {
+  // tiny's graph with one weight renamed (same length, so the protobuf stays valid): to the kernels an
+  // export from elsewhere, to onnxruntime the same model.
+  const dir = mkdtempSync(join(tmpdir(), 'edge-infer-foreign-'));
+  cpSync(modelDir('tiny'), dir, { recursive: true });
+  const onnx = readFileSync(join(dir, 'onnx', 'model.onnx'));
+  writeFileSync(join(dir, 'onnx', 'model.onnx'), Buffer.from(onnx.toString('latin1').replaceAll('model.norm.weight', 'model.norX.weight'), 'latin1'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('run on onnxruntime-web under `wasm`, with the same greedy tokens', async () => {
+    const foreign = await Engine.load(await nodeRuntime('wasm'), directorySource(dir));
+    const ours = await loadEngine('wasm', 'tiny');
+    expect(foreign.stats().runner).toBe('onnxruntime');
+    expect(ours.stats().runner).toBe('kernels');
+    const request = { prompt: 'Hello there', max_tokens: 12, temperature: 0, ignore_eos: true };
+    expect((await collect(foreign, request)).done.tokenIds).toEqual((await collect(ours, request)).done.tokenIds);
+    await Promise.all([foreign.runner.release(), ours.runner.release()]);
+  });
+
+  it('are refused by name under `kernels`', async () => {
+    await expect(Engine.load(await nodeRuntime('kernels'), directorySource(dir))).rejects.toThrow(/edge kernels cannot run this model: the graph has no initializer model\.norm\.weight/);
+  });
+});
