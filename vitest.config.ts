@@ -16,6 +16,18 @@ export default defineConfig({
         },
       },
       {
+        // The engine suites again, on our WebAssembly kernels instead of onnxruntime-node (SUITE_BACKEND).
+        test: {
+          name: 'kernels',
+          include: ['test/batching.test.ts', 'test/beam-search.test.ts', 'test/engine-requests.test.ts', 'test/speculative.test.ts'],
+          env: { EDGE_INFER_SUITE_BACKEND: 'kernels' },
+          testTimeout: 60_000,
+          hookTimeout: 120_000,
+          pool: 'forks',
+          globalSetup: ['test/global-setup.ts'],
+        },
+      },
+      {
         // WebGPU (Dawn from the `webgpu` package; lavapipe on machines without a GPU): the webgpu backend
         // and our WGSL kernels. --liftoff-only: otherwise V8 spends ~30 s optimising ORT's WebGPU wasm.
         test: {

@@ -6,7 +6,7 @@ import { CapacityError } from '../src/engine/errors.js';
 import type { GenerationRequest } from '../src/engine/request.js';
 import type { DoneEvent } from '../src/engine/sequence.js';
 import { runArrivals, type Arrival } from './helpers/arrivals.js';
-import { collect, loadEngine, maxAbsDiff, randomIds } from './helpers/engines.js';
+import { collect, loadEngine, maxAbsDiff, randomIds, SUITE_BACKEND } from './helpers/engines.js';
 
 let alone: Engine;
 const aloneCache = new Map<string, number[]>();
@@ -16,10 +16,10 @@ async function runAlone(request: GenerationRequest): Promise<number[]> {
   return aloneCache.get(key)!;
 }
 
-const manual = (options: EngineOptions = {}): Promise<Engine> => loadEngine('cpu', 'tiny', { autoRun: false, ...options });
+const manual = (options: EngineOptions = {}): Promise<Engine> => loadEngine(SUITE_BACKEND, 'tiny', { autoRun: false, ...options });
 
 beforeAll(async () => {
-  alone = await loadEngine('cpu');
+  alone = await loadEngine(SUITE_BACKEND);
 });
 
 function mixedArrivals(sampled: boolean): Arrival[] {
@@ -114,7 +114,7 @@ describe('chunked prefill', () => {
 
 describe('prefix caching', () => {
   it('a second request sharing a 200-token prefix prefills only its suffix', async () => {
-    const engine = await loadEngine('cpu');
+    const engine = await loadEngine(SUITE_BACKEND);
     const prefix = randomIds(77, 200, 3, 512);
     const first = await collect(engine, { prompt_ids: [...prefix, 10, 11, 12], max_tokens: 4, temperature: 0 });
     expect(first.done.metrics.cachedTokens).toBe(0);
@@ -129,7 +129,7 @@ describe('prefix caching', () => {
   });
 
   it('logits after cache reuse equal those of a fresh prefill', async () => {
-    const engine = await loadEngine('cpu');
+    const engine = await loadEngine(SUITE_BACKEND);
     const prompt = randomIds(78, 70, 3, 512);
     const fresh = engine.kv.create();
     engine.kv.reserve(fresh, prompt.length);
@@ -148,7 +148,7 @@ describe('prefix caching', () => {
 
 describe('sessions keep their cache between turns', () => {
   it('a turn that extends the previous one prefills only the new tokens', async () => {
-    const engine = await loadEngine('cpu');
+    const engine = await loadEngine(SUITE_BACKEND);
     const turn1 = randomIds(90, 21, 3, 512);
     const first = await collect(engine, { prompt_ids: turn1, max_tokens: 6, temperature: 0, ignore_eos: true }, undefined, 's1');
     expect(engine.stats().pinnedSessions).toBe(1);
@@ -165,7 +165,7 @@ describe('sessions keep their cache between turns', () => {
 
 describe('n > 1: one prefill, copy-on-write forks', () => {
   it('each of n completions equals a solo run with seed + index, and the prompt is prefilled once', async () => {
-    const engine = await loadEngine('cpu');
+    const engine = await loadEngine(SUITE_BACKEND);
     const prompt = randomIds(91, 37, 3, 512); // 2 full blocks + a partial one that the forks copy on write
     const before = engine.stats();
     const tokens: number[][] = [[], [], []];
@@ -186,7 +186,7 @@ describe('n > 1: one prefill, copy-on-write forks', () => {
   });
 
   it('cancelling the stream cancels every completion', async () => {
-    const engine = await loadEngine('cpu');
+    const engine = await loadEngine(SUITE_BACKEND);
     const dones: DoneEvent[] = [];
     const controller = new AbortController();
     let seen = 0;

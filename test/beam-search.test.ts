@@ -7,7 +7,7 @@ import { InvalidRequestError } from '../src/engine/errors.js';
 import type { GenerationRequest } from '../src/engine/request.js';
 import type { DoneEvent } from '../src/engine/sequence.js';
 import { runArrivals } from './helpers/arrivals.js';
-import { loadEngine, modelDir, randomIds } from './helpers/engines.js';
+import { loadEngine, modelDir, randomIds, SUITE_BACKEND } from './helpers/engines.js';
 import type { LlamaReference } from './reference/llama-reference.js';
 import { loadReference } from './reference/load-reference.js';
 
@@ -16,7 +16,7 @@ let engine: Engine;
 let ref: LlamaReference;
 
 beforeAll(async () => {
-  engine = await loadEngine('cpu', 'tiny', { maxBatchSize: 32 });
+  engine = await loadEngine(SUITE_BACKEND, 'tiny', { maxBatchSize: 32 });
   ref = await loadReference(modelDir('tiny'));
 });
 
@@ -109,7 +109,7 @@ describe('beam search', () => {
   });
 
   it('runs beside ordinary requests, survives preemption, and leaves no block behind', async () => {
-    const small = await loadEngine('cpu', 'tiny', { autoRun: false, blockSize: 4, kvCacheBytes: 18 * 4 * 512 });
+    const small = await loadEngine(SUITE_BACKEND, 'tiny', { autoRun: false, blockSize: 4, kvCacheBytes: 18 * 4 * 512 });
     const beamRequest: GenerationRequest = { prompt_ids: randomIds(5, 6, 3, 512), max_tokens: 10, use_beam_search: true, beam_width: 4, n: 2, ignore_eos: true };
     const others: GenerationRequest[] = [0, 1, 2].map((i) => ({ prompt_ids: randomIds(50 + i, 5, 3, 512), max_tokens: 24, temperature: 0, ignore_eos: true }));
     const results = await runArrivals(small, [
@@ -130,7 +130,7 @@ describe('beam search', () => {
   it('two searches that each fit the pool alone both finish when they share it (no deadlock)', async () => {
     // Each needs 16 of the 18 blocks. A beam that computed its token waits, holding its blocks, for its
     // preempted siblings; without preempting a whole search, each would hold what the other needs.
-    const small = await loadEngine('cpu', 'tiny', { autoRun: false, blockSize: 4, kvCacheBytes: 18 * 4 * 512 });
+    const small = await loadEngine(SUITE_BACKEND, 'tiny', { autoRun: false, blockSize: 4, kvCacheBytes: 18 * 4 * 512 });
     const search = (seed: number): GenerationRequest => ({ prompt_ids: randomIds(seed, 6, 3, 512), max_tokens: 10, use_beam_search: true, beam_width: 4, n: 2, ignore_eos: true });
     const results = await runArrivals(small, [{ request: search(1), at: 0 }, { request: search(2), at: 0 }]);
     for (const [i, seed] of [1, 2].entries()) expect(results[i].done.tokenIds).toEqual((await beams(search(seed)))[0].tokenIds);

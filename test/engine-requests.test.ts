@@ -4,11 +4,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine/engine.js';
 import { InvalidRequestError } from '../src/engine/errors.js';
 import type { GenerationRequest } from '../src/engine/request.js';
-import { collect, loadEngine, randomIds } from './helpers/engines.js';
+import { collect, loadEngine, randomIds, SUITE_BACKEND } from './helpers/engines.js';
 
 let engine: Engine;
 beforeAll(async () => {
-  engine = await loadEngine('cpu');
+  engine = await loadEngine(SUITE_BACKEND);
 });
 afterAll(() => engine.runner.release());
 

@@ -7,7 +7,7 @@ import type { Engine } from '../src/engine/engine.js';
 import { InvalidRequestError } from '../src/engine/errors.js';
 import type { GenerationRequest } from '../src/engine/request.js';
 import { directorySource } from '../src/sources/directory-source.js';
-import { collect, loadEngine, modelDir, randomIds } from './helpers/engines.js';
+import { collect, loadEngine, modelDir, randomIds, SUITE_BACKEND } from './helpers/engines.js';
 import type { LlamaReference } from './reference/llama-reference.js';
 import { loadReference } from './reference/load-reference.js';
 
@@ -15,8 +15,8 @@ let engine: Engine; // tiny, with tiny-draft (its own first layer) as the draft 
 let plain: Engine; // tiny alone
 
 beforeAll(async () => {
-  engine = await loadEngine('cpu', 'tiny', { draft: { source: directorySource(modelDir('tiny-draft')) } });
-  plain = await loadEngine('cpu', 'tiny');
+  engine = await loadEngine(SUITE_BACKEND, 'tiny', { draft: { source: directorySource(modelDir('tiny-draft')) } });
+  plain = await loadEngine(SUITE_BACKEND, 'tiny');
 });
 
 /** Prompts of three kinds: random ids, a repeated phrase (prompt lookup's home ground), and text. */
@@ -56,7 +56,7 @@ describe('greedy speculation equals greedy without it', () => {
   }
 
   it('a draft that is the target itself has every proposal accepted', async () => {
-    const self = await loadEngine('cpu', 'tiny', { draft: { source: directorySource(modelDir('tiny')) } });
+    const self = await loadEngine(SUITE_BACKEND, 'tiny', { draft: { source: directorySource(modelDir('tiny')) } });
     const request = { prompt_ids: randomIds(3, 12, 3, 512), max_tokens: 31, temperature: 0, ignore_eos: true };
     const { done } = await collect(self, { ...request, speculative: { method: 'draft', num_tokens: 4 } });
     expect(done.tokenIds).toEqual(await tokens(plain, request));
@@ -81,7 +81,7 @@ describe('greedy speculation equals greedy without it', () => {
   it('on a model that continues repeated text (tiny-copy), every prompt-lookup proposal stands', async () => {
     // tiny-copy's weights predict x[t+1] = x[t+1-8] (scripts/model/copy-weights.ts), as real models continue
     // repeated text; random models never do, which is why the test above can only ask for some acceptance.
-    const copy = await loadEngine('cpu', 'tiny-copy');
+    const copy = await loadEngine(SUITE_BACKEND, 'tiny-copy');
     const phrase = randomIds(13, 8, 3, 512);
     const request = { prompt_ids: [...phrase, ...phrase, ...phrase], max_tokens: 41, temperature: 0, ignore_eos: true };
     const plainRun = await collect(copy, request);
@@ -208,7 +208,7 @@ describe('sampled speculation is distributed as the target', () => {
   });
 
   it('control: the same test rejects the draft model sampled alone', async () => {
-    const draftAlone = await loadEngine('cpu', 'tiny-draft');
+    const draftAlone = await loadEngine(SUITE_BACKEND, 'tiny-draft');
     const observed = await histogram(draftAlone, sampling, SAMPLES);
     const { stat, critical } = chiSquare(observed, exactJoint(prompt), SAMPLES);
     expect(stat).toBeGreaterThan(critical);

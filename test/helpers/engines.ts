@@ -12,6 +12,13 @@ export { randomIds } from './prng.js';
 export const MODELS_DIR = fileURLToPath(new URL('../../models', import.meta.url));
 export const modelDir = (name: string): string => join(MODELS_DIR, name);
 
+/**
+ * The backend the engine suites (batching, beam search, requests, speculation) run on: onnxruntime-node
+ * by default, and our WebAssembly kernels in the vitest project `kernels`, which runs the same files
+ * with EDGE_INFER_SUITE_BACKEND=kernels.
+ */
+export const SUITE_BACKEND: NodeBackend = process.env.EDGE_INFER_SUITE_BACKEND === 'kernels' ? 'kernels' : 'cpu';
+
 export async function loadEngine(backend: NodeBackend, model = 'tiny', options: EngineOptions = {}): Promise<Engine> {
   return Engine.load(await nodeRuntime(backend), directorySource(modelDir(model)), options);
 }
