@@ -1,5 +1,5 @@
 // Backend choice inside workerd: there is no navigator.gpu, so BACKEND=auto (the default) resolves to
-// wasm, and /v1/models and /metrics say so; the engine runs (and so is loaded) on onnxruntime-web's WASM.
+// wasm, and /v1/models and /metrics say so; the engine runs (and so is loaded) on our edge kernels.
 import { describe, expect, it } from 'vitest';
 import { call, postJson, scrape } from './service-helpers.js';
 
@@ -17,5 +17,10 @@ describe('backend choice in workerd', () => {
       expect(key).toContain('backend="wasm"');
       expect(value).toBe(1);
     }
+    // The shard that served the request runs our kernels, and says how much linear memory they hold.
+    expect(info.some(([key]) => key.includes('runner="kernels"'))).toBe(true);
+    const memory = [...metrics].filter(([k]) => k.startsWith('edge_infer_wasm_memory_bytes{'));
+    expect(memory.length).toBeGreaterThan(0);
+    for (const [, bytes] of memory) expect(bytes).toBeGreaterThan(0);
   });
 });

@@ -8,7 +8,8 @@ export const WORKERD_CASES: Record<string, GenerationRequest> = {
 };
 
 /** Generated token ids per backend and case. */
-export type NodeExpectations = Record<'cpu' | 'wasm', Record<string, number[]>>;
+/** Tokens each case gives in Node on onnxruntime-node, our kernels and onnxruntime-web. */
+export type NodeExpectations = Record<'cpu' | 'kernels' | 'ort-wasm', Record<string, number[]>>;
 
 declare module 'vitest' {
   export interface ProvidedContext {

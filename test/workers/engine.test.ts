@@ -1,6 +1,7 @@
-// The engine inside workerd (onnxruntime-web WASM through the precompiled-module route), loading the
-// generated model through the static-assets binding: same greedy tokens as in Node, same seeded tokens
-// as onnxruntime-web in Node, and the reference forward pass agrees with it in workerd too.
+// The engine inside workerd on both wasm runners, our edge kernels and onnxruntime-web (through the
+// precompiled-module route), loading the generated model through the static-assets binding: same greedy
+// tokens as in Node, same seeded tokens as the same runner in Node, and the reference forward pass
+// agrees with it in workerd too.
 import { env } from 'cloudflare:workers';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { workerdWasmRuntime } from '../../src/backends/ort-web-workerd.js';
@@ -17,35 +18,39 @@ async function collectTokens(engine: Engine, name: string): Promise<number[]> {
   throw new Error('no done event');
 }
 
-describe('engine in workerd', () => {
-  let engine: Engine;
-  beforeAll(async () => {
-    engine = await Engine.load(workerdWasmRuntime(), source());
-  });
+for (const runner of ['kernels', 'onnxruntime'] as const) {
+  const inNode = runner === 'kernels' ? 'kernels' : 'ort-wasm';
+  describe(`engine in workerd on ${runner}`, () => {
+    let engine: Engine;
+    beforeAll(async () => {
+      engine = await Engine.load(workerdWasmRuntime(runner), source());
+    });
 
-  it('runs on onnxruntime-web WASM', () => {
-    expect(engine.backend).toBe('wasm');
-    expect(typeof navigator === 'undefined' || !('gpu' in navigator)).toBe(true);
-  });
+    it('runs on the wasm backend with the runner asked for', () => {
+      expect(engine.backend).toBe('wasm');
+      expect(engine.stats().runner).toBe(runner);
+      expect(typeof navigator === 'undefined' || !('gpu' in navigator)).toBe(true);
+    });
 
-  it('gives the same greedy tokens as the engine in Node (native CPU and WASM)', async () => {
-    const expected = inject('nodeExpectations');
-    for (const name of ['greedy', 'greedyChat']) {
-      const tokens = await collectTokens(engine, name);
-      expect(tokens).toEqual(expected.cpu[name]);
-      expect(tokens).toEqual(expected.wasm[name]);
-    }
-  });
+    it('gives the same greedy tokens as the engine in Node (native CPU and the same runner)', async () => {
+      const expected = inject('nodeExpectations');
+      for (const name of ['greedy', 'greedyChat']) {
+        const tokens = await collectTokens(engine, name);
+        expect(tokens).toEqual(expected.cpu[name]);
+        expect(tokens).toEqual(expected[inNode][name]);
+      }
+    });
 
-  it('gives the same seeded samples as onnxruntime-web in Node', async () => {
-    expect(await collectTokens(engine, 'seeded')).toEqual(inject('nodeExpectations').wasm.seeded);
-  });
+    it('gives the same seeded samples as the same runner in Node', async () => {
+      expect(await collectTokens(engine, 'seeded')).toEqual(inject('nodeExpectations')[inNode].seeded);
+    });
 
-  it('matches the reference forward pass run inside workerd', async () => {
-    const src = source();
-    const config = JSON.parse(new TextDecoder().decode((await src.read('config.json'))!)) as LlamaConfig;
-    const ref = new LlamaReference(config, readOnnxWeights((await src.read('onnx/model.onnx'))!));
-    const prompt = engine.tokenizer.encode('Hello');
-    expect(await collectTokens(engine, 'greedy')).toEqual(ref.greedy(prompt, 32));
+    it('matches the reference forward pass run inside workerd', async () => {
+      const src = source();
+      const config = JSON.parse(new TextDecoder().decode((await src.read('config.json'))!)) as LlamaConfig;
+      const ref = new LlamaReference(config, readOnnxWeights((await src.read('onnx/model.onnx'))!));
+      const prompt = engine.tokenizer.encode('Hello');
+      expect(await collectTokens(engine, 'greedy')).toEqual(ref.greedy(prompt, 32));
+    });
   });
-});
+}

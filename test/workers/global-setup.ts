@@ -7,8 +7,8 @@ import { WORKERD_CASES, type NodeExpectations } from './cases.js';
 
 export default async function setup(project: TestProject): Promise<void> {
   ensureModels();
-  const expectations: NodeExpectations = { cpu: {}, wasm: {} };
-  for (const backend of ['cpu', 'wasm'] as const) {
+  const expectations: NodeExpectations = { cpu: {}, kernels: {}, 'ort-wasm': {} };
+  for (const backend of ['cpu', 'kernels', 'ort-wasm'] as const) {
     const engine = await loadEngine(backend);
     for (const [name, request] of Object.entries(WORKERD_CASES)) {
       expectations[backend][name] = (await collect(engine, request)).done.tokenIds;
