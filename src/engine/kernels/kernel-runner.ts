@@ -8,7 +8,7 @@ import { measureLlamaWeights, placeLlamaWeights, type LlamaWeights, type Matrix 
 import { indexInitializers } from './onnx-initializers.js';
 
 /** Tokens whose activations are in scratch at once: bounds scratch memory whatever the pass's size. */
-const CHUNK = 64;
+const CHUNK = 32;
 
 /** The KV pool's per-layer arrays, views into linear memory (remade in place when the memory grows). */
 export interface KvStorage {

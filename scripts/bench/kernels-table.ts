@@ -1,0 +1,39 @@
+// The kernels section's results and their Markdown table (kept light: the report imports it).
+import type { Sampled } from './stats.js';
+
+export interface KernelsBench {
+  runs: number;
+  /** Batch-1 decode tokens/s per runner and dtype, and its ratio to onnxruntime-web fp32 in the same run. */
+  decode: Record<string, { tokPerS: Sampled; vsOrtFp32: Sampled }>;
+  batch16: { kernelsInt8: Sampled; ortFp32: Sampled; vsOwnBatch1: Sampled; vsOrtFp32: Sampled };
+  prefill512: Record<string, { tokPerS: Sampled; vsOrtFp32: Sampled }>;
+  session: { history: number; cachedTurnS: Sampled; freshTurnS: Sampled; ratio: Sampled };
+  memory: { linearMemoryBytes: number; weightBytes: number; kvBytes: number };
+}
+
+const f = (x: number, digits = 1): string => x.toFixed(digits);
+const mib = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`;
+
+export function kernelsTable(k: KernelsBench): string {
+  const lines = [
+    `Edge kernels vs onnxruntime-web (bench-135m, one thread, median of ${k.runs} runs; ratios taken run by run)`,
+    '',
+    '| Batch-1 decode | tok/s | × onnxruntime-web fp32 |',
+    '|---|---:|---:|',
+    ...Object.entries(k.decode).map(([name, r]) => `| ${name} | ${f(r.tokPerS.median)} | ${f(r.vsOrtFp32.median, 2)}× |`),
+    '',
+    '| 16 streams | aggregate tok/s | × |',
+    '|---|---:|---:|',
+    `| kernels int8 | ${f(k.batch16.kernelsInt8.median)} | ${f(k.batch16.vsOwnBatch1.median, 2)}× its batch 1, ${f(k.batch16.vsOrtFp32.median, 2)}× onnxruntime-web fp32 at 16 |`,
+    `| onnxruntime-web fp32 | ${f(k.batch16.ortFp32.median)} | |`,
+    '',
+    '| Prefill 512 tokens | tok/s | × onnxruntime-web fp32 |',
+    '|---|---:|---:|',
+    ...Object.entries(k.prefill512).map(([name, r]) => `| ${name} | ${f(r.tokPerS.median)} | ${f(r.vsOrtFp32.median, 2)}× |`),
+    '',
+    `Session turn (20 tokens) over ${k.session.history} cached tokens, kernels int8: ${f(k.session.cachedTurnS.median * 1000, 0)} ms against ${f(k.session.freshTurnS.median * 1000, 0)} ms for a fresh 20-token prompt (${f(k.session.ratio.median, 2)}×).`,
+    '',
+    `Memory, q4 with a 16 MiB KV pool: linear memory ${mib(k.memory.linearMemoryBytes)} = weights ${mib(k.memory.weightBytes)} + KV ${mib(k.memory.kvBytes)} + ${mib(k.memory.linearMemoryBytes - k.memory.weightBytes - k.memory.kvBytes)} scratch and stack.`,
+  ];
+  return lines.join('\n');
+}
