@@ -1,4 +1,4 @@
-// The machine a run measured, for results.json and the README.
+// The machine a run measured, for results.json and docs/benchmarks.md.
 import { readFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import type { Machine } from './results.js';

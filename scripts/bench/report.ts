@@ -1,6 +1,6 @@
 import { speculationTable } from './speculative-table.js';
 import { webGpuBenchTable } from './webgpu-table.js';
-// Markdown tables of a results object: what the bench prints, and what the README's benchmark section shows.
+// Markdown tables of a results object: what the bench prints, and what docs/benchmarks.md shows.
 import type { BenchResults, VariantResult } from './results.js';
 import type { Sampled } from './stats.js';
 

@@ -1,4 +1,4 @@
-// One plot for the README: aggregate decode tokens/s against concurrent sequences, a line per
+// One plot for docs/benchmarks.md: aggregate decode tokens/s against concurrent sequences, a line per
 // (dtype, backend) of bench-135m. Hand-written SVG: no plotting dependency for one chart.
 import type { BackendResult } from './results.js';
 

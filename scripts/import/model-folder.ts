@@ -1,4 +1,4 @@
-// Writes an imported model as our model folder (Hugging Face layout, see README "Model folder layout"):
+// Writes an imported model as our model folder (Hugging Face layout, see docs/models.md, "Model folder layout"):
 // config files, tokenizer files, and one ONNX graph per requested dtype, built from the given weights
 // by the same graph builder that makes the test models.
 import { mkdirSync, writeFileSync } from 'node:fs';

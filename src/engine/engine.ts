@@ -6,6 +6,8 @@ import { EventQueue } from './event-queue.js';
 import { BlockPool } from './kv/block-pool.js';
 import { KvCacheManager } from './kv/paged-kv.js';
 import { SessionCaches } from './kv/session-caches.js';
+import { snapshotPool, type PoolSnapshot, type SequenceBlocks } from './kv/pool-snapshot.js';
+import { StepHistory, type StepRecord } from './step-history.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
 import { loadModelFiles, type ModelDtype, type ModelSource } from './model/model-files.js';
 import { createRunner, attachKvPool, kvStorageFor, runnerName, type PassRunner } from './gpu/create-runner.js';
@@ -78,6 +80,7 @@ export class Engine {
   private nextId = 1;
   private readonly maxBatchSize: number;
   private looping = false;
+  private readonly stepHistory = new StepHistory();
   private readonly counters = {
     prefixHitTokens: 0,
     prefillTokens: 0,
@@ -240,6 +243,7 @@ export class Engine {
     this.counters.steps++;
     this.counters.lastBatchSize = plan.rows.length;
     this.counters.lastStepTokens = plan.rows.reduce((n, r) => n + r.tokens.length, 0);
+    this.stepHistory.push({ step: this.counters.steps, batch: plan.rows.length, tokens: this.counters.lastStepTokens });
 
     plan.rows.forEach(({ seq: req, samples }, i) => {
       // Gone during this loop: a beam the search dropped when a sibling's logits completed its step.
@@ -433,6 +437,22 @@ export class Engine {
   /** True while any request is queued or running. */
   get busy(): boolean {
     return this.active.size > 0;
+  }
+
+  /**
+   * The block pool as it is now: each block's state and references, each sequence's block table (running,
+   * waiting, and session caches kept between turns), and the last steps' batch sizes. For pictures and tests.
+   */
+  poolSnapshot(): PoolSnapshot & { maxBatchSize: number; steps: StepRecord[] } {
+    const key = (req: EngineRequest): string => req.session ?? `request-${req.id}`;
+    const sequences: SequenceBlocks[] = [];
+    const row = (req: EngineRequest, state: SequenceBlocks['state']): void => {
+      sequences.push({ key: key(req), state, tokens: req.kv.length, blocks: [...req.kv.blocks] });
+    };
+    for (const req of this.scheduler.running) row(req, 'running');
+    for (const req of this.scheduler.waiting) row(req, 'waiting');
+    for (const { session, kv } of this.sessions.entries()) sequences.push({ key: session, state: 'kept', tokens: kv.length, blocks: [...kv.blocks] });
+    return { ...snapshotPool(this.kv.pool, sequences), maxBatchSize: this.maxBatchSize, steps: this.stepHistory.list() };
   }
 
   stats(): EngineStats {

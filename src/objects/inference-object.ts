@@ -8,6 +8,7 @@ import { InvalidRequestError } from '../engine/errors.js';
 import { modelSourceFor } from '../sources/model-source.js';
 import { runGeneration, type EventSink } from './generation.js';
 import { ServiceMetrics, type ShardStats } from './metrics.js';
+import { poolView, type PoolView } from './pool-view.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import type { JobView } from './jobs.js';
 import type { SamplingFields, SessionView } from './sessions.js';
@@ -105,6 +106,11 @@ export class InferenceObject extends DurableObject<Env> {
   /** Metrics for GET /metrics. Does not load the engine: a shard nobody used reports `engine: null`. */
   async stats(): Promise<ShardStats> {
     return this.metrics.snapshot(modelName(this.env), this.loaded?.stats() ?? null);
+  }
+
+  /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */
+  async pool(): Promise<PoolView> {
+    return poolView(this.loaded, modelName(this.env));
   }
 
   // ---- sessions, jobs, webhooks: their RPC methods go below, each delegating to its module ----

@@ -9,6 +9,8 @@ import models from './routes/models.js';
 import sessions from './routes/sessions.js';
 import hooks from './routes/hooks.js';
 import jobs from './routes/jobs.js';
+import playground from './routes/playground.js';
+import pool from './routes/pool.js';
 
 export type AppEnv = { Bindings: Env };
 
@@ -21,11 +23,12 @@ const app = new Hono<AppEnv>();
 app.onError(handleError);
 app.notFound(notFound);
 
-app.get('/', (c) => c.json({ name: 'edge-infer', docs: 'see README.md' }));
+// The playground page (public: it holds no data; what it calls needs the key).
+app.route('/', playground);
 
 // Bearer keys guard the API and the metrics. Inbound webhooks (/v1/hooks/*) authenticate by signature
 // instead, so they are not listed here.
-for (const path of ['/v1/models', '/v1/models/*', '/v1/completions', '/v1/chat/*', '/v1/sessions', '/v1/sessions/*', '/v1/jobs/*', '/metrics']) {
+for (const path of ['/v1/models', '/v1/models/*', '/v1/completions', '/v1/chat/*', '/v1/sessions', '/v1/sessions/*', '/v1/jobs/*', '/v1/pool/*', '/metrics']) {
   app.use(path, requireApiKey);
 }
 
@@ -38,5 +41,7 @@ app.route('/metrics', metrics);
 app.route('/v1/sessions', sessions);
 app.route('/v1/hooks', hooks);
 app.route('/v1/jobs', jobs);
+// The shard's KV block pool, for the playground's picture.
+app.route('/v1/pool', pool);
 
 export default app;

@@ -4,7 +4,7 @@ import { ApiError } from './errors.js';
 
 let devModeLogged = false;
 
-function apiKeys(env: Env): string[] {
+export function apiKeys(env: Env): string[] {
   return (env.API_KEYS ?? '').split(',').map((k) => k.trim()).filter((k) => k.length > 0);
 }
 

@@ -100,6 +100,11 @@ export class BlockPool {
     return this.refCounts[id];
   }
 
+  /** Whether block `id` is a full block cached under its prefix hash (held or idle). */
+  isCached(id: number): boolean {
+    return this.hashes[id] !== undefined;
+  }
+
   /** A block may be written only by its sole holder and only while it is not a cached (immutable) block. */
   isWritable(id: number): boolean {
     return this.refCounts[id] === 1 && this.hashes[id] === undefined;

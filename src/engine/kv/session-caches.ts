@@ -40,6 +40,11 @@ export class SessionCaches {
     return this.pinned.get(session)?.kv.length ?? 0;
   }
 
+  /** Each kept cache's session and block table (for pictures of the pool; do not modify the tables). */
+  *entries(): IterableIterator<{ session: string; kv: PagedSequenceKv }> {
+    for (const [session, pin] of this.pinned) yield { session, kv: pin.kv };
+  }
+
   release(session: string): void {
     const pin = this.pinned.get(session);
     if (!pin) return;

@@ -3,7 +3,9 @@ import type { Env } from '../../env.js';
 import type { SamplingFields } from '../../objects/sessions.js';
 import { readJsonObject, type JsonObject } from '../body.js';
 import { ApiError, badParam, unwrap } from '../errors.js';
-import { chatChunks, finishReason, responseMeta, usage } from '../openai.js';
+import { chatChunks, chatLogprobs, finishReason, responseMeta, usage } from '../openai.js';
+import { logprobParams } from '../logprob-params.js';
+import type { TokenWire } from '../generation.js';
 import { checkModel, optInteger, optString, samplingParams, streamOptions } from '../params.js';
 import { hash32, newShardedId, shardCount, shardOfId, shardStub } from '../routing.js';
 import { openGeneration } from '../generation.js';
@@ -69,17 +71,21 @@ sessions.post('/:id/messages', async (c) => {
   const stub = stubFor(c.env, id);
   const body = await readJsonObject(c);
   const content = messageContent(body.content);
-  const rest = Object.fromEntries(Object.entries(body).filter(([k]) => !['content', 'stream', 'stream_options'].includes(k)));
-  const overrides = sessionSampling(rest, SAMPLING_FIELDS);
+  const rest = Object.fromEntries(Object.entries(body).filter(([k]) => !['content', 'stream', 'stream_options', 'logprobs', 'top_logprobs'].includes(k)));
+  // logprobs belong to one reply, so they are a message's field and never a session default.
+  const { logprobs, fields } = logprobParams(body);
+  const overrides = { ...sessionSampling(rest, SAMPLING_FIELDS), ...fields };
   const { stream, includeUsage } = streamOptions(body);
   const model = checkModel({}, c.env);
 
   const { events, cancel } = await openGeneration((channel) => stub.sessionMessage(id, content, overrides, channel), c.req.raw.signal);
   const meta = responseMeta('chatcmpl', model);
-  if (stream) return sseResponse(chatChunks(events, meta, 1, 1, includeUsage, false), cancel);
+  if (stream) return sseResponse(chatChunks(events, meta, 1, 1, includeUsage, logprobs), cancel);
 
+  const tokens: TokenWire[] = [];
   for await (const event of events) {
     if (event.type === 'error') throw ApiError.from(event.error);
+    if (event.type === 'token') tokens.push(event);
     if (event.type === 'done') {
       return c.json({
         id: meta.id,
@@ -88,6 +94,7 @@ sessions.post('/:id/messages', async (c) => {
         created: meta.created,
         model,
         message: { role: 'assistant', content: event.text },
+        ...(logprobs ? { logprobs: chatLogprobs(tokens) } : {}),
         finish_reason: finishReason(event.finishReason),
         usage: usage([event], 1),
       });
