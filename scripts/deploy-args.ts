@@ -1,5 +1,19 @@
 /** Flags `npm run deploy` understands itself; the rest go to `wrangler deploy` as they are. */
-export const OWN_FLAGS = ['--allow-open'] as const;
+export const OWN_FLAGS = ['--allow-open', '--kernels-only'] as const;
+
+/**
+ * `--kernels-only`: wrangler.toml plus an [alias] table that swaps onnxruntime-web for
+ * src/backends/onnxruntime-absent.ts, so its 14 MB wasm leaves the upload and the edge kernels serve every
+ * model they cover (others are refused by name). A config table, not `--alias`: wrangler 4.86 ignores the
+ * flag when bundling for deploy (measured: the upload stays 3.7 MiB gzip).
+ */
+export function kernelsOnlyConfig(wranglerToml: string): string {
+  const alias = ['onnxruntime-web/wasm', 'onnxruntime-web/ort-wasm-simd-threaded.wasm'].map((m) => `"${m}" = "./src/backends/onnxruntime-absent.ts"`);
+  return `${wranglerToml.trimEnd()}\n\n# Written by npm run deploy -- --kernels-only\n[alias]\n${alias.join('\n')}\n`;
+}
+
+/** Where --kernels-only writes its config: beside wrangler.toml, whose relative paths it keeps. */
+export const KERNELS_ONLY_CONFIG = 'wrangler.kernels-only.toml';
 
 /**
  * Vars a deployment must not inherit from wrangler.toml's dev defaults: loopback webhook callbacks are for
@@ -11,6 +25,7 @@ export const PRODUCTION_VARS: Record<string, string> = { ALLOW_LOOPBACK_CALLBACK
 export function deployArgs(extra: readonly string[]): string[] {
   const args = ['deploy'];
   for (const [name, value] of Object.entries(PRODUCTION_VARS)) args.push('--var', `${name}:${value}`);
+  if (extra.includes('--kernels-only')) args.push('--config', KERNELS_ONLY_CONFIG);
   return [...args, ...extra.filter((a) => !(OWN_FLAGS as readonly string[]).includes(a))];
 }
 

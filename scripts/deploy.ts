@@ -4,7 +4,8 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import { deployArgs, hasApiKeysSecret } from './deploy-args.js';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { deployArgs, hasApiKeysSecret, KERNELS_ONLY_CONFIG, kernelsOnlyConfig } from './deploy-args.js';
 
 const extra = process.argv.slice(2);
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
@@ -23,5 +24,9 @@ if (!extra.includes('--dry-run') && !extra.includes('--allow-open')) {
   }
 }
 
+if (extra.includes('--kernels-only')) writeFileSync(KERNELS_ONLY_CONFIG, kernelsOnlyConfig(readFileSync('wrangler.toml', 'utf8')));
 const child = spawn(process.execPath, [wrangler, ...deployArgs(extra)], { stdio: 'inherit' });
-child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
+child.on('exit', (code, signal) => {
+  rmSync(KERNELS_ONLY_CONFIG, { force: true });
+  process.exit(code ?? (signal ? 1 : 0));
+});
