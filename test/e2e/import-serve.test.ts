@@ -77,7 +77,7 @@ describe('a model past MEMORY_BUDGET_MB', () => {
     const body = (await res.json()) as { error: { message: string; code: string } };
     expect(res.status).toBe(503);
     expect(body.error.code).toBe('model_too_large');
-    expect(body.error.message).toMatch(/^model "stories-e2e" cannot be served: the model does not fit the memory budget: weights \d+\.\d MiB \+ KV cache 2\.0 MiB = .* > budget 1\.0 MiB/);
+    expect(body.error.message).toMatch(/^model "stories-e2e" cannot be served: the model does not fit the memory budget: weights \d+\.\d MiB \+ scratch \d+\.\d MiB \+ KV cache 2\.0 MiB = .* > budget 1\.0 MiB/);
     expect((await fetch(`${server.url}/v1/models`)).status).toBe(200);
   });
 });

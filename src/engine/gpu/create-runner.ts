@@ -37,7 +37,7 @@ export async function createRunner(
   const kernels = await kernelRunner(runtime, onnx, config, options);
   if (kernels) return kernels;
   if (isGpuRuntime(runtime) && options.kvOnDevice !== false) {
-    checkMemoryBudget(onnx.byteLength, config, options.kvCacheBytes ?? 64 * 2 ** 20, options.memoryBudgetBytes);
+    checkMemoryBudget([{ label: 'weights', bytes: onnx.byteLength }], config, options.kvCacheBytes ?? 64 * 2 ** 20, options.memoryBudgetBytes);
     const kernels = await GpuKernels.create(runtime.gpu.device, runtime.shaders);
     try {
       return await GpuModelRunner.create(runtime, onnx, config, kernels, { logitsOnDevice: options.sampleOnDevice !== false });

@@ -72,7 +72,8 @@ export class KernelRunner {
   static async create(module: WebAssembly.Module, onnx: Uint8Array, config: ModelConfig, options: RunnerOptions = {}): Promise<KernelRunner> {
     const index = indexInitializers(onnx);
     const weightBytes = measureLlamaWeights(onnx, index, config);
-    checkMemoryBudget(weightBytes + scratchBytes(config, options.maxTokensPerStep ?? 512, options.maxBatchSize ?? 32), config, options.kvCacheBytes ?? 64 * 2 ** 20, options.memoryBudgetBytes);
+    const scratch = scratchBytes(config, options.maxTokensPerStep ?? 512, options.maxBatchSize ?? 32);
+    checkMemoryBudget([{ label: 'weights', bytes: weightBytes }, { label: 'scratch', bytes: scratch }], config, options.kvCacheBytes ?? 64 * 2 ** 20, options.memoryBudgetBytes);
     const { kernels, memory } = await instantiateKernels(module);
     const weights = placeLlamaWeights(onnx, index, config, memory);
     return new KernelRunner(config, kernels, memory, weights);
