@@ -21,6 +21,8 @@ export interface Env {
   MODEL_URL?: string;
   MEMORY_BUDGET_MB?: string;
   KV_CACHE_MB?: string;
+  /** The KV cache's element type: fp32 (default) or fp16 (twice the tokens in KV_CACHE_MB; edge kernels only). */
+  KV_DTYPE?: string;
   MAX_BATCH?: string;
   MAX_QUEUE?: string;
   MAX_BODY_BYTES?: string;
@@ -108,6 +110,11 @@ export function resolveBackend(choice: BackendChoice, hasWebGpu: boolean, webgpu
 /** What the service reports in /v1/models and /metrics: the backend BACKEND resolves to on this host. */
 export function serviceBackend(env: Env): 'wasm' | 'webgpu' {
   return resolveBackend(backendVar(env), hostHasWebGpu());
+}
+
+/** KV_DTYPE: fp32 unless set; a value other than fp32 / fp16 is passed on for the engine to refuse by name (a 503). */
+export function kvDtypeVar(env: Env): 'fp32' | 'fp16' {
+  return (env.KV_DTYPE?.trim().toLowerCase() || 'fp32') as 'fp32' | 'fp16';
 }
 
 /** Which runner the wasm backend uses: our kernels where they cover the graph (`auto`), or as forced. */

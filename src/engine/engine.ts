@@ -12,7 +12,7 @@ import { kvBytesPerToken, type ModelConfig } from './model/config.js';
 import { loadModelFiles, type ModelDtype, type ModelSource } from './model/model-files.js';
 import { createRunner, attachKvPool, kvStorageFor, runnerName, type PassRunner } from './gpu/create-runner.js';
 import { GpuModelRunner } from './gpu/gpu-runner.js';
-import { KernelRunner } from './kernels/kernel-runner.js';
+import { KernelRunner, type KvDtype } from './kernels/kernel-runner.js';
 import type { RunnerOptions, StepLogits } from './model/runner.js';
 import type { SampledToken } from './sampling/sampler.js';
 import type { OrtRuntime } from './model/runtime.js';
@@ -33,6 +33,8 @@ export interface EngineOptions extends RunnerOptions {
   modelId?: string;
   /** Bytes of KV cache; the block pool gets as many blocks as fit. Default 64 MiB. */
   kvCacheBytes?: number;
+  /** The KV cache's element type: fp32 (default), or fp16 for twice the tokens per byte (edge kernels only). */
+  kvDtype?: KvDtype;
   /** Tokens per KV block. Default 16. */
   blockSize?: number;
   /** Sequences in one model pass. Default 32. */
@@ -80,6 +82,7 @@ export class Engine {
   private nextId = 1;
   private readonly maxBatchSize: number;
   private looping = false;
+  private readonly kvBytesPerToken: number;
   private readonly stepHistory = new StepHistory();
   private readonly counters = {
     prefixHitTokens: 0,
@@ -105,9 +108,12 @@ export class Engine {
   ) {
     this.maxBatchSize = options.maxBatchSize ?? 32;
     const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
-    const numBlocks = Math.floor((options.kvCacheBytes ?? DEFAULT_KV_CACHE_BYTES) / (blockSize * kvBytesPerToken(config)));
+    const kvDtype = options.kvDtype ?? 'fp32';
+    if (kvDtype !== 'fp32' && kvDtype !== 'fp16') throw new InvalidRequestError('KV_DTYPE', `the KV cache's element type must be fp32 or fp16, got ${JSON.stringify(kvDtype)}`, 'unsupported_model');
+    this.kvBytesPerToken = kvBytesPerToken(config, kvDtype === 'fp16' ? 2 : 4);
+    const numBlocks = Math.floor((options.kvCacheBytes ?? DEFAULT_KV_CACHE_BYTES) / (blockSize * this.kvBytesPerToken));
     if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
-    this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize, kvStorageFor(runner, config, numBlocks, blockSize)), modelId);
+    this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize, kvStorageFor(runner, config, numBlocks, blockSize, kvDtype)), modelId);
     // On WebGPU the pool's bytes live on the device; the CPU pool keeps the bookkeeping.
     attachKvPool(runner, this.kv.pool);
     this.sessions = new SessionCaches(this.kv);
@@ -457,7 +463,7 @@ export class Engine {
 
   stats(): EngineStats {
     const pool = this.kv.pool;
-    const bytesPerToken = kvBytesPerToken(this.config);
+    const bytesPerToken = this.kvBytesPerToken;
     return {
       kv: { ...pool.stats(), blockSize: pool.blockSize, bytesPerToken, bytesTotal: pool.numBlocks * pool.blockSize * bytesPerToken },
       ...this.counters,

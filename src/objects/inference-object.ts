@@ -3,7 +3,7 @@ import { Engine } from '../engine/engine.js';
 import type { ModelDtype } from '../engine/model/model-files.js';
 import type { GenerationRequest } from '../engine/request.js';
 import { resolveSpeculativeParams } from '../engine/speculative/params.js';
-import { intVar, modelName, speculativeVar, type Env } from '../env.js';
+import { intVar, kvDtypeVar, modelName, speculativeVar, type Env } from '../env.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import { modelSourceFor } from '../sources/model-source.js';
 import { runGeneration, type EventSink } from './generation.js';
@@ -63,6 +63,7 @@ export class InferenceObject extends DurableObject<Env> {
       draft,
       speculative: speculative && resolveSpeculativeParams(speculative, draft !== undefined, undefined, 'SPECULATIVE'),
       kvCacheBytes: intVar(this.env, 'KV_CACHE_MB') * 2 ** 20,
+      kvDtype: kvDtypeVar(this.env),
       memoryBudgetBytes: intVar(this.env, 'MEMORY_BUDGET_MB') * 2 ** 20,
       maxBatchSize: intVar(this.env, 'MAX_BATCH'),
     });

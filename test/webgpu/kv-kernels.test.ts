@@ -3,7 +3,7 @@
 // (3 KV heads, head_dim 5, blocks of 4 tokens), partial last blocks, scattered block tables, rows of
 // different lengths in one batch, and NaN / -0 / denormal values that a float copy could alter.
 import { beforeAll, describe, expect, it } from 'vitest';
-import { BlockPool } from '../../src/engine/kv/block-pool.js';
+import { BlockPool, type KvArray } from '../../src/engine/kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from '../../src/engine/kv/paged-kv.js';
 import { GpuKvPool } from '../../src/engine/gpu/gpu-kv-pool.js';
 import { GpuKernels, readBuffer } from '../../src/engine/gpu/kernels.js';
@@ -26,7 +26,7 @@ function fillSpecial(a: Float32Array, rand: () => number): void {
   bits[2] = 0x00000001; // smallest denormal
 }
 
-const bitsOf = (a: Float32Array | ArrayBuffer): Uint32Array => (a instanceof ArrayBuffer ? new Uint32Array(a) : new Uint32Array(a.buffer, a.byteOffset, a.length));
+const bitsOf = (a: KvArray | ArrayBuffer): Uint32Array => (a instanceof ArrayBuffer ? new Uint32Array(a) : new Uint32Array(a.buffer, a.byteOffset, a.byteLength / 4));
 
 describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, () => {
   let kernels: GpuKernels;
@@ -40,8 +40,9 @@ describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, ()
     const rand = mulberry32(seed);
     const pool = new BlockPool(shape, BLOCKS, BLOCK);
     for (let l = 0; l < shape.numLayers; l++) {
-      fillSpecial(pool.keys[l], rand);
-      fillSpecial(pool.values[l], rand);
+      // A pool made without storage holds float32.
+      fillSpecial(pool.keys[l] as Float32Array, rand);
+      fillSpecial(pool.values[l] as Float32Array, rand);
     }
     const manager = new KvCacheManager(pool, 'test');
     // Take and give back blocks in a shuffled order so that block tables are not 0, 1, 2, ...

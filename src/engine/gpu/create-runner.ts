@@ -7,7 +7,7 @@ import { GpuModelRunner, UnsupportedOnDevice } from './gpu-runner.js';
 import { checkMemoryBudget } from '../model/session-loader.js';
 import { GpuKernels } from './kernels.js';
 import { InvalidRequestError } from '../errors.js';
-import { KernelRunner, type KvStorage } from '../kernels/kernel-runner.js';
+import { KernelRunner, type KvDtype, type KvStorage } from '../kernels/kernel-runner.js';
 import { UnsupportedByKernels } from '../kernels/llama-weights.js';
 import type { KvShape } from '../kv/sequence-kv.js';
 
@@ -70,9 +70,14 @@ async function kernelRunner(runtime: OrtRuntime, onnx: Uint8Array, config: Model
   }
 }
 
-/** The KV pool's storage in the runner's own memory (the kernels' linear memory), or undefined: JS arrays. */
-export function kvStorageFor(runner: PassRunner, shape: KvShape, numBlocks: number, blockSize: number): KvStorage | undefined {
-  return runner instanceof KernelRunner ? runner.allocateKv(shape, numBlocks, blockSize) : undefined;
+/**
+ * The KV pool's storage in the runner's own memory (the kernels' linear memory), or undefined: JS arrays.
+ * A float16 pool exists on the kernels only; other runners refuse it.
+ */
+export function kvStorageFor(runner: PassRunner, shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype = 'fp32'): KvStorage | undefined {
+  if (runner instanceof KernelRunner) return runner.allocateKv(shape, numBlocks, blockSize, dtype);
+  if (dtype !== 'fp32') throw new InvalidRequestError('KV_DTYPE', `a ${dtype} KV cache needs the edge kernels (backend wasm or kernels); ${runnerName(runner)} keeps float32`, 'unsupported_model');
+  return undefined;
 }
 
 /** Gives a device-KV runner the pool whose bookkeeping it follows; a no-op for other runners. */

@@ -1,4 +1,5 @@
 import { PagedSequenceKv } from '../kv/paged-kv.js';
+import type { KvArray } from '../kv/block-pool.js';
 import type { KvShape } from '../kv/sequence-kv.js';
 import type { ModelConfig } from '../model/config.js';
 import type { RunnerOptions, StepLogits, StepRow } from '../model/runner.js';
@@ -12,9 +13,12 @@ const CHUNK = 32;
 
 /** The KV pool's per-layer arrays, views into linear memory (remade in place when the memory grows). */
 export interface KvStorage {
-  keys: Float32Array[];
-  values: Float32Array[];
+  keys: KvArray[];
+  values: KvArray[];
 }
+
+/** Element type of the KV pool: float32, or float16 (half the bytes per token; KV_DTYPE). */
+export type KvDtype = 'fp32' | 'fp16';
 
 /** Pointers of one chunk's activations (float32 unless noted), sized for CHUNK rows. */
 interface Scratch {
@@ -51,6 +55,7 @@ export class KernelRunner {
   private kvKeys: number[] = [];
   private kvValues: number[] = [];
   private blockSize = 0;
+  private kvHalf = false;
   private scratchBase = 0;
   /** This pass's scratch; past the KV pool, laid out anew each pass. */
   private scratch!: Scratch;
@@ -86,21 +91,24 @@ export class KernelRunner {
 
   /**
    * Places the engine's KV block pool in linear memory: per layer, keys and values (numBlocks, kv_heads,
-   * blockSize, head_dim) float32, the layout BlockPool describes. Returns the views BlockPool holds.
+   * blockSize, head_dim) float32 or float16, the layout BlockPool describes. Returns the views BlockPool holds.
    */
-  allocateKv(shape: KvShape, numBlocks: number, blockSize: number): KvStorage {
+  allocateKv(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype = 'fp32'): KvStorage {
     if (this.kvKeys.length) throw new Error('the KV pool is already allocated');
-    const floats = numBlocks * shape.numKvHeads * blockSize * shape.headDim;
+    const elements = numBlocks * shape.numKvHeads * blockSize * shape.headDim;
+    const bytes = dtype === 'fp16' ? 2 : 4;
     for (let layer = 0; layer < shape.numLayers; layer++) {
-      this.kvKeys.push(this.memory.alloc(floats * 4));
-      this.kvValues.push(this.memory.alloc(floats * 4));
+      this.kvKeys.push(this.memory.alloc(elements * bytes));
+      this.kvValues.push(this.memory.alloc(elements * bytes));
     }
     this.blockSize = blockSize;
+    this.kvHalf = dtype === 'fp16';
     const storage: KvStorage = { keys: [], values: [] };
+    const view = (ptr: number): KvArray => (this.kvHalf ? new Uint16Array(this.memory.memory.buffer, ptr, elements) : this.memory.f32(ptr, elements));
     const remake = (): void => {
       for (let layer = 0; layer < shape.numLayers; layer++) {
-        storage.keys[layer] = this.memory.f32(this.kvKeys[layer], floats);
-        storage.values[layer] = this.memory.f32(this.kvValues[layer], floats);
+        storage.keys[layer] = view(this.kvKeys[layer]);
+        storage.values[layer] = view(this.kvValues[layer]);
       }
     };
     remake();
@@ -180,8 +188,9 @@ export class KernelRunner {
           const start = starts[r] + (t - firstToken[r]);
           const table = tables + tableStart[r] * 4;
           const local = t - c0;
-          k.kv_write(this.kvKeys[layer], this.kvValues[layer], table, start, run, s.k + local * kvOut * 4, s.v + local * kvOut * 4, numKvHeads, headDim, this.blockSize);
-          k.attention(s.ctx + local * qOut * 4, s.q + local * qOut * 4, this.kvKeys[layer], this.kvValues[layer], table, start, run, numHeads, numKvHeads, headDim, this.blockSize, scale, s.scores, 0);
+          const write = this.kvHalf ? k.kv_write_f16 : k.kv_write;
+          write(this.kvKeys[layer], this.kvValues[layer], table, start, run, s.k + local * kvOut * 4, s.v + local * kvOut * 4, numKvHeads, headDim, this.blockSize);
+          k.attention(s.ctx + local * qOut * 4, s.q + local * qOut * 4, this.kvKeys[layer], this.kvValues[layer], table, start, run, numHeads, numKvHeads, headDim, this.blockSize, scale, s.scores, this.kvHalf ? 1 : 0);
           t += run;
         }
         this.quantMemo = undefined;

@@ -1,5 +1,7 @@
 import type { KvShape } from './sequence-kv.js';
 
+export type KvArray = Float32Array | Uint16Array;
+
 /** How full the pool is; `free + used + cachedIdle === total` always. */
 export interface BlockPoolStats {
   total: number;
@@ -20,8 +22,9 @@ export interface BlockPoolStats {
  * head's run of tokens inside a block is contiguous and a gather copies one run per (block, head).
  */
 export class BlockPool {
-  readonly keys: Float32Array[];
-  readonly values: Float32Array[];
+  /** Float32 elements, or float16 bits where the runner keeps a half-precision pool (KV_DTYPE fp16). */
+  readonly keys: KvArray[];
+  readonly values: KvArray[];
   private readonly refCounts: Int32Array;
   private readonly freeList: number[] = [];
   /** Hash of each cached (full, immutable) block, or undefined. */
@@ -37,7 +40,7 @@ export class BlockPool {
     readonly numBlocks: number,
     readonly blockSize: number,
     /** Where the bytes live when a runner owns them (the kernels' linear memory); else JS arrays. */
-    storage?: { keys: Float32Array[]; values: Float32Array[] },
+    storage?: { keys: KvArray[]; values: KvArray[] },
   ) {
     if (!Number.isInteger(numBlocks) || numBlocks < 1) throw new RangeError(`a KV pool needs at least one block, got ${numBlocks}`);
     const floats = numBlocks * shape.numKvHeads * blockSize * shape.headDim;
