@@ -27,7 +27,8 @@ function filesUnder(dir: string): string[] {
     .flatMap((name) => (statSync(join(dir, name)).isDirectory() ? filesUnder(join(dir, name)) : [join(dir, name)]));
 }
 
-function generatorStamp(): string {
+/** Hash of the generator's sources: a model folder made by an older generator is remade. */
+export function generatorStamp(): string {
   const hash = createHash('sha256');
   for (const file of [join(ROOT, 'scripts/model-make.ts'), ...filesUnder(join(ROOT, 'scripts/model')), ...filesUnder(join(ROOT, 'scripts/tokenizer'))]) {
     hash.update(relative(ROOT, file)).update(readFileSync(file));

@@ -1,5 +1,6 @@
 import type { SpeculationCase } from './speculative-table.js';
 import type { WebGpuBenchRow } from './webgpu-table.js';
+import type { WllamaBenchRow } from './wllama-table.js';
 // The shape of bench/results.json.
 import type { Sampled } from './stats.js';
 import type { StepPhases } from './overhead.js';
@@ -62,6 +63,8 @@ export interface BenchResults {
   speculative?: SpeculationCase[];
   /** webgpu against wasm on tiny (scripts/bench/webgpu.ts): on lavapipe this measures dispatch overhead, not a GPU. */
   webgpu?: WebGpuBenchRow[];
+  /** llama.cpp's WebAssembly build on bench-135m as GGUF F32/Q8_0/Q4_0, batch-1 decode (scripts/bench/wllama.ts). */
+  wllama?: WllamaBenchRow[];
   /** When the run was made in parts (--append): each part's machine and options. */
   parts?: { machine: Machine; options: BenchOptions }[];
 }
