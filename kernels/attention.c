@@ -98,40 +98,65 @@ static float softmax_numerators(float *p, int n) {
 /**
  * One sequence's `count` new tokens (positions start .. start + count - 1) attend to its first
  * start + t + 1 keys, read in place from the pool through `table`; their own keys were written by
- * kv_write first. q and out: (count, heads * head_dim). `scores`: scratch of start + count + 4 floats.
- * kv_half: the pool holds float16.
+ * kv_write first. q and out: (count, heads * head_dim). kv_half: the pool holds float16.
+ *
+ * Each key and value is read once for every query that sees it: all `count` tokens and all heads of its
+ * KV group (GQA) take their turn on it while it is in cache. What each (token, head) computes is still
+ * its own: scores in key order with one dot product each, its softmax, then its values added in key
+ * order; so its result does not depend on which tokens run beside it (prefix-cache invariance).
+ * `scores`: scratch of count * (heads / kv_heads) * (start + count + 4) floats.
  */
 void EXPORT(attention)(float *out, const float *q, const void *kpool, const void *vpool, const int *table, int start, int count,
                        int heads, int kv_heads, int head_dim, int block_size, float scale, float *scores, int kv_half) {
-  int group = heads / kv_heads;
+  int group = heads / kv_heads, total = start + count;
+  int stride = (total + 4) & ~3; // floats per (token, head) score row, room for softmax's padding
   size_t head_stride = (size_t)block_size * head_dim, block_stride = kv_heads * head_stride;
-  for (int t = 0; t < count; t++) {
-    int len = start + t + 1;
-    for (int h = 0; h < heads; h++) {
-      const float *qh = q + ((size_t)t * heads + h) * head_dim;
-      size_t head_off = (size_t)(h / group) * head_stride;
-      for (int j = 0; j < len; j++) {
-        size_t at = (size_t)table[j / block_size] * block_stride + head_off + (size_t)(j % block_size) * head_dim;
-        float s = kv_half ? dot_f16(qh, (const half *)kpool + at, head_dim) : dot_f32(qh, (const float *)kpool + at, head_dim);
-        scores[j] = s * scale;
-      }
-      float inv = 1.0f / softmax_numerators(scores, len);
-      float *o = out + ((size_t)t * heads + h) * head_dim;
-      for (int d = 0; d < head_dim; d += 4) {
-        v128_t acc = wasm_f32x4_splat(0);
-        for (int j = 0; j < len; j++) {
-          size_t at = (size_t)table[j / block_size] * block_stride + head_off + (size_t)(j % block_size) * head_dim + d;
-          v128_t v;
-          if (kv_half) {
-            v128_t hi;
-            half8_to_f32(wasm_v128_load64_zero((const half *)vpool + at), &v, &hi);
-          } else {
-            v = wasm_v128_load((const float *)vpool + at);
-          }
-          acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_splat(scores[j]), v));
+  for (int g = 0; g < kv_heads; g++) {
+    size_t head_off = (size_t)g * head_stride;
+    // Scores: key j is seen by tokens t with start + t >= j.
+    for (int j = 0; j < total; j++) {
+      size_t at = (size_t)table[j / block_size] * block_stride + head_off + (size_t)(j % block_size) * head_dim;
+      for (int t = j > start ? j - start : 0; t < count; t++) {
+        for (int i = 0; i < group; i++) {
+          const float *qh = q + ((size_t)t * heads + g * group + i) * head_dim;
+          float s = kv_half ? dot_f16(qh, (const half *)kpool + at, head_dim) : dot_f32(qh, (const float *)kpool + at, head_dim);
+          scores[((size_t)t * group + i) * stride + j] = s * scale;
         }
-        wasm_v128_store(o + d, wasm_f32x4_mul(acc, wasm_f32x4_splat(inv)));
       }
     }
+    for (int t = 0; t < count; t++)
+      for (int i = 0; i < group; i++) {
+        float *p = scores + ((size_t)t * group + i) * stride;
+        float inv = 1.0f / softmax_numerators(p, start + t + 1);
+        p[total] = inv; // kept beside the row: the values pass below scales by it at the end
+        float *o = out + ((size_t)t * heads + g * group + i) * head_dim;
+        for (int d = 0; d < head_dim; d += 4) wasm_v128_store(o + d, wasm_f32x4_splat(0));
+      }
+    // Values, in key order for every (token, head).
+    for (int j = 0; j < total; j++) {
+      size_t at = (size_t)table[j / block_size] * block_stride + head_off + (size_t)(j % block_size) * head_dim;
+      for (int t = j > start ? j - start : 0; t < count; t++) {
+        for (int i = 0; i < group; i++) {
+          v128_t p = wasm_f32x4_splat(scores[((size_t)t * group + i) * stride + j]);
+          float *o = out + ((size_t)t * heads + g * group + i) * head_dim;
+          for (int d = 0; d < head_dim; d += 8) {
+            v128_t v0, v1;
+            if (kv_half) half8_to_f32(wasm_v128_load((const half *)vpool + at + d), &v0, &v1);
+            else {
+              v0 = wasm_v128_load((const float *)vpool + at + d);
+              v1 = wasm_v128_load((const float *)vpool + at + d + 4);
+            }
+            wasm_v128_store(o + d, wasm_f32x4_add(wasm_v128_load(o + d), wasm_f32x4_mul(p, v0)));
+            wasm_v128_store(o + d + 4, wasm_f32x4_add(wasm_v128_load(o + d + 4), wasm_f32x4_mul(p, v1)));
+          }
+        }
+      }
+    }
+    for (int t = 0; t < count; t++)
+      for (int i = 0; i < group; i++) {
+        v128_t inv = wasm_f32x4_splat(scores[((size_t)t * group + i) * stride + total]);
+        float *o = out + ((size_t)t * heads + g * group + i) * head_dim;
+        for (int d = 0; d < head_dim; d += 4) wasm_v128_store(o + d, wasm_f32x4_mul(wasm_v128_load(o + d), inv));
+      }
   }
 }

@@ -112,17 +112,23 @@ void EXPORT(quantize_rows)(short *xq, float *xs, const float *x, int rows, int k
     for (int b = 0; b < blocks; b++) {
       const float *src = x + (size_t)r * k + b * 32;
       short *dst = xq + ((size_t)r * blocks + b) * 32;
-      float absmax = 0.0f;
-      for (int i = 0; i < 32; i++) {
-        block[i] = b * 32 + i < k ? src[i] : 0.0f;
-        float a = block[i] < 0 ? -block[i] : block[i];
-        absmax = a > absmax ? a : absmax;
-      }
+      int n = k - b * 32 < 32 ? k - b * 32 : 32;
+      for (int i = 0; i < 32; i++) block[i] = i < n ? src[i] : 0.0f;
+      v128_t m = wasm_f32x4_splat(0);
+      for (int i = 0; i < 32; i += 4) m = wasm_f32x4_max(m, wasm_f32x4_abs(wasm_v128_load(block + i)));
+      m = wasm_f32x4_max(m, wasm_i32x4_shuffle(m, m, 2, 3, 0, 1));
+      m = wasm_f32x4_max(m, wasm_i32x4_shuffle(m, m, 1, 0, 3, 2));
+      float absmax = wasm_f32x4_extract_lane(m, 0);
       xs[(size_t)r * blocks + b] = absmax / 127.0f;
-      float inv = absmax == 0.0f ? 0.0f : 127.0f / absmax;
-      for (int i = 0; i < 32; i++) {
-        int at = deinterleave ? (i & 1) * 16 + (i >> 1) : i;
-        dst[at] = (short)__builtin_nearbyintf(block[i] * inv);
+      v128_t inv = wasm_f32x4_splat(absmax == 0.0f ? 0.0f : 127.0f / absmax);
+      if (deinterleave) { // even elements to dst[0..16), odd ones to dst[16..32)
+        for (int i = 0; i < 32; i++) dst[(i & 1) * 16 + (i >> 1)] = (short)__builtin_nearbyintf(block[i] * (absmax == 0.0f ? 0.0f : 127.0f / absmax));
+        continue;
+      }
+      for (int i = 0; i < 32; i += 8) {
+        v128_t lo = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(block + i), inv)));
+        v128_t hi = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(block + i + 4), inv)));
+        wasm_v128_store(dst + i, wasm_i16x8_narrow_i32x4(lo, hi));
       }
     }
   }

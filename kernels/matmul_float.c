@@ -44,9 +44,39 @@ static inline void kn_f32_1x32(float *Y, const float *X, const float *W, int K, 
   wasm_v128_store(Y + n + 16, a4); wasm_v128_store(Y + n + 20, a5); wasm_v128_store(Y + n + 24, a6); wasm_v128_store(Y + n + 28, a7);
 }
 
+/**
+ * One row, streaming W in file order: y (N, a multiple of 4) += x[k] * W[k] for k = 0, 1, ..., four rows of
+ * W per pass over y. The sum for each element is the tiles' own (acc + x_k w_k, k ascending), but W is
+ * read front to back, which is what a bandwidth-bound single row needs.
+ */
+static void kn_f32_row_stream(float *y, const float *x, const float *W, int K, int N) {
+  for (int n = 0; n < N; n += 4) wasm_v128_store(y + n, wasm_f32x4_splat(0));
+  int k = 0;
+  for (; k + 4 <= K; k += 4) {
+    const float *w0 = W + (size_t)k * N, *w1 = w0 + N, *w2 = w1 + N, *w3 = w2 + N;
+    v128_t x0 = wasm_f32x4_splat(x[k]), x1 = wasm_f32x4_splat(x[k + 1]), x2 = wasm_f32x4_splat(x[k + 2]), x3 = wasm_f32x4_splat(x[k + 3]);
+    for (int n = 0; n < N; n += 4) {
+      v128_t a = wasm_v128_load(y + n);
+      a = wasm_f32x4_add(a, wasm_f32x4_mul(x0, wasm_v128_load(w0 + n)));
+      a = wasm_f32x4_add(a, wasm_f32x4_mul(x1, wasm_v128_load(w1 + n)));
+      a = wasm_f32x4_add(a, wasm_f32x4_mul(x2, wasm_v128_load(w2 + n)));
+      a = wasm_f32x4_add(a, wasm_f32x4_mul(x3, wasm_v128_load(w3 + n)));
+      wasm_v128_store(y + n, a);
+    }
+  }
+  for (; k < K; k++) {
+    v128_t xk = wasm_f32x4_splat(x[k]);
+    for (int n = 0; n < N; n += 4) wasm_v128_store(y + n, wasm_f32x4_add(wasm_v128_load(y + n), wasm_f32x4_mul(xk, wasm_v128_load(W + (size_t)k * N + n))));
+  }
+}
+
 /** Y (M, N) = X (M, K) @ W (K, N), float32 weights. */
 void EXPORT(matmul_kn_f32)(float *Y, const float *X, const float *W, int M, int K, int N) {
   int n = 0;
+  if (M < 4 && N % 4 == 0) {
+    for (int m = 0; m < M; m++) kn_f32_row_stream(Y + (size_t)m * N, X + (size_t)m * K, W, K, N);
+    return;
+  }
   for (; n + 32 <= N && M < 4; n += 32)
     for (int m = 0; m < M; m++) kn_f32_1x32(Y + (size_t)m * N, X + (size_t)m * K, W, K, N, n);
   for (; n + 8 <= N; n += 8) {

@@ -41,29 +41,78 @@ static inline void unpack_q4(const unsigned char *b, v128_t *w) {
   w[3] = wasm_i16x8_extend_high_i8x16(hi);
 }
 
+static inline void unpack(const unsigned char *b, int bits, v128_t *w) {
+  if (bits == 8) unpack_q8(b, w);
+  else unpack_q4(b, w);
+}
+
+/** One row, two columns: the row's activation block is loaded once for both. */
+static void q_row_2cols(float *y, const short *xq, const float *xs, const unsigned char *w0, const unsigned char *w1,
+                        const float *s0, const float *s1, int blocks, int bits) {
+  int blob = 4 * bits;
+  v128_t acc0 = wasm_f32x4_splat(0), acc1 = acc0;
+  for (int b = 0; b < blocks; b++) {
+    const short *x = xq + b * 32;
+    v128_t x0 = wasm_v128_load(x), x1 = wasm_v128_load(x + 8), x2 = wasm_v128_load(x + 16), x3 = wasm_v128_load(x + 24);
+    v128_t w[4];
+    unpack(w0 + b * blob, bits, w);
+    v128_t i0 = wasm_i32x4_add(wasm_i32x4_add(wasm_i32x4_dot_i16x8(w[0], x0), wasm_i32x4_dot_i16x8(w[1], x1)),
+                               wasm_i32x4_add(wasm_i32x4_dot_i16x8(w[2], x2), wasm_i32x4_dot_i16x8(w[3], x3)));
+    unpack(w1 + b * blob, bits, w);
+    v128_t i1 = wasm_i32x4_add(wasm_i32x4_add(wasm_i32x4_dot_i16x8(w[0], x0), wasm_i32x4_dot_i16x8(w[1], x1)),
+                               wasm_i32x4_add(wasm_i32x4_dot_i16x8(w[2], x2), wasm_i32x4_dot_i16x8(w[3], x3)));
+    acc0 = scaled(acc0, i0, xs[b] * s0[b]);
+    acc1 = scaled(acc1, i1, xs[b] * s1[b]);
+  }
+  y[0] = hsum(acc0);
+  y[1] = hsum(acc1);
+}
+
+/** Four rows, one column: the weight block is unpacked once for the four. */
+static void q_4rows_col(float *y, int ystride, const short *xq, const float *xs, const unsigned char *wrow, const float *ws,
+                        int K, int blocks, int bits) {
+  int blob = 4 * bits;
+  v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0;
+  for (int b = 0; b < blocks; b++) {
+    v128_t w[4];
+    unpack(wrow + b * blob, bits, w);
+    const short *x = xq + b * 32;
+    a0 = scaled(a0, block_dot(w[0], w[1], w[2], w[3], x), xs[b] * ws[b]);
+    a1 = scaled(a1, block_dot(w[0], w[1], w[2], w[3], x + K), xs[blocks + b] * ws[b]);
+    a2 = scaled(a2, block_dot(w[0], w[1], w[2], w[3], x + 2 * K), xs[2 * blocks + b] * ws[b]);
+    a3 = scaled(a3, block_dot(w[0], w[1], w[2], w[3], x + 3 * K), xs[3 * blocks + b] * ws[b]);
+  }
+  y[0] = hsum(a0);
+  y[ystride] = hsum(a1);
+  y[2 * ystride] = hsum(a2);
+  y[3 * ystride] = hsum(a3);
+}
+
 /**
  * Y (M, N) = X (M, K) @ W^T for `bits` 8 or 4. X is given quantised: xq (M, K) int16 (for 4-bit, each
- * block deinterleaved: even elements then odd), xs (M, K/32).
+ * block deinterleaved: even elements then odd), xs (M, K/32). K is a multiple of 32 (padded).
  */
 void EXPORT(matmul_q)(float *Y, const short *xq, const float *xs, const unsigned char *W, const float *ws, int M, int K, int N, int bits) {
   int blocks = K / 32, blob = 4 * bits;
-  for (int n = 0; n < N; n++) {
-    const unsigned char *wrow = W + (size_t)n * blocks * blob;
-    const float *wscale = ws + (size_t)n * blocks;
-    for (int m = 0; m < M; m += 4) {
-      int rows = M - m < 4 ? M - m : 4;
-      v128_t acc[4] = {wasm_f32x4_splat(0), wasm_f32x4_splat(0), wasm_f32x4_splat(0), wasm_f32x4_splat(0)};
+  size_t wstride = (size_t)blocks * blob;
+  int m = 0;
+  for (; m + 4 <= M; m += 4)
+    for (int n = 0; n < N; n++)
+      q_4rows_col(Y + (size_t)m * N + n, N, xq + (size_t)m * K, xs + (size_t)m * blocks, W + n * wstride, ws + (size_t)n * blocks, K, blocks, bits);
+  for (; m < M; m++) {
+    const short *x = xq + (size_t)m * K;
+    const float *s = xs + (size_t)m * blocks;
+    int n = 0;
+    for (; n + 2 <= N; n += 2)
+      q_row_2cols(Y + (size_t)m * N + n, x, s, W + n * wstride, W + (n + 1) * wstride, ws + (size_t)n * blocks, ws + (size_t)(n + 1) * blocks, blocks, bits);
+    for (; n < N; n++) { // the odd last column: the same operations, one column
+      v128_t acc = wasm_f32x4_splat(0);
       for (int b = 0; b < blocks; b++) {
         v128_t w[4];
-        if (bits == 8) unpack_q8(wrow + b * blob, w);
-        else unpack_q4(wrow + b * blob, w);
-        for (int r = 0; r < rows; r++) {
-          size_t row = (size_t)(m + r);
-          v128_t isum = block_dot(w[0], w[1], w[2], w[3], xq + row * K + b * 32);
-          acc[r] = scaled(acc[r], isum, xs[row * blocks + b] * wscale[b]);
-        }
+        unpack(W + n * wstride + b * blob, bits, w);
+        acc = scaled(acc, block_dot(w[0], w[1], w[2], w[3], x + b * 32), s[b] * ws[(size_t)n * blocks + b]);
       }
-      for (int r = 0; r < rows; r++) Y[(size_t)(m + r) * N + n] = hsum(acc[r]);
+      Y[(size_t)m * N + n] = hsum(acc);
     }
   }
 }

@@ -32,7 +32,7 @@ interface Scratch {
   up: number; // (CHUNK, intermediate)
   xq: number; // (CHUNK, widest input padded to 32) int16: quantised activations
   xs: number; // (CHUNK, widest input / 32): their block scales
-  scores: number; // (context + CHUNK + 4): one head's attention scores
+  scores: number; // (CHUNK, heads / kv_heads, longest row + 8): the attention scores of one row's run of tokens
   lazyLogits: number; // (vocab): logits asked for one position at a time
 }
 
@@ -141,7 +141,8 @@ export class KernelRunner {
     const sin = mem.alloc(M * (headDim / 2) * 4);
     const tableStart: number[] = [];
     const tables = mem.alloc(4 * kvs.reduce((n, kv) => (tableStart.push(n), n + kv.blocks.length), 0));
-    const s = (this.scratch = this.allocScratch());
+    const longest = Math.max(...kvs.map((kv, r) => Math.min(CHUNK, counts[r]) * (starts[r] + counts[r] + 8)));
+    const s = (this.scratch = this.allocScratch(longest));
     const logits = mem.alloc(rows.length * vocabSize * 4); // (rows, vocab)
     const lastRows = mem.alloc(rows.length * H * 4); // (rows, hidden)
 
@@ -238,8 +239,9 @@ export class KernelRunner {
     return this.memory.f32(s.lazyLogits, vocabSize).slice();
   }
 
-  private allocScratch(): Scratch {
-    const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize, maxPositionEmbeddings } = this.config;
+  /** `scoreRow`: the most (tokens x keys) one attention call of this pass scores, per head of a KV group. */
+  private allocScratch(scoreRow: number): Scratch {
+    const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize } = this.config;
     const I = this.weights.intermediateSize;
     const f = (n: number): number => this.memory.alloc(align(n, 4) * 4);
     const widest = align(Math.max(H, I, numHeads * headDim), 32);
@@ -254,7 +256,7 @@ export class KernelRunner {
       up: f(CHUNK * I),
       xq: this.memory.alloc(CHUNK * widest * 2),
       xs: f((CHUNK * widest) / 32),
-      scores: f(maxPositionEmbeddings + CHUNK + 4),
+      scores: f((numHeads / numKvHeads) * scoreRow),
       lazyLogits: f(vocabSize),
     };
   }
@@ -302,5 +304,6 @@ export function scratchBytes(config: ModelConfig, tokens: number, rows: number):
   const widest = Math.max(I, numHeads * headDim);
   const perToken = H + headDim + 16; // residual, RoPE tables, a block-table entry
   const chunk = CHUNK * (2 * H + 2 * numHeads * headDim + 2 * numKvHeads * headDim + 2 * I + widest / 2 + widest / 32);
-  return 4 * (tokens * perToken + chunk + maxPositionEmbeddings + CHUNK + vocabSize + rows * (vocabSize + H)) + 65536;
+  const scores = CHUNK * (numHeads / numKvHeads) * (maxPositionEmbeddings + 8);
+  return 4 * (tokens * perToken + chunk + scores + vocabSize + rows * (vocabSize + H)) + 65536;
 }
