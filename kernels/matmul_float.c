@@ -73,8 +73,8 @@ static void kn_f32_row_stream(float *y, const float *x, const float *W, int K, i
 /** Y (M, N) = X (M, K) @ W (K, N), float32 weights. */
 void EXPORT(matmul_kn_f32)(float *Y, const float *X, const float *W, int M, int K, int N) {
   int n = 0;
-  if (M < 4 && N % 4 == 0) {
-    for (int m = 0; m < M; m++) kn_f32_row_stream(Y + (size_t)m * N, X + (size_t)m * K, W, K, N);
+  if (M == 1 && N % 4 == 0) { // measured: 1.1x the 1x32 tiles for one row, 0.75x for two (W read twice)
+    kn_f32_row_stream(Y, X, W, K, N);
     return;
   }
   for (; n + 32 <= N && M < 4; n += 32)
