@@ -6,7 +6,7 @@
 // Writes <out>/results.json, <out>/decode.svg and prints Markdown tables. Not part of `npm test`.
 //
 //   npm run bench -- [--quick] [--models bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32]
-//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama]
+//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels]
 //     [--runs 5] [--batches 1,4,16,32] [--prefill 128,512,2048] [--histories 256,1024,4096]
 //     [--prompt 32] [--tokens 32] [--fresh 20] [--clients 1,16] [--session-models ...] [--out bench] [--append]
 // Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1). Each backend runs in a child process.
@@ -24,13 +24,14 @@ import { runService } from './bench/service.js';
 import type { SpeculationCase } from './bench/speculative-table.js';
 import type { WebGpuBenchRow } from './bench/webgpu-table.js';
 import type { WllamaBenchRow } from './bench/wllama-table.js';
+import type { KernelsBench } from './bench/kernels-table.js';
 import { decodePlotSvg } from './bench/svg-plot.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const log = (s: string): void => console.error(s);
 const options = parseBenchOptions(process.argv.slice(2));
-// The wllama section writes its own GGUF files and needs none of the ONNX variants.
-if (options.sections.some((s) => s !== 'wllama')) ensureBenchModels(options.variants);
+// The wllama and kernels sections make the models they need themselves.
+if (options.sections.some((s) => s !== 'wllama' && s !== 'kernels')) ensureBenchModels(options.variants);
 const outDir = resolvePath(ROOT, options.out);
 mkdirSync(outDir, { recursive: true });
 
@@ -69,7 +70,7 @@ function runScriptChild<T>(nodeFlags: string[], script: string, args: string[]):
   });
 }
 
-const SCRIPT_SECTIONS: readonly string[] = ['service', 'speculative', 'webgpu', 'wllama'];
+const SCRIPT_SECTIONS: readonly string[] = ['service', 'speculative', 'webgpu', 'wllama', 'kernels'];
 const engineSections = options.sections.filter((s) => !SCRIPT_SECTIONS.includes(s));
 const backends: BackendResult[] = [];
 if (engineSections.length) for (const b of options.backends) backends.push(await runBackendChild(b));
@@ -81,6 +82,9 @@ if (options.sections.includes('speculative')) {
 if (options.sections.includes('webgpu')) {
   // --liftoff-only: otherwise V8 spends ~30 s optimising ORT's WebGPU wasm (PLATFORM.md).
   results.webgpu = await runScriptChild<WebGpuBenchRow[]>(['--liftoff-only'], 'scripts/bench/webgpu.ts', ['--runs', String(Math.min(options.runs, 3)), '--batches', '1,4']);
+}
+if (options.sections.includes('kernels')) {
+  results.kernels = await runScriptChild<KernelsBench>([], 'scripts/bench/kernels.ts', ['--runs', String(options.runs)]);
 }
 if (options.sections.includes('wllama')) {
   // Batch-1 greedy decode of 128 tokens, as the speculative section measures ours.
@@ -94,6 +98,7 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   results.speculative ??= earlier.speculative;
   results.webgpu ??= earlier.webgpu;
   results.wllama ??= earlier.wllama;
+  results.kernels ??= earlier.kernels;
   results.parts = [...(earlier.parts ?? [{ machine: earlier.machine, options: earlier.options }]), { machine: results.machine, options }];
   // A part that ran no engine section leaves the tables to the options they were measured with.
   if (engineSections.length === 0) [results.machine, results.options] = [earlier.machine, earlier.options];

@@ -1,6 +1,7 @@
 import { speculationTable } from './speculative-table.js';
 import { webGpuBenchTable } from './webgpu-table.js';
 import { wllamaBenchTable } from './wllama-table.js';
+import { kernelsTable } from './kernels-table.js';
 // Markdown tables of a results object: what the bench prints, and what docs/benchmarks.md shows.
 import type { BenchResults, VariantResult } from './results.js';
 import type { Sampled } from './stats.js';
@@ -108,5 +109,6 @@ export function markdownReport(r: BenchResults): string {
   if (r.speculative) out.push(`\n${speculationTable('cpu', r.speculative)}`);
   if (r.webgpu) out.push(`\n**WebGPU vs wasm** (tiny; on lavapipe, a CPU standing in for a GPU: dispatch overhead, not GPU speed)\n\n${webGpuBenchTable(r.webgpu)}`);
   if (r.wllama) out.push(`\n${wllamaBenchTable(r.wllama)}`);
+  if (r.kernels) out.push(`\n${kernelsTable(r.kernels)}`);
   return `${out.join('\n')}\n`;
 }

@@ -1,6 +1,7 @@
 import type { SpeculationCase } from './speculative-table.js';
 import type { WebGpuBenchRow } from './webgpu-table.js';
 import type { WllamaBenchRow } from './wllama-table.js';
+import type { KernelsBench } from './kernels-table.js';
 // The shape of bench/results.json.
 import type { Sampled } from './stats.js';
 import type { StepPhases } from './overhead.js';
@@ -65,6 +66,8 @@ export interface BenchResults {
   webgpu?: WebGpuBenchRow[];
   /** llama.cpp's WebAssembly build on bench-135m as GGUF F32/Q8_0/Q4_0, batch-1 decode (scripts/bench/wllama.ts). */
   wllama?: WllamaBenchRow[];
+  /** Our edge kernels against onnxruntime-web on bench-135m (scripts/bench/kernels.ts). */
+  kernels?: KernelsBench;
   /** When the run was made in parts (--append): each part's machine and options. */
   parts?: { machine: Machine; options: BenchOptions }[];
 }
