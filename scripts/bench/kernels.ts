@@ -25,7 +25,7 @@ export type { KernelsBench } from './kernels-table.js';
 
 const MODEL = 'bench-135m';
 
-async function load(backend: 'kernels' | 'ort-wasm', dtype: ModelDtype, kvMiB = 160): Promise<Engine> {
+async function load(backend: 'kernels' | 'ort-wasm', dtype: ModelDtype, kvMiB = 200): Promise<Engine> {
   return Engine.load(await nodeRuntime(backend), directorySource(modelDir(MODEL)), { dtype, autoRun: false, kvCacheBytes: kvMiB * 2 ** 20, maxTokensPerStep: 8192 });
 }
 
