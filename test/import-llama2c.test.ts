@@ -113,7 +113,8 @@ for (const [i, c] of CASES.entries()) {
       ref = await loadLlama2cReference(bin);
     });
 
-    for (const backend of i === 0 ? (['cpu', 'wasm'] as const) : (['cpu'] as const)) {
+    // Every case on the edge kernels too (GQA, shared and unshared classifiers); onnxruntime-web on the first.
+    for (const backend of i === 0 ? (['cpu', 'kernels', 'ort-wasm'] as const) : (['cpu', 'kernels'] as const)) {
       it(`${backend}: logits match run.c's math within 1e-4 over ${STEPS} teacher-forced steps; greedy tokens equal`, async () => {
         const engine = await Engine.load(await nodeRuntime(backend), directorySource(out), { kvCacheBytes: 4 << 20 });
         try {
