@@ -20,18 +20,27 @@ const GZIP_BUDGET_KIB = 4096;
 /** The free plan's upload limit (3 MiB gzip). */
 const FREE_PLAN_KIB = 3072;
 
+/** `npm run deploy -- --dry-run <flags> --outdir <out>`: its log (it must succeed), for `check` to read with `out`. */
+function dryRun(flags: string[], check: (log: string, out: string) => void): void {
+  const out = mkdtempSync(join(tmpdir(), 'edge-infer-bundle-'));
+  try {
+    const run = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/deploy.ts', '--dry-run', ...flags, '--outdir', out], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: { ...process.env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1', CI: 'true' },
+      timeout: 150_000,
+    });
+    const log = `${run.stdout}\n${run.stderr}`;
+    expect(run.status, log).toBe(0);
+    check(log, out);
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
+}
+
 describe('npm run deploy', () => {
   it('bundles with wrangler deploy --dry-run, within the size budget', () => {
-    const out = mkdtempSync(join(tmpdir(), 'edge-infer-bundle-'));
-    try {
-      const run = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/deploy.ts', '--dry-run', '--outdir', out], {
-        cwd: ROOT,
-        encoding: 'utf8',
-        env: { ...process.env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1', CI: 'true' },
-        timeout: 150_000,
-      });
-      const log = `${run.stdout}\n${run.stderr}`;
-      expect(run.status, log).toBe(0);
+    dryRun([], (log, out) => {
       const m = /Total Upload: ([\d.]+) KiB \/ gzip: ([\d.]+) KiB/.exec(log);
       expect(m, log).not.toBeNull();
       const [total, gzip] = [Number(m![1]), Number(m![2])];
@@ -45,22 +54,11 @@ describe('npm run deploy', () => {
       // The dry run carried the production vars (wrangler hides values given with --var).
       expect(log).toMatch(/env\.ALLOW_LOOPBACK_CALLBACKS \("\(hidden\)"\)/);
       expect(log).not.toMatch(/env\.API_KEYS/);
-    } finally {
-      rmSync(out, { recursive: true, force: true });
-    }
+    });
   }, 180_000);
 
   it('--kernels-only leaves onnxruntime-web out: the edge kernels alone fit the free plan', () => {
-    const out = mkdtempSync(join(tmpdir(), 'edge-infer-bundle-'));
-    try {
-      const run = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/deploy.ts', '--dry-run', '--kernels-only', '--outdir', out], {
-        cwd: ROOT,
-        encoding: 'utf8',
-        env: { ...process.env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1', CI: 'true' },
-        timeout: 150_000,
-      });
-      const log = `${run.stdout}\n${run.stderr}`;
-      expect(run.status, log).toBe(0);
+    dryRun(['--kernels-only'], (log, out) => {
       const gzip = Number(/Total Upload: [\d.]+ KiB \/ gzip: ([\d.]+) KiB/.exec(log)?.[1]);
       const files = readdirSync(out);
       console.log(`deploy bundle --kernels-only: gzip ${gzip.toFixed(0)} KiB; modules: ${files.join(', ')}`);
@@ -68,9 +66,7 @@ describe('npm run deploy', () => {
       expect(files.some((f) => f.includes('ort-wasm'))).toBe(false);
       expect(gzip).toBeLessThan(FREE_PLAN_KIB);
       expect(existsSync(join(ROOT, 'wrangler.kernels-only.toml')), 'the temporary config is removed').toBe(false);
-    } finally {
-      rmSync(out, { recursive: true, force: true });
-    }
+    });
   }, 180_000);
 
   it('passes production vars before the user’s flags and keeps its own flags to itself', () => {
