@@ -5,7 +5,8 @@ import { readJsonObject, type JsonObject } from '../body.js';
 import { ApiError, badParam, unwrap } from '../errors.js';
 import { chatChunks, finishReason, responseMeta, usage } from '../openai.js';
 import { checkModel, optInteger, optString, samplingParams, streamOptions } from '../params.js';
-import { hash32, newShardedId, shardCount, shardOfId, shardStub } from '../routing.js';
+import { hash32, shardCount, shardStub } from '../routing.js';
+import { issuedShard, issueId } from '../shard-ids.js';
 import { openGeneration } from '../generation.js';
 import { sseResponse } from '../sse.js';
 
@@ -38,8 +39,8 @@ export function sessionSampling(body: JsonObject, allowed: string[], where = '')
   }
 }
 
-function stubFor(env: Env, id: string) {
-  const shard = shardOfId(id);
+async function stubFor(env: Env, id: string) {
+  const shard = await issuedShard(env, id);
   if (shard === null) throw new ApiError(404, `no session '${id}'`, 'invalid_request_error', null, 'session_not_found');
   return shardStub(env, shard);
 }
@@ -56,17 +57,17 @@ sessions.post('/', async (c) => {
   const defaults = sessionSampling(given as JsonObject, SAMPLING_FIELDS, 'defaults.');
   // Sessions with the same system prompt share a shard, and so its cached blocks; the rest spread out.
   const shard = system !== undefined ? hash32(`system\n${system}`) % shardCount(c.env) : Math.floor(Math.random() * shardCount(c.env));
-  const session = unwrap(await shardStub(c.env, shard).createSession(newShardedId(shard), { system, defaults }));
+  const session = unwrap(await shardStub(c.env, shard).createSession(await issueId(c.env, shard), { system, defaults }));
   return c.json(session, 201);
 });
 
-sessions.get('/:id', async (c) => c.json(unwrap(await stubFor(c.env, c.req.param('id')).getSession(c.req.param('id')))));
+sessions.get('/:id', async (c) => c.json(unwrap(await (await stubFor(c.env, c.req.param('id'))).getSession(c.req.param('id')))));
 
-sessions.delete('/:id', async (c) => c.json(unwrap(await stubFor(c.env, c.req.param('id')).deleteSession(c.req.param('id')))));
+sessions.delete('/:id', async (c) => c.json(unwrap(await (await stubFor(c.env, c.req.param('id'))).deleteSession(c.req.param('id')))));
 
 sessions.post('/:id/messages', async (c) => {
   const id = c.req.param('id');
-  const stub = stubFor(c.env, id);
+  const stub = await stubFor(c.env, id);
   const body = await readJsonObject(c);
   const content = messageContent(body.content);
   const rest = Object.fromEntries(Object.entries(body).filter(([k]) => !['content', 'stream', 'stream_options'].includes(k)));
