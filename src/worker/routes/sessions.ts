@@ -9,6 +9,7 @@ import { hash32, shardCount, shardStub } from '../routing.js';
 import { issuedShard, issueId } from '../shard-ids.js';
 import { openGeneration } from '../generation.js';
 import { sseResponse } from '../sse.js';
+import { contentText } from '../../tokenizer/chat-messages.js';
 
 /**
  * Chat sessions: POST /v1/sessions, GET|DELETE /v1/sessions/:id, POST /v1/sessions/:id/messages.
@@ -97,13 +98,11 @@ sessions.post('/:id/messages', async (c) => {
   throw new ApiError(500, 'the reply ended before it finished', 'server_error', null, 'generation_failed');
 });
 
-/** The user message: a non-empty string, or OpenAI text parts. */
+/** The user message: a non-empty string, or OpenAI text parts (read as chat messages' are: chat-messages.ts). */
 function messageContent(v: unknown): string {
-  if (typeof v === 'string' && v.length > 0) return v;
-  if (Array.isArray(v) && v.length > 0 && v.every((p) => typeof p === 'object' && p !== null && p.type === 'text' && typeof p.text === 'string')) {
-    return (v as { text: string }[]).map((p) => p.text).join('');
-  }
-  throw badParam('content', v === undefined ? 'content is required' : 'content must be a non-empty string or an array of text parts');
+  if (v === undefined) throw badParam('content', 'content is required');
+  if ((typeof v === 'string' || Array.isArray(v)) && v.length === 0) throw badParam('content', 'content must not be empty', 'invalid_value');
+  return contentText(v, 'content');
 }
 
 export default sessions;
