@@ -4,7 +4,7 @@
 // deep nesting, bad UTF-8, lone surrogates, content-type lies. Every answer must be a 4xx in OpenAI's
 // error schema or a valid answer (never a 5xx, never a hang), and after each request a normal request
 // still works and the KV gauges are back at their baseline (what the request made, it deletes first).
-// The seed is fixed and printed; FUZZ_SEED (a binding or var) replays another one.
+// The seed is fixed and printed; FUZZ_SEED=<n> in the environment replays another one.
 import { env } from 'cloudflare:workers';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -288,7 +288,7 @@ const property = (arb: fc.Arbitrary<FuzzRequest>, numRuns = RUNS) => fc.assert(f
 
 describe(`fuzz every route (seed ${SEED}, ${RUNS}-${2 * RUNS} runs each)`, () => {
   beforeAll(async () => {
-    console.log(`fuzz seed: ${SEED} (replay another with the FUZZ_SEED binding)`);
+    console.log(`fuzz seed: ${SEED} (FUZZ_SEED=<n> npx vitest run --project workers test/workers/fuzz.test.ts replays another)`);
     live.hookSecret = newSecret();
     live.callbackUrl = (await inbox(live.hookSecret)).url;
     const put = await call(`/v1/hooks/${live.hookName}`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ template: 'Hi {{ title }}', callback_url: live.callbackUrl, secret: live.hookSecret, params: { max_tokens: 2 } }) });
