@@ -12,6 +12,8 @@ export interface Env {
   /** Real models (over the assets' 25 MiB per-file cap), uploaded with `npm run model:upload`. */
   MODEL_BUCKET?: R2Bucket;
   API_KEYS?: string;
+  /** Signs session and job ids (HMAC), so a signed id's shard is trusted past SHARD_COUNT; see src/worker/shard-ids.ts. */
+  ID_SECRET?: string;
   SHARD_COUNT?: string;
   /** The served model's folder name (and id); MODEL_NAME is its older spelling and overrides it. */
   MODEL?: string;

@@ -58,7 +58,8 @@ describe('renderChat', () => {
         error = e;
       }
       expect(error, JSON.stringify(messages)).toBeInstanceOf(InvalidRequestError);
-      expect((error as InvalidRequestError).param).toBe('messages');
+      // The param names the field at fault (messages, messages[0].role, ...), as the edge's errors do.
+      expect((error as InvalidRequestError).param).toMatch(/^messages(\[\d+\]|$)/);
     }
   });
 });

@@ -160,6 +160,9 @@ export class InferenceObject extends DurableObject<Env> {
 
   /** A session turn: its events go to `sink` as generate()'s do; a client that goes away cancels the turn. */
   async sessionMessage(id: string, content: string, overrides: SamplingFields, sink: EventSink): Promise<RpcResult<{ started: true }>> {
+    // An unknown session is a 404 from storage alone: it must never cost a model load.
+    const known = this.services.sessions.get(id);
+    if (!known.ok) return known;
     const loaded = await this.engineOrUnavailable();
     if (!loaded.ok) return loaded;
     const engine = loaded.value;

@@ -1,5 +1,6 @@
 import type { Context } from 'hono';
 import { intVar, type Env } from '../env.js';
+import { discardBody } from './body-discard.js';
 import { ApiError } from './errors.js';
 
 export type JsonObject = Record<string, unknown>;
@@ -10,12 +11,17 @@ function tooLarge(limit: number): ApiError {
 
 /**
  * The request body's bytes, read under MAX_BODY_BYTES: refused early by Content-Length, and also counted
- * while reading, since a chunked body has no length to trust.
+ * while reading, since a chunked body has no length to trust. A refused body is finished before the 413
+ * goes (see body-discard.ts).
  */
 export async function readBodyBytes(c: Context<{ Bindings: Env }>): Promise<Uint8Array> {
   const limit = intVar(c.env, 'MAX_BODY_BYTES');
   const declared = Number(c.req.header('content-length') ?? NaN);
-  if (Number.isFinite(declared) && declared > limit) throw tooLarge(limit);
+  if (Number.isFinite(declared) && declared > limit) {
+    const body = c.req.raw.body;
+    if (body) await discardBody(body.getReader());
+    throw tooLarge(limit);
+  }
 
   const chunks: Uint8Array[] = [];
   let size = 0;
@@ -27,7 +33,7 @@ export async function readBodyBytes(c: Context<{ Bindings: Env }>): Promise<Uint
       if (done) break;
       size += value.byteLength;
       if (size > limit) {
-        await reader.cancel();
+        await discardBody(reader);
         throw tooLarge(limit);
       }
       chunks.push(value);

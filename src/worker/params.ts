@@ -1,5 +1,6 @@
 import type { ChatMessage, GenerationRequest } from '../engine/request.js';
 import { modelName, type Env } from '../env.js';
+import { validateMessages } from '../tokenizer/chat-messages.js';
 import type { JsonObject } from './body.js';
 import { ApiError, badParam } from './errors.js';
 
@@ -157,37 +158,9 @@ export function streamOptions(body: JsonObject): { stream: boolean; includeUsage
   return { stream, includeUsage };
 }
 
-function messageContent(content: unknown, i: number): string {
-  if (typeof content === 'string') return content;
-  if (content === null || content === undefined) return '';
-  if (Array.isArray(content)) {
-    return content
-      .map((part: unknown, j) => {
-        const p = part as JsonObject;
-        if (kind(part) !== 'object' || p.type !== 'text' || typeof p.text !== 'string') {
-          throw badParam(`messages[${i}].content[${j}]`, 'only text content parts ({"type":"text","text":...}) are supported');
-        }
-        return p.text;
-      })
-      .join('');
-  }
-  throw badParam(`messages[${i}].content`, `messages[${i}].content must be a string or an array of text parts`);
-}
-
-/** Chat messages: role and text content (string or text parts); `developer` is the system role by its newer name. */
+/** Chat messages, by the one validator the chat template uses too (text parts joined with '\n'; see chat-messages.ts). */
 export function chatMessages(body: JsonObject): ChatMessage[] {
-  const v = body.messages;
-  if (!Array.isArray(v)) throw badParam('messages', v === undefined ? 'messages is required' : `messages must be an array, got ${kind(v)}`);
-  if (v.length === 0) throw badParam('messages', 'messages must not be empty', 'invalid_value');
-  return v.map((m: unknown, i) => {
-    if (kind(m) !== 'object') throw badParam(`messages[${i}]`, `messages[${i}] must be an object`);
-    const { role, content } = m as JsonObject;
-    if (typeof role !== 'string') throw badParam(`messages[${i}].role`, `messages[${i}].role must be a string`);
-    if (!['system', 'developer', 'user', 'assistant'].includes(role)) {
-      throw badParam(`messages[${i}].role`, `messages[${i}].role '${role}' is not one of system, developer, user, assistant`, 'invalid_value');
-    }
-    return { role: role === 'developer' ? 'system' : role, content: messageContent(content, i) };
-  });
+  return validateMessages(body.messages);
 }
 
 /** Completions' `prompt`: a string, a list of strings, a list of token ids, or a list of such lists. */

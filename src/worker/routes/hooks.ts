@@ -4,7 +4,8 @@ import type { HookInput } from '../../objects/webhooks/service.js';
 import { requireApiKey } from '../auth.js';
 import { readBodyBytes, readJsonObject, type JsonObject } from '../body.js';
 import { ApiError, badParam, unwrap } from '../errors.js';
-import { newShardedId, shardForName, shardStub } from '../routing.js';
+import { shardForName, shardStub } from '../routing.js';
+import { issueId } from '../shard-ids.js';
 import { SAMPLING_FIELDS, sessionSampling } from './sessions.js';
 
 /**
@@ -54,7 +55,7 @@ hooks.post('/:name', async (c) => {
     if (v !== undefined) headers[h] = v;
   }
   const shard = shardForName(c.env, name);
-  const accepted = unwrap(await shardStub(c.env, shard).receiveHookEvent(name, headers, body, newShardedId(shard)));
+  const accepted = unwrap(await shardStub(c.env, shard).receiveHookEvent(name, headers, body, await issueId(c.env, shard)));
   // A replayed webhook-id is answered with the job it created the first time.
   return c.json({ job_id: accepted.job_id, object: 'job', status: accepted.status }, accepted.duplicate ? 200 : 202);
 });

@@ -7,9 +7,11 @@ import { chatChunks, chatLogprobs, finishReason, responseMeta, usage } from '../
 import { logprobParams } from '../logprob-params.js';
 import type { TokenWire } from '../generation.js';
 import { checkModel, optInteger, optString, samplingParams, streamOptions } from '../params.js';
-import { hash32, newShardedId, shardCount, shardOfId, shardStub } from '../routing.js';
+import { hash32, shardCount, shardStub } from '../routing.js';
+import { issuedShard, issueId } from '../shard-ids.js';
 import { openGeneration } from '../generation.js';
 import { sseResponse } from '../sse.js';
+import { contentText } from '../../tokenizer/chat-messages.js';
 
 /**
  * Chat sessions: POST /v1/sessions, GET|DELETE /v1/sessions/:id, POST /v1/sessions/:id/messages.
@@ -40,8 +42,8 @@ export function sessionSampling(body: JsonObject, allowed: string[], where = '')
   }
 }
 
-function stubFor(env: Env, id: string) {
-  const shard = shardOfId(id);
+async function stubFor(env: Env, id: string) {
+  const shard = await issuedShard(env, id);
   if (shard === null) throw new ApiError(404, `no session '${id}'`, 'invalid_request_error', null, 'session_not_found');
   return shardStub(env, shard);
 }
@@ -58,17 +60,17 @@ sessions.post('/', async (c) => {
   const defaults = sessionSampling(given as JsonObject, SAMPLING_FIELDS, 'defaults.');
   // Sessions with the same system prompt share a shard, and so its cached blocks; the rest spread out.
   const shard = system !== undefined ? hash32(`system\n${system}`) % shardCount(c.env) : Math.floor(Math.random() * shardCount(c.env));
-  const session = unwrap(await shardStub(c.env, shard).createSession(newShardedId(shard), { system, defaults }));
+  const session = unwrap(await shardStub(c.env, shard).createSession(await issueId(c.env, shard), { system, defaults }));
   return c.json(session, 201);
 });
 
-sessions.get('/:id', async (c) => c.json(unwrap(await stubFor(c.env, c.req.param('id')).getSession(c.req.param('id')))));
+sessions.get('/:id', async (c) => c.json(unwrap(await (await stubFor(c.env, c.req.param('id'))).getSession(c.req.param('id')))));
 
-sessions.delete('/:id', async (c) => c.json(unwrap(await stubFor(c.env, c.req.param('id')).deleteSession(c.req.param('id')))));
+sessions.delete('/:id', async (c) => c.json(unwrap(await (await stubFor(c.env, c.req.param('id'))).deleteSession(c.req.param('id')))));
 
 sessions.post('/:id/messages', async (c) => {
   const id = c.req.param('id');
-  const stub = stubFor(c.env, id);
+  const stub = await stubFor(c.env, id);
   const body = await readJsonObject(c);
   const content = messageContent(body.content);
   const rest = Object.fromEntries(Object.entries(body).filter(([k]) => !['content', 'stream', 'stream_options', 'logprobs', 'top_logprobs'].includes(k)));
@@ -103,13 +105,11 @@ sessions.post('/:id/messages', async (c) => {
   throw new ApiError(500, 'the reply ended before it finished', 'server_error', null, 'generation_failed');
 });
 
-/** The user message: a non-empty string, or OpenAI text parts. */
+/** The user message: a non-empty string, or OpenAI text parts (read as chat messages' are: chat-messages.ts). */
 function messageContent(v: unknown): string {
-  if (typeof v === 'string' && v.length > 0) return v;
-  if (Array.isArray(v) && v.length > 0 && v.every((p) => typeof p === 'object' && p !== null && p.type === 'text' && typeof p.text === 'string')) {
-    return (v as { text: string }[]).map((p) => p.text).join('');
-  }
-  throw badParam('content', v === undefined ? 'content is required' : 'content must be a non-empty string or an array of text parts');
+  if (v === undefined) throw badParam('content', 'content is required');
+  if ((typeof v === 'string' || Array.isArray(v)) && v.length === 0) throw badParam('content', 'content must not be empty', 'invalid_value');
+  return contentText(v, 'content');
 }
 
 export default sessions;
