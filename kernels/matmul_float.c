@@ -52,15 +52,21 @@ static inline void kn_f32_1x32(float *Y, const float *X, const float *W, int K, 
 static void kn_f32_row_stream(float *y, const float *x, const float *W, int K, int N) {
   for (int n = 0; n < N; n += 4) wasm_v128_store(y + n, wasm_f32x4_splat(0));
   int k = 0;
-  for (; k + 4 <= K; k += 4) {
-    const float *w0 = W + (size_t)k * N, *w1 = w0 + N, *w2 = w1 + N, *w3 = w2 + N;
+  for (; k + 8 <= K; k += 8) {
+    const float *w = W + (size_t)k * N;
     v128_t x0 = wasm_f32x4_splat(x[k]), x1 = wasm_f32x4_splat(x[k + 1]), x2 = wasm_f32x4_splat(x[k + 2]), x3 = wasm_f32x4_splat(x[k + 3]);
+    v128_t x4 = wasm_f32x4_splat(x[k + 4]), x5 = wasm_f32x4_splat(x[k + 5]), x6 = wasm_f32x4_splat(x[k + 6]), x7 = wasm_f32x4_splat(x[k + 7]);
     for (int n = 0; n < N; n += 4) {
+      const float *c = w + n;
       v128_t a = wasm_v128_load(y + n);
-      a = wasm_f32x4_add(a, wasm_f32x4_mul(x0, wasm_v128_load(w0 + n)));
-      a = wasm_f32x4_add(a, wasm_f32x4_mul(x1, wasm_v128_load(w1 + n)));
-      a = wasm_f32x4_add(a, wasm_f32x4_mul(x2, wasm_v128_load(w2 + n)));
-      a = wasm_f32x4_add(a, wasm_f32x4_mul(x3, wasm_v128_load(w3 + n)));
+      a = wasm_f32x4_add(a, wasm_f32x4_mul(x0, wasm_v128_load(c)));
+      a = wasm_f32x4_add(a, wasm_f32x4_mul(x1, wasm_v128_load(c + N)));
+      a = wasm_f32x4_add(a, wasm_f32x4_mul(x2, wasm_v128_load(c + 2 * N)));
+      a = wasm_f32x4_add(a, wasm_f32x4_mul(x3, wasm_v128_load(c + 3 * N)));
+      a = wasm_f32x4_add(a, wasm_f32x4_mul(x4, wasm_v128_load(c + 4 * N)));
+      a = wasm_f32x4_add(a, wasm_f32x4_mul(x5, wasm_v128_load(c + 5 * N)));
+      a = wasm_f32x4_add(a, wasm_f32x4_mul(x6, wasm_v128_load(c + 6 * N)));
+      a = wasm_f32x4_add(a, wasm_f32x4_mul(x7, wasm_v128_load(c + 7 * N)));
       wasm_v128_store(y + n, a);
     }
   }
@@ -152,9 +158,40 @@ static inline float dot_tail(const float *x, const float *w, int k0, int K, floa
   return s;
 }
 
-/** Y (M, N) = X (M, K) @ W (N, K)^T, float32 weights: 2 rows x 4 columns per tile. */
+/** One row, eight columns: eight independent accumulators over eight contiguous weight rows. */
+static void nk_f32_1x8(float *y, const float *x, const float *W, int K, int K4) {
+  const float *w0 = W, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K, *w4 = w3 + K, *w5 = w4 + K, *w6 = w5 + K, *w7 = w6 + K;
+  v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (int k = 0; k < K4; k += 4) {
+    v128_t u = wasm_v128_load(x + k);
+    a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(u, wasm_v128_load(w0 + k)));
+    a1 = wasm_f32x4_add(a1, wasm_f32x4_mul(u, wasm_v128_load(w1 + k)));
+    a2 = wasm_f32x4_add(a2, wasm_f32x4_mul(u, wasm_v128_load(w2 + k)));
+    a3 = wasm_f32x4_add(a3, wasm_f32x4_mul(u, wasm_v128_load(w3 + k)));
+    a4 = wasm_f32x4_add(a4, wasm_f32x4_mul(u, wasm_v128_load(w4 + k)));
+    a5 = wasm_f32x4_add(a5, wasm_f32x4_mul(u, wasm_v128_load(w5 + k)));
+    a6 = wasm_f32x4_add(a6, wasm_f32x4_mul(u, wasm_v128_load(w6 + k)));
+    a7 = wasm_f32x4_add(a7, wasm_f32x4_mul(u, wasm_v128_load(w7 + k)));
+  }
+  y[0] = dot_tail(x, w0, K4, K, hsum(a0)); y[1] = dot_tail(x, w1, K4, K, hsum(a1));
+  y[2] = dot_tail(x, w2, K4, K, hsum(a2)); y[3] = dot_tail(x, w3, K4, K, hsum(a3));
+  y[4] = dot_tail(x, w4, K4, K, hsum(a4)); y[5] = dot_tail(x, w5, K4, K, hsum(a5));
+  y[6] = dot_tail(x, w6, K4, K, hsum(a6)); y[7] = dot_tail(x, w7, K4, K, hsum(a7));
+}
+
+/** Y (M, N) = X (M, K) @ W (N, K)^T, float32 weights: one row 8 columns at a time, else 2 rows x 4 columns. */
 void EXPORT(matmul_nk_f32)(float *Y, const float *X, const float *W, int M, int K, int N) {
   int K4 = K & ~3;
+  if (M == 1) { // the tiles' sums, element by element; eight weight rows streamed at once
+    int n = 0;
+    for (; n + 8 <= N; n += 8) nk_f32_1x8(Y + n, X, W + (size_t)n * K, K, K4);
+    for (; n < N; n++) {
+      v128_t a = wasm_f32x4_splat(0);
+      for (int k = 0; k < K4; k += 4) a = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_v128_load(X + k), wasm_v128_load(W + (size_t)n * K + k)));
+      Y[n] = dot_tail(X, W + (size_t)n * K, K4, K, hsum(a));
+    }
+    return;
+  }
   for (int n = 0; n < N; n += 4) {
     int cols = N - n < 4 ? N - n : 4;
     int m = 0;
@@ -175,21 +212,6 @@ void EXPORT(matmul_nk_f32)(float *Y, const float *X, const float *W, int M, int 
       y0[2] = dot_tail(x0, w2, K4, K, hsum(a02)); y0[3] = dot_tail(x0, w3, K4, K, hsum(a03));
       y1[0] = dot_tail(x1, w0, K4, K, hsum(a10)); y1[1] = dot_tail(x1, w1, K4, K, hsum(a11));
       y1[2] = dot_tail(x1, w2, K4, K, hsum(a12)); y1[3] = dot_tail(x1, w3, K4, K, hsum(a13));
-    }
-    for (; m < M && cols == 4; m++) { // one row, four columns: four independent accumulators
-      const float *x = X + (size_t)m * K;
-      const float *w0 = W + (size_t)n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-      v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0;
-      for (int k = 0; k < K4; k += 4) {
-        v128_t u = wasm_v128_load(x + k);
-        a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(u, wasm_v128_load(w0 + k)));
-        a1 = wasm_f32x4_add(a1, wasm_f32x4_mul(u, wasm_v128_load(w1 + k)));
-        a2 = wasm_f32x4_add(a2, wasm_f32x4_mul(u, wasm_v128_load(w2 + k)));
-        a3 = wasm_f32x4_add(a3, wasm_f32x4_mul(u, wasm_v128_load(w3 + k)));
-      }
-      float *y = Y + (size_t)m * N + n;
-      y[0] = dot_tail(x, w0, K4, K, hsum(a0)); y[1] = dot_tail(x, w1, K4, K, hsum(a1));
-      y[2] = dot_tail(x, w2, K4, K, hsum(a2)); y[3] = dot_tail(x, w3, K4, K, hsum(a3));
     }
     for (; m < M; m++) {
       const float *x = X + (size_t)m * K;
