@@ -131,7 +131,7 @@ describe('bad input is refused before any compute, and changes nothing', () => {
     ['bad stop', { prompt: 'hi', stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop'],
     ['bad stop token', { prompt: 'hi', stop_token_ids: [9999] }, 'stop_token_ids'],
     ['bad logit_bias', { prompt: 'hi', logit_bias: { 5: 200 } }, 'logit_bias'],
-    ['bad messages', { messages: [{ role: 'wizard', content: 'x' }] }, 'messages'],
+    ['bad messages', { messages: [{ role: 'wizard', content: 'x' }] }, 'messages[0].role'],
     ['min_p above 1', { prompt: 'hi', min_p: 2 }, 'min_p'],
     ['frequency_penalty too big', { prompt: 'hi', frequency_penalty: 3 }, 'frequency_penalty'],
     ['n 0', { prompt: 'hi', n: 0 }, 'n'],
