@@ -61,11 +61,15 @@ describe('playground', () => {
     await page.fill('#temperature', '0');
     await page.fill('#max_tokens', '64');
 
-    // Count the tokens as they arrive: a streamed reply grows while the request is still open.
-    const seen: number[] = [];
-    const watch = setInterval(() => void page.locator('.msg.assistant .tok').count().then((n) => seen.push(n), () => {}), 20);
+    // Count the tokens as they arrive, inside the page (a poll from here can miss a fast stream): a streamed
+    // reply grows while the request is still open.
+    await page.evaluate(() => {
+      const counts: number[] = [];
+      (window as unknown as { tokenCounts: number[] }).tokenCounts = counts;
+      new MutationObserver(() => counts.push(document.querySelectorAll('.msg.assistant .tok').length)).observe(document.body, { childList: true, subtree: true });
+    });
     await sendAndWait('Hello! What can you do?');
-    clearInterval(watch);
+    const seen = await page.evaluate(() => (window as unknown as { tokenCounts: number[] }).tokenCounts);
 
     expect(await text('#status')).toBe('');
     const tokens = page.locator('.msg.assistant .tok');

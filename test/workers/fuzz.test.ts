@@ -215,7 +215,8 @@ async function exchange(req: FuzzRequest): Promise<{ status: number; json: unkno
     return { status: res.status, json: null };
   }
   if (type.startsWith('application/json')) return { status: res.status, json: JSON.parse(text) };
-  expect(type, what).toMatch(/^text\/plain/); // /metrics
+  // /metrics is Prometheus text; GET / is the playground page.
+  expect(type, what).toMatch(what === 'GET /' ? /^text\/html/ : /^text\/plain/);
   return { status: res.status, json: null };
 }
 
