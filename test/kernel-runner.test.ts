@@ -7,9 +7,15 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import { directorySource } from '../src/sources/directory-source.js';
+import { fetchSource } from '../src/sources/fetch-source.js';
+import { edgeKernelsModule } from '../src/backends/edge-kernels-node.js';
+import { BlockPool } from '../src/engine/kv/block-pool.js';
+import { KvCacheManager } from '../src/engine/kv/paged-kv.js';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { mulberry32 } from './helpers/prng.js';
 import { nodeRuntime } from '../scripts/lib/runtimes.js';
 import { KernelRunner } from '../src/engine/kernels/kernel-runner.js';
-import type { PagedSequenceKv } from '../src/engine/kv/paged-kv.js';
 import { PRESETS } from '../scripts/model/presets.js';
 import { effectiveWeights } from '../scripts/model/weight-ops.js';
 import { LlamaReference, type LlamaConfig } from './reference/llama-reference.js';
@@ -27,7 +33,7 @@ describe('kernel runner', () => {
   afterAll(() => engine.runner.release());
 
   /** Runs rows (fresh sequences, each prefilled with its prompt) in one pass; returns each row's last logits and frees them. */
-  async function pass(prompts: number[][], feed: (kv: PagedSequenceKv, prompt: number[]) => number[] = (_, p) => p): Promise<string[]> {
+  async function pass(prompts: number[][], feed: (kv: ReturnType<KvCacheManager['create']>, prompt: number[]) => number[] = (_, p) => p): Promise<string[]> {
     const kvs = prompts.map(() => engine.kv.create());
     try {
       const rows = prompts.map((p, i) => {
@@ -233,5 +239,58 @@ describe('a float16 KV cache (KV_DTYPE fp16)', () => {
 
   it('is refused by name on onnxruntime, which keeps float32', async () => {
     await expect(loadEngine('cpu', 'tiny', { kvDtype: 'fp16' })).rejects.toThrow(/fp16 KV cache needs the edge kernels/);
+  });
+});
+
+describe('loading the weights as a stream', () => {
+  it('places the same weights, and gives the same logits, in chunks of any size as from the whole file', async () => {
+    const config = (await loadEngine('kernels', 'tiny', { autoRun: false })).config;
+    const file = new Uint8Array(readFileSync(join(modelDir('tiny'), 'onnx', 'model_int8.onnx')));
+    const whole = await KernelRunner.create(edgeKernelsModule(), file, config);
+    // Chunks from 1 byte to 5 KB: every field, varint and tensor ends up split somewhere.
+    async function* ragged(): AsyncGenerator<Uint8Array> {
+      const next = mulberry32(9);
+      for (let at = 0; at < file.length; ) {
+        const n = 1 + Math.floor(next() ** 3 * 5000);
+        yield file.slice(at, at + n);
+        at += n;
+      }
+    }
+    const streamed = await KernelRunner.fromStream(edgeKernelsModule(), ragged(), config);
+    expect(streamed.weights.bytes).toBe(whole.weights.bytes);
+    const prompt = randomIds(10, 20, 3, 500);
+    const logits: string[] = [];
+    for (const runner of [whole, streamed]) {
+      const pool = new BlockPool(config, 8, 16, runner.allocateKv(config, 8, 16));
+      const kv = new KvCacheManager(pool, 'stream-test');
+      const seq = kv.create();
+      kv.reserve(seq, prompt.length);
+      logits.push(bits((await runner.forward([{ kv: seq, tokens: prompt }])).last(0)));
+    }
+    expect(logits[1]).toBe(logits[0]);
+  });
+
+  it('streams a model folder over real HTTP (fetchSource) to the reference greedy tokens, holding no second copy', async () => {
+    const server = createServer((req, res) => {
+      const path = join(modelDir('tiny'), decodeURIComponent(new URL(req.url!, 'http://x').pathname));
+      try {
+        const bytes = readFileSync(path);
+        res.writeHead(200, { 'content-length': bytes.length }).end(bytes);
+      } catch {
+        res.writeHead(404).end();
+      }
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const engine = await Engine.load(await nodeRuntime('wasm'), fetchSource(globalThis, `http://127.0.0.1:${port}/`));
+      expect(engine.stats().runner).toBe('kernels');
+      const ref = await (await import('./reference/load-reference.js')).loadReference(modelDir('tiny'));
+      const prompt = engine.tokenizer.encode('Hello');
+      expect((await collect(engine, { prompt_ids: prompt, max_tokens: 16, temperature: 0, ignore_eos: true })).done.tokenIds).toEqual(ref.greedy(prompt, 16));
+      await engine.runner.release();
+    } finally {
+      server.close();
+    }
   });
 });

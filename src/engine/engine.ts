@@ -9,8 +9,8 @@ import { SessionCaches } from './kv/session-caches.js';
 import { snapshotPool, type PoolSnapshot, type SequenceBlocks } from './kv/pool-snapshot.js';
 import { StepHistory, type StepRecord } from './step-history.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
-import { loadModelFiles, type ModelDtype, type ModelSource } from './model/model-files.js';
-import { createRunner, attachKvPool, kvStorageFor, runnerName, type PassRunner } from './gpu/create-runner.js';
+import { loadModelMeta, readOnnx, type ModelDtype, type ModelSource } from './model/model-files.js';
+import { createRunner, attachKvPool, kvStorageFor, runnerName, streamedKernelRunner, type PassRunner } from './gpu/create-runner.js';
 import { GpuModelRunner } from './gpu/gpu-runner.js';
 import { KernelRunner, type KvDtype } from './kernels/kernel-runner.js';
 import type { RunnerOptions, StepLogits } from './model/runner.js';
@@ -127,9 +127,14 @@ export class Engine {
   }
 
   static async load(runtime: OrtRuntime, source: ModelSource, options: EngineOptions = {}): Promise<Engine> {
-    const files = await loadModelFiles(source, options.dtype ?? 'fp32');
+    const dtype = options.dtype ?? 'fp32';
+    const files = await loadModelMeta(source);
     const tokenizer = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
-    const runner = await createRunner(runtime, files.onnx, files.config, options);
+    // The edge kernels take the weights as they stream in; other runners (or a graph the kernels do not
+    // cover) get the file whole.
+    const streamed = await streamedKernelRunner(runtime, source, dtype, files.config, options);
+    const onnx = streamed ? undefined : await readOnnx(source, dtype);
+    const runner = streamed ?? (await createRunner(runtime, onnx!, files.config, options));
     const template = files.tokenizerConfig.chat_template;
     if (typeof template !== 'string') throw new InvalidRequestError('model', 'tokenizer_config.json has no chat_template');
     const chat = { template, config: files.tokenizerConfig };
@@ -139,7 +144,7 @@ export class Engine {
           tokenizerModel: files.tokenizerJson.model,
           samplableVocab: Math.min(files.config.vocabSize, tokenizer.vocabSize),
           modelId: options.modelId ?? 'default',
-          weightBytes: files.onnx.byteLength,
+          weightBytes: streamed ? streamed.weights.bytes : onnx!.byteLength,
           kvCacheBytes: options.kvCacheBytes ?? DEFAULT_KV_CACHE_BYTES,
           blockSize: options.blockSize ?? DEFAULT_BLOCK_SIZE,
           runner: options,

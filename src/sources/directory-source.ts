@@ -1,4 +1,5 @@
-import { readFile } from 'node:fs/promises';
+import { createReadStream } from 'node:fs';
+import { access, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ModelSource } from '../engine/model/model-files.js';
 
@@ -12,6 +13,15 @@ export function directorySource(dir: string): ModelSource {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
         throw err;
       }
+    },
+    async stream(path) {
+      try {
+        await access(join(dir, path));
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+        throw err;
+      }
+      return createReadStream(join(dir, path), { highWaterMark: 1 << 20 });
     },
   };
 }

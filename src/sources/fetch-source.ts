@@ -1,4 +1,4 @@
-import type { ModelSource } from '../engine/model/model-files.js';
+import { oneChunk, readableChunks, type ModelSource } from '../engine/model/model-files.js';
 
 /** Anything with a fetch: the global one, a static-assets binding, a service binding. */
 export interface Fetcher {
@@ -11,12 +11,20 @@ export interface Fetcher {
  */
 export function fetchSource(fetcher: Fetcher, baseUrl: string): ModelSource {
   const base = baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`;
+  const get = async (path: string): Promise<Response | null> => {
+    const res = await fetcher.fetch(new URL(path, base).toString());
+    if (res.status === 404) return null;
+    if (!res.ok) throw new Error(`fetching ${path} from ${base}: HTTP ${res.status}`);
+    return res;
+  };
   return {
     async read(path) {
-      const res = await fetcher.fetch(new URL(path, base).toString());
-      if (res.status === 404) return null;
-      if (!res.ok) throw new Error(`fetching ${path} from ${base}: HTTP ${res.status}`);
-      return new Uint8Array(await res.arrayBuffer());
+      const res = await get(path);
+      return res && new Uint8Array(await res.arrayBuffer());
+    },
+    async stream(path) {
+      const res = await get(path);
+      return res && (res.body ? readableChunks(res.body) : oneChunk(new Uint8Array(await res.arrayBuffer())));
     },
   };
 }

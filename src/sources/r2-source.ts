@@ -1,8 +1,8 @@
-import type { ModelSource } from '../engine/model/model-files.js';
+import { readableChunks, type ModelSource } from '../engine/model/model-files.js';
 
 /** The part of an R2 bucket binding a model needs (also what miniflare's local R2 gives `wrangler dev`). */
 export interface ObjectBucket {
-  get(key: string): Promise<{ arrayBuffer(): Promise<ArrayBuffer> } | null>;
+  get(key: string): Promise<{ arrayBuffer(): Promise<ArrayBuffer>; body: ReadableStream<Uint8Array> } | null>;
   head(key: string): Promise<unknown>;
 }
 
@@ -16,6 +16,10 @@ export function r2Source(bucket: ObjectBucket, prefix: string): ModelSource {
     async read(path) {
       const object = await bucket.get(`${base}/${path}`);
       return object ? new Uint8Array(await object.arrayBuffer()) : null;
+    },
+    async stream(path) {
+      const object = await bucket.get(`${base}/${path}`);
+      return object && readableChunks(object.body);
     },
   };
 }

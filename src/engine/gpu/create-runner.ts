@@ -1,7 +1,8 @@
 import type { BlockPool } from '../kv/block-pool.js';
 import type { ModelConfig } from '../model/config.js';
 import { ModelRunner, type RunnerOptions } from '../model/runner.js';
-import type { OrtRuntime } from '../model/runtime.js';
+import type { OrtRuntime, RunnerChoice } from '../model/runtime.js';
+import { streamOnnx, type ModelDtype, type ModelSource } from '../model/model-files.js';
 import { isGpuRuntime } from './gpu-runtime.js';
 import { GpuModelRunner, UnsupportedOnDevice } from './gpu-runner.js';
 import { checkMemoryBudget } from '../model/session-loader.js';
@@ -49,6 +50,35 @@ export async function createRunner(
 }
 
 /**
+ * Our kernels for a `wasm` runtime that carries them, the weights streamed from `source` straight into
+ * their linear memory (the file is never held whole). Undefined when they do not apply: another runtime,
+ * `runner: 'onnxruntime'`, or a graph they do not cover (warned about; refused under `runner: 'kernels'`),
+ * and then the caller reads the file whole for onnxruntime.
+ */
+export async function streamedKernelRunner(
+  runtime: OrtRuntime,
+  source: ModelSource,
+  dtype: ModelDtype,
+  config: ModelConfig,
+  options: RunnerOptions,
+): Promise<KernelRunner | undefined> {
+  const choice = runtime.runner ?? 'auto';
+  if (choice === 'onnxruntime' || isGpuRuntime(runtime) || !runtime.kernels) return undefined;
+  try {
+    return await KernelRunner.fromStream(runtime.kernels, await streamOnnx(source, dtype), config, options);
+  } catch (err) {
+    return refuseOrFallBack(err, choice, runtime);
+  }
+}
+
+function refuseOrFallBack(err: unknown, choice: RunnerChoice, runtime: OrtRuntime): undefined {
+  if (!(err instanceof UnsupportedByKernels)) throw err;
+  if (choice === 'kernels') throw new InvalidRequestError('model', `the edge kernels cannot run this model: ${err.message}`, 'unsupported_model');
+  console.warn(`edge kernels: ${err.message}; running the graph on onnxruntime (${runtime.name}) instead`);
+  return undefined;
+}
+
+/**
  * Our kernels for a `wasm` runtime that carries them, unless told not to. A graph they do not cover goes
  * to onnxruntime with a warning saying which graph and why; asked for by name (`runner: 'kernels'`),
  * that is a refusal instead.
@@ -63,10 +93,7 @@ async function kernelRunner(runtime: OrtRuntime, onnx: Uint8Array, config: Model
   try {
     return await KernelRunner.create(runtime.kernels, onnx, config, options);
   } catch (err) {
-    if (!(err instanceof UnsupportedByKernels)) throw err;
-    if (choice === 'kernels') throw new InvalidRequestError('model', `the edge kernels cannot run this model: ${err.message}`, 'unsupported_model');
-    console.warn(`edge kernels: ${err.message}; running the graph on onnxruntime (${runtime.name}) instead`);
-    return undefined;
+    return refuseOrFallBack(err, choice, runtime);
   }
 }
 

@@ -71,6 +71,10 @@ export class LinearMemory {
     this.u8(ptr, bytes.length).set(bytes);
   }
 
+  read(ptr: number, size: number): Uint8Array {
+    return this.u8(ptr, size).slice();
+  }
+
   onGrow(listener: () => void): void {
     this.growListeners.push(listener);
   }

@@ -7,6 +7,7 @@ import { align, instantiateKernels, type KernelExports, type LinearMemory } from
 import { checkMemoryBudget } from '../model/session-loader.js';
 import { measureLlamaWeights, placeLlamaWeights, type LlamaWeights, type Matrix } from './llama-weights.js';
 import { indexInitializers } from './onnx-initializers.js';
+import { streamInitializers } from './onnx-stream.js';
 
 /** Tokens whose activations are in scratch at once: bounds scratch memory whatever the pass's size. */
 const CHUNK = 32;
@@ -82,6 +83,27 @@ export class KernelRunner {
     const { kernels, memory } = await instantiateKernels(module);
     const weights = placeLlamaWeights(onnx, index, config, memory);
     return new KernelRunner(config, kernels, memory, weights);
+  }
+
+  /**
+   * Streams `onnx` into a fresh linear memory, each initializer's bytes written where the kernels will
+   * read them as they arrive: the file is never held whole, so loading peaks at weights + one chunk. The
+   * budget is checked as the weights arrive (their total is known only at the end).
+   */
+  static async fromStream(module: WebAssembly.Module, onnx: AsyncIterable<Uint8Array>, config: ModelConfig, options: RunnerOptions = {}): Promise<KernelRunner> {
+    const scratch = scratchBytes(config, options.maxTokensPerStep ?? 512, options.maxBatchSize ?? 32);
+    const kvBytes = options.kvCacheBytes ?? 64 * 2 ** 20;
+    const { kernels, memory } = await instantiateKernels(module);
+    let placed = 0;
+    const index = await streamInitializers(onnx, {
+      alloc: (size) => {
+        placed += size;
+        checkMemoryBudget([{ label: 'weights (so far)', bytes: placed }, { label: 'scratch', bytes: scratch }], config, kvBytes, options.memoryBudgetBytes);
+        return memory.alloc(size);
+      },
+      write: (ptr, bytes) => memory.write(ptr, bytes),
+    });
+    return new KernelRunner(config, kernels, memory, placeLlamaWeights(null, index, config, memory));
   }
 
   /** Bytes of linear memory now (weights + KV pool + scratch + the kernels' own stack and data). */

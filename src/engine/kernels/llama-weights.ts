@@ -3,6 +3,8 @@ import type { ModelConfig } from '../model/config.js';
 export interface WeightSink {
   alloc(size: number): number;
   write(ptr: number, bytes: Uint8Array): void;
+  /** A copy of bytes already placed (tensors streamed in before placement). */
+  read(ptr: number, size: number): Uint8Array;
 }
 import { ONNX_FLOAT, ONNX_FLOAT16, ONNX_UINT8, type InitializerRef } from './onnx-initializers.js';
 
@@ -46,7 +48,7 @@ export interface LlamaWeights {
 /** Bytes the weights of `file` take in linear memory; throws UnsupportedByKernels as placing them would. */
 export function measureLlamaWeights(file: Uint8Array, index: Map<string, InitializerRef>, config: ModelConfig): number {
   let top = 0;
-  placeLlamaWeights(file, index, config, { alloc: (size) => ((top += Math.ceil(size / 64) * 64), top), write: () => {} });
+  placeLlamaWeights(file, index, config, { alloc: (size) => ((top += Math.ceil(size / 64) * 64), top), write: () => {}, read: () => new Uint8Array(0) });
   return top;
 }
 
@@ -57,10 +59,11 @@ const EMBED = 'model.embed_tokens.weight';
 
 /**
  * Copies the weights of one of our Llama exports from the ONNX file into linear memory, each tensor once
- * and in its stored format, and says where each one is. Refuses (UnsupportedByKernels) any graph whose
- * initializers are not the ones our exporter writes: names, element types and shapes are all checked.
+ * and in its stored format, and says where each one is; tensors already streamed into memory (`ptr` set,
+ * `file` null) stay where they are. Refuses (UnsupportedByKernels) any graph whose initializers are not the
+ * ones our exporter writes: names, element types and shapes are all checked.
  */
-export function placeLlamaWeights(file: Uint8Array, index: Map<string, InitializerRef>, config: ModelConfig, memory: WeightSink): LlamaWeights {
+export function placeLlamaWeights(file: Uint8Array | null, index: Map<string, InitializerRef>, config: ModelConfig, memory: WeightSink): LlamaWeights {
   const refuse = (why: string): never => {
     throw new UnsupportedByKernels(why);
   };
@@ -73,8 +76,8 @@ export function placeLlamaWeights(file: Uint8Array, index: Map<string, Initializ
     const count = ref.dims.reduce((a, b) => a * b, 1);
     const size = count * (ref.dataType === ONNX_FLOAT ? 4 : ref.dataType === ONNX_FLOAT16 ? 2 : 1);
     if (ref.end - ref.start !== size) refuse(`initializer ${ref.name} does not keep its ${size} bytes in raw_data`);
-    const ptr = memory.alloc(size);
-    memory.write(ptr, file.subarray(ref.start, ref.end));
+    const ptr = ref.ptr ?? memory.alloc(size);
+    if (ref.ptr === undefined) memory.write(ptr, file!.subarray(ref.start, ref.end));
     placed.set(ref.name, ptr);
     bytes += size;
     return ptr;
@@ -114,7 +117,8 @@ export function placeLlamaWeights(file: Uint8Array, index: Map<string, Initializ
   if (numHeads % numKvHeads !== 0) refuse('num_attention_heads must be a multiple of num_key_value_heads');
   const invFreqRef = find('rope.inv_freq') ?? refuse('the graph has no rope.inv_freq initializer');
   if (invFreqRef.dataType !== ONNX_FLOAT || invFreqRef.end - invFreqRef.start !== 2 * headDim) refuse('rope.inv_freq is not head_dim / 2 float32 values');
-  const invFreq = new Float32Array(file.slice(invFreqRef.start, invFreqRef.end).buffer);
+  const invFreqBytes = invFreqRef.ptr === undefined ? file!.slice(invFreqRef.start, invFreqRef.end) : memory.read(invFreqRef.ptr, 2 * headDim);
+  const invFreq = new Float32Array(invFreqBytes.buffer, invFreqBytes.byteOffset, headDim / 2);
 
   const gate0 = find('model.layers.0.mlp.gate_proj.weight') ?? find('model.layers.0.mlp.gate_proj.weight_scales');
   if (!gate0) refuse('the graph has no model.layers.0.mlp.gate_proj weight');

@@ -12,6 +12,8 @@ export interface InitializerRef {
   /** raw_data's byte range in the file; empty when the tensor keeps its values in typed fields. */
   start: number;
   end: number;
+  /** Where raw_data already lies in linear memory, when the file was streamed there (onnx-stream.ts). */
+  ptr?: number;
 }
 
 export const ONNX_FLOAT = 1;

@@ -7,6 +7,35 @@ import { parseModelConfig, type ModelConfig } from './config.js';
  */
 export interface ModelSource {
   read(path: string): Promise<Uint8Array | null>;
+  /**
+   * The file's bytes as they arrive, for files too big to hold twice (the weights: the edge kernels
+   * stream them straight into linear memory). Null for a missing file. Optional: sources without it are read whole.
+   */
+  stream?(path: string): Promise<AsyncIterable<Uint8Array> | null>;
+}
+
+/** Bytes already whole, as a stream of one chunk. */
+export async function* oneChunk(bytes: Uint8Array): AsyncGenerator<Uint8Array> {
+  yield bytes;
+}
+
+/** A web ReadableStream as chunks; leaving early cancels it, so nothing is left half read. */
+export async function* readableChunks(stream: ReadableStream<Uint8Array>): AsyncGenerator<Uint8Array> {
+  const reader = stream.getReader();
+  let done = false;
+  try {
+    for (;;) {
+      const next = await reader.read();
+      if (next.done) {
+        done = true;
+        return;
+      }
+      yield next.value;
+    }
+  } finally {
+    if (!done) await reader.cancel().catch(() => {});
+    reader.releaseLock();
+  }
 }
 
 /**
@@ -43,14 +72,33 @@ async function json(source: ModelSource, path: string, optional = false): Promis
   return JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;
 }
 
-/** Loads a Hugging Face-layout model folder (config, tokenizer and one ONNX variant) from any source. */
-export async function loadModelFiles(source: ModelSource, dtype: ModelDtype = 'fp32'): Promise<ModelFiles> {
-  const [rawConfig, generationConfig, tokenizerJson, tokenizerConfig, onnx] = await Promise.all([
+/** Everything of a model folder but its weights: config and tokenizer (small JSON files). */
+export async function loadModelMeta(source: ModelSource): Promise<Omit<ModelFiles, 'onnx' | 'dtype'>> {
+  const [rawConfig, generationConfig, tokenizerJson, tokenizerConfig] = await Promise.all([
     json(source, 'config.json'),
     json(source, 'generation_config.json', true),
     json(source, 'tokenizer.json'),
     json(source, 'tokenizer_config.json'),
-    required(source, onnxFileFor(dtype)),
   ]);
-  return { config: parseModelConfig(rawConfig, generationConfig), rawConfig, tokenizerJson, tokenizerConfig, onnx, dtype };
+  return { config: parseModelConfig(rawConfig, generationConfig), rawConfig, tokenizerJson, tokenizerConfig };
+}
+
+/** One ONNX variant's bytes, whole. */
+export function readOnnx(source: ModelSource, dtype: ModelDtype): Promise<Uint8Array> {
+  return required(source, onnxFileFor(dtype));
+}
+
+/** One ONNX variant's bytes as they arrive (whole, for a source that cannot stream). */
+export async function streamOnnx(source: ModelSource, dtype: ModelDtype): Promise<AsyncIterable<Uint8Array>> {
+  const path = onnxFileFor(dtype);
+  if (!source.stream) return oneChunk(await required(source, path));
+  const chunks = await source.stream(path);
+  if (!chunks) throw new InvalidRequestError('model', `model file ${path} is missing`, 'model_not_found');
+  return chunks;
+}
+
+/** Loads a Hugging Face-layout model folder (config, tokenizer and one ONNX variant) from any source. */
+export async function loadModelFiles(source: ModelSource, dtype: ModelDtype = 'fp32'): Promise<ModelFiles> {
+  const [meta, onnx] = await Promise.all([loadModelMeta(source), readOnnx(source, dtype)]);
+  return { ...meta, onnx, dtype };
 }
