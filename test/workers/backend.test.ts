@@ -21,6 +21,10 @@ describe('backend choice in workerd', () => {
     expect(info.some(([key]) => key.includes('runner="kernels"'))).toBe(true);
     const memory = [...metrics].filter(([k]) => k.startsWith('edge_infer_wasm_memory_bytes{'));
     expect(memory.length).toBeGreaterThan(0);
-    for (const [, bytes] of memory) expect(bytes).toBeGreaterThan(0);
+    // Weights (tiny: 0.5 MiB) + the KV pool (KV_CACHE_MB, 16) + at most 16 MiB besides: the footprint rule, in workerd.
+    for (const [, bytes] of memory) {
+      expect(bytes).toBeGreaterThan(16 * 2 ** 20);
+      expect(bytes).toBeLessThanOrEqual((0.5 + 16 + 16) * 2 ** 20);
+    }
   });
 });
