@@ -6,7 +6,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { freePort, startServer, type Server } from './soak/server.js';
+import { freePort } from './lib/free-port.js';
+import { startServer, type Server } from './soak/server.js';
 import { client, emptyCounts, type Context, type Session } from './soak/traffic.js';
 
 const { values } = parseArgs({

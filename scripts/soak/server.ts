@@ -1,18 +1,7 @@
 // `npm start` as the soak test runs it: on loopback, on a port of its own, with storage in a folder that
 // outlives a restart (so sessions must survive it), in its own process group so stop() ends workerd too.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
+import { freePort } from '../lib/free-port.js';
 
 export interface Server {
   url: string;

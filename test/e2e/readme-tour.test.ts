@@ -8,7 +8,8 @@ import { createServer, type Server } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort, startDevServer, type DevServer } from './helpers/wrangler.js';
+import { freePort } from '../../scripts/lib/free-port.js';
+import { startDevServer, type DevServer } from './helpers/wrangler.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const SCRATCH = `${ROOT}.scratch/`;
