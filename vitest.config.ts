@@ -38,6 +38,8 @@ export default defineConfig({
           pool: 'forks',
           execArgv: ['--liftoff-only'],
           fileParallelism: false,
+          // After the CPU-bound projects: lavapipe is slow enough without them beside it.
+          sequence: { groupOrder: 1 },
           globalSetup: ['test/global-setup.ts'],
         },
       },
@@ -52,6 +54,9 @@ export default defineConfig({
           hookTimeout: 120_000,
           pool: 'forks',
           fileParallelism: false,
+          // Last and alone: started beside the other projects on a 2-core machine, `wrangler dev` took past the
+          // hook's 120 s to come up (twice, the first e2e file of a full run).
+          sequence: { groupOrder: 2 },
           globalSetup: ['test/global-setup.ts'],
         },
       },
