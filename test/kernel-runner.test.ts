@@ -256,7 +256,7 @@ describe('loading the weights as a stream', () => {
         at += n;
       }
     }
-    const streamed = await KernelRunner.fromStream(edgeKernelsModule(), ragged(), config);
+    const streamed = await KernelRunner.fromStream(edgeKernelsModule(), { chunks: ragged() }, config);
     expect(streamed.weights.bytes).toBe(whole.weights.bytes);
     const prompt = randomIds(10, 20, 3, 500);
     const logits: string[] = [];

@@ -1,5 +1,5 @@
 import { createReadStream } from 'node:fs';
-import { access, readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ModelSource } from '../engine/model/model-files.js';
 
@@ -15,13 +15,14 @@ export function directorySource(dir: string): ModelSource {
       }
     },
     async stream(path) {
+      let size: number;
       try {
-        await access(join(dir, path));
+        size = (await stat(join(dir, path))).size;
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
         throw err;
       }
-      return createReadStream(join(dir, path), { highWaterMark: 1 << 20 });
+      return { chunks: createReadStream(join(dir, path), { highWaterMark: 1 << 20 }), size };
     },
   };
 }

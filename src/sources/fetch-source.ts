@@ -24,7 +24,10 @@ export function fetchSource(fetcher: Fetcher, baseUrl: string): ModelSource {
     },
     async stream(path) {
       const res = await get(path);
-      return res && (res.body ? readableChunks(res.body) : oneChunk(new Uint8Array(await res.arrayBuffer())));
+      if (!res) return null;
+      const length = Number(res.headers.get('content-length') ?? NaN);
+      const size = Number.isSafeInteger(length) ? length : undefined;
+      return { chunks: res.body ? readableChunks(res.body) : oneChunk(new Uint8Array(await res.arrayBuffer())), size };
     },
   };
 }

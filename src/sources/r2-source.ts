@@ -2,7 +2,7 @@ import { readableChunks, type ModelSource } from '../engine/model/model-files.js
 
 /** The part of an R2 bucket binding a model needs (also what miniflare's local R2 gives `wrangler dev`). */
 export interface ObjectBucket {
-  get(key: string): Promise<{ arrayBuffer(): Promise<ArrayBuffer>; body: ReadableStream<Uint8Array> } | null>;
+  get(key: string): Promise<{ arrayBuffer(): Promise<ArrayBuffer>; body: ReadableStream<Uint8Array>; size: number } | null>;
   head(key: string): Promise<unknown>;
 }
 
@@ -19,7 +19,7 @@ export function r2Source(bucket: ObjectBucket, prefix: string): ModelSource {
     },
     async stream(path) {
       const object = await bucket.get(`${base}/${path}`);
-      return object && readableChunks(object.body);
+      return object && { chunks: readableChunks(object.body), size: object.size };
     },
   };
 }

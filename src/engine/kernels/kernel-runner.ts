@@ -2,6 +2,7 @@ import { PagedSequenceKv } from '../kv/paged-kv.js';
 import type { KvArray } from '../kv/block-pool.js';
 import type { KvShape } from '../kv/sequence-kv.js';
 import type { ModelConfig } from '../model/config.js';
+import type { ByteStream } from '../model/model-files.js';
 import type { RunnerOptions, StepLogits, StepRow } from '../model/runner.js';
 import { align, instantiateKernels, type KernelExports, type LinearMemory } from './edge-kernels.js';
 import { checkMemoryBudget } from '../model/session-loader.js';
@@ -90,15 +91,20 @@ export class KernelRunner {
    * read them as they arrive: the file is never held whole, so loading peaks at weights + one chunk. The
    * budget is checked as the weights arrive (their total is known only at the end).
    */
-  static async fromStream(module: WebAssembly.Module, onnx: AsyncIterable<Uint8Array>, config: ModelConfig, options: RunnerOptions = {}): Promise<KernelRunner> {
+  static async fromStream(module: WebAssembly.Module, onnx: ByteStream, config: ModelConfig, options: RunnerOptions = {}): Promise<KernelRunner> {
     const scratch = scratchBytes(config, options.maxTokensPerStep ?? 512, options.maxBatchSize ?? 32);
     const kvBytes = options.kvCacheBytes ?? 64 * 2 ** 20;
+    const check = (weights: number, label: string): void =>
+      checkMemoryBudget([{ label, bytes: weights }, { label: 'scratch', bytes: scratch }], config, kvBytes, options.memoryBudgetBytes);
+    // Before a byte is placed when the source knows the file's size (the weights are nearly all of it);
+    // as the weights arrive otherwise.
+    if (onnx.size !== undefined) check(onnx.size, 'weights');
     const { kernels, memory } = await instantiateKernels(module);
     let placed = 0;
-    const index = await streamInitializers(onnx, {
+    const index = await streamInitializers(onnx.chunks, {
       alloc: (size) => {
         placed += size;
-        checkMemoryBudget([{ label: 'weights (so far)', bytes: placed }, { label: 'scratch', bytes: scratch }], config, kvBytes, options.memoryBudgetBytes);
+        check(placed, 'weights (so far)');
         return memory.alloc(size);
       },
       write: (ptr, bytes) => memory.write(ptr, bytes),

@@ -11,7 +11,13 @@ export interface ModelSource {
    * The file's bytes as they arrive, for files too big to hold twice (the weights: the edge kernels
    * stream them straight into linear memory). Null for a missing file. Optional: sources without it are read whole.
    */
-  stream?(path: string): Promise<AsyncIterable<Uint8Array> | null>;
+  stream?(path: string): Promise<ByteStream | null>;
+}
+
+/** A file as it arrives, and its size when the source knows it (to check a memory budget before loading). */
+export interface ByteStream {
+  chunks: AsyncIterable<Uint8Array>;
+  size?: number;
 }
 
 /** Bytes already whole, as a stream of one chunk. */
@@ -89,12 +95,15 @@ export function readOnnx(source: ModelSource, dtype: ModelDtype): Promise<Uint8A
 }
 
 /** One ONNX variant's bytes as they arrive (whole, for a source that cannot stream). */
-export async function streamOnnx(source: ModelSource, dtype: ModelDtype): Promise<AsyncIterable<Uint8Array>> {
+export async function streamOnnx(source: ModelSource, dtype: ModelDtype): Promise<ByteStream> {
   const path = onnxFileFor(dtype);
-  if (!source.stream) return oneChunk(await required(source, path));
-  const chunks = await source.stream(path);
-  if (!chunks) throw new InvalidRequestError('model', `model file ${path} is missing`, 'model_not_found');
-  return chunks;
+  if (!source.stream) {
+    const bytes = await required(source, path);
+    return { chunks: oneChunk(bytes), size: bytes.length };
+  }
+  const stream = await source.stream(path);
+  if (!stream) throw new InvalidRequestError('model', `model file ${path} is missing`, 'model_not_found');
+  return stream;
 }
 
 /** Loads a Hugging Face-layout model folder (config, tokenizer and one ONNX variant) from any source. */
