@@ -2,7 +2,8 @@
 // timing hooks of its own): Engine.step, ModelRunner.forward and the ONNX session's run are wrapped on
 // the instances for the length of one measurement, then restored.
 //   step period  = from one step's start to the next's (everything the loop does per token)
-//   model        = session.run: the ONNX graph, including the runtime copying tensors in and out
+//   model        = session.run: the ONNX graph, including the runtime copying tensors in and out; on the edge
+//                  kernels (no session, nothing gathered) the whole of forward
 //   gather/scatter = forward − model: building feeds, gathering past KV from the pool, scattering new KV
 //   engine       = step − forward: scheduling, sampling, detokenisation, stop checks, event pushes
 //   loop         = period − step: the event-loop turn between steps, consumers reading their streams
@@ -25,8 +26,9 @@ export interface StepPhases {
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1] ?? NaN;
 
 export async function measureStepPhases(engine: Engine, batch: number, promptTokens: number, tokens: number, seed: number): Promise<StepPhases> {
-  const session = (engine.runner as unknown as { session: OrtSession }).session;
-  const original = { step: engine.step, forward: engine.runner.forward, run: session.run };
+  // The edge kernels have no ONNX session: their forward is the model pass itself.
+  const session = (engine.runner as unknown as { session?: OrtSession }).session;
+  const original = { step: engine.step, forward: engine.runner.forward, run: session?.run };
   const rows: { start: number; step: number; forward: number; model: number; batchTokens: number }[] = [];
   let current = { forward: 0, model: 0 };
   engine.step = async function (this: Engine) {
@@ -40,9 +42,10 @@ export async function measureStepPhases(engine: Engine, batch: number, promptTok
     const t0 = performance.now();
     const out = await original.forward.apply(engine.runner, args);
     current.forward += performance.now() - t0;
+    if (!session) current.model += performance.now() - t0;
     return out;
   };
-  session.run = async function (...args: Parameters<OrtSession['run']>) {
+  if (session) session.run = async function (...args: Parameters<OrtSession['run']>) {
     const t0 = performance.now();
     const out = await (original.run as (...a: unknown[]) => ReturnType<OrtSession['run']>).apply(session, args);
     current.model += performance.now() - t0;
@@ -53,7 +56,7 @@ export async function measureStepPhases(engine: Engine, batch: number, promptTok
   } finally {
     engine.step = original.step;
     engine.runner.forward = original.forward;
-    session.run = original.run;
+    if (session) session.run = original.run!;
   }
   // Steady decode steps only: every sequence decoding one token, and a following step to end the period.
   const decode: { period: number; step: number; forward: number; model: number }[] = [];
