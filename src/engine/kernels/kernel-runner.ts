@@ -89,15 +89,14 @@ export class KernelRunner {
   /**
    * Streams `onnx` into a fresh linear memory, each initializer's bytes written where the kernels will
    * read them as they arrive: the file is never held whole, so loading peaks at weights + one chunk. The
-   * budget is checked as the weights arrive (their total is known only at the end).
+   * budget is checked before anything is placed when the source knows the file's size, else as it arrives.
    */
   static async fromStream(module: WebAssembly.Module, onnx: ByteStream, config: ModelConfig, options: RunnerOptions = {}): Promise<KernelRunner> {
     const scratch = scratchBytes(config, options.maxTokensPerStep ?? 512, options.maxBatchSize ?? 32);
     const kvBytes = options.kvCacheBytes ?? 64 * 2 ** 20;
     const check = (weights: number, label: string): void =>
       checkMemoryBudget([{ label, bytes: weights }, { label: 'scratch', bytes: scratch }], config, kvBytes, options.memoryBudgetBytes);
-    // Before a byte is placed when the source knows the file's size (the weights are nearly all of it);
-    // as the weights arrive otherwise.
+    // The weights are nearly all of the file.
     if (onnx.size !== undefined) check(onnx.size, 'weights');
     const { kernels, memory } = await instantiateKernels(module);
     let placed = 0;
