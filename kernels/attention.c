@@ -58,24 +58,6 @@ void EXPORT(kv_write_f16)(half *kpool, half *vpool, const int *table, int start,
   }
 }
 
-/** Four lanes of q . key over head_dim, hsum: one fixed order. */
-static inline float dot_f32(const float *q, const float *key, int head_dim) {
-  v128_t a = wasm_f32x4_splat(0);
-  for (int d = 0; d < head_dim; d += 4) a = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_v128_load(q + d), wasm_v128_load(key + d)));
-  return hsum(a);
-}
-
-static inline float dot_f16(const float *q, const half *key, int head_dim) {
-  v128_t a = wasm_f32x4_splat(0);
-  for (int d = 0; d < head_dim; d += 8) {
-    v128_t lo, hi;
-    half8_to_f32(wasm_v128_load(key + d), &lo, &hi);
-    a = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_v128_load(q + d), lo));
-    a = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_v128_load(q + d + 4), hi));
-  }
-  return hsum(a);
-}
-
 /** p[0..n) = exp(p - max) in place, returning their sum (lanes, then hsum: depends on n alone). */
 static float softmax_numerators(float *p, int n) {
   float max = p[0];

@@ -56,3 +56,22 @@ static inline float half_to_f32(half h) {
   half8_to_f32(wasm_i16x8_splat((short)h), &lo, &hi);
   return wasm_f32x4_extract_lane(lo, 0);
 }
+
+/** x . w over n (a multiple of 4): four lanes, then hsum; one fixed order (attention scores, products). */
+static inline float dot_f32(const float *x, const float *w, int n) {
+  v128_t a = wasm_f32x4_splat(0);
+  for (int d = 0; d < n; d += 4) a = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_v128_load(x + d), wasm_v128_load(w + d)));
+  return hsum(a);
+}
+
+/** x . w over n (a multiple of 8), w float16 widened in registers; the same order as dot_f32. */
+static inline float dot_f16(const float *x, const half *w, int n) {
+  v128_t a = wasm_f32x4_splat(0);
+  for (int d = 0; d < n; d += 8) {
+    v128_t lo, hi;
+    half8_to_f32(wasm_v128_load(w + d), &lo, &hi);
+    a = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_v128_load(x + d), lo));
+    a = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_v128_load(x + d + 4), hi));
+  }
+  return hsum(a);
+}

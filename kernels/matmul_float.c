@@ -232,14 +232,7 @@ void EXPORT(matmul_nk_f16)(float *Y, const float *X, const half *W, int M, int K
     const half *w = W + (size_t)n * K;
     for (int m = 0; m < M; m++) {
       const float *x = X + (size_t)m * K;
-      v128_t a = wasm_f32x4_splat(0);
-      for (int k = 0; k < K8; k += 8) {
-        v128_t lo, hi;
-        half8_to_f32(wasm_v128_load(w + k), &lo, &hi);
-        a = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_v128_load(x + k), lo));
-        a = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_v128_load(x + k + 4), hi));
-      }
-      float s = hsum(a);
+      float s = dot_f16(x, w, K8);
       for (int k = K8; k < K; k++) s += x[k] * half_to_f32(w[k]);
       Y[(size_t)m * N + n] = s;
     }
