@@ -25,6 +25,8 @@ export interface Env {
   KV_CACHE_MB?: string;
   /** The KV cache's element type: fp32 (default) or fp16 (twice the tokens in KV_CACHE_MB; edge kernels only). */
   KV_DTYPE?: string;
+  /** Storage for full KV blocks in each object's SQLite, so sessions survive restarts; 0 turns it off. */
+  KV_STORE_MB?: string;
   MAX_BATCH?: string;
   MAX_QUEUE?: string;
   MAX_BODY_BYTES?: string;
@@ -117,6 +119,16 @@ export function serviceBackend(env: Env): 'wasm' | 'webgpu' {
 /** KV_DTYPE: fp32 unless set; a value other than fp32 / fp16 is passed on for the engine to refuse by name (a 503). */
 export function kvDtypeVar(env: Env): 'fp32' | 'fp16' {
   return (env.KV_DTYPE?.trim().toLowerCase() || 'fp32') as 'fp32' | 'fp16';
+}
+
+/** Default KV_STORE_MB: about 5,700 tokens of a 135M model's fp32 KV per shard, 90 MiB of tiny's. */
+export const DEFAULT_KV_STORE_MB = 256;
+
+/** KV_STORE_MB in bytes: the default when unset or not a whole number, 0 (no store) when 0. */
+export function kvStoreBytesVar(env: Env): number {
+  const raw = env.KV_STORE_MB?.trim() ?? '';
+  const mb = /^[0-9]+$/.test(raw) ? Number(raw) : DEFAULT_KV_STORE_MB;
+  return mb * 2 ** 20;
 }
 
 /** Which runner the wasm backend uses: our kernels where they cover the graph (`auto`), or as forced. */

@@ -1,4 +1,7 @@
 import type { BlockPoolStats } from './kv/block-pool.js';
+import type { PersistCounters } from './kv/block-persistence.js';
+import type { KvStoreUsage } from './kv/block-store.js';
+import type { RestoreCounters } from './kv/paged-kv.js';
 
 /** Engine-wide counters and gauges the service exports (e.g. as Prometheus metrics). */
 export interface EngineStats {
@@ -32,4 +35,6 @@ export interface EngineStats {
   wasmMemoryBytes?: number;
   /** The draft model's own KV pool, when one is loaded. */
   draftKv?: BlockPoolStats;
+  /** The durable KV block store, when the engine has one: its usage, what was written, what was restored. */
+  kvStore?: KvStoreUsage & PersistCounters & { restored: RestoreCounters };
 }

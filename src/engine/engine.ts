@@ -3,13 +3,17 @@ import { BeamSearch } from './beam/beam-search.js';
 import type { EngineStats } from './engine-stats.js';
 import { InvalidRequestError } from './errors.js';
 import { EventQueue } from './event-queue.js';
+import { yieldToEventLoop } from './event-loop.js';
 import { BlockPool } from './kv/block-pool.js';
 import { KvCacheManager } from './kv/paged-kv.js';
+import { BlockPersistence } from './kv/block-persistence.js';
+import type { KvBlockStore } from './kv/block-store.js';
 import { SessionCaches } from './kv/session-caches.js';
 import { snapshotPool, type PoolSnapshot, type SequenceBlocks } from './kv/pool-snapshot.js';
 import { StepHistory, type StepRecord } from './step-history.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
-import { loadModelMeta, readOnnx, type ModelDtype, type ModelSource } from './model/model-files.js';
+import { loadModelMeta, onnxFileFor, readOnnx, type ModelDtype, type ModelSource } from './model/model-files.js';
+import { digestingSource } from './model/weights-digest.js';
 import { createRunner, attachKvPool, kvStorageFor, runnerName, streamedKernelRunner, type PassRunner } from './gpu/create-runner.js';
 import { GpuModelRunner } from './gpu/gpu-runner.js';
 import { KernelRunner, type KvDtype } from './kernels/kernel-runner.js';
@@ -49,6 +53,12 @@ export interface EngineOptions extends RunnerOptions {
   speculative?: SpeculativeParams;
   /** On WebGPU: draw tokens on the device, so only ids (and asked-for logprobs) come back. Default true. */
   sampleOnDevice?: boolean;
+  /**
+   * Durable storage for full KV blocks: finished sequences' blocks are written there by storeKv(), and
+   * a prefix the pool has lost is restored from there instead of prefilled. The weights file is then
+   * digested as it loads, since the digest is part of every stored block's name.
+   */
+  kvStore?: KvBlockStore;
 }
 
 export interface GenerateOptions {
@@ -65,9 +75,6 @@ export interface GenerateOptions {
 const DEFAULT_KV_CACHE_BYTES = 64 * 2 ** 20;
 const DEFAULT_BLOCK_SIZE = 16;
 
-const yieldToEventLoop = (): Promise<void> =>
-  new Promise((resolve) => (typeof setImmediate === 'function' ? setImmediate(resolve) : setTimeout(resolve, 0)));
-
 /**
  * A loaded model serving many requests at once: tokenizer and chat template, the ONNX runner, a paged
  * KV cache and a continuous-batching scheduler. Each step admits waiting requests, runs one batched
@@ -79,6 +86,7 @@ export class Engine {
   private readonly scheduler: Scheduler<EngineRequest>;
   private readonly active = new Set<EngineRequest>();
   private readonly sessions: SessionCaches;
+  private readonly persistence: BlockPersistence | undefined;
   private nextId = 1;
   private readonly maxBatchSize: number;
   private looping = false;
@@ -105,6 +113,7 @@ export class Engine {
     readonly backend: string,
     private readonly options: EngineOptions,
     private readonly speculator: Speculator,
+    cacheIdentity: string,
   ) {
     this.maxBatchSize = options.maxBatchSize ?? 32;
     const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
@@ -113,9 +122,14 @@ export class Engine {
     this.kvBytesPerToken = kvBytesPerToken(config, kvDtype === 'fp16' ? 2 : 4);
     const numBlocks = Math.floor((options.kvCacheBytes ?? DEFAULT_KV_CACHE_BYTES) / (blockSize * this.kvBytesPerToken));
     if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
-    this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize, kvStorageFor(runner, config, numBlocks, blockSize, kvDtype)), modelId);
+    this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize, kvStorageFor(runner, config, numBlocks, blockSize, kvDtype)), cacheIdentity);
     // On WebGPU the pool's bytes live on the device; the CPU pool keeps the bookkeeping.
     attachKvPool(runner, this.kv.pool);
+    if (options.kvStore) {
+      options.kvStore.open(cacheIdentity, blockSize);
+      this.kv.restoreFrom(options.kvStore);
+      this.persistence = new BlockPersistence(this.kv.pool, options.kvStore);
+    }
     this.sessions = new SessionCaches(this.kv);
     const limits = { maxBatchSize: this.maxBatchSize, maxTokensPerStep: options.maxTokensPerStep ?? 512 };
     this.scheduler = new Scheduler(
@@ -128,6 +142,8 @@ export class Engine {
 
   static async load(runtime: OrtRuntime, source: ModelSource, options: EngineOptions = {}): Promise<Engine> {
     const dtype = options.dtype ?? 'fp32';
+    const digesting = options.kvStore ? digestingSource(source, onnxFileFor(dtype)) : undefined;
+    source = digesting?.source ?? source;
     const files = await loadModelMeta(source);
     const tokenizer = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
     // The edge kernels take the weights as they stream in; other runners (or a graph the kernels do not
@@ -150,7 +166,10 @@ export class Engine {
           runner: options,
         })
       : undefined;
-    return new Engine(options.modelId ?? 'default', files.config, tokenizer, chat, runner, runtime.name, options, new Speculator(draft));
+    const modelId = options.modelId ?? 'default';
+    // Everything that changes a block's bytes names it, so a stored block is never restored into an engine it does not fit.
+    const identity = [modelId, dtype, digesting ? await digesting.digest() : '', options.kvDtype ?? 'fp32', options.blockSize ?? DEFAULT_BLOCK_SIZE, runnerName(runner)];
+    return new Engine(modelId, files.config, tokenizer, chat, runner, runtime.name, options, new Speculator(draft), identity.join('\u0000'));
   }
 
   /** On WebGPU, tokens are drawn by our kernels where the logits are (see runPass). */
@@ -392,13 +411,16 @@ export class Engine {
 
   /** Takes a finished (or cancelled) request out of the batch at once, freeing its blocks or pinning them for its session. */
   private retire(req: EngineRequest): void {
+    const chain = [...req.kv.hashes];
     // A cancel that arrived during the last pass (a session being deleted) keeps nothing either.
-    if (req.session !== undefined && req.sequence.finishReason !== 'cancelled' && !req.group.cancelRequested) {
+    const kept = req.session !== undefined && req.sequence.finishReason !== 'cancelled' && !req.group.cancelRequested;
+    if (kept) {
       this.scheduler.detach(req);
-      this.sessions.keep(req.session, req.kv, req.tokens);
+      this.sessions.keep(req.session!, req.kv, req.tokens);
     } else {
       this.scheduler.remove(req);
     }
+    this.persistence?.enqueue(chain, kept ? req.session : undefined);
     this.speculator.release(req.id);
     this.active.delete(req);
     req.group.events.push(req.sequence.done());
@@ -414,9 +436,19 @@ export class Engine {
     return this.sessions.cachedTokens(session);
   }
 
-  /** Frees a session's cache between turns (session deleted, or memory wanted). */
+  /** Frees a session's cache between turns (session deleted); blocks queued for the store are no longer pinned to it. */
   releaseSession(session: string): void {
     this.sessions.release(session);
+    this.persistence?.forget(session);
+  }
+
+  /**
+   * Writes the full blocks of finished sequences to the KV store (a no-op without one). Hosts call it
+   * once a generation's last event has been sent, so writing never delays a token; it yields to the
+   * event loop as it goes, and concurrent calls share one writer.
+   */
+  storeKv(): Promise<void> {
+    return this.persistence?.flush() ?? Promise.resolve();
   }
 
   private kick(): void {
@@ -480,6 +512,7 @@ export class Engine {
       runner: runnerName(this.runner),
       ...(this.runner instanceof KernelRunner ? { wasmMemoryBytes: this.runner.memoryBytes } : {}),
       ...(this.speculator.hasDraftModel ? { draftKv: this.speculator.draftPoolStats() } : {}),
+      ...(this.persistence ? { kvStore: { ...this.persistence.store.usage(), ...this.persistence.counters, restored: { ...this.kv.restored } } } : {}),
     };
   }
 }

@@ -176,6 +176,8 @@ export function runGeneration(
     })
     .then(() => writer.close())
     .finally(() => (sink as Partial<Disposable>)[Symbol.dispose]?.());
+  // Its full KV blocks go to storage once its last event is out, so writing never delays a token.
+  void finished.then(() => engine.storeKv()).catch((err: unknown) => console.error('storing KV blocks failed', err));
   const stop = (reason?: ServiceError): void => {
     if (reason !== undefined) writer.send({ type: 'error', error: reason });
     abort.abort();

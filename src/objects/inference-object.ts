@@ -3,7 +3,9 @@ import { Engine } from '../engine/engine.js';
 import type { ModelDtype } from '../engine/model/model-files.js';
 import type { GenerationRequest } from '../engine/request.js';
 import { resolveSpeculativeParams } from '../engine/speculative/params.js';
-import { intVar, kvDtypeVar, modelName, speculativeVar, type Env } from '../env.js';
+import { intVar, kvDtypeVar, kvStoreBytesVar, modelName, speculativeVar, type Env } from '../env.js';
+import type { KvBlockStore } from '../engine/kv/block-store.js';
+import { SqlKvBlockStore } from './kv-block-store.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import { modelSourceFor } from '../sources/model-source.js';
 import { runGeneration, type EventSink } from './generation.js';
@@ -66,7 +68,19 @@ export class InferenceObject extends DurableObject<Env> {
       kvDtype: kvDtypeVar(this.env),
       memoryBudgetBytes: intVar(this.env, 'MEMORY_BUDGET_MB') * 2 ** 20,
       maxBatchSize: intVar(this.env, 'MAX_BATCH'),
+      kvStore: this.kvStore,
     });
+  }
+
+  private blockStore: KvBlockStore | null | undefined;
+
+  /** Full KV blocks in this object's SQLite (tables made on first use); undefined when KV_STORE_MB is 0. */
+  private get kvStore(): KvBlockStore | undefined {
+    if (this.blockStore === undefined) {
+      const budget = kvStoreBytesVar(this.env);
+      this.blockStore = budget > 0 ? new SqlKvBlockStore(this.ctx.storage.sql, (fn) => this.ctx.storage.transactionSync(fn), budget) : null;
+    }
+    return this.blockStore ?? undefined;
   }
 
   /**
@@ -106,7 +120,7 @@ export class InferenceObject extends DurableObject<Env> {
 
   /** Metrics for GET /metrics. Does not load the engine: a shard nobody used reports `engine: null`. */
   async stats(): Promise<ShardStats> {
-    return this.metrics.snapshot(modelName(this.env), this.loaded?.stats() ?? null);
+    return this.metrics.snapshot(modelName(this.env), this.loaded?.stats() ?? null, this.kvStore?.usage());
   }
 
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */
@@ -127,6 +141,7 @@ export class InferenceObject extends DurableObject<Env> {
         loadedEngine: () => this.loaded,
         metrics: this.metrics,
         model: modelName(this.env),
+        kvStore: this.kvStore,
       },
       this.ctx.storage,
       this.env,

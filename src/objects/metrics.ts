@@ -1,5 +1,6 @@
 import type { EngineStats } from '../engine/engine-stats.js';
 import type { DoneEvent } from '../engine/sequence.js';
+import type { KvStoreUsage } from '../engine/kv/block-store.js';
 
 /** A cumulative histogram as Prometheus exposes it: counts per upper bound (`le`), plus sum and count. */
 export interface HistogramSnapshot {
@@ -42,6 +43,8 @@ export interface ShardStats {
   generationTokens: number;
   cachedPromptTokens: number;
   requests: Record<string, number>;
+  /** The shard's stored KV blocks (read from its SQLite, so known before the engine loads); absent when KV_STORE_MB is 0. */
+  kvStore?: KvStoreUsage;
 }
 
 const TTFT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -77,8 +80,9 @@ export class ServiceMetrics {
     if (m.completionTokens > 0) this.ttft.observe(m.ttftMs / 1000);
   }
 
-  snapshot(model: string, engine: EngineStats | null): ShardStats {
+  snapshot(model: string, engine: EngineStats | null, kvStore?: KvStoreUsage): ShardStats {
     return {
+      ...(kvStore ? { kvStore } : {}),
       model,
       engine,
       ttftSeconds: this.ttft.snapshot(),

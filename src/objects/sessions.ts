@@ -33,6 +33,11 @@ export interface SessionView {
   tokens: number;
   /** Of those, how many the shard's KV cache holds now (0 after a restart or once released for room). */
   cached_tokens: number;
+  /**
+   * Of those, how many the shard's storage holds as full KV blocks (written after each turn), which the
+   * next turn restores if they are not cached: what survives a restart. 0 when KV_STORE_MB is 0.
+   */
+  stored_tokens: number;
   created_at: number;
   updated_at: number;
 }
@@ -103,6 +108,8 @@ export class SessionStore {
     this.inFlight.get(id)?.();
     this.inFlight.delete(id);
     this.shard.loadedEngine()?.releaseSession(id);
+    // Stored blocks too, whether or not this object has loaded the engine since they were written.
+    this.shard.kvStore?.unpin(id);
     return ok({ id, object: 'session', deleted: true });
   }
 
@@ -176,6 +183,7 @@ export class SessionStore {
       messages: JSON.parse(row.messages) as SessionMessage[],
       tokens,
       cached_tokens: this.shard.loadedEngine()?.sessionCachedTokens(row.id) ?? 0,
+      stored_tokens: this.shard.kvStore?.storedTokens(row.id) ?? 0,
       created_at: Math.floor(row.created_at / 1000),
       updated_at: Math.floor(row.updated_at / 1000),
     };

@@ -1,5 +1,6 @@
 /// <reference types="@cloudflare/workers-types" />
 import type { Engine } from '../engine/engine.js';
+import type { KvBlockStore } from '../engine/kv/block-store.js';
 import type { ServiceMetrics } from './metrics.js';
 
 /** What the object lends its session, hook and job modules: storage, the engine and the service metrics. */
@@ -12,4 +13,6 @@ export interface ShardContext {
   metrics: ServiceMetrics;
   /** The model this shard serves. */
   model: string;
+  /** Where the engine keeps full KV blocks between object lifetimes (undefined when KV_STORE_MB is 0). */
+  kvStore: KvBlockStore | undefined;
 }

@@ -1,3 +1,4 @@
+import { readBuffer } from './kernels.js';
 import { BufferUsage } from './usage.js';
 import type { KvShape } from '../kv/sequence-kv.js';
 
@@ -41,6 +42,22 @@ export class GpuKvPool {
       encoder.copyBufferToBuffer(buffer, from * n, this.scratch, 0, n);
       encoder.copyBufferToBuffer(this.scratch, 0, buffer, to * n, n);
     }
+  }
+
+  /** Block `id`'s bytes in BlockPool.readBlock's layout (per layer, keys then values), read back from the device. */
+  async readBlock(id: number): Promise<Uint8Array> {
+    const n = this.blockStride * 4;
+    const out = new Uint8Array(2 * this.shape.numLayers * n);
+    const buffers = this.keys.flatMap((keys, layer) => [keys, this.values[layer]]);
+    for (let i = 0; i < buffers.length; i++) out.set(new Uint8Array(await readBuffer(this.device, buffers[i], n, id * n)), i * n);
+    return out;
+  }
+
+  /** Writes bytes in that layout into block `id` (queued before any later pass). */
+  writeBlock(id: number, bytes: Uint8Array): void {
+    const n = this.blockStride * 4;
+    const buffers = this.keys.flatMap((keys, layer) => [keys, this.values[layer]]);
+    buffers.forEach((buffer, i) => this.device.queue.writeBuffer(buffer, id * n, bytes as Uint8Array<ArrayBuffer>, i * n, n));
   }
 
   destroy(): void {

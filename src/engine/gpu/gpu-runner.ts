@@ -94,6 +94,9 @@ export class GpuModelRunner {
     this.pool = pool;
     this.kvPool = new GpuKvPool(this.kernels.device, pool.shape, pool.numBlocks, pool.blockSize);
     pool.copyBlock = (from: number, to: number) => void this.pendingCopies.push([from, to]);
+    const kvPool = this.kvPool;
+    pool.readBlock = (id: number) => kvPool.readBlock(id);
+    pool.writeBlock = (id: number, bytes: Uint8Array) => kvPool.writeBlock(id, bytes);
   }
 
   async forward(rows: readonly StepRow[]): Promise<StepLogits> {

@@ -124,6 +124,46 @@ export class BlockPool {
     return this.byHash.get(hash);
   }
 
+  /** Bytes of one block in its stored form: per layer, its keys then its values, layer 0 first. */
+  get blockBytes(): number {
+    return 2 * this.shape.numLayers * this.blockStride * this.keys[0].BYTES_PER_ELEMENT;
+  }
+
+  /**
+   * A copy of block `id`'s bytes (see blockBytes), for the durable block store. Asynchronous because a
+   * runner that keeps the bytes on a device reads them back from there (it replaces this method).
+   */
+  async readBlock(id: number): Promise<Uint8Array> {
+    const out = new Uint8Array(this.blockBytes);
+    let at = 0;
+    for (let layer = 0; layer < this.shape.numLayers; layer++) {
+      for (const array of [this.keys[layer], this.values[layer]]) {
+        const part = this.blockBytesOf(array, id);
+        out.set(part, at);
+        at += part.length;
+      }
+    }
+    return out;
+  }
+
+  /** Overwrites block `id` with bytes readBlock gave (a block restored from the store); a device runner replaces it. */
+  writeBlock(id: number, bytes: Uint8Array): void {
+    if (bytes.length !== this.blockBytes) throw new RangeError(`a KV block holds ${this.blockBytes} bytes, got ${bytes.length}`);
+    let at = 0;
+    for (let layer = 0; layer < this.shape.numLayers; layer++) {
+      for (const array of [this.keys[layer], this.values[layer]]) {
+        const part = this.blockBytesOf(array, id);
+        part.set(bytes.subarray(at, at + part.length));
+        at += part.length;
+      }
+    }
+  }
+
+  private blockBytesOf(array: KvArray, id: number): Uint8Array {
+    const size = this.blockStride * array.BYTES_PER_ELEMENT;
+    return new Uint8Array(array.buffer, array.byteOffset + id * size, size);
+  }
+
   /** Copies every layer's keys and values of block `from` into block `to`. */
   copyBlock(from: number, to: number): void {
     const n = this.blockStride;

@@ -2,6 +2,20 @@ import type { BlockPool } from './block-pool.js';
 import { blockHash, ROOT_HASH } from './block-hash.js';
 import type { SequenceKv } from './sequence-kv.js';
 
+/** Where matchPrefix finds full blocks the pool has lost (the durable block store). */
+export interface BlockSource {
+  read(hash: string): Uint8Array | undefined;
+}
+
+/** Blocks restored from a BlockSource over the manager's life. */
+export interface RestoreCounters {
+  blocks: number;
+  tokens: number;
+  ms: number;
+  /** Restores that found a block the pool could not take (wrong size for this pool). */
+  rejected: number;
+}
+
 /**
  * One sequence's view of the block pool: its block table (token position p lives in block
  * blocks[floor(p / blockSize)] at offset p % blockSize). Created and resized only by KvCacheManager.
@@ -76,11 +90,19 @@ export class PagedSequenceKv implements SequenceKv {
  */
 export class KvCacheManager {
   copyOnWrites = 0;
+  readonly restored: RestoreCounters = { blocks: 0, tokens: 0, ms: 0, rejected: 0 };
+  private source: BlockSource | undefined;
 
   constructor(
     readonly pool: BlockPool,
-    private readonly modelId: string,
+    /** Salts every block hash: the model, and whatever else changes a block's bytes (see Engine.load). */
+    readonly cacheIdentity: string,
   ) {}
+
+  /** Lets matchPrefix restore blocks from `source` where the pool's prefix cache ends. */
+  restoreFrom(source: BlockSource): void {
+    this.source = source;
+  }
 
   get blockSize(): number {
     return this.pool.blockSize;
@@ -98,24 +120,47 @@ export class KvCacheManager {
 
   /**
    * Attaches the longest run of cached full blocks that starts `tokens` to an empty sequence, and returns
-   * how many tokens it covers. The last token is never taken from the cache: a pass must compute it to
-   * give logits.
+   * how many tokens it covers: blocks from the pool's prefix cache, and past them, blocks restored from
+   * the block source, if one is attached. The last token is never taken from the cache: a pass must
+   * compute it to give logits.
    */
   matchPrefix(kv: PagedSequenceKv, tokens: readonly number[]): number {
     if (kv.length !== 0 || kv.blocks.length !== 0) throw new Error('matchPrefix needs an empty sequence');
     const bs = this.pool.blockSize;
     let parent = ROOT_HASH;
     for (let i = 0; (i + 1) * bs <= tokens.length - 1; i++) {
-      const hash = blockHash(parent, tokens.slice(i * bs, (i + 1) * bs), this.modelId);
-      const block = this.pool.lookup(hash);
-      if (block === undefined) break;
-      this.pool.retain(block);
+      const hash = blockHash(parent, tokens.slice(i * bs, (i + 1) * bs), this.cacheIdentity);
+      let block = this.pool.lookup(hash);
+      if (block !== undefined) this.pool.retain(block);
+      else if ((block = this.restore(hash)) === undefined) break;
       kv.blocks.push(block);
       kv.hashes.push(hash);
       parent = hash;
     }
     kv.length = kv.blocks.length * bs;
     return kv.length;
+  }
+
+  /** A pool block holding `hash`'s stored bytes, cached under it and held once; undefined if not stored or no room. */
+  private restore(hash: string): number | undefined {
+    if (!this.source || this.pool.available === 0) return undefined;
+    const t0 = performance.now();
+    try {
+      const bytes = this.source.read(hash);
+      if (!bytes) return undefined;
+      if (bytes.length !== this.pool.blockBytes) {
+        this.restored.rejected++;
+        return undefined;
+      }
+      const block = this.pool.allocate()!;
+      this.pool.writeBlock(block, bytes);
+      this.pool.cache(block, hash);
+      this.restored.blocks++;
+      this.restored.tokens += this.pool.blockSize;
+      return block;
+    } finally {
+      this.restored.ms += performance.now() - t0;
+    }
   }
 
   /**
@@ -146,7 +191,7 @@ export class KvCacheManager {
     const bs = this.pool.blockSize;
     const full = Math.floor(Math.min(kv.length, tokens.length) / bs);
     for (let i = kv.hashes.length; i < full; i++) {
-      const hash = blockHash(kv.hashes[i - 1] ?? ROOT_HASH, tokens.slice(i * bs, (i + 1) * bs), this.modelId);
+      const hash = blockHash(kv.hashes[i - 1] ?? ROOT_HASH, tokens.slice(i * bs, (i + 1) * bs), this.cacheIdentity);
       this.pool.cache(kv.blocks[i], hash);
       kv.hashes.push(hash);
     }

@@ -19,6 +19,10 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
   // Engine gauges and counters exist only for shards whose engine is loaded.
   const loaded = labelled.filter(({ s }) => s.engine !== null);
   const engine = (f: (e: EngineStats) => number) => loaded.map(({ labels, s }): [Record<string, string>, number] => [labels, f(s.engine!)]);
+  const stored = labelled.filter(({ s }) => s.kvStore !== undefined);
+  const store = (f: (u: NonNullable<ShardStats['kvStore']>) => number) => stored.map(({ labels, s }): [Record<string, string>, number] => [labels, f(s.kvStore!)]);
+  const withStore = loaded.filter(({ s }) => s.engine!.kvStore !== undefined);
+  const persisted = (f: (k: NonNullable<EngineStats['kvStore']>) => number) => withStore.map(({ labels, s }): [Record<string, string>, number] => [labels, f(s.engine!.kvStore!)]);
 
   const out = new Exposition()
     .family('edge_infer_engine_loaded', 'gauge', 'Whether the shard has loaded its model (1) or not yet (0).', each((s) => (s.engine ? 1 : 0)))
@@ -43,6 +47,16 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
     .family('edge_infer_queue_depth', 'gauge', 'Requests waiting to be admitted to the batch.', engine((e) => e.queueDepth))
     .family('edge_infer_running_requests', 'gauge', 'Requests admitted and not yet finished.', engine((e) => e.running))
     .family('edge_infer_pinned_sessions', 'gauge', 'Sessions whose KV cache is kept between turns.', engine((e) => e.pinnedSessions))
+    .family('edge_infer_kv_store_bytes', 'gauge', 'Bytes of full KV blocks kept in the shard\'s storage.', store((u) => u.bytes))
+    .family('edge_infer_kv_store_blocks', 'gauge', 'Full KV blocks kept in the shard\'s storage.', store((u) => u.blocks))
+    .family('edge_infer_kv_store_budget_bytes', 'gauge', 'KV_STORE_MB in bytes: least recently used blocks are evicted past it.', store((u) => u.budgetBytes))
+    .family('edge_infer_kv_store_discarded_blocks_total', 'counter', 'Stored blocks dropped on restore because their bytes failed the checks (recomputed instead).', store((u) => u.discarded))
+    .family('edge_infer_kv_restored_blocks_total', 'counter', 'KV blocks restored from storage instead of prefilled.', persisted((k) => k.restored.blocks))
+    .family('edge_infer_kv_restored_tokens_total', 'counter', 'Prompt tokens whose KV was restored from storage instead of prefilled.', persisted((k) => k.restored.tokens))
+    .family('edge_infer_kv_restore_seconds_total', 'counter', 'Time spent reading blocks from storage into the pool.', persisted((k) => k.restored.ms / 1000))
+    .family('edge_infer_kv_stored_blocks_total', 'counter', 'KV blocks written to storage.', persisted((k) => k.storedBlocks))
+    .family('edge_infer_kv_stored_bytes_total', 'counter', 'Bytes of KV blocks written to storage.', persisted((k) => k.storedBytes))
+    .family('edge_infer_kv_store_write_seconds_total', 'counter', 'Time spent writing blocks to storage (after generations, off the token path).', persisted((k) => k.writeMs / 1000))
     .family('edge_infer_speculative_proposed_tokens_total', 'counter', 'Speculative tokens proposed and verified by the target.', engine((e) => e.proposedTokens))
     .family('edge_infer_speculative_accepted_tokens_total', 'counter', 'Speculative tokens the target accepted (acceptance rate = accepted / proposed).', engine((e) => e.acceptedTokens));
   return out.toString();

@@ -14,6 +14,8 @@ export interface DevServer {
   /** Output so far, for failure messages. */
   log(): string;
   stop(): Promise<void>;
+  /** SIGKILL, at once: no shutdown, whatever was being written is cut where it was. */
+  kill(): Promise<void>;
 }
 
 /** Starts `wrangler dev` (real workerd, real HTTP) on a free port and waits until it answers. */
@@ -33,11 +35,17 @@ export async function startDevServer(vars: Record<string, string> = {}, persistD
   child.stderr!.on('data', (d) => (output += d));
   const url = `http://127.0.0.1:${port}`;
   const stop = async (): Promise<void> => {
-    if (child.exitCode !== null) return;
+    if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise((resolve) => child.once('exit', resolve));
     process.kill(-child.pid!, 'SIGTERM');
     await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 5000))]);
     if (child.exitCode === null) process.kill(-child.pid!, 'SIGKILL');
+  };
+  const kill = async (): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    process.kill(-child.pid!, 'SIGKILL');
+    await exited;
   };
   const deadline = Date.now() + 60_000;
   for (;;) {
@@ -54,5 +62,5 @@ export async function startDevServer(vars: Record<string, string> = {}, persistD
       await new Promise((resolve) => setTimeout(resolve, 250));
     }
   }
-  return { url, persistDir: dir, log: () => output, stop };
+  return { url, persistDir: dir, log: () => output, stop, kill };
 }
