@@ -168,7 +168,7 @@ export class Engine {
       : undefined;
     const modelId = options.modelId ?? 'default';
     // Everything that changes a block's bytes names it, so a stored block is never restored into an engine it does not fit.
-    const identity = [modelId, dtype, digesting ? await digesting.digest() : '', options.kvDtype ?? 'fp32', options.blockSize ?? DEFAULT_BLOCK_SIZE, runnerName(runner)];
+    const identity = [modelId, dtype, digesting ? await digesting.digest() : '', options.kvDtype ?? 'fp32', options.blockSize ?? DEFAULT_BLOCK_SIZE, runnerName(runner), runtime.name];
     return new Engine(modelId, files.config, tokenizer, chat, runner, runtime.name, options, new Speculator(draft), identity.join('\u0000'));
   }
 

@@ -1,7 +1,7 @@
 /// <reference types="@cloudflare/vitest-pool-workers/types" />
 // Chat sessions end to end inside workerd: worker → InferenceObject → engine. Each turn continues the
 // session's KV cache (only the new message is prefilled), one turn at a time, DELETE frees the cache,
-// and a restarted object rebuilds the session from storage.
+// and a restarted object restores the session's KV blocks from storage.
 import { abortAllDurableObjects, runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
@@ -32,7 +32,7 @@ const say = (id: string, content: string, extra: Record<string, unknown> = {}) =
 const getSession = async (id: string) => {
   const res = await call(`/v1/sessions/${id}`);
   expect(res.status).toBe(200);
-  return (await res.json()) as { messages: { role: string; content: string }[]; tokens: number; cached_tokens: number; system: string };
+  return (await res.json()) as { messages: { role: string; content: string }[]; tokens: number; cached_tokens: number; stored_tokens: number; system: string };
 };
 
 function shardOf(id: string): DurableObjectStub<InferenceObject> {
@@ -55,6 +55,7 @@ describe('sessions', () => {
       messages: [{ role: 'system', content: 'Be brief.' }],
       tokens: 0,
       cached_tokens: 0,
+      stored_tokens: 0,
     });
     const res = await call(`/v1/sessions/${created.id}`, { method: 'DELETE' });
     expect(await res.json()).toEqual({ id: created.id, object: 'session', deleted: true });
@@ -167,21 +168,26 @@ describe('sessions', () => {
     await expectError(await post(`/v1/sessions/${id}/messages`, { content: 'still there?' }), 404, null, 'session_not_found');
   });
 
-  it('survives its object restarting: the transcript is kept and the cache is rebuilt by prefill', async () => {
+  it('survives its object restarting: the transcript is kept and the stored KV blocks are restored, not recomputed', async () => {
     const id = await createSession();
     const one = await say(id, 'Turn one');
     const two = await say(id, 'Turn two');
     const before = await getSession(id);
+    // Full blocks of what turn two computed (its prompt and reply, less the last sampled token).
+    const storedBlocks = Math.floor((two.usage.prompt_tokens + two.usage.completion_tokens - 1) / 16);
+    expect(before.stored_tokens).toBe(storedBlocks * 16);
 
     await abortAllDurableObjects();
     const after = await getSession(id);
     expect(after.messages).toEqual(before.messages);
     expect(after.tokens).toBe(before.tokens);
     expect(after.cached_tokens).toBe(0);
+    expect(after.stored_tokens).toBe(before.stored_tokens);
 
     const three = await say(id, 'Turn three');
-    // A fresh engine has nothing cached: the whole stored log is prefilled, plus only the new message.
-    expect(three.usage.prompt_tokens_details.cached_tokens).toBe(0);
+    // A fresh engine restores the stored blocks; only the rest of the log and the new message are prefilled.
+    expect(three.usage.prompt_tokens_details.cached_tokens).toBe(before.stored_tokens);
+    expect((await engineStats(id)).kvStore?.restored.blocks).toBe(storedBlocks);
     const previousLog = two.usage.prompt_tokens + two.usage.completion_tokens;
     expect(three.usage.prompt_tokens - previousLog).toBeGreaterThan(5);
     expect(three.usage.prompt_tokens - previousLog).toBeLessThan(80);
