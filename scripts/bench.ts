@@ -6,7 +6,7 @@
 // Writes <out>/results.json, <out>/decode.svg and prints Markdown tables. Not part of `npm test`.
 //
 //   npm run bench -- [--quick] [--models bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32]
-//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels]
+//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore]
 //     [--runs 5] [--batches 1,4,16,32] [--prefill 128,512,2048] [--histories 256,1024,4096]
 //     [--prompt 32] [--tokens 32] [--fresh 20] [--clients 1,16] [--session-models ...] [--out bench] [--append]
 // Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1). Each backend runs in a child process.
@@ -21,6 +21,7 @@ import { parseBenchOptions } from './bench/options.js';
 import { markdownReport } from './bench/report.js';
 import type { BackendResult, BenchResults } from './bench/results.js';
 import { runService } from './bench/service.js';
+import { runServiceRestore } from './bench/service-restore.js';
 import type { SpeculationCase } from './bench/speculative-table.js';
 import type { WebGpuBenchRow } from './bench/webgpu-table.js';
 import type { WllamaBenchRow } from './bench/wllama-table.js';
@@ -70,12 +71,14 @@ function runScriptChild<T>(nodeFlags: string[], script: string, args: string[]):
   });
 }
 
-const SCRIPT_SECTIONS: readonly string[] = ['service', 'speculative', 'webgpu', 'wllama', 'kernels'];
+const SCRIPT_SECTIONS: readonly string[] = ['service', 'speculative', 'webgpu', 'wllama', 'kernels', 'restore'];
 const engineSections = options.sections.filter((s) => !SCRIPT_SECTIONS.includes(s));
 const backends: BackendResult[] = [];
 if (engineSections.length) for (const b of options.backends) backends.push(await runBackendChild(b));
 const results: BenchResults = { machine: machineInfo(), options, backends };
 if (options.sections.includes('service')) results.service = await runService(options.clients, options.runs, options.decodeTokens, options.promptTokens, log);
+// Histories the edge holds: bench-135m q4 with 64 MiB of fp32 KV has room for 1,400 tokens.
+if (options.sections.includes('restore')) results.serviceRestore = await runServiceRestore(options.histories.filter((h) => h <= 1024), options.runs, log);
 if (options.sections.includes('speculative')) {
   results.speculative = await runScriptChild<SpeculationCase[]>([], 'scripts/bench/speculative.ts', ['cpu', '--runs', String(options.runs), '--tokens', '128']);
 }
@@ -95,6 +98,7 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   const earlier = JSON.parse(readFileSync(join(outDir, 'results.json'), 'utf8')) as BenchResults;
   results.backends = [...earlier.backends.filter((b) => !backends.some((n) => n.backend === b.backend)), ...backends];
   results.service ??= earlier.service;
+  results.serviceRestore ??= earlier.serviceRestore;
   results.speculative ??= earlier.speculative;
   results.webgpu ??= earlier.webgpu;
   results.wllama ??= earlier.wllama;

@@ -196,6 +196,40 @@ describe('paged KV cache, by example', () => {
     pool.checkInvariants();
   });
 
+  it('evictIdle forgets every cached block no sequence holds, and keeps held ones', () => {
+    const pool = new BlockPool(SHAPE, 8, BLOCK);
+    const manager = new KvCacheManager(pool, 'm');
+    const idle = admit(manager, [0, 0, 0, 0, 1])!;
+    const held = admit(manager, [1, 1, 1, 1, 2])!;
+    manager.free(idle.kv);
+    expect(pool.evictIdle()).toBe(1);
+    expect(pool.stats()).toMatchObject({ cachedIdle: 0, used: 2 });
+    expect(manager.matchPrefix(manager.create(), [0, 0, 0, 0, 1])).toBe(0);
+    const kv = manager.create();
+    expect(manager.matchPrefix(kv, [1, 1, 1, 1, 2])).toBe(4);
+    manager.free(kv);
+    manager.free(held.kv);
+    pool.checkInvariants();
+  });
+
+  it('a block read out and written into another block of another pool reads back the same', () => {
+    const pool = new BlockPool(SHAPE, 4, BLOCK);
+    const manager = new KvCacheManager(pool, 'm');
+    const seq = admit(manager, [5, 6, 7, 8, 9])!;
+    const other = new BlockPool(SHAPE, 4, BLOCK);
+    return pool.readBlock(seq.kv.blocks[0]).then((bytes) => {
+      expect(bytes.length).toBe(pool.blockBytes);
+      other.writeBlock(3, bytes);
+      for (let layer = 0; layer < SHAPE.numLayers; layer++) {
+        const n = pool.blockStride;
+        const at = seq.kv.blocks[0] * n;
+        expect(other.keys[layer].subarray(3 * n, 4 * n)).toEqual(pool.keys[layer].subarray(at, at + n));
+        expect(other.values[layer].subarray(3 * n, 4 * n)).toEqual(pool.values[layer].subarray(at, at + n));
+      }
+      expect(() => other.writeBlock(0, bytes.subarray(1))).toThrow(RangeError);
+    });
+  });
+
   it('a fork shares every block; the first write into the shared partial block copies it', () => {
     const pool = new BlockPool(SHAPE, 8, BLOCK);
     const manager = new KvCacheManager(pool, 'm');

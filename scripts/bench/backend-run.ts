@@ -17,6 +17,7 @@ import { measureStepPhases, type StepPhases } from './overhead.js';
 import type { BackendResult, VariantResult } from './results.js';
 import { createBandwidthMeter, decodeStepBytes, weightBytes } from './roofline.js';
 import { openSessionHistory, type SessionHistory } from './sessions.js';
+import { MemoryKvBlockStore } from '../../src/engine/kv/memory-block-store.js';
 import { ratioByRun, sampled, Samples } from './stats.js';
 import { createTransformersJsPeer, type TransformersJsPeer } from './transformers-js.js';
 
@@ -43,7 +44,9 @@ export async function runBackend(backend: Backend, o: BenchOptions, log: (s: str
     const big = v.model === 'bench-135m';
     // Room for the longest session history, its rebuilt twin and every other history at once.
     const kvCacheBytes = big ? 768 * 2 ** 20 : 64 * 2 ** 20;
-    const engine = await Engine.load(runtime, source, { dtype: v.dtype, intraOpNumThreads: 1, kvCacheBytes, maxBatchSize: maxBatch });
+    // Sessions are also restored from a block store in this process's memory (an object's SQLite in the service).
+    const kvStore = has('sessions') ? new MemoryKvBlockStore(2 * kvCacheBytes) : undefined;
+    const engine = await Engine.load(runtime, source, { dtype: v.dtype, intraOpNumThreads: 1, kvCacheBytes, maxBatchSize: maxBatch, kvStore });
     const item: Loaded = { v, engine, sessions: new Map(), samples: new Samples(), phases: new Map(), sameTokens: true };
     if (has('peers')) {
       const files = await loadModelFiles(source, v.dtype);
@@ -117,6 +120,7 @@ export async function runBackend(backend: Backend, o: BenchOptions, log: (s: str
           add(`session:${h}:cached`, await session.cachedTurnTtftMs(run));
           // The warm-up opens the sessions (their history's prefill warms the same paths) but rebuilds nothing.
           if (measured) add(`session:${h}:rebuilt`, await session.rebuiltTtftMs(run));
+          add(`session:${h}:restored`, await session.restoredTtftMs(run));
         }
       }
       if (has('overhead')) {
@@ -186,12 +190,16 @@ function summarise(it: Loaded, all: Loaded[], o: BenchOptions, backend: Backend,
     for (const [h, session] of it.sessions) {
       const cached = s.get(`session:${h}:cached`);
       const rebuilt = s.get(`session:${h}:rebuilt`);
+      const restored = s.get(`session:${h}:restored`);
       r.sessions[h] = {
         historyTokens: session.historyTokens,
         cachedMs: sampled(cached),
         rebuiltMs: sampled(rebuilt),
+        restoredMs: sampled(restored),
         cachedVsFresh: ratioByRun(cached, fresh),
         rebuiltVsCached: ratioByRun(rebuilt, cached),
+        rebuiltVsRestored: ratioByRun(rebuilt, restored),
+        restoredVsFresh: ratioByRun(restored, fresh),
       };
     }
   }

@@ -79,9 +79,20 @@ export function markdownReport(r: BenchResults): string {
     out.push(`\n**Session continuation** (time to first token of a new ~20-token turn)\n`);
     out.push(
       table(
-        ['model · backend', 'history', 'cached', 'rebuilt', `fresh ${o.freshPromptTokens}-token prompt`, 'cached ÷ fresh', 'rebuilt ÷ cached'],
+        ['model · backend', 'history', 'cached', 'restored', 'rebuilt', `fresh ${o.freshPromptTokens}-token prompt`, 'cached ÷ fresh', 'restored ÷ fresh', 'rebuilt ÷ cached', 'rebuilt ÷ restored'],
         all.flatMap((v) =>
-          Object.entries(v.sessions ?? {}).map(([h, s]) => [name(v), h, `${m(s.cachedMs)} ms`, `${m(s.rebuiltMs, 0)} ms`, `${m(v.ttftFreshMs)} ms`, x(s.cachedVsFresh), x(s.rebuiltVsCached)]),
+          Object.entries(v.sessions ?? {}).map(([h, s]) => [
+            name(v),
+            h,
+            `${m(s.cachedMs)} ms`,
+            s.restoredMs ? `${m(s.restoredMs)} ms` : '–',
+            `${m(s.rebuiltMs, 0)} ms`,
+            `${m(v.ttftFreshMs)} ms`,
+            x(s.cachedVsFresh),
+            s.restoredVsFresh ? x(s.restoredVsFresh) : '–',
+            x(s.rebuiltVsCached),
+            s.rebuiltVsRestored ? x(s.rebuiltVsRestored) : '–',
+          ]),
         ),
       ),
     );
@@ -103,6 +114,15 @@ export function markdownReport(r: BenchResults): string {
       table(
         ['clients', 'service tok/s', 'service TTFT', 'engine tok/s', 'engine TTFT', 'service ÷ engine'],
         Object.entries(r.service.byClients).map(([n, s]) => [n, m(s.service.tokPerS, 0), `${m(s.service.ttftMs)} ms`, m(s.engine.tokPerS, 0), `${m(s.engine.ttftMs)} ms`, x(s.serviceVsEngine)]),
+      ),
+    );
+  }
+  if (r.serviceRestore) {
+    out.push(`\n**Durable session KV in workerd** (${r.serviceRestore.model}: \`wrangler dev\`, one shard; a request of the history + 20 tokens, max_tokens 1, latency)\n`);
+    out.push(
+      table(
+        ['history', 'cached (pool)', 'restored (SQLite, after a restart)', 'rebuilt (prefill)', 'fresh 20 tokens', 'rebuilt ÷ restored', 'restored ÷ fresh'],
+        Object.entries(r.serviceRestore.byHistory).map(([h, s]) => [h, `${m(s.cachedMs)} ms`, `${m(s.restoredMs)} ms`, `${m(s.rebuiltMs, 0)} ms`, `${m(s.freshMs)} ms`, x(s.rebuiltVsRestored), x(s.restoredVsFresh)]),
       ),
     );
   }

@@ -26,7 +26,20 @@ export interface VariantResult extends Variant {
     transformersJs?: { decode: Sampled; engineRatio: Sampled };
   };
   roofline?: { bytesPerToken: number; context: number; rooflineTokPerS: number; fractionOfRoofline: Sampled };
-  sessions?: Record<string, { historyTokens: number; cachedMs: Sampled; rebuiltMs: Sampled; cachedVsFresh: Sampled; rebuiltVsCached: Sampled }>;
+  sessions?: Record<
+    string,
+    {
+      historyTokens: number;
+      cachedMs: Sampled;
+      rebuiltMs: Sampled;
+      /** Restored from the KV block store (absent in results older than the store). */
+      restoredMs?: Sampled;
+      cachedVsFresh: Sampled;
+      rebuiltVsCached: Sampled;
+      rebuiltVsRestored?: Sampled;
+      restoredVsFresh?: Sampled;
+    }
+  >;
   overhead?: Record<string, StepPhases & { outsideShareRuns: number[] }>;
 }
 
@@ -41,6 +54,15 @@ export interface ServiceResult {
   model: string;
   /** By concurrent streaming clients. */
   byClients: Record<string, { service: { tokPerS: Sampled; ttftMs: Sampled }; engine: { tokPerS: Sampled; ttftMs: Sampled }; serviceVsEngine: Sampled }>;
+}
+
+/** Durable session KV in workerd (scripts/bench/service-restore.ts): one request over a stored history, by history length. */
+export interface ServiceRestoreResult {
+  model: string;
+  byHistory: Record<
+    string,
+    { cachedMs: Sampled; restoredMs: Sampled; rebuiltMs: Sampled; freshMs: Sampled; rebuiltVsRestored: Sampled; restoredVsFresh: Sampled }
+  >;
 }
 
 export interface Machine {
@@ -60,6 +82,7 @@ export interface BenchResults {
   options: BenchOptions;
   backends: BackendResult[];
   service?: ServiceResult;
+  serviceRestore?: ServiceRestoreResult;
   /** Decode with and without speculation, same prompts, same run (scripts/bench/speculative.ts; cpu). */
   speculative?: SpeculationCase[];
   /** webgpu against wasm on tiny (scripts/bench/webgpu.ts): on lavapipe this measures dispatch overhead, not a GPU. */

@@ -1,6 +1,7 @@
 // Session continuation: the time to the first token of a new turn when the engine still holds the
-// session's cache (only the new turn is prefilled), against rebuilding it (the whole history prefilled,
-// as after an eviction or a restart), against a fresh short prompt.
+// session's cache (only the new turn is prefilled), against restoring it from the KV block store (as a
+// restarted or evicted object does), against rebuilding it (the whole history prefilled, as with no
+// store), against a fresh short prompt.
 import type { Engine } from '../../src/engine/engine.js';
 import { engineTtft, promptIds } from './engine-runs.js';
 
@@ -12,6 +13,11 @@ export interface SessionHistory {
   cachedTurnTtftMs(run: number): Promise<number>;
   /** The same prompt with nothing cached: the history rebuilt by prefill. */
   rebuiltTtftMs(run: number): Promise<number>;
+  /**
+   * A turn after the pool has lost the session (its cache released, every idle block evicted, as in a
+   * restarted engine): the history's full blocks restored from the engine's KV store, the rest prefilled.
+   */
+  restoredTtftMs(run: number): Promise<number>;
   /** Tokens of history the next turn continues from. */
   readonly historyTokens: number;
   release(): void;
@@ -41,6 +47,18 @@ export async function openSessionHistory(engine: Engine, history: number, key: s
       const prompt = [...tokens, ...promptIds(TURN_TOKENS, 9_000 + run, history, vocab)];
       const { ms, ids } = await turn(prompt, key);
       if (engine.sessionCachedTokens(key) < prompt.length) throw new Error('the session cache was not kept');
+      tokens = [...prompt, ...ids];
+      return ms;
+    },
+    async restoredTtftMs(run) {
+      await engine.storeKv();
+      engine.releaseSession(key);
+      engine.evictPrefixCache();
+      const restoredBefore = engine.stats().kvStore?.restored.tokens ?? 0;
+      const prompt = [...tokens, ...promptIds(TURN_TOKENS, 11_000 + run, history, vocab)];
+      const { ms, ids } = await turn(prompt, key);
+      const restored = (engine.stats().kvStore?.restored.tokens ?? 0) - restoredBefore;
+      if (restored < tokens.length - 2 * 16) throw new Error(`only ${restored} of ${tokens.length} history tokens were restored`);
       tokens = [...prompt, ...ids];
       return ms;
     },

@@ -443,6 +443,14 @@ export class Engine {
   }
 
   /**
+   * Forgets every prefix-cache block no sequence holds, so the pool holds only what running requests and
+   * kept sessions hold (memory wanted back; the bench measures a restore as a restarted engine sees it).
+   */
+  evictPrefixCache(): number {
+    return this.kv.pool.evictIdle();
+  }
+
+  /**
    * Writes the full blocks of finished sequences to the KV store (a no-op without one). Hosts call it
    * once a generation's last event has been sent, so writing never delays a token; it yields to the
    * event loop as it goes, and concurrent calls share one writer.

@@ -21,6 +21,8 @@ export interface PersistCounters {
 
 /** Blocks written between yields, so a long chain never holds the engine loop for long. */
 const BLOCKS_PER_SLICE = 8;
+/** Chains kept for a host that flushes rarely (or never): past this, the oldest are dropped unwritten. */
+const MAX_QUEUED = 1024;
 
 /**
  * Writes finished sequences' full blocks to the durable store, after the fact: the engine queues a
@@ -41,6 +43,7 @@ export class BlockPersistence {
 
   enqueue(chain: readonly string[], owner?: string): void {
     if (chain.length > 0 || owner !== undefined) this.queue.push({ chain: [...chain], owner });
+    if (this.queue.length > MAX_QUEUED) this.queue.shift();
   }
 
   /** A deleted session: chains queued (or being written) for it are no longer pinned to it. */

@@ -164,6 +164,19 @@ export class BlockPool {
     return new Uint8Array(array.buffer, array.byteOffset + id * size, size);
   }
 
+  /** Forgets every cached block no sequence holds (their bytes are free for reuse); returns how many. */
+  evictIdle(): number {
+    const n = this.idle.size;
+    for (const id of this.idle.keys()) {
+      this.byHash.delete(this.hashes[id]!);
+      this.hashes[id] = undefined;
+      this.freeList.push(id);
+    }
+    this.idle.clear();
+    this.evictions += n;
+    return n;
+  }
+
   /** Copies every layer's keys and values of block `from` into block `to`. */
   copyBlock(from: number, to: number): void {
     const n = this.blockStride;

@@ -1,0 +1,103 @@
+// Durable session KV in workerd: `wrangler dev` serving bench-135m q4 (from a local HTTP server through
+// MODEL_URL, as from any model host), one shard. A history's full blocks are stored in the object's SQLite
+// after its request; the next request over that history is timed while the object still holds it
+// (cached), after a restart of the server (restored from SQLite), and against a history of the same length
+// nothing holds (rebuilt by prefill) and a fresh 20-token prompt. Non-streamed, max_tokens 1: the latency
+// is the time to the first token plus one response.
+import { createReadStream, existsSync, statSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { startDevServer, type DevServer } from '../../test/e2e/helpers/wrangler.js';
+import { promptIds } from './engine-runs.js';
+import { ensureBenchModels, modelDir } from './models.js';
+import type { ServiceRestoreResult } from './results.js';
+import { ratioByRun, sampled } from './stats.js';
+
+const TURN = 20;
+const VOCAB = 49_152;
+
+/** Serves a model folder over HTTP, streamed from disk. */
+async function serveFolder(dir: string): Promise<{ url: string; close(): Promise<void> }> {
+  const server = createServer((req, res) => {
+    const path = join(dir, decodeURIComponent(new URL(req.url!, 'http://x').pathname));
+    if (!path.startsWith(dir) || !existsSync(path) || !statSync(path).isFile()) return void res.writeHead(404).end();
+    res.writeHead(200, { 'content-length': statSync(path).size });
+    createReadStream(path).pipe(res);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, close: () => new Promise((resolve) => server.close(() => resolve())) };
+}
+
+async function complete(server: DevServer, prompt: number[]): Promise<{ ms: number; cached: number }> {
+  const t0 = performance.now();
+  const res = await fetch(`${server.url}/v1/completions`, {
+    method: 'POST',
+    body: JSON.stringify({ prompt, max_tokens: 1, temperature: 0, ignore_eos: true }),
+  });
+  const body = (await res.json()) as { usage?: { prompt_tokens_details: { cached_tokens: number } } };
+  if (!res.ok || !body.usage) throw new Error(`service answered ${res.status}: ${JSON.stringify(body)}`);
+  return { ms: performance.now() - t0, cached: body.usage.prompt_tokens_details.cached_tokens };
+}
+
+/** Waits until the shard has written what it had queued (its stored-blocks counter stops moving). */
+async function settled(server: DevServer): Promise<void> {
+  let last = -1;
+  for (let i = 0; i < 200; i++) {
+    const text = await (await fetch(`${server.url}/metrics`)).text();
+    const now = Number(text.split('\n').find((l) => l.startsWith('edge_infer_kv_stored_blocks_total{'))?.split(' ').at(-1) ?? 0);
+    if (now === last) return;
+    last = now;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+  }
+}
+
+export async function runServiceRestore(histories: number[], runs: number, log: (s: string) => void): Promise<ServiceRestoreResult> {
+  ensureBenchModels([{ model: 'bench-135m', dtype: 'q4' }]);
+  const models = await serveFolder(modelDir('bench-135m'));
+  const vars = { SHARD_COUNT: '1', MODEL_URL: models.url, MODEL_DTYPE: 'q4', KV_CACHE_MB: '64', MEMORY_BUDGET_MB: '256', KV_STORE_MB: '512' };
+  let server = await startDevServer(vars);
+  const samples = new Map<string, number[]>();
+  const add = (k: string, x: number): void => void samples.set(k, [...(samples.get(k) ?? []), x]);
+  try {
+    await complete(server, promptIds(8, 1, 0, VOCAB)); // loads the model
+    for (let run = -1; run < runs; run++) {
+      for (const h of histories) {
+        const seed = 1_000 + (run + 1) * 100 + h;
+        const history = promptIds(h, seed, 0, VOCAB);
+        await complete(server, history);
+        const cached = await complete(server, [...history, ...promptIds(TURN, seed, 1, VOCAB)]);
+        await settled(server);
+        await server.stop();
+        server = await startDevServer(vars, server.persistDir);
+        await complete(server, promptIds(8, seed, 9, VOCAB)); // loads the model: restarts are not what is timed
+        const restored = await complete(server, [...history, ...promptIds(TURN, seed, 2, VOCAB)]);
+        if (restored.cached < h - 16) throw new Error(`only ${restored.cached} of ${h} history tokens were restored`);
+        const rebuilt = await complete(server, promptIds(h + TURN, seed, 3, VOCAB));
+        const fresh = await complete(server, promptIds(TURN, seed, 4, VOCAB));
+        if (run < 0) continue;
+        add(`${h}:cached`, cached.ms);
+        add(`${h}:restored`, restored.ms);
+        add(`${h}:rebuilt`, rebuilt.ms);
+        add(`${h}:fresh`, fresh.ms);
+        log(`service restore: run ${run + 1}/${runs}, history ${h}: cached ${cached.ms.toFixed(0)} ms, restored ${restored.ms.toFixed(0)} ms, rebuilt ${rebuilt.ms.toFixed(0)} ms, fresh ${fresh.ms.toFixed(0)} ms`);
+      }
+    }
+  } finally {
+    await server.stop();
+    await models.close();
+  }
+  const byHistory: ServiceRestoreResult['byHistory'] = {};
+  for (const h of histories) {
+    const get = (k: string): number[] => samples.get(`${h}:${k}`) ?? [];
+    byHistory[h] = {
+      cachedMs: sampled(get('cached')),
+      restoredMs: sampled(get('restored')),
+      rebuiltMs: sampled(get('rebuilt')),
+      freshMs: sampled(get('fresh')),
+      rebuiltVsRestored: ratioByRun(get('rebuilt'), get('restored')),
+      restoredVsFresh: ratioByRun(get('restored'), get('fresh')),
+    };
+  }
+  return { model: 'bench-135m q4 (kernels, fp32 KV)', byHistory };
+}
