@@ -40,7 +40,7 @@ function runBackendChild(backend: string): Promise<BackendResult> {
   const dir = mkdtempSync(join(tmpdir(), 'edge-infer-bench-'));
   const file = join(dir, `${backend}.json`);
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'scripts/bench/backend-run.ts'), backend, file], {
+    const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', join(ROOT, 'scripts/bench/backend-run.ts'), backend, file], {
       cwd: ROOT,
       env: { ...process.env, BENCH_OPTIONS_JSON: JSON.stringify(options) },
       stdio: ['ignore', 'inherit', 'inherit'],
