@@ -5,12 +5,12 @@ import Ajv from 'ajv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine/engine.js';
 import { InvalidRequestError } from '../src/engine/errors.js';
-import type { ConstraintSpec } from '../src/engine/constraints/spec.js';
+import type { ConstraintSpec, JsonValue } from '../src/engine/constraints/spec.js';
 import { collect, loadEngine, SUITE_BACKEND } from './helpers/engines.js';
 
 const SAMPLES = 50;
 
-const SCHEMAS: Record<string, Record<string, unknown>> = {
+const SCHEMAS: Record<string, { [key: string]: JsonValue }> = {
   nested: {
     type: 'object',
     properties: {
