@@ -15,8 +15,8 @@ export interface ToolCallDelta {
   function: { name?: string; arguments: string };
 }
 
-/** `{"name": "...", "arguments": ` at the start of a call block: the part that names the function. */
-const HEADER = /^\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*/;
+/** `{"name": "...", "arguments": ` at the start of a call block, once the arguments have begun (so the whitespace before them is known). */
+const HEADER = /^\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*(?=\S)/;
 /** What may close the arguments: the call object's `}`, whitespace, and (part of) the end marker. */
 const TAIL = /\s*\}?\s*$/;
 
