@@ -1,4 +1,5 @@
 import type { BlockPoolStats } from './kv/block-pool.js';
+import type { GrammarStats } from './constraints/compiler.js';
 
 /** Engine-wide counters and gauges the service exports (e.g. as Prometheus metrics). */
 export interface EngineStats {
@@ -32,4 +33,6 @@ export interface EngineStats {
   wasmMemoryBytes?: number;
   /** The draft model's own KV pool, when one is loaded. */
   draftKv?: BlockPoolStats;
+  /** Structured outputs: grammar compiles (times), cache hits. */
+  grammar: GrammarStats;
 }

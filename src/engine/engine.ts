@@ -491,6 +491,7 @@ export class Engine {
       runner: runnerName(this.runner),
       ...(this.runner instanceof KernelRunner ? { wasmMemoryBytes: this.runner.memoryBytes } : {}),
       ...(this.speculator.hasDraftModel ? { draftKv: this.speculator.draftPoolStats() } : {}),
+      grammar: this.constraints.snapshot(),
     };
   }
 }

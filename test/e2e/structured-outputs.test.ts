@@ -134,3 +134,16 @@ describe('tool calls through the openai client', () => {
     expect(second.usage!.prompt_tokens).toBeGreaterThan(first.usage!.prompt_tokens);
   });
 });
+
+describe('metrics', () => {
+  it('/metrics carries grammar compile times and cache hits', async () => {
+    const body = { model: 'tiny', messages, max_tokens: 20, response_format: { type: 'json_object' } };
+    for (let i = 0; i < 2; i++) await client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const text = await (await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${KEY}` } })).text();
+    const total = (name: string): number =>
+      text.split('\n').filter((l) => l.startsWith(`${name}{`)).reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+    expect(text).toContain('# TYPE edge_infer_grammar_compile_seconds histogram');
+    expect(total('edge_infer_grammar_compile_seconds_count')).toBeGreaterThan(0);
+    expect(total('edge_infer_grammar_cache_hits_total')).toBeGreaterThan(0);
+  });
+});

@@ -22,7 +22,11 @@ export interface GrammarStats {
   cached: number;
   /** Building xgrammar's tokenizer info (once per engine), seconds; 0 until the first constraint. */
   initSeconds: number;
+  /** Compile times as a cumulative histogram (Prometheus' shape): counts[i] compiles took <= buckets[i] s. */
+  compileSeconds: { buckets: number[]; counts: number[]; sum: number; count: number };
 }
+
+const COMPILE_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 
 const CACHE_ENTRIES = 64;
 const now = (): number => (typeof performance !== 'undefined' ? performance.now() : Date.now());
@@ -36,9 +40,14 @@ const now = (): number => (typeof performance !== 'undefined' ? performance.now(
 export class ConstraintCompiler {
   private runtime: XgrammarRuntime | undefined;
   private readonly cache = new Map<string, XgCompiledGrammar>();
-  readonly stats: GrammarStats = { compiles: 0, compileSecondsTotal: 0, cacheHits: 0, cached: 0, initSeconds: 0 };
-  /** Every compile's duration in seconds, for a histogram (drained by whoever reports it). */
-  readonly compileTimes: number[] = [];
+  readonly stats: GrammarStats = {
+    compiles: 0,
+    compileSecondsTotal: 0,
+    cacheHits: 0,
+    cached: 0,
+    initSeconds: 0,
+    compileSeconds: { buckets: COMPILE_BUCKETS, counts: COMPILE_BUCKETS.map(() => 0), sum: 0, count: 0 },
+  };
 
   constructor(
     /** xgrammar's compiled WebAssembly module, from the host; undefined = structured outputs unavailable. */
@@ -47,6 +56,12 @@ export class ConstraintCompiler {
     private readonly vocabSize: number,
     private readonly eosTokenIds: readonly number[],
   ) {}
+
+  /** A copy of the counters (safe to send over RPC). */
+  snapshot(): GrammarStats {
+    const h = this.stats.compileSeconds;
+    return { ...this.stats, compileSeconds: { ...h, buckets: [...h.buckets], counts: [...h.counts] } };
+  }
 
   get available(): boolean {
     return this.module !== undefined;
@@ -72,8 +87,10 @@ export class ConstraintCompiler {
       const seconds = (now() - started) / 1000;
       this.stats.compiles++;
       this.stats.compileSecondsTotal += seconds;
-      this.compileTimes.push(seconds);
-      if (this.compileTimes.length > 1024) this.compileTimes.splice(0, this.compileTimes.length - 1024);
+      const h = this.stats.compileSeconds;
+      h.sum += seconds;
+      h.count++;
+      h.buckets.forEach((le, i) => seconds <= le && h.counts[i]++);
     }
     this.cache.set(key, compiled);
     while (this.cache.size > CACHE_ENTRIES) {

@@ -44,7 +44,10 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
     .family('edge_infer_running_requests', 'gauge', 'Requests admitted and not yet finished.', engine((e) => e.running))
     .family('edge_infer_pinned_sessions', 'gauge', 'Sessions whose KV cache is kept between turns.', engine((e) => e.pinnedSessions))
     .family('edge_infer_speculative_proposed_tokens_total', 'counter', 'Speculative tokens proposed and verified by the target.', engine((e) => e.proposedTokens))
-    .family('edge_infer_speculative_accepted_tokens_total', 'counter', 'Speculative tokens the target accepted (acceptance rate = accepted / proposed).', engine((e) => e.acceptedTokens));
+    .family('edge_infer_speculative_accepted_tokens_total', 'counter', 'Speculative tokens the target accepted (acceptance rate = accepted / proposed).', engine((e) => e.acceptedTokens))
+    .histogram('edge_infer_grammar_compile_seconds', 'Time to compile a structured-output grammar (JSON schema, regex, choice, EBNF, forced tool call) for the tokenizer; cache hits excluded.',
+      loaded.map(({ labels, s }) => [labels, s.engine!.grammar.compileSeconds]))
+    .family('edge_infer_grammar_cache_hits_total', 'counter', 'Structured-output requests whose grammar was already compiled (cached per schema and tokenizer).', engine((e) => e.grammar.cacheHits));
   return out.toString();
 }
 
