@@ -25,7 +25,10 @@ export const CHAT_TEMPLATE =
   "{% elif message['role'] == 'tool' %}{{ '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' }}" +
   "{% elif message['role'] == 'assistant' and message['tool_calls'] %}{{ '<|im_start|>assistant\\n' + message['content'] }}" +
   "{% for call in message['tool_calls'] %}{% if message['content'] or not loop.first %}{{ '\\n' }}{% endif %}" +
-  "{{ '<tool_call>\\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": ' + call['function']['arguments'] + '}\\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\\n' }}" +
+  "{{ '<tool_call>\\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": ' }}" +
+  // OpenAI sends arguments as JSON text; Hugging Face callers (and llama.cpp's template probe) as an object.
+  "{% if call['function']['arguments'] is string %}{{ call['function']['arguments'] }}{% else %}{{ call['function']['arguments'] | tojson }}{% endif %}" +
+  "{{ '}\\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\\n' }}" +
   "{% else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endif %}" +
   "{% endfor %}" +
   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
