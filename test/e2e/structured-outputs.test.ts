@@ -147,3 +147,21 @@ describe('metrics', () => {
     expect(total('edge_infer_grammar_cache_hits_total')).toBeGreaterThan(0);
   });
 });
+
+describe('session turns', () => {
+  it('a turn takes response_format; a session default takes vLLM’s choice', async () => {
+    const call = async (path: string, body: unknown): Promise<Record<string, unknown>> => {
+      const res = await fetch(`${server.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      expect(res.status, await res.clone().text()).toBeLessThan(300);
+      return (await res.json()) as Record<string, unknown>;
+    };
+    const session = await call('/v1/sessions', { system: 'Be brief.', defaults: { structured_outputs: { choice: ['left', 'right'] }, temperature: 1 } });
+    const schema = { type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 9 } }, required: ['n'], additionalProperties: false };
+    const first = await call(`/v1/sessions/${String(session.id)}/messages`, { content: 'Pick a number.', response_format: { type: 'json_schema', json_schema: { name: 'n', schema } } });
+    const n = (JSON.parse((first.message as { content: string }).content) as { n: number }).n;
+    expect(n).toBeGreaterThanOrEqual(1);
+    expect(n).toBeLessThanOrEqual(9);
+    const second = await call(`/v1/sessions/${String(session.id)}/messages`, { content: 'Which way?' });
+    expect(['left', 'right']).toContain((second.message as { content: string }).content);
+  });
+});
