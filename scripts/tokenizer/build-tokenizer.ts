@@ -9,9 +9,28 @@ import { trainBpe } from './bpe-trainer.js';
 /** Added tokens, ids 0..2 (ChatML as in SmolLM2). */
 export const SPECIAL_TOKENS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>'] as const;
 
-/** ChatML, no default system prompt: `<|im_start|>{role}\n{content}<|im_end|>\n` per message. */
+/**
+ * ChatML, no default system prompt: `<|im_start|>{role}\n{content}<|im_end|>\n` per message. With
+ * `tools`, Qwen 2.5's tool format (Hermes): a system turn lists them, assistant turns carry
+ * `<tool_call>` blocks, tool results come back as user turns in `<tool_response>` (see
+ * src/tokenizer/tool-format.ts). Without tools it renders exactly the plain ChatML above.
+ */
 export const CHAT_TEMPLATE =
-  "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}" +
+  "{% if tools %}{{ '<|im_start|>system\\n' }}{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\\n\\n' }}{% endif %}" +
+  "{{ '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}" +
+  "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}" +
+  "{{ '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}{% endif %}" +
+  "{% for message in messages %}" +
+  "{% if tools and loop.first and message['role'] == 'system' %}" +
+  "{% elif message['role'] == 'tool' %}{{ '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' }}" +
+  "{% elif message['role'] == 'assistant' and message['tool_calls'] %}{{ '<|im_start|>assistant\\n' + message['content'] }}" +
+  "{% for call in message['tool_calls'] %}{% if message['content'] or not loop.first %}{{ '\\n' }}{% endif %}" +
+  "{{ '<tool_call>\\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": ' }}" +
+  // OpenAI sends arguments as JSON text; Hugging Face callers (and llama.cpp's template probe) as an object.
+  "{% if call['function']['arguments'] is string %}{{ call['function']['arguments'] }}{% else %}{{ call['function']['arguments'] | tojson }}{% endif %}" +
+  "{{ '}\\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\\n' }}" +
+  "{% else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endif %}" +
+  "{% endfor %}" +
   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 export interface TokenizerFiles {

@@ -4,6 +4,7 @@ import { pathToFileURL } from 'node:url';
 import * as ort from 'onnxruntime-web';
 import type { OrtRuntime, RunnerChoice } from '../engine/model/runtime.js';
 import { edgeKernelsModule } from './edge-kernels-node.js';
+import { xgrammarModule } from './xgrammar-node.js';
 
 /**
  * The `wasm` backend inside Node, as in workerd: our edge kernels for the Llama graphs they cover
@@ -17,5 +18,5 @@ export function webWasmRuntimeForNode(numThreads = 1, runner: RunnerChoice = 'au
   ort.env.wasm.numThreads = numThreads;
   ort.env.wasm.proxy = false;
   const kernels = runner === 'onnxruntime' ? undefined : edgeKernelsModule();
-  return { name: 'wasm', InferenceSession: ort.InferenceSession, Tensor: ort.Tensor, executionProviders: ['wasm'], kernels, runner };
+  return { name: 'wasm', InferenceSession: ort.InferenceSession, Tensor: ort.Tensor, executionProviders: ['wasm'], kernels, runner, grammar: xgrammarModule() };
 }

@@ -4,6 +4,7 @@ import { absentOrt } from './onnxruntime-absent.js';
 // forbids compiling WebAssembly from bytes at run time, so the module must arrive precompiled.
 import ortWasmModule from 'onnxruntime-web/ort-wasm-simd-threaded.wasm';
 import edgeKernels from '../engine/kernels/edge-kernels.wasm';
+import xgrammarWasm from '../engine/constraints/xgrammar/xgrammar.wasm';
 import type { OrtRuntime, RunnerChoice } from '../engine/model/runtime.js';
 
 /**
@@ -42,10 +43,10 @@ function hookInstantiate(): void {
  */
 export function workerdWasmRuntime(runner: RunnerChoice = 'auto'): OrtRuntime {
   const kernels = runner === 'onnxruntime' ? undefined : edgeKernels;
-  if (ortWasmModule === undefined) return { ...absentOrt(), kernels, runner };
+  if (ortWasmModule === undefined) return { ...absentOrt(), kernels, runner, grammar: xgrammarWasm };
   hookInstantiate();
   ort.env.wasm.wasmBinary = PLACEHOLDER;
   ort.env.wasm.numThreads = 1; // no worker threads in workerd
   ort.env.wasm.proxy = false;
-  return { name: 'wasm', InferenceSession: ort.InferenceSession, Tensor: ort.Tensor, executionProviders: ['wasm'], kernels, runner };
+  return { name: 'wasm', InferenceSession: ort.InferenceSession, Tensor: ort.Tensor, executionProviders: ['wasm'], kernels, runner, grammar: xgrammarWasm };
 }

@@ -6,6 +6,7 @@ import { setFlagsFromString } from 'node:v8';
 import { createGpuContext, platformGpu, requestGpuAdapter, type GpuContext } from '../engine/gpu/device.js';
 import type { ShaderSource } from '../engine/gpu/kernels.js';
 import { webGpuRuntime, type WebGpuRuntime } from './ort-webgpu.js';
+import { xgrammarModule } from './xgrammar-node.js';
 
 /**
  * WebGPU in Node (PLATFORM.md, "WebGPU"): the `webgpu` package's Dawn as `navigator.gpu`, which on a
@@ -90,7 +91,7 @@ export async function webGpuRuntimeForNode(): Promise<WebGpuRuntime> {
   const gpu = await nodeGpuContext();
   if (!gpu) throw new Error(NO_ADAPTER_MESSAGE);
   const dist = dirname(createRequire(import.meta.url).resolve('onnxruntime-web'));
-  return webGpuRuntime(gpu, nodeShaderSource, { wasmPaths: `${pathToFileURL(dist).href}/` });
+  return { ...webGpuRuntime(gpu, nodeShaderSource, { wasmPaths: `${pathToFileURL(dist).href}/` }), grammar: xgrammarModule() };
 }
 
 /** Our WGSL kernels from the repository's shaders/ folder. */

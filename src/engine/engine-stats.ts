@@ -2,6 +2,7 @@ import type { BlockPoolStats } from './kv/block-pool.js';
 import type { PersistCounters } from './kv/block-persistence.js';
 import type { KvStoreUsage } from './kv/block-store.js';
 import type { RestoreCounters } from './kv/paged-kv.js';
+import type { GrammarStats } from './constraints/compiler.js';
 
 /** Engine-wide counters and gauges the service exports (e.g. as Prometheus metrics). */
 export interface EngineStats {
@@ -37,4 +38,6 @@ export interface EngineStats {
   draftKv?: BlockPoolStats;
   /** The durable KV block store, when the engine has one: its usage, what was written, what was restored. */
   kvStore?: KvStoreUsage & PersistCounters & { restored: RestoreCounters };
+  /** Structured outputs: grammar compiles (times), cache hits. */
+  grammar: GrammarStats;
 }

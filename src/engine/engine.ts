@@ -30,6 +30,7 @@ import { settleProposals } from './speculative/verification.js';
 import { NO_LOGITS, streamGroup, type EngineRequest, type RequestGroup, type ScheduledRow } from './engine-request.js';
 import { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { renderChat } from '../tokenizer/chat-template.js';
+import { ConstraintCompiler } from './constraints/compiler.js';
 
 export interface EngineOptions extends RunnerOptions {
   dtype?: ModelDtype;
@@ -92,6 +93,8 @@ export class Engine {
   private looping = false;
   private readonly kvBytesPerToken: number;
   private readonly stepHistory = new StepHistory();
+  /** Structured outputs: grammars compiled for this tokenizer, cached by spec. */
+  readonly constraints: ConstraintCompiler;
   private readonly counters = {
     prefixHitTokens: 0,
     prefillTokens: 0,
@@ -114,7 +117,9 @@ export class Engine {
     private readonly options: EngineOptions,
     private readonly speculator: Speculator,
     cacheIdentity: string,
+    grammarWasm?: WebAssembly.Module,
   ) {
+    this.constraints = new ConstraintCompiler(grammarWasm, tokenizer, Math.min(config.vocabSize, tokenizer.vocabSize), config.eosTokenIds);
     this.maxBatchSize = options.maxBatchSize ?? 32;
     const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
     const kvDtype = options.kvDtype ?? 'fp32';
@@ -169,7 +174,7 @@ export class Engine {
     const modelId = options.modelId ?? 'default';
     // Everything that changes a block's bytes names it, so a stored block is never restored into an engine it does not fit.
     const identity = [modelId, dtype, digesting ? await digesting.digest() : '', options.kvDtype ?? 'fp32', options.blockSize ?? DEFAULT_BLOCK_SIZE, runnerName(runner), runtime.name];
-    return new Engine(modelId, files.config, tokenizer, chat, runner, runtime.name, options, new Speculator(draft), identity.join('\u0000'));
+    return new Engine(modelId, files.config, tokenizer, chat, runner, runtime.name, options, new Speculator(draft), identity.join('\u0000'), runtime.grammar);
   }
 
   /** On WebGPU, tokens are drawn by our kernels where the logits are (see runPass). */
@@ -187,7 +192,8 @@ export class Engine {
     return resolveRequest(request, {
       encode: (text) => this.tokenizer.encode(text),
       encodePrompt: (text) => this.tokenizer.encodePrompt(text),
-      renderChat: (messages) => renderChat(this.chatTemplate.template, messages, this.chatTemplate.config),
+      renderChat: (messages, tools) => renderChat(this.chatTemplate.template, messages, this.chatTemplate.config, { tools }),
+      compileConstraint: (constraint) => this.constraints.compile(constraint),
       vocabSize: this.config.vocabSize,
       samplableVocab: this.samplableVocab,
       contextWindow: this.config.maxPositionEmbeddings,
@@ -217,7 +223,8 @@ export class Engine {
         id: this.nextId++,
         tokens: [...resolved.promptIds],
         kv: this.kv.create(),
-        sequence: new Sequence(own, this.tokenizer, this.samplableVocab, index, this.samplesOnDevice && !resolved.speculative && !resolved.beam),
+        // Constrained rows sample on the host: the grammar's mask is computed there, token by token.
+        sequence: new Sequence(own, this.tokenizer, this.samplableVocab, index, this.samplesOnDevice && !resolved.speculative && !resolved.beam && !resolved.constraint),
         group,
         forks: [],
         admitted: false,
@@ -230,10 +237,14 @@ export class Engine {
     first.forks = forks;
     if (resolved.beam) {
       const search = new BeamSearch(resolved.beam, resolved.maxTokens, resolved.stopTokenIds);
-      group.beams = new BeamGroup(first, resolved.promptIds.length, search, resolved.sampling, {
-        fork: (parent) => this.forkBeam(parent),
-        drop: (beam) => this.dropSequence(beam),
-      });
+      group.beams = new BeamGroup(
+        first,
+        resolved.promptIds.length,
+        search,
+        resolved.sampling,
+        { fork: (parent) => this.forkBeam(parent), drop: (beam) => this.dropSequence(beam) },
+        resolved.constraint?.matcher([...resolved.stopTokenIds]),
+      );
     }
     const cancel = (): void => {
       group.cancelRequested = true;
@@ -521,6 +532,7 @@ export class Engine {
       ...(this.runner instanceof KernelRunner ? { wasmMemoryBytes: this.runner.memoryBytes } : {}),
       ...(this.speculator.hasDraftModel ? { draftKv: this.speculator.draftPoolStats() } : {}),
       ...(this.persistence ? { kvStore: { ...this.persistence.store.usage(), ...this.persistence.counters, restored: { ...this.kv.restored } } } : {}),
+      grammar: this.constraints.snapshot(),
     };
   }
 }

@@ -3,11 +3,16 @@ import { resolveBeamParams, type BeamParams } from './beam/params.js';
 import { resolveSamplingParams, type SamplingParams } from './sampling/params.js';
 import { resolveSpeculativeParams, type SpeculativeParams } from './speculative/params.js';
 import { validateStops } from './stop-strings.js';
+import type { CompiledConstraint } from './constraints/compiler.js';
+import type { Constrained, JsonValue } from './constraints/spec.js';
 
-/** A chat message as OpenAI's API carries it. */
+/** A chat message as OpenAI's API carries it (tool calls and results: see tokenizer/chat-messages.ts). */
 export interface ChatMessage {
   role: string;
-  content: string;
+  content: string | null;
+  tool_calls?: readonly { id: string; type: 'function'; function: { name: string; arguments: string } }[];
+  tool_call_id?: string;
+  name?: string;
 }
 
 /**
@@ -50,6 +55,10 @@ export interface GenerationRequest {
   best_of?: number;
   length_penalty?: number;
   early_stopping?: boolean | 'never';
+  /** Structured outputs: the grammar every completion must follow, and the API field it came from. */
+  constraint?: Constrained | null;
+  /** Function definitions (OpenAI's `tools`), handed to the chat template as HF templates expect them. */
+  tools?: readonly JsonValue[] | null;
 }
 
 export const DEFAULT_MAX_TOKENS = 256;
@@ -106,6 +115,8 @@ export interface ResolvedRequest {
   speculative: SpeculativeParams | undefined;
   /** Set for beam search; `n` is then how many of the best finished beams are returned. */
   beam: BeamParams | undefined;
+  /** Structured outputs: each completion (each beam) builds its own matcher from this. */
+  constraint: CompiledConstraint | undefined;
 }
 
 /** What a request is checked against: the model, its tokenizer and the engine's limits. */
@@ -114,8 +125,10 @@ export interface RequestContext {
   encode(text: string): number[];
   /** Token ids of a raw prompt, with the BOS (or other markers) the tokenizer's post-processor adds. */
   encodePrompt(text: string): number[];
-  /** Chat messages to prompt text; throws InvalidRequestError('messages') for malformed ones. */
-  renderChat(messages: unknown): string;
+  /** Chat messages (and tools, if any) to prompt text; throws InvalidRequestError('messages') for malformed ones. */
+  renderChat(messages: unknown, tools?: readonly unknown[]): string;
+  /** Compiles a grammar (cached); throws InvalidRequestError naming the field for what cannot be enforced. */
+  compileConstraint?(constraint: Constrained): CompiledConstraint;
   /** Ids the model knows (prompts may use them all). */
   vocabSize: number;
   /** Ids both the model and the tokenizer know (logit_bias may name them). */
@@ -145,7 +158,7 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
     if (!Array.isArray(request.prompt_ids)) throw new InvalidRequestError('prompt_ids', 'prompt_ids must be an array of token ids');
     promptIds = [...request.prompt_ids];
   } else {
-    promptIds = ctx.encode(ctx.renderChat(request.messages));
+    promptIds = ctx.encode(ctx.renderChat(request.messages, request.tools ?? undefined));
   }
   checkTokenIds(promptIds, ctx.vocabSize, given[0]);
   const maxTokens = resolveMaxTokens(request.max_tokens, promptIds.length, ctx.contextWindow);
@@ -181,7 +194,12 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
     const possible = distinctCompletions(sampling.allowedTokenIds, stopTokenIds, maxTokens, n);
     if (possible < n) throw new InvalidRequestError('n', `allowed_token_ids and max_tokens leave only ${possible} distinct completions; n is ${n}`);
   }
-  return { promptIds, maxTokens, n, sampling, stops, stopTokenIds, speculative, beam };
+  let constraint: CompiledConstraint | undefined;
+  if (request.constraint) {
+    if (!ctx.compileConstraint) throw new InvalidRequestError(request.constraint.param, 'structured outputs are not available here', 'unsupported_parameter');
+    constraint = ctx.compileConstraint(request.constraint);
+  }
+  return { promptIds, maxTokens, n, sampling, stops, stopTokenIds, speculative, beam, constraint };
 }
 
 /** How many different completions (counted up to `cap`) tokens from `allowed` can form within maxTokens. */

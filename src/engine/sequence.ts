@@ -4,6 +4,7 @@ import type { ResolvedRequest } from './request.js';
 import { DeviceSamplerState } from './gpu/device-sampler.js';
 import { TokenSampler, type SampledToken } from './sampling/sampler.js';
 import { StopStringMatcher } from './stop-strings.js';
+import type { ConstraintMatcher } from './constraints/matcher.js';
 import type { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { IncrementalDetokenizer } from '../tokenizer/incremental-detokenizer.js';
 
@@ -59,6 +60,8 @@ export class Sequence {
   readonly deviceSampler: DeviceSamplerState | undefined;
   private readonly detokenizer: IncrementalDetokenizer;
   private readonly stopMatcher: StopStringMatcher;
+  /** Structured outputs: where this completion stands in its grammar (undefined = unconstrained). */
+  private readonly grammar: ConstraintMatcher | undefined;
   private readonly clock = new RequestClock();
   cachedTokens = 0;
   /** Speculative proposals verified for this sequence, and how many stood. */
@@ -79,6 +82,7 @@ export class Sequence {
     else this.sampler = new TokenSampler(request.sampling, samplerOptions);
     this.detokenizer = new IncrementalDetokenizer(tokenizer, { skipSpecialTokens: true });
     this.stopMatcher = new StopStringMatcher(request.stops);
+    this.grammar = request.constraint?.matcher([...request.stopTokenIds]);
   }
 
   get finished(): boolean {
@@ -87,7 +91,7 @@ export class Sequence {
 
   /** Samples the next token from the logits after this sequence's last token, and advances its state. */
   onLogits(logits: Float32Array): TokenEvent {
-    return this.emit(this.cpuSampler.sample(this.samplable(logits)));
+    return this.emit(this.cpuSampler.sample(this.samplable(logits), this.grammar?.nextMask()));
   }
 
   /** Advances the state with a token its device sampler drew (which recorded it for the penalties). */
@@ -105,7 +109,7 @@ export class Sequence {
    * and advances the state with whichever token stands: the proposal, or the token drawn in its place.
    */
   onProposal(logits: Float32Array, proposed: number, draft?: Float64Array): { event: TokenEvent; accepted: boolean } {
-    const verdict = this.cpuSampler.verify(this.samplable(logits), proposed, draft);
+    const verdict = this.cpuSampler.verify(this.samplable(logits), proposed, draft, this.grammar?.nextMask());
     this.speculation.proposedTokens++;
     if (verdict.accepted) this.speculation.acceptedTokens++;
     return { event: this.emit(verdict), accepted: verdict.accepted };
@@ -122,6 +126,8 @@ export class Sequence {
 
   private emit(sampled: SampledToken): TokenEvent {
     const tokenId = sampled.tokenId;
+    // The sampler drew from the grammar's mask, so this holds unless that contract broke.
+    if (this.grammar && !this.grammar.accept(tokenId)) throw new Error(`token ${tokenId} violates the request's grammar`);
     this.outputIds.push(tokenId);
     this.clock.token();
 
@@ -136,8 +142,11 @@ export class Sequence {
         this.finishReason = 'stop';
         this.stopReason = 'string';
       }
+      // A grammar that is complete and admits no stop token (ignore_eos) ends the completion itself.
+      else if (this.grammar?.terminated) text += this.close('stop');
       else if (this.outputIds.length >= this.request.maxTokens) text += this.close('length');
     }
+    if (this.finishReason !== null) this.grammar?.dispose();
     this.text += text;
     const event: TokenEvent = { type: 'token', index: this.index, tokenId, text };
     if (sampled.logprob !== undefined) event.logprob = sampled.logprob;
@@ -148,6 +157,7 @@ export class Sequence {
   /** Ends the sequence early (its client went away). */
   cancel(): void {
     this.finishReason ??= 'cancelled';
+    this.grammar?.dispose();
   }
 
   done(): DoneEvent {
@@ -169,6 +179,7 @@ export class Sequence {
    * would have been: a final stop token adds no text.
    */
   doneWith(tokenIds: number[], finishReason: 'stop' | 'length', beam: DoneEvent['beam'], index: number): DoneEvent {
+    this.grammar?.dispose(); // beams carry matchers of their own (BeamGroup)
     const last = tokenIds[tokenIds.length - 1];
     const stopped = finishReason === 'stop' && this.request.stopTokenIds.has(last);
     const detokenizer = new IncrementalDetokenizer(this.tokenizer, { skipSpecialTokens: true });

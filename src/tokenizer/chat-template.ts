@@ -5,12 +5,15 @@
  */
 import { Template } from '@huggingface/jinja';
 import { validateMessages } from './chat-messages.js';
+import { genericToolMessages, templateSpeaksTools } from './tool-format.js';
 
 export { validateMessages, type TemplateMessage } from './chat-messages.js';
 
 export interface RenderChatOptions {
   /** Append the assistant header so the model answers next (default true). */
   addGenerationPrompt?: boolean;
+  /** OpenAI `tools` (function definitions); rendered by the template if it speaks tools, else as tool-format.ts writes them. */
+  tools?: readonly unknown[];
 }
 
 // Parsing a template is far dearer than rendering it; models keep one template for their lifetime.
@@ -25,9 +28,12 @@ export function renderChat(
   template: string,
   messages: unknown,
   config: Record<string, unknown> = {},
-  { addGenerationPrompt = true }: RenderChatOptions = {},
+  { addGenerationPrompt = true, tools }: RenderChatOptions = {},
 ): string {
-  const normalized = validateMessages(messages);
+  let normalized = validateMessages(messages);
+  const usesTools = (tools?.length ?? 0) > 0 || normalized.some((m) => m.role === 'tool' || m.tool_calls);
+  const native = usesTools && templateSpeaksTools(template);
+  if (usesTools && !native) normalized = genericToolMessages(normalized, tools);
   let compiledTemplate = compiled.get(template);
   if (!compiledTemplate) {
     compiledTemplate = new Template(template);
@@ -35,6 +41,7 @@ export function renderChat(
   }
   return compiledTemplate.render({
     messages: normalized,
+    ...(native && tools?.length ? { tools } : {}),
     add_generation_prompt: addGenerationPrompt,
     bos_token: tokenText(config.bos_token),
     eos_token: tokenText(config.eos_token),

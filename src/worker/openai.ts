@@ -2,6 +2,7 @@ import type { FinishReason } from '../engine/sequence.js';
 import type { WireEvent, WireLogprob } from '../objects/generation.js';
 import { ApiError } from './errors.js';
 import type { DoneWire, TokenWire } from './generation.js';
+import { parseToolCalls, ToolCallParser } from './tool-calls.js';
 
 /** OpenAI response shapes, built from the object's events. Field order follows OpenAI's own responses. */
 
@@ -18,6 +19,9 @@ export function responseMeta(prefix: 'chatcmpl' | 'cmpl', model: string): Respon
 
 /** The engine's 'cancelled' only reaches a client that is already gone; 'stop' and 'length' map as they are. */
 export const finishReason = (reason: FinishReason): 'stop' | 'length' => (reason === 'length' ? 'length' : 'stop');
+
+/** As OpenAI: a completion that ended by itself after making tool calls finishes with `tool_calls`. */
+const chatFinish = (reason: FinishReason, calls: number): 'stop' | 'length' | 'tool_calls' => (calls > 0 && reason !== 'length' ? 'tool_calls' : finishReason(reason));
 
 export interface Usage {
   prompt_tokens: number;
@@ -64,19 +68,23 @@ export function chatLogprobs(tokens: TokenWire[]): { content: ChatLogprob[]; ref
   return { content, refusal: null };
 }
 
-export function chatCompletion(meta: ResponseMeta, tokens: TokenWire[][], done: DoneWire[], n: number, logprobs: boolean) {
+export function chatCompletion(meta: ResponseMeta, tokens: TokenWire[][], done: DoneWire[], n: number, logprobs: boolean, parseTools = false) {
   return {
     id: meta.id,
     object: 'chat.completion' as const,
     created: meta.created,
     model: meta.model,
-    choices: done.map((d, index) => ({
-      index,
-      message: { role: 'assistant' as const, content: d.text, refusal: null },
-      logprobs: logprobs ? chatLogprobs(tokens[index]) : null,
-      finish_reason: finishReason(d.finishReason),
-      ...beamFields(d),
-    })),
+    choices: done.map((d, index) => {
+      const { content, calls } = parseTools ? parseToolCalls(d.text) : { content: d.text, calls: [] };
+      const message = calls.length > 0 ? { role: 'assistant' as const, content: content || null, refusal: null, tool_calls: calls } : { role: 'assistant' as const, content, refusal: null };
+      return {
+        index,
+        message,
+        logprobs: logprobs ? chatLogprobs(tokens[index]) : null,
+        finish_reason: chatFinish(d.finishReason, calls.length),
+        ...beamFields(d),
+      };
+    }),
     usage: usage(done, n),
     system_fingerprint: null,
   };
@@ -87,8 +95,10 @@ export function chatChunk(meta: ResponseMeta, choices: unknown[], extra: Record<
 }
 
 /** chat.completion.chunk events: a role chunk per choice, content deltas, a finish chunk per choice, then usage if asked. */
-export async function* chatChunks(events: AsyncIterable<WireEvent>, meta: ResponseMeta, count: number, n: number, includeUsage: boolean, logprobs: boolean) {
+export async function* chatChunks(events: AsyncIterable<WireEvent>, meta: ResponseMeta, count: number, n: number, includeUsage: boolean, logprobs: boolean, parseTools = false) {
   const extra = includeUsage ? { usage: null } : {};
+  // Tool calls stream as OpenAI streams them: per call, a delta with index, id, type and name, then fragments of arguments.
+  const parsers = parseTools ? Array.from({ length: count }, () => new ToolCallParser()) : [];
   for (let index = 0; index < count; index++) {
     yield chatChunk(meta, [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], extra);
   }
@@ -96,12 +106,17 @@ export async function* chatChunks(events: AsyncIterable<WireEvent>, meta: Respon
   for await (const event of events) {
     if (event.type === 'error') throw ApiError.from(event.error);
     if (event.type === 'token') {
-      if (event.text === '' && !(logprobs && event.logprob)) continue;
       const lp = logprobs ? chatLogprobs([event]) : null;
-      yield chatChunk(meta, [{ index: event.index, delta: { content: event.text }, logprobs: lp, finish_reason: null }], extra);
+      const parser = parsers[event.index];
+      const { content, deltas } = parser ? parser.push(event.text) : { content: event.text, deltas: [] };
+      if (content !== '' || (logprobs && event.logprob)) yield chatChunk(meta, [{ index: event.index, delta: { content }, logprobs: lp, finish_reason: null }], extra);
+      for (const call of deltas) yield chatChunk(meta, [{ index: event.index, delta: { tool_calls: [call] }, logprobs: null, finish_reason: null }], extra);
     } else {
       done[event.index] = event;
-      yield chatChunk(meta, [{ index: event.index, delta: {}, logprobs: null, finish_reason: finishReason(event.finishReason) }], extra);
+      const parser = parsers[event.index];
+      const rest = parser?.flush() ?? '';
+      if (rest !== '') yield chatChunk(meta, [{ index: event.index, delta: { content: rest }, logprobs: null, finish_reason: null }], extra);
+      yield chatChunk(meta, [{ index: event.index, delta: {}, logprobs: null, finish_reason: chatFinish(event.finishReason, parser?.calls.length ?? 0) }], extra);
     }
   }
   if (includeUsage) yield chatChunk(meta, [], { usage: usage(done, n) });

@@ -3,6 +3,7 @@ import { modelName, type Env } from '../env.js';
 import { validateMessages } from '../tokenizer/chat-messages.js';
 import type { JsonObject } from './body.js';
 import { ApiError, badParam } from './errors.js';
+import { structuredConstraint } from './structured.js';
 
 /**
  * JSON type checks at the edge: a field of the wrong type or shape is a 400 naming it, before any RPC.
@@ -112,7 +113,8 @@ function optEarlyStopping(body: JsonObject): boolean | 'never' | undefined {
 
 /**
  * Sampling, stopping and search parameters shared by both endpoints, under OpenAI's names plus vLLM's
- * extras (top_k, min_p, repetition_penalty, allowed_token_ids, beam search) and `speculative`.
+ * extras (top_k, min_p, repetition_penalty, allowed_token_ids, beam search, structured outputs) and
+ * `speculative`.
  */
 export function samplingParams(body: JsonObject): Omit<GenerationRequest, 'prompt' | 'prompt_ids' | 'messages' | 'logprobs' | 'top_logprobs'> {
   const params = {
@@ -136,6 +138,8 @@ export function samplingParams(body: JsonObject): Omit<GenerationRequest, 'promp
     best_of: optInteger(body, 'best_of'),
     length_penalty: optNumber(body, 'length_penalty'),
     early_stopping: optEarlyStopping(body),
+    // Structured outputs: response_format, or vLLM's structured_outputs / guided_* (see structured.ts).
+    constraint: structuredConstraint(body),
   };
   // Leave absent fields out, so the engine applies its defaults.
   return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined));

@@ -1,5 +1,6 @@
 import type { SamplingParams } from '../sampling/params.js';
 import { beamLogprobs, type BeamHypothesis, type BeamSearch } from './beam-search.js';
+import { applyTokenBitmask, type ConstraintMatcher } from '../constraints/matcher.js';
 
 /** What a beam group needs from the engine that runs its beams. */
 export interface BeamHost<S> {
@@ -18,6 +19,8 @@ export interface BeamHost<S> {
 export class BeamGroup<S extends { tokens: number[] }> {
   private live: { beam: S; cumulativeLogprob: number }[];
   private readonly reported = new Map<S, Float64Array>();
+  /** Structured outputs: each live beam's place in the grammar; a forked beam forks its parent's. */
+  private readonly grammars = new Map<S, ConstraintMatcher>();
 
   constructor(
     first: S,
@@ -25,8 +28,10 @@ export class BeamGroup<S extends { tokens: number[] }> {
     private readonly search: BeamSearch,
     private readonly sampling: SamplingParams,
     private readonly host: BeamHost<S>,
+    grammar?: ConstraintMatcher,
   ) {
     this.live = [{ beam: first, cumulativeLogprob: 0 }];
+    if (grammar) this.grammars.set(first, grammar);
   }
 
   get beams(): S[] {
@@ -36,6 +41,12 @@ export class BeamGroup<S extends { tokens: number[] }> {
   /** Records `beam`'s next-token logits; runs the step when it was the last to report. True once the search is over. */
   onLogits(beam: S, logits: Float32Array): boolean {
     if (!this.live.some((b) => b.beam === beam)) return false; // dropped: nothing it reports counts
+    const grammar = this.grammars.get(beam);
+    if (grammar) {
+      // Forbidden continuations get log-probability -Infinity, so the search never picks them.
+      logits = logits.slice();
+      applyTokenBitmask(logits, grammar.nextMask());
+    }
     this.reported.set(beam, beamLogprobs(logits, this.sampling));
     if (this.live.some((b) => !this.reported.has(b.beam))) return false;
     const states = this.live.map((b) => ({ tokens: b.beam.tokens.slice(this.promptLength), cumulativeLogprob: b.cumulativeLogprob }));
@@ -47,20 +58,30 @@ export class BeamGroup<S extends { tokens: number[] }> {
     const next = choices.map((choice) => {
       const parent = this.live[choice.parent].beam;
       const beam = continued.has(choice.parent) ? this.host.fork(parent) : parent;
+      if (beam !== parent && this.grammars.has(parent)) this.grammars.set(beam, this.grammars.get(parent)!.fork());
       continued.add(choice.parent);
       return { beam, token: choice.token, cumulativeLogprob: choice.cumulativeLogprob };
     });
-    this.live.forEach((b, i) => continued.has(i) || this.host.drop(b.beam));
-    for (const { beam, token } of next) beam.tokens.push(token);
+    this.live.forEach((b, i) => continued.has(i) || this.drop(b.beam));
+    for (const { beam, token } of next) {
+      beam.tokens.push(token);
+      this.grammars.get(beam)?.accept(token);
+    }
     this.live = next.map(({ beam, cumulativeLogprob }) => ({ beam, cumulativeLogprob }));
     return this.live.length === 0;
   }
 
   /** Ends the search early (cancelled): every live beam is dropped. */
   abandon(): void {
-    for (const { beam } of this.live) this.host.drop(beam);
+    for (const { beam } of this.live) this.drop(beam);
     this.live = [];
     this.reported.clear();
+  }
+
+  private drop(beam: S): void {
+    this.grammars.get(beam)?.dispose();
+    this.grammars.delete(beam);
+    this.host.drop(beam);
   }
 
   best(n: number): BeamHypothesis[] {

@@ -18,6 +18,11 @@ export interface OrtRuntime {
    * graphs on them and keeps onnxruntime for the graphs they do not cover.
    */
   readonly kernels?: WebAssembly.Module;
+  /**
+   * xgrammar's WebAssembly (src/engine/constraints/xgrammar/xgrammar.wasm), compiled by the host like
+   * `kernels`: structured outputs and forced tool calls. Absent: those requests are refused.
+   */
+  readonly grammar?: WebAssembly.Module;
   /** `kernels`: our kernels or an error saying why not; `onnxruntime`: never the kernels; `auto` (default): kernels where they cover the graph. */
   readonly runner?: RunnerChoice;
 }

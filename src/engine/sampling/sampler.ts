@@ -4,7 +4,8 @@
  * Order, per step (each stage is skipped when its parameter is neutral):
  *   0. copy the model's logits into scratch, NaN -> -Infinity, +Infinity -> largest float32
  *      (logprobs are taken here, from these RAW logits: log-softmax before any processor, as vLLM)
- *   1. logit_bias                    logit[id] += bias; allowed_token_ids: all others -Infinity
+ *   1. logit_bias                    logit[id] += bias; allowed_token_ids: all others -Infinity;
+ *                                    a grammar's token bitmask (structured outputs): forbidden ids -Infinity
  *   2. repetition_penalty            over prompt + generated ids (positive / p, negative * p)
  *   3. frequency / presence penalty  over generated ids (OpenAI formula)
  *   4. temperature == 0  ->  greedy: argmax, lowest id on ties; stages 5-9 skipped
@@ -30,6 +31,7 @@ import {
   copySanitized,
 } from './processors.js';
 import { logSumExp, topLogprobs, type TokenLogprob } from './logprobs.js';
+import { applyTokenBitmask, firstAllowed, maskAllows } from '../constraints/matcher.js';
 import { randomSeed, Xoshiro128 } from './rng.js';
 import { TokenCounts } from './token-counts.js';
 
@@ -80,14 +82,21 @@ export class TokenSampler {
     this.weights = new Float64Array(opts.vocabSize);
   }
 
-  /** Picks the next token from one (vocab) row of logits (left untouched) and records it. */
-  sample(logits: Float32Array): SampledToken {
+  /** The grammar's bitmask for the current call (structured outputs), or undefined. */
+  private mask: Int32Array | undefined;
+
+  /**
+   * Picks the next token from one (vocab) row of logits (left untouched) and records it. `mask`: a
+   * grammar's allowed tokens (bit i of word i >> 5); the token drawn is always one it allows.
+   */
+  sample(logits: Float32Array, mask?: Int32Array): SampledToken {
+    this.mask = mask;
     const work = this.process(logits);
     let tokenId: number;
     if (this.params.temperature === 0) tokenId = this.greedy(work);
     else {
       tokenId = this.drawFrom(this.warp(work), -1);
-      if (tokenId < 0) tokenId = argmax(this.raw);
+      if (tokenId < 0) tokenId = this.fallback();
     }
     return this.record(tokenId);
   }
@@ -100,7 +109,8 @@ export class TokenSampler {
    * normalise(max(0, p - q)). Either way the token is distributed exactly as sample() would draw it.
    * Records the token like sample().
    */
-  verify(logits: Float32Array, proposed: number, draft?: Float64Array): SampledToken & { accepted: boolean } {
+  verify(logits: Float32Array, proposed: number, draft?: Float64Array, mask?: Int32Array): SampledToken & { accepted: boolean } {
+    this.mask = mask;
     const work = this.process(logits);
     if (this.params.temperature === 0) {
       const tokenId = this.greedy(work);
@@ -120,7 +130,8 @@ export class TokenSampler {
     }
     // p == q exactly leaves no residual, but then the proposal was accepted with probability 1.
     let tokenId = residual > 0 ? this.drawFrom(residual, proposed) : proposed;
-    if (tokenId < 0) tokenId = argmax(this.raw);
+    // A proposal the grammar forbids has p = 0; should no residual remain, it still may not stand.
+    if (tokenId < 0 || (this.mask && !maskAllows(this.mask, tokenId))) tokenId = this.fallback();
     return { ...this.record(tokenId), accepted: false };
   }
 
@@ -134,6 +145,7 @@ export class TokenSampler {
     work.set(raw);
     applyLogitBias(work, params.logitBias);
     applyAllowedTokens(work, params.allowedTokenIds);
+    if (this.mask) applyTokenBitmask(work, this.mask);
     applyRepetitionPenalty(work, this.seen, params.repetitionPenalty);
     applyFrequencyPresencePenalties(work, this.generated, params.frequencyPenalty, params.presencePenalty);
     return work;
@@ -141,7 +153,14 @@ export class TokenSampler {
 
   private greedy(work: Float32Array): number {
     const tokenId = argmax(work);
-    return work[tokenId] > -Infinity ? tokenId : argmax(this.raw);
+    return work[tokenId] > -Infinity ? tokenId : this.fallback();
+  }
+
+  /** Nothing survived the processors: the raw argmax, or under a grammar the lowest id it allows. */
+  private fallback(): number {
+    if (!this.mask) return argmax(this.raw);
+    const id = firstAllowed(this.mask, this.vocabSize);
+    return id >= 0 ? id : argmax(this.raw);
   }
 
   /** Stages 5-9 up to the draw: fills `weights` with softmax numerators of the survivors; returns their sum. */

@@ -3,6 +3,7 @@ import type { ChatMessage, GenerationRequest } from '../../engine/request.js';
 import type { Env } from '../../env.js';
 import { readJsonObject } from '../body.js';
 import { badParam } from '../errors.js';
+import { toolUse } from '../tools.js';
 import { collect, startGeneration } from '../generation.js';
 import { chatChunks, chatCompletion, responseMeta } from '../openai.js';
 import { checkModel, chatMessages, choiceCount, optBoolean, optInteger, refuseUnsupported, samplingParams, streamOptions } from '../params.js';
@@ -15,9 +16,8 @@ const chat = new Hono<{ Bindings: Env }>();
 chat.post('/', async (c) => {
   const body = await readJsonObject(c);
   const model = checkModel(body, c.env);
-  refuseUnsupported(body, ['tools', 'tool_choice', 'functions', 'function_call', 'audio', 'prediction']);
-  const format = body.response_format as { type?: unknown } | null | undefined;
-  if (format != null && format.type !== 'text') throw badParam('response_format', 'only response_format {"type":"text"} is supported', 'unsupported_parameter');
+  refuseUnsupported(body, ['functions', 'function_call', 'audio', 'prediction']);
+  const tools = toolUse(body);
 
   const messages = chatMessages(body);
   const n = choiceCount(body);
@@ -26,22 +26,30 @@ chat.post('/', async (c) => {
   const topLogprobs = optInteger(body, 'top_logprobs');
   if (topLogprobs !== undefined && !logprobs) throw badParam('top_logprobs', 'top_logprobs requires logprobs: true', 'invalid_value');
   const sampling = samplingParams(body);
+  if (sampling.constraint && tools.constraint) throw badParam('tool_choice', `a forced tool call cannot be combined with ${sampling.constraint.param}`, 'invalid_value');
+  const constraint = sampling.constraint ?? tools.constraint;
   const maxCompletionTokens = optInteger(body, 'max_completion_tokens');
   if (maxCompletionTokens !== undefined) sampling.max_tokens = maxCompletionTokens;
 
-  const request: GenerationRequest = { messages, ...sampling, ...(logprobs ? { logprobs: true, top_logprobs: topLogprobs ?? 0 } : {}) };
+  const request: GenerationRequest = {
+    messages,
+    ...sampling,
+    ...(logprobs ? { logprobs: true, top_logprobs: topLogprobs ?? 0 } : {}),
+    ...(constraint ? { constraint } : {}),
+    ...(tools.tools ? { tools: tools.tools } : {}),
+  };
   // n completions of one prompt: the engine prefills it once and forks the cache (seeds seed, seed + 1, ...).
   const generation = await startGeneration(c.env, shardForPrompt(c.env, routingText(messages)), [{ ...request, n }], c.req.raw.signal);
   const meta = responseMeta('chatcmpl', model);
 
-  if (stream) return sseResponse(chatChunks(generation.events, meta, n, n, includeUsage, logprobs), generation.cancel);
+  if (stream) return sseResponse(chatChunks(generation.events, meta, n, n, includeUsage, logprobs, tools.parse), generation.cancel);
   const { tokens, done } = await collect(generation, n);
-  return c.json(chatCompletion(meta, tokens, done, n, logprobs));
+  return c.json(chatCompletion(meta, tokens, done, n, logprobs, tools.parse));
 });
 
 /** What picks the shard: the conversation's start, so a shared system prompt meets its cached blocks. */
 function routingText(messages: ChatMessage[]): string {
-  return messages.map((m) => `${m.role}\n${m.content}`).join('\n');
+  return messages.map((m) => `${m.role}\n${m.content ?? ''}`).join('\n');
 }
 
 export default chat;

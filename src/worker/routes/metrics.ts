@@ -58,7 +58,10 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
     .family('edge_infer_kv_stored_bytes_total', 'counter', 'Bytes of KV blocks written to storage.', persisted((k) => k.storedBytes))
     .family('edge_infer_kv_store_write_seconds_total', 'counter', 'Time spent writing blocks to storage (after generations, off the token path).', persisted((k) => k.writeMs / 1000))
     .family('edge_infer_speculative_proposed_tokens_total', 'counter', 'Speculative tokens proposed and verified by the target.', engine((e) => e.proposedTokens))
-    .family('edge_infer_speculative_accepted_tokens_total', 'counter', 'Speculative tokens the target accepted (acceptance rate = accepted / proposed).', engine((e) => e.acceptedTokens));
+    .family('edge_infer_speculative_accepted_tokens_total', 'counter', 'Speculative tokens the target accepted (acceptance rate = accepted / proposed).', engine((e) => e.acceptedTokens))
+    .histogram('edge_infer_grammar_compile_seconds', 'Time to compile a structured-output grammar (JSON schema, regex, choice, EBNF, forced tool call) for the tokenizer; cache hits excluded.',
+      loaded.map(({ labels, s }) => [labels, s.engine!.grammar.compileSeconds]))
+    .family('edge_infer_grammar_cache_hits_total', 'counter', 'Structured-output requests whose grammar was already compiled (cached per schema and tokenizer).', engine((e) => e.grammar.cacheHits));
   return out.toString();
 }
 

@@ -23,6 +23,8 @@ const sessions = new Hono<{ Bindings: Env }>();
 export const SAMPLING_FIELDS = [
   'max_tokens', 'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty',
   'repetition_penalty', 'seed', 'stop', 'stop_token_ids', 'ignore_eos', 'logit_bias',
+  // Structured outputs (docs/structured-outputs.md): a session default or one turn's constraint.
+  'response_format', 'structured_outputs', 'guided_json', 'guided_regex', 'guided_choice', 'guided_grammar',
 ];
 
 /** Sampling fields of `body` (type-checked), refusing any field not in `allowed`: a typo should not pass silently. */
