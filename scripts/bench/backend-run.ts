@@ -44,8 +44,10 @@ export async function runBackend(backend: Backend, o: BenchOptions, log: (s: str
     const big = v.model === 'bench-135m';
     // Room for the longest session history, its rebuilt twin and every other history at once.
     const kvCacheBytes = big ? 768 * 2 ** 20 : 64 * 2 ** 20;
-    // Sessions are also restored from a block store in this process's memory (an object's SQLite in the service).
-    const kvStore = has('sessions') ? new MemoryKvBlockStore(2 * kvCacheBytes) : undefined;
+    // Sessions are also restored from a block store in this process's memory (an object's SQLite in the
+    // service). Half the pool holds every session's history; other requests' blocks are evicted first, so the
+    // store stays small: gigabytes of blocks in this heap would slow every measurement, not just the restore.
+    const kvStore = has('sessions') ? new MemoryKvBlockStore(kvCacheBytes / 2) : undefined;
     const engine = await Engine.load(runtime, source, { dtype: v.dtype, intraOpNumThreads: 1, kvCacheBytes, maxBatchSize: maxBatch, kvStore });
     const item: Loaded = { v, engine, sessions: new Map(), samples: new Samples(), phases: new Map(), sameTokens: true };
     if (has('peers')) {
