@@ -224,7 +224,7 @@ export class Engine {
         tokens: [...resolved.promptIds],
         kv: this.kv.create(),
         // Constrained rows sample on the host: the grammar's mask is computed there, token by token.
-        sequence: new Sequence(own, this.tokenizer, this.samplableVocab, index, this.samplesOnDevice && !resolved.speculative && !resolved.beam && !resolved.constraint),
+        sequence: new Sequence(own, this.tokenizer, this.samplableVocab, index, this.samplesOnDevice && !resolved.speculative && !resolved.beam),
         group,
         forks: [],
         admitted: false,
@@ -350,7 +350,12 @@ export class Engine {
     // A row and the forks that will branch from it (n > 1) each draw from the row's logits.
     const draws = rows.flatMap((r, i) => (sampling[i] ? [r.seq, ...r.seq.forks] : []).filter((seq) => seq.sequence.deviceSampler).map((seq) => ({ row: i, seq })));
     const needLogits = rows.some((r, i) => (sampling[i] || proposals[i]) && (r.seq.group.beams || !r.seq.sequence.deviceSampler || proposals[i]));
-    const out = await this.runner.forwardAndSample(passRows, draws.map(({ row, seq }) => ({ row, state: seq.sequence.deviceSampler! })), this.samplableVocab, needLogits);
+    const out = await this.runner.forwardAndSample(
+      passRows,
+      draws.map(({ row, seq }) => ({ row, state: seq.sequence.deviceSampler!, grammarMask: seq.sequence.grammarMask() })),
+      this.samplableVocab,
+      needLogits,
+    );
     draws.forEach(({ seq }, k) => drawn.set(seq, out.sampled[k]));
     return { logits: out.logits ?? NO_LOGITS, drawn };
   }

@@ -94,6 +94,11 @@ export class Sequence {
     return this.emit(this.cpuSampler.sample(this.samplable(logits), this.grammar?.nextMask()));
   }
 
+  /** The tokens this sequence's grammar allows next (structured outputs), for a device draw; undefined when unconstrained. */
+  grammarMask(): Int32Array | undefined {
+    return this.grammar?.nextMask();
+  }
+
   /** Advances the state with a token its device sampler drew (which recorded it for the penalties). */
   onSampled(sampled: SampledToken): TokenEvent {
     return this.emit(sampled);

@@ -39,8 +39,11 @@ export class DeviceSamplerState {
     this.seen = new TokenCounts(params.repetitionPenalty === 1 ? 0 : opts.vocabSize, opts.promptTokenIds);
   }
 
-  /** This step's kernel settings (consumes the draw's random number) and sparse lists. */
-  next(): { settings: ArrayBuffer; bias: [number, number][]; seen: number[]; generated: [number, number][]; allowedMask: Uint32Array | undefined } {
+  /**
+   * This step's kernel settings (consumes the draw's random number) and sparse lists. `grammarMask`: the
+   * tokens a grammar allows now (structured outputs), bit i of word i >> 5; combined with allowed_token_ids.
+   */
+  next(grammarMask?: Int32Array): { settings: ArrayBuffer; bias: [number, number][]; seen: number[]; generated: [number, number][]; allowedMask: Uint32Array | undefined } {
     const p = this.params;
     const u = p.temperature === 0 ? 0 : this.rng.nextFloat();
     const settings = new ArrayBuffer(SETTINGS_BYTES);
@@ -60,6 +63,12 @@ export class DeviceSamplerState {
     if (p.allowedTokenIds) {
       allowedMask = new Uint32Array(Math.ceil(this.vocabSize / 32));
       for (const id of p.allowedTokenIds) if (id >= 0 && id < this.vocabSize) allowedMask[id >>> 5] |= 1 << (id & 31);
+    }
+    if (grammarMask) {
+      const words = Math.ceil(this.vocabSize / 32);
+      const grammar = new Uint32Array(grammarMask.buffer, grammarMask.byteOffset, Math.min(words, grammarMask.length));
+      if (allowedMask) for (let w = 0; w < words; w++) allowedMask[w] &= grammar[w] ?? 0;
+      else (allowedMask = new Uint32Array(words)).set(grammar);
     }
     return {
       allowedMask,
@@ -92,13 +101,19 @@ export class DeviceSampler {
    * Samples one token per state from `logits` (row r at float offset rowStarts[r], `vocab` floats),
    * records it in its state, and returns ids with logprobs where asked. The buffer needs STORAGE usage.
    */
-  async sample(logits: GPUBuffer, rowStarts: readonly number[], states: readonly DeviceSamplerState[]): Promise<SampledToken[]> {
+  async sample(
+    logits: GPUBuffer,
+    rowStarts: readonly number[],
+    states: readonly DeviceSamplerState[],
+    /** Per state, a grammar's mask of the tokens allowed now (structured outputs), or undefined. */
+    grammarMasks: readonly (Int32Array | undefined)[] = [],
+  ): Promise<SampledToken[]> {
     const rows = states.length;
     if (rowStarts.length !== rows) throw new RangeError(`${rowStarts.length} row starts for ${rows} samplers`);
     const k = this.kernels;
     const settings = new Uint8Array(rows * SETTINGS_BYTES);
     const edits: number[] = []; // ids of the {id: u32, value: f32} pairs; values beside them
-    const lists = states.map((state) => state.next());
+    const lists = states.map((state, r) => state.next(grammarMasks[r]));
     const values: number[] = [];
     lists.forEach((list, r) => {
       const u32 = new Uint32Array(list.settings);

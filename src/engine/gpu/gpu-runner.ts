@@ -132,7 +132,7 @@ export class GpuModelRunner {
    */
   async forwardAndSample(
     rows: readonly StepRow[],
-    draws: readonly { row: number; state: DeviceSamplerState }[],
+    draws: readonly { row: number; state: DeviceSamplerState; grammarMask?: Int32Array }[],
     vocab: number,
     download: boolean,
   ): Promise<{ logits: StepLogits | undefined; sampled: SampledToken[] }> {
@@ -140,7 +140,9 @@ export class GpuModelRunner {
     try {
       this.sampler ??= new DeviceSampler(this.kernels, vocab);
       const last = out.lastStarts();
-      const sampled = draws.length ? await this.sampler.sample(out.buffer, draws.map((d) => last[d.row]), draws.map((d) => d.state)) : [];
+      const sampled = draws.length
+        ? await this.sampler.sample(out.buffer, draws.map((d) => last[d.row]), draws.map((d) => d.state), draws.map((d) => d.grammarMask))
+        : [];
       if (!download) return { logits: undefined, sampled };
       const data = await out.download();
       const size = this.config.vocabSize;
