@@ -6,7 +6,7 @@
 // Writes <out>/results.json, <out>/decode.svg and prints Markdown tables. Not part of `npm test`.
 //
 //   npm run bench -- [--quick] [--models bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32]
-//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore]
+//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore,structured]
 //     [--runs 5] [--batches 1,4,16,32] [--prefill 128,512,2048] [--histories 256,1024,4096]
 //     [--prompt 32] [--tokens 32] [--fresh 20] [--clients 1,16] [--session-models ...] [--out bench] [--append]
 // Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1). Each backend runs in a child process.
@@ -26,6 +26,7 @@ import type { SpeculationCase } from './bench/speculative-table.js';
 import type { WebGpuBenchRow } from './bench/webgpu-table.js';
 import type { WllamaBenchRow } from './bench/wllama-table.js';
 import type { KernelsBench } from './bench/kernels-table.js';
+import type { StructuredBench } from './bench/structured.js';
 import { decodePlotSvg } from './bench/svg-plot.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -71,7 +72,7 @@ function runScriptChild<T>(nodeFlags: string[], script: string, args: string[]):
   });
 }
 
-const SCRIPT_SECTIONS: readonly string[] = ['service', 'speculative', 'webgpu', 'wllama', 'kernels', 'restore'];
+const SCRIPT_SECTIONS: readonly string[] = ['service', 'speculative', 'webgpu', 'wllama', 'kernels', 'restore', 'structured'];
 const engineSections = options.sections.filter((s) => !SCRIPT_SECTIONS.includes(s));
 const backends: BackendResult[] = [];
 if (engineSections.length) for (const b of options.backends) backends.push(await runBackendChild(b));
@@ -89,6 +90,10 @@ if (options.sections.includes('webgpu')) {
 if (options.sections.includes('kernels')) {
   results.kernels = await runScriptChild<KernelsBench>([], 'scripts/bench/kernels.ts', ['--runs', String(options.runs)]);
 }
+if (options.sections.includes('structured')) {
+  // A step at 16 constrained streams against 16 free ones, and grammar compile times (edge kernels).
+  results.structured = await runScriptChild<StructuredBench>([], 'scripts/bench/structured.ts', ['kernels', '--runs', String(options.runs)]);
+}
 if (options.sections.includes('wllama')) {
   // Batch-1 greedy decode of 128 tokens, as the speculative section measures ours.
   results.wllama = await runScriptChild<WllamaBenchRow[]>([], 'scripts/bench/wllama.ts', ['--runs', String(options.runs), '--tokens', '128']);
@@ -103,6 +108,7 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   results.webgpu ??= earlier.webgpu;
   results.wllama ??= earlier.wllama;
   results.kernels ??= earlier.kernels;
+  results.structured ??= earlier.structured;
   results.parts = [...(earlier.parts ?? [{ machine: earlier.machine, options: earlier.options }]), { machine: results.machine, options }];
   // A part that ran no engine section leaves the tables to the options they were measured with.
   if (engineSections.length === 0) [results.machine, results.options] = [earlier.machine, earlier.options];

@@ -5,7 +5,7 @@ import { parseArgs } from 'node:util';
 import type { ModelDtype } from '../../src/engine/model/model-files.js';
 
 export type Backend = 'cpu' | 'wasm';
-export const SECTIONS = ['decode', 'prefill', 'peers', 'roofline', 'sessions', 'overhead', 'service', 'speculative', 'webgpu', 'wllama', 'kernels', 'restore'] as const;
+export const SECTIONS = ['decode', 'prefill', 'peers', 'roofline', 'sessions', 'overhead', 'service', 'speculative', 'webgpu', 'wllama', 'kernels', 'restore', 'structured'] as const;
 export type Section = (typeof SECTIONS)[number];
 
 export interface Variant {

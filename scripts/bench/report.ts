@@ -126,6 +126,17 @@ export function markdownReport(r: BenchResults): string {
       ),
     );
   }
+  if (r.structured) {
+    const st = r.structured;
+    out.push(`\n**Structured outputs** (bench-135m fp32 on the ${st.backend} runner, ${st.streams} concurrent streams of ${st.tokens} tokens; ms per engine step)\n`);
+    out.push(
+      table(
+        ['free text', 'JSON schema', 'EBNF grammar', 'JSON ÷ free', 'grammar ÷ free'],
+        [[f(st.stepMs.free, 1), f(st.stepMs.json, 1), f(st.stepMs.grammar, 1), x(st.ratio.json), x(st.ratio.grammar)]],
+      ),
+    );
+    out.push(`\nGrammar compile (ms): first use with tokenizer info ${f(st.compileMs.first, 0)} (of which xgrammar's start ${f(st.compileMs.initMs, 0)}); ${Object.entries(st.compileMs.schemas).map(([k, v]) => `${k} ${f(v, 1)}`).join('; ')}; a cache hit ${f(st.compileMs.cacheHit, 2)}.`);
+  }
   if (r.speculative) out.push(`\n${speculationTable('cpu', r.speculative)}`);
   if (r.webgpu) out.push(`\n**WebGPU vs wasm** (tiny; on lavapipe, a CPU standing in for a GPU: dispatch overhead, not GPU speed)\n\n${webGpuBenchTable(r.webgpu)}`);
   if (r.wllama) out.push(`\n${wllamaBenchTable(r.wllama)}`);

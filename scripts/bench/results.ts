@@ -1,3 +1,4 @@
+import type { StructuredBench } from './structured.js';
 import type { SpeculationCase } from './speculative-table.js';
 import type { WebGpuBenchRow } from './webgpu-table.js';
 import type { WllamaBenchRow } from './wllama-table.js';
@@ -83,6 +84,8 @@ export interface BenchResults {
   backends: BackendResult[];
   service?: ServiceResult;
   serviceRestore?: ServiceRestoreResult;
+  /** Structured outputs: a step at 16 constrained streams against free ones, grammar compile times (scripts/bench/structured.ts). */
+  structured?: StructuredBench;
   /** Decode with and without speculation, same prompts, same run (scripts/bench/speculative.ts; cpu). */
   speculative?: SpeculationCase[];
   /** webgpu against wasm on tiny (scripts/bench/webgpu.ts): on lavapipe this measures dispatch overhead, not a GPU. */

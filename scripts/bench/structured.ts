@@ -14,7 +14,7 @@ import type { GenerationRequest } from '../../src/engine/request.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { isNodeBackend, nodeRuntime, type NodeBackend } from '../lib/runtimes.js';
 import { ensureBenchModels, modelDir } from './models.js';
-import { median } from './stats.js';
+import { median, ratioByRun, type Sampled } from './stats.js';
 
 export interface StructuredBench {
   backend: string;
@@ -22,8 +22,8 @@ export interface StructuredBench {
   tokens: number;
   /** Median ms per engine step over the runs. */
   stepMs: { free: number; json: number; grammar: number };
-  /** json / free and grammar / free. */
-  ratio: { json: number; grammar: number };
+  /** json / free and grammar / free, taken run by run. */
+  ratio: { json: Sampled; grammar: Sampled };
   /** ms: the first compile (with tokenizer info), then each further schema, and a cache hit. */
   compileMs: { first: number; initMs: number; schemas: Record<string, number>; cacheHit: number };
 }
@@ -125,7 +125,7 @@ export async function benchStructured(backend: NodeBackend, runs: number, tokens
     streams: STREAMS,
     tokens,
     stepMs: stepMsOut,
-    ratio: { json: stepMsOut.json / stepMsOut.free, grammar: stepMsOut.grammar / stepMsOut.free },
+    ratio: { json: ratioByRun(json, free), grammar: ratioByRun(grammar, free) },
     compileMs: { first, initMs, schemas, cacheHit },
   };
 }
