@@ -49,6 +49,41 @@ describe.each(backends)('a fresh engine restores stored blocks (%s %j)', (backen
   });
 });
 
+describe('what is stored', () => {
+  it('a prefix shared by sessions and stateless requests is stored once', async () => {
+    const store = new MemoryKvBlockStore(64 * MB);
+    const engine = await loadEngine('kernels', 'tiny', { kvStore: store });
+    const system = randomIds(505, 64, 3, 400); // four full blocks every prompt starts with
+    const prompts = [1, 2, 3].map((k) => [...system, ...randomIds(510 + k, 40, 3, 400)]);
+    await greedy(engine, prompts[0], 'a');
+    await greedy(engine, prompts[1], 'b');
+    await greedy(engine, prompts[2]);
+    await engine.storeKv();
+    // Each: 64 + 40 prompt + 24 generated - 1 computed = 127 tokens, 7 full blocks, of which 4 are the shared ones.
+    expect(store.usage().blocks).toBe(4 + 3 * 3);
+    expect(engine.stats().kvStore?.storedBlocks).toBe(13);
+    expect(store.storedTokens('a')).toBe(7 * BLOCK);
+    expect(store.storedTokens('b')).toBe(7 * BLOCK);
+    // A deleted session takes what only it needed; the shared prefix stays for the other.
+    store.unpin('a');
+    expect(store.usage().blocks).toBe(4 + 2 * 3);
+    expect(store.storedTokens('b')).toBe(7 * BLOCK);
+    await engine.runner.release();
+  });
+
+  it('nothing is written until the host asks, and nothing of a session deleted before then', async () => {
+    const store = new MemoryKvBlockStore(64 * MB);
+    const engine = await loadEngine('kernels', 'tiny', { kvStore: store });
+    await greedy(engine, randomIds(506, 60, 3, 400), 'gone');
+    expect(store.usage().blocks).toBe(0);
+    engine.releaseSession('gone');
+    await engine.storeKv();
+    expect(store.usage().blocks).toBe(0);
+    expect(store.storedTokens('gone')).toBe(0);
+    await engine.runner.release();
+  });
+});
+
 describe('stored blocks that cannot be trusted', () => {
   it('a damaged block ends the restored chain there; the rest is prefilled and the output is unchanged', async () => {
     const store = new MemoryKvBlockStore(64 * MB);

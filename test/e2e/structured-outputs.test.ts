@@ -114,6 +114,38 @@ describe('tool calls through the openai client', () => {
     expect(args.city.length).toBeLessThanOrEqual(10);
   });
 
+  // With tool_choice auto the model's own tool-call markers are parsed out of what it writes. A random
+  // model never writes them by itself, so a regex (vLLM's structured_outputs) steers it into text, then a call.
+  const AUTO = { structured_outputs: { regex: 'Let me check\\.\\n<tool_call>\\n\\{"name": "get_weather", "arguments": \\{"city": "(Paris|Oslo)", "unit": "celsius"\\}\\}\\n</tool_call>' } };
+
+  it('auto: a call the model writes itself is parsed out of its text', async () => {
+    const completion = await client.chat.completions.create({ model: 'tiny', messages, tools, temperature: 1, seed: 3, max_tokens: 200, ...AUTO } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const choice = completion.choices[0];
+    expect(choice.finish_reason).toBe('tool_calls');
+    expect(choice.message.content).toBe('Let me check.\n');
+    const call = choice.message.tool_calls![0] as OpenAI.Chat.Completions.ChatCompletionMessageFunctionToolCall;
+    expect(call.function.name).toBe('get_weather');
+    expect(JSON.parse(call.function.arguments)).toMatchObject({ unit: 'celsius' });
+  });
+
+  it('auto, streamed: content first, then the call in OpenAI\'s delta shape', async () => {
+    const stream = await client.chat.completions.create({ model: 'tiny', messages, tools, temperature: 1, seed: 3, max_tokens: 200, stream: true, ...AUTO } as OpenAI.ChatCompletionCreateParamsStreaming);
+    let content = '';
+    let finish: string | null = null;
+    const deltas: OpenAI.Chat.Completions.ChatCompletionChunk.Choice.Delta.ToolCall[] = [];
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) {
+        content += c.delta.content ?? '';
+        deltas.push(...(c.delta.tool_calls ?? []));
+        finish = c.finish_reason ?? finish;
+      }
+    }
+    expect(content).toBe('Let me check.\n');
+    expect(finish).toBe('tool_calls');
+    expect(deltas[0]).toMatchObject({ index: 0, type: 'function', function: { name: 'get_weather' } });
+    expect(JSON.parse(deltas.map((d) => d.function?.arguments ?? '').join(''))).toMatchObject({ unit: 'celsius' });
+  });
+
   it('a two-round tool conversation: the tool result goes back and the model answers', async () => {
     const first = await client.chat.completions.create({ model: 'tiny', messages, tools, tool_choice: 'required', temperature: 1, seed: 11, max_tokens: 200 });
     const assistant = first.choices[0].message;

@@ -46,9 +46,10 @@ export class BlockPersistence {
     if (this.queue.length > MAX_QUEUED) this.queue.shift();
   }
 
-  /** A deleted session: chains queued (or being written) for it are no longer pinned to it. */
+  /** A deleted session: its chains are not written (one being written stops), so nothing of it is left behind. */
   forget(owner: string): void {
-    for (const entry of [...this.queue, this.current]) if (entry?.owner === owner) entry.owner = undefined;
+    for (let i = this.queue.length - 1; i >= 0; i--) if (this.queue[i].owner === owner) this.queue.splice(i, 1);
+    if (this.current?.owner === owner) this.current.owner = undefined;
   }
 
   get pending(): number {
