@@ -121,7 +121,7 @@ export function kvDtypeVar(env: Env): 'fp32' | 'fp16' {
   return (env.KV_DTYPE?.trim().toLowerCase() || 'fp32') as 'fp32' | 'fp16';
 }
 
-/** Default KV_STORE_MB: about 5,700 tokens of a 135M model's fp32 KV per shard, 90 MiB of tiny's. */
+/** Default KV_STORE_MB: about 5,700 tokens of a SmolLM2-135M-shaped model's fp32 KV per shard (45 KiB a token). */
 export const DEFAULT_KV_STORE_MB = 256;
 
 /** KV_STORE_MB in bytes: the default when unset or not a whole number, 0 (no store) when 0. */

@@ -4,6 +4,7 @@ import { blockChecksum } from '../src/engine/kv/block-store.js';
 import { MemoryKvBlockStore } from '../src/engine/kv/memory-block-store.js';
 import type { NodeBackend } from '../scripts/lib/runtimes.js';
 import { collect, loadEngine, randomIds } from './helpers/engines.js';
+import { KV_STORE_CASES } from './helpers/kv-store-cases.js';
 
 // Durable KV blocks: an engine writes finished sequences' full blocks to a store, and a fresh engine
 // (a restarted object) restores them instead of prefilling, with output identical to a never-stopped one.
@@ -82,6 +83,23 @@ describe('what is stored', () => {
     expect(store.storedTokens('gone')).toBe(0);
     await engine.runner.release();
   });
+  it('a session deleted during its turn leaves nothing in the store', async () => {
+    const store = new MemoryKvBlockStore(64 * MB);
+    const engine = await loadEngine('kernels', 'tiny', { kvStore: store });
+    const abort = new AbortController();
+    const request = { prompt_ids: randomIds(507, 80, 3, 400), max_tokens: 200, temperature: 0, ignore_eos: true };
+    let tokens = 0;
+    for await (const event of engine.generate(request, { session: 'doomed', signal: abort.signal })) {
+      // As the object deletes a session: the turn is cancelled, then the session released.
+      if (event.type === 'token' && ++tokens === 5) {
+        abort.abort();
+        engine.releaseSession('doomed');
+      }
+    }
+    await engine.storeKv();
+    expect(store.usage().blocks).toBe(0);
+    await engine.runner.release();
+  });
 });
 
 describe('stored blocks that cannot be trusted', () => {
@@ -102,6 +120,27 @@ describe('stored blocks that cannot be trusted', () => {
     await second.storeKv();
     const third = await loadEngine('kernels', 'tiny', { kvStore: store });
     expect((await greedy(third, prompt)).cached).toBe(chain.length * BLOCK);
+  });
+
+  it('a storage error while restoring is a miss: the rest is prefilled, the request and its neighbours unharmed', async () => {
+    const store = new MemoryKvBlockStore(64 * MB);
+    const prompt = randomIds(508, 120, 3, 400);
+    const first = await loadEngine('kernels', 'tiny', { kvStore: store });
+    const want = await greedy(first, prompt);
+    await first.storeKv();
+    let reads = 0;
+    const read = store.read.bind(store);
+    store.read = (hash) => {
+      if (++reads === 3) throw new Error('SQLITE_IOERR');
+      return read(hash);
+    };
+    const second = await loadEngine('kernels', 'tiny', { kvStore: store });
+    const [got, other] = await Promise.all([greedy(second, prompt), greedy(second, randomIds(509, 30, 3, 400))]);
+    expect(got.ids).toEqual(want.ids);
+    expect(got.cached).toBe(2 * BLOCK);
+    expect(other.ids).toHaveLength(24);
+    expect(second.stats().kvStore?.restored.failed).toBe(1);
+    second.kv.pool.checkInvariants();
   });
 
   it('blocks from another weights file, dtype or KV dtype are never restored (the store drops them)', async () => {
@@ -126,50 +165,27 @@ describe('stored blocks that cannot be trusted', () => {
   });
 });
 
-describe('MemoryKvBlockStore: budget, eviction order, pins', () => {
-  const block = (n: number): Uint8Array => new Uint8Array(1000).fill(n);
-  const write = (store: MemoryKvBlockStore, hash: string, parent = ''): void => store.write({ hash, parent, bytes: block(hash.charCodeAt(0)) });
+describe('MemoryKvBlockStore', () => {
+  for (const c of KV_STORE_CASES) {
+    it(c.name, () => {
+      const store = new MemoryKvBlockStore(c.budget);
+      store.open('identity', 16);
+      c.run(store);
+    });
+  }
 
-  it('stays within its budget, evicting the least recently used chain from its tip', () => {
-    const store = new MemoryKvBlockStore(5000);
-    store.open('id', 16);
-    for (const h of ['a1', 'a2', 'a3']) write(store, h);
-    store.touch(['a1', 'a2', 'a3']);
-    for (const h of ['b1', 'b2']) write(store, h);
-    store.touch(['b1', 'b2']);
-    expect(store.usage()).toEqual({ blocks: 5, bytes: 5000, budgetBytes: 5000, discarded: 0 });
-    write(store, 'c1');
-    expect(store.usage().bytes).toBeLessThanOrEqual(5000);
-    // a's chain is oldest, and its tip goes before its root.
-    expect(['a1', 'a2', 'a3'].map((h) => store.has(h))).toEqual([true, true, false]);
-  });
-
-  it('pinned chains go last, and unpinning deletes what only that session held', () => {
+  it('checks every read against the checksum, and drops a block that fails it', () => {
     const store = new MemoryKvBlockStore(4000);
     store.open('id', 16);
-    for (const h of ['s1', 's2', 'x1', 'x2']) write(store, h);
-    store.pin('session-a', ['s1', 's2']);
-    store.pin('session-b', ['s1']);
-    write(store, 'y1');
-    write(store, 'y2');
-    expect(['s1', 's2', 'x1', 'x2'].map((h) => store.has(h))).toEqual([true, true, false, false]);
-    store.unpin('session-a');
-    expect(store.has('s1')).toBe(true); // session-b still needs it
-    expect(store.has('s2')).toBe(false);
-  });
-
-  it('checks every read against the checksum', () => {
-    const store = new MemoryKvBlockStore(4000);
-    store.open('id', 16);
-    write(store, 'k1');
-    expect(store.read('k1')).toEqual(block('k'.charCodeAt(0)));
+    const bytes = new Uint8Array(1000).fill(7);
+    store.write({ hash: 'k1', parent: '', bytes });
     store.corrupt('k1');
     expect(store.read('k1')).toBeUndefined();
     expect(store.has('k1')).toBe(false);
-    expect(blockChecksum(block(1))).not.toBe(blockChecksum(block(2)));
-    const flipped = block(1);
+    expect(store.usage().discarded).toBe(1);
+    const flipped = bytes.slice();
     flipped[999] ^= 1;
-    expect(blockChecksum(flipped)).not.toBe(blockChecksum(block(1)));
+    expect(blockChecksum(flipped)).not.toBe(blockChecksum(bytes));
   });
 });
 

@@ -40,16 +40,15 @@ async function complete(server: DevServer, prompt: number[]): Promise<{ ms: numb
   return { ms: performance.now() - t0, cached: body.usage.prompt_tokens_details.cached_tokens };
 }
 
-/** Waits until the shard has written what it had queued (its stored-blocks counter stops moving). */
+/** Waits until the shard has written what it had queued. */
 async function settled(server: DevServer): Promise<void> {
-  let last = -1;
-  for (let i = 0; i < 200; i++) {
+  for (let i = 0; i < 300; i++) {
     const text = await (await fetch(`${server.url}/metrics`)).text();
-    const now = Number(text.split('\n').find((l) => l.startsWith('edge_infer_kv_stored_blocks_total{'))?.split(' ').at(-1) ?? 0);
-    if (now === last) return;
-    last = now;
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    const pending = text.split('\n').find((l) => l.startsWith('edge_infer_kv_store_pending_chains{'));
+    if (pending && Number(pending.split(' ').at(-1)) === 0) return;
+    await new Promise((resolve) => setTimeout(resolve, 100));
   }
+  throw new Error('the shard never finished writing its KV blocks');
 }
 
 export async function runServiceRestore(histories: number[], runs: number, log: (s: string) => void): Promise<ServiceRestoreResult> {

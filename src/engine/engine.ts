@@ -7,7 +7,8 @@ import { yieldToEventLoop } from './event-loop.js';
 import { BlockPool } from './kv/block-pool.js';
 import { KvCacheManager } from './kv/paged-kv.js';
 import { BlockPersistence } from './kv/block-persistence.js';
-import type { KvBlockStore } from './kv/block-store.js';
+import { KV_FORMAT_VERSION, type KvBlockStore } from './kv/block-store.js';
+import { sha256Hex } from './kv/sha256.js';
 import { SessionCaches } from './kv/session-caches.js';
 import { snapshotPool, type PoolSnapshot, type SequenceBlocks } from './kv/pool-snapshot.js';
 import { StepHistory, type StepRecord } from './step-history.js';
@@ -173,8 +174,19 @@ export class Engine {
       : undefined;
     const modelId = options.modelId ?? 'default';
     // Everything that changes a block's bytes names it, so a stored block is never restored into an engine it does not fit.
-    const identity = [modelId, dtype, digesting ? await digesting.digest() : '', options.kvDtype ?? 'fp32', options.blockSize ?? DEFAULT_BLOCK_SIZE, runnerName(runner), runtime.name];
-    return new Engine(modelId, files.config, tokenizer, chat, runner, runtime.name, options, new Speculator(draft), identity.join('\u0000'), runtime.grammar);
+    const identity = [
+      KV_FORMAT_VERSION,
+      modelId,
+      dtype,
+      digesting ? await digesting.digest() : '',
+      JSON.stringify(files.rawConfig),
+      options.kvDtype ?? 'fp32',
+      options.blockSize ?? DEFAULT_BLOCK_SIZE,
+      runner instanceof GpuModelRunner ? 'device' : runnerName(runner),
+      runtime.name,
+    ].join('\u0000');
+    const cacheIdentity = `${modelId}:${sha256Hex(new TextEncoder().encode(identity))}`;
+    return new Engine(modelId, files.config, tokenizer, chat, runner, runtime.name, options, new Speculator(draft), cacheIdentity, runtime.grammar);
   }
 
   /** On WebGPU, tokens are drawn by our kernels where the logits are (see runPass). */
@@ -436,7 +448,8 @@ export class Engine {
     } else {
       this.scheduler.remove(req);
     }
-    this.persistence?.enqueue(chain, kept ? req.session : undefined);
+    // A session turn that did not finish leaves the session as it was, in storage too (it may be being deleted).
+    if (req.session === undefined || kept) this.persistence?.enqueue(chain, req.session, kept);
     this.speculator.release(req.id);
     this.active.delete(req);
     req.group.events.push(req.sequence.done());

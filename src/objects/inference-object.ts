@@ -74,7 +74,7 @@ export class InferenceObject extends DurableObject<Env> {
 
   private blockStore: KvBlockStore | null | undefined;
 
-  /** Full KV blocks in this object's SQLite (tables made on first use); undefined when KV_STORE_MB is 0. */
+  /** Full KV blocks in this object's SQLite (its tables made when first asked for); undefined when KV_STORE_MB is 0. */
   private get kvStore(): KvBlockStore | undefined {
     if (this.blockStore === undefined) {
       const budget = kvStoreBytesVar(this.env);

@@ -26,7 +26,7 @@ export class SqlKvBlockStore implements KvBlockStore {
   private clock = 0;
   private tokensPerBlock = 0;
   /** Blocks dropped because their bytes failed the checks (torn or damaged rows). */
-  discarded = 0;
+  private discarded = 0;
 
   constructor(
     private readonly sql: SqlStorage,
@@ -42,6 +42,7 @@ export class SqlKvBlockStore implements KvBlockStore {
       last_used INTEGER NOT NULL
     )`);
     sql.exec('CREATE INDEX IF NOT EXISTS kv_blocks_last_used ON kv_blocks (last_used)');
+    sql.exec('CREATE INDEX IF NOT EXISTS kv_blocks_parent ON kv_blocks (parent)');
     sql.exec('CREATE TABLE IF NOT EXISTS kv_block_parts (hash TEXT NOT NULL, part INTEGER NOT NULL, bytes BLOB NOT NULL, PRIMARY KEY (hash, part))');
     // A session's chain, block by block (position 0 first): what it needs to be restored.
     sql.exec('CREATE TABLE IF NOT EXISTS kv_pins (owner TEXT NOT NULL, position INTEGER NOT NULL, hash TEXT NOT NULL, PRIMARY KEY (owner, position))');
@@ -94,8 +95,8 @@ export class SqlKvBlockStore implements KvBlockStore {
     return undefined;
   }
 
-  write({ hash, parent, bytes }: StoredBlock): void {
-    if (bytes.length > this.budgetBytes || this.has(hash)) return;
+  write({ hash, parent, bytes }: StoredBlock): boolean {
+    if (bytes.length > this.budgetBytes || this.has(hash)) return false;
     this.makeRoom(bytes.length);
     const parts = Math.max(1, Math.ceil(bytes.length / PART_BYTES));
     this.atomically(() => {
@@ -109,6 +110,7 @@ export class SqlKvBlockStore implements KvBlockStore {
     });
     this.blocks++;
     this.bytes += bytes.length;
+    return true;
   }
 
   touch(chain: readonly string[]): void {
@@ -158,15 +160,24 @@ export class SqlKvBlockStore implements KvBlockStore {
     }
   }
 
-  /** Evicts until `incoming` more bytes fit: least recently used first, pinned blocks last. */
+  /**
+   * Makes room for `incoming` bytes: evicts least recently used leaves (blocks no stored block names as
+   * parent, so a chain goes from its tip), blocks of sessions' chains last. Once it must evict, it frees
+   * down to 90% of the budget, so a full store does not search for victims at every write.
+   */
   private makeRoom(incoming: number): void {
-    while (this.bytes + incoming > this.budgetBytes && this.blocks > 0) {
+    if (this.bytes + incoming <= this.budgetBytes) return;
+    const target = Math.min(this.budgetBytes - incoming, Math.floor(this.budgetBytes * 0.9));
+    while (this.bytes > target && this.blocks > 0) {
       const victims = this.sql
-        .exec<{ hash: string }>('SELECT hash FROM kv_blocks b ORDER BY EXISTS (SELECT 1 FROM kv_pins p WHERE p.hash = b.hash), last_used LIMIT 16')
+        .exec<{ hash: string }>(
+          `SELECT hash FROM kv_blocks b WHERE NOT EXISTS (SELECT 1 FROM kv_blocks c WHERE c.parent = b.hash)
+           ORDER BY EXISTS (SELECT 1 FROM kv_pins p WHERE p.hash = b.hash), last_used LIMIT 64`,
+        )
         .toArray();
       if (victims.length === 0) break;
       this.atomically(() => {
-        for (const { hash } of victims) if (this.bytes + incoming > this.budgetBytes) this.delete(hash);
+        for (const { hash } of victims) if (this.bytes > target) this.delete(hash);
       });
     }
   }

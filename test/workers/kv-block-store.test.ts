@@ -1,12 +1,13 @@
 /// <reference types="@cloudflare/vitest-pool-workers/types" />
 // SqlKvBlockStore inside workerd, on a real Durable Object's SQLite: blocks round-trip (parts past the
 // 2 MB row limit included), a write cut in the middle leaves nothing half written, damaged or torn rows
-// are refused (the engine then prefills), and the budget evicts least recently used, pinned chains last.
+// are refused (the engine then prefills), and every case every store must pass (test/helpers/kv-store-cases.ts).
 import { runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import type { Env } from '../../src/env.js';
 import { SqlKvBlockStore } from '../../src/objects/kv-block-store.js';
+import { KV_STORE_CASES } from '../helpers/kv-store-cases.js';
 
 let unique = 0;
 
@@ -79,38 +80,5 @@ describe('SqlKvBlockStore', () => {
     });
   });
 
-  it('stays within budget: least recently used first, from a chain\'s tip, pinned chains last', async () => {
-    await withStore(10_000, (store) => {
-      const write = (hash: string, parent = ''): void => store.write({ hash, parent, bytes: bytes(2000, hash.charCodeAt(0)) });
-      write('p1');
-      write('p2', 'p1');
-      store.pin('session', ['p1', 'p2']);
-      store.touch(['p1', 'p2']);
-      write('a1');
-      write('a2', 'a1');
-      write('a3', 'a2');
-      store.touch(['a1', 'a2', 'a3']);
-      write('b1');
-      expect(store.usage().bytes).toBeLessThanOrEqual(10_000);
-      // The pinned chain is older but stays; the unpinned chain loses its tip.
-      expect(['p1', 'p2', 'a1', 'a2', 'a3', 'b1'].map((h) => store.has(h))).toEqual([true, true, true, true, false, true]);
-      expect(store.storedTokens('session')).toBe(32);
-      store.pin('other', ['a1', 'a2', 'a3']);
-      expect(store.storedTokens('other')).toBe(32); // up to the first block missing
-      store.unpin('session');
-      expect(store.has('p1') || store.has('p2')).toBe(false);
-      expect(store.storedTokens('session')).toBe(0);
-    });
-  });
-
-  it('drops everything when the cache identity changes (other weights, dtype or KV dtype)', async () => {
-    await withStore(1 << 20, (store) => {
-      store.write({ hash: 'x', parent: '', bytes: bytes(100, 1) });
-      store.open('identity', 16);
-      expect(store.has('x')).toBe(true);
-      store.open('another identity', 16);
-      expect(store.has('x')).toBe(false);
-      expect(store.usage()).toMatchObject({ blocks: 0, bytes: 0 });
-    });
-  });
+  for (const c of KV_STORE_CASES) it(c.name, () => withStore(c.budget, (store) => c.run(store)));
 });

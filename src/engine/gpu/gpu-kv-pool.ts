@@ -1,5 +1,4 @@
-import { readBuffer } from './kernels.js';
-import { BufferUsage } from './usage.js';
+import { BufferUsage, MAP_MODE_READ } from './usage.js';
 import type { KvShape } from '../kv/sequence-kv.js';
 
 /**
@@ -44,13 +43,23 @@ export class GpuKvPool {
     }
   }
 
-  /** Block `id`'s bytes in BlockPool.readBlock's layout (per layer, keys then values), read back from the device. */
+  /**
+   * Block `id`'s bytes in BlockPool.readBlock's layout (per layer, keys then values), read back from the
+   * device: every layer copied in one submission, so the bytes are the block as it was at this call.
+   */
   async readBlock(id: number): Promise<Uint8Array> {
     const n = this.blockStride * 4;
-    const out = new Uint8Array(2 * this.shape.numLayers * n);
     const buffers = this.keys.flatMap((keys, layer) => [keys, this.values[layer]]);
-    for (let i = 0; i < buffers.length; i++) out.set(new Uint8Array(await readBuffer(this.device, buffers[i], n, id * n)), i * n);
-    return out;
+    const staging = this.device.createBuffer({ label: 'kv block read', size: buffers.length * n, usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST });
+    try {
+      const encoder = this.device.createCommandEncoder();
+      buffers.forEach((buffer, i) => encoder.copyBufferToBuffer(buffer, id * n, staging, i * n, n));
+      this.device.queue.submit([encoder.finish()]);
+      await staging.mapAsync(MAP_MODE_READ);
+      return new Uint8Array(staging.getMappedRange().slice(0));
+    } finally {
+      staging.destroy();
+    }
   }
 
   /** Writes bytes in that layout into block `id` (queued before any later pass). */

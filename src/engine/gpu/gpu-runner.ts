@@ -96,7 +96,12 @@ export class GpuModelRunner {
     pool.copyBlock = (from: number, to: number) => void this.pendingCopies.push([from, to]);
     const kvPool = this.kvPool;
     pool.readBlock = (id: number) => kvPool.readBlock(id);
-    pool.writeBlock = (id: number, bytes: Uint8Array) => kvPool.writeBlock(id, bytes);
+    pool.writeBlock = (id: number, bytes: Uint8Array) => {
+      // A copy-on-write copy still waiting for the next pass would land on top of the restored bytes:
+      // its target was freed since (its sequence preempted), or the block would not be free to restore into.
+      this.pendingCopies = this.pendingCopies.filter(([, to]) => to !== id);
+      kvPool.writeBlock(id, bytes);
+    };
   }
 
   async forward(rows: readonly StepRow[]): Promise<StepLogits> {

@@ -3,10 +3,15 @@ import { ROOT_HASH } from './block-hash.js';
 import type { KvBlockStore } from './block-store.js';
 import { yieldToEventLoop } from '../event-loop.js';
 
-/** A finished sequence's full blocks (root first), and the session that needs them, if any. */
+/** A retired sequence's full blocks (root first). */
 interface QueuedChain {
   chain: string[];
-  owner: string | undefined;
+  /** The session the sequence was a turn of: deleting the session drops the chain. */
+  session: string | undefined;
+  /** Pin the chain to its session (a finished turn, whose cache the session keeps). */
+  pin: boolean;
+  /** Set when its session is deleted while it is being written: the write stops there. */
+  cancelled: boolean;
 }
 
 /** What the writer has done over its life. */
@@ -17,21 +22,23 @@ export interface PersistCounters {
   writeMs: number;
   /** Chains whose write failed (storage refused it); their blocks are recomputed if ever needed. */
   failedChains: number;
+  /** Chains queued or being written now. */
+  pendingChains: number;
 }
 
-/** Blocks written between yields, so a long chain never holds the engine loop for long. */
-const BLOCKS_PER_SLICE = 8;
+/** Bytes written between yields, so that writing a long chain never holds the engine loop for long. */
+const SLICE_BYTES = 2 ** 20;
 /** Chains kept for a host that flushes rarely (or never): past this, the oldest are dropped unwritten. */
 const MAX_QUEUED = 1024;
 
 /**
- * Writes finished sequences' full blocks to the durable store, after the fact: the engine queues a
- * chain when a sequence retires, and the host calls flush() once the generation's last event is out.
- * A block is read from the pool at write time, if the pool still has it (cached blocks are immutable,
- * and one the pool has lost cannot be stored: nothing past it in its chain can then be restored either).
+ * Writes retired sequences' full blocks to the durable store, after the fact: the engine queues a chain
+ * when a sequence retires, and the host calls flush() once the generation's last event is out. A block is
+ * read from the pool at write time, if the pool still has it (cached blocks are immutable; one the pool
+ * has lost cannot be stored, and nothing past it in its chain could be restored either).
  */
 export class BlockPersistence {
-  readonly counters: PersistCounters = { storedBlocks: 0, storedBytes: 0, writeMs: 0, failedChains: 0 };
+  private readonly counts = { storedBlocks: 0, storedBytes: 0, writeMs: 0, failedChains: 0 };
   private readonly queue: QueuedChain[] = [];
   private current: QueuedChain | undefined;
   private running: Promise<void> | undefined;
@@ -41,19 +48,21 @@ export class BlockPersistence {
     readonly store: KvBlockStore,
   ) {}
 
-  enqueue(chain: readonly string[], owner?: string): void {
-    if (chain.length > 0 || owner !== undefined) this.queue.push({ chain: [...chain], owner });
+  get counters(): PersistCounters {
+    return { ...this.counts, pendingChains: this.queue.length + (this.current ? 1 : 0) };
+  }
+
+  /** Queues a retired sequence's chain; `pin`: the session keeps this cache (a finished turn). */
+  enqueue(chain: readonly string[], session: string | undefined, pin: boolean): void {
+    if (chain.length === 0) return;
+    this.queue.push({ chain: [...chain], session, pin: pin && session !== undefined, cancelled: false });
     if (this.queue.length > MAX_QUEUED) this.queue.shift();
   }
 
-  /** A deleted session: its chains are not written (one being written stops), so nothing of it is left behind. */
-  forget(owner: string): void {
-    for (let i = this.queue.length - 1; i >= 0; i--) if (this.queue[i].owner === owner) this.queue.splice(i, 1);
-    if (this.current?.owner === owner) this.current.owner = undefined;
-  }
-
-  get pending(): number {
-    return this.queue.length;
+  /** A deleted session: none of its chains is written (one being written stops), so nothing of it is left behind. */
+  forget(session: string): void {
+    for (let i = this.queue.length - 1; i >= 0; i--) if (this.queue[i].session === session) this.queue.splice(i, 1);
+    if (this.current?.session === session) this.current.cancelled = true;
   }
 
   /** Writes everything queued; resolves when the queue is empty. One writer at a time. */
@@ -67,21 +76,20 @@ export class BlockPersistence {
       try {
         await this.write(this.current);
       } catch (err) {
-        this.counters.failedChains++;
+        this.counts.failedChains++;
         console.warn(`KV block store: a chain of ${this.current.chain.length} blocks was not stored: ${err instanceof Error ? err.message : String(err)}`);
       }
     }
   }
 
   private async write(entry: QueuedChain): Promise<void> {
-    let chain = entry.chain;
-    // Pinned first, so that making room for the chain's own new blocks never evicts them.
-    if (entry.owner !== undefined) this.store.pin(entry.owner, chain);
-    const owner = entry.owner;
+    // A chain longer than the whole budget would evict its own root to store its tip.
+    let chain = entry.chain.slice(0, Math.floor(this.store.usage().budgetBytes / this.pool.blockBytes));
+    // Pinned, and its stored prefix touched, first: making room for its new blocks then never evicts its own.
+    if (entry.pin) this.store.pin(entry.session!, chain);
+    this.store.touch(chain);
     let slice = 0;
     for (let i = 0; i < chain.length; i++) {
-      // Its session was deleted meanwhile (and unpinned): what it alone would have held is not written.
-      if (owner !== undefined && entry.owner === undefined) return;
       const hash = chain[i];
       if (this.store.has(hash)) continue;
       const block = this.pool.lookup(hash);
@@ -90,12 +98,25 @@ export class BlockPersistence {
         break;
       }
       const t0 = performance.now();
-      const bytes = await this.pool.readBlock(block);
-      this.store.write({ hash, parent: chain[i - 1] ?? ROOT_HASH, bytes });
-      this.counters.storedBlocks++;
-      this.counters.storedBytes += bytes.length;
-      this.counters.writeMs += performance.now() - t0;
-      if (++slice % BLOCKS_PER_SLICE === 0) await yieldToEventLoop();
+      // Held while it is read: a device read spans awaits, and an idle block could be handed out meanwhile.
+      this.pool.retain(block);
+      let bytes: Uint8Array;
+      try {
+        bytes = await this.pool.readBlock(block);
+      } finally {
+        this.pool.release(block);
+      }
+      if (entry.cancelled) return;
+      if (this.store.write({ hash, parent: chain[i - 1] ?? ROOT_HASH, bytes })) {
+        this.counts.storedBlocks++;
+        this.counts.storedBytes += bytes.length;
+      }
+      this.counts.writeMs += performance.now() - t0;
+      if ((slice += bytes.length) >= SLICE_BYTES) {
+        slice = 0;
+        await yieldToEventLoop();
+        if (entry.cancelled) return;
+      }
     }
     this.store.touch(chain);
   }

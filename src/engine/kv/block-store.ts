@@ -10,6 +10,13 @@
  * Reads are synchronous because restoring happens while the scheduler admits a request (the object's
  * SQLite is synchronous); writes happen after a generation has sent its last event, never on the token path.
  */
+/**
+ * Part of every cache identity. Bump it whenever a change to the kernels, a runner or the pool's layout
+ * changes the bytes of a block computed from the same weights: stored blocks of the old code are then
+ * dropped instead of restored.
+ */
+export const KV_FORMAT_VERSION = 'kv-1';
+
 export interface StoredBlock {
   hash: string;
   /** The hash of the block before it ('' for a prompt's first block). */
@@ -29,11 +36,15 @@ export interface KvBlockStore {
    * the caller falls back to prefill (a slower answer, never a wrong one).
    */
   read(hash: string): Uint8Array | undefined;
-  /** Stores one block, bytes and index together or not at all; may evict others to stay in budget. */
-  write(block: StoredBlock): void;
   /**
-   * Marks a chain (root first) as just used. Its tip ends up older than its root, so eviction takes a
-   * chain from its end and never leaves a block whose parent is gone.
+   * Stores one block, bytes and index together or not at all; may evict others to stay in budget.
+   * False when it was not stored (already there, or larger than the whole budget).
+   */
+  write(block: StoredBlock): boolean;
+  /**
+   * Marks a chain (root first) as just used, its tip older than its root. Eviction takes least recently
+   * used leaves (blocks no stored block names as parent), so a chain goes from its tip and a stored
+   * block never loses its parent to eviction.
    */
   touch(chain: readonly string[]): void;
   /** The chain a session needs now, replacing what it needed before: pinned blocks are evicted last. */

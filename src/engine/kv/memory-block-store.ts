@@ -45,11 +45,12 @@ export class MemoryKvBlockStore implements KvBlockStore {
     return undefined;
   }
 
-  write({ hash, parent, bytes }: StoredBlock): void {
-    if (this.blocks.has(hash) || bytes.length > this.budgetBytes) return;
+  write({ hash, parent, bytes }: StoredBlock): boolean {
+    if (this.blocks.has(hash) || bytes.length > this.budgetBytes) return false;
     while (this.bytes + bytes.length > this.budgetBytes) this.evictOne();
     this.blocks.set(hash, { parent, bytes: bytes.slice(), checksum: blockChecksum(bytes), lastUsed: ++this.clock });
     this.bytes += bytes.length;
+    return true;
   }
 
   touch(chain: readonly string[]): void {
@@ -90,10 +91,12 @@ export class MemoryKvBlockStore implements KvBlockStore {
     return false;
   }
 
-  /** Least recently used first; a block some session's chain needs only when no other is left. */
+  /** The least recently used leaf (no stored block's parent); a block some session's chain needs only when no other is left. */
   private evictOne(): void {
+    const parents = new Set([...this.blocks.values()].map((e) => e.parent));
     let victim: [string, number, boolean] | undefined;
     for (const [hash, entry] of this.blocks) {
+      if (parents.has(hash)) continue;
       const pinned = this.pinned(hash);
       if (!victim || (victim[2] && !pinned) || (victim[2] === pinned && entry.lastUsed < victim[1])) victim = [hash, entry.lastUsed, pinned];
     }

@@ -14,6 +14,8 @@ export interface RestoreCounters {
   ms: number;
   /** Restores that found a block the pool could not take (wrong size for this pool). */
   rejected: number;
+  /** Restores the source failed (a storage error): treated as a miss, the rest is prefilled. */
+  failed: number;
 }
 
 /**
@@ -90,7 +92,7 @@ export class PagedSequenceKv implements SequenceKv {
  */
 export class KvCacheManager {
   copyOnWrites = 0;
-  readonly restored: RestoreCounters = { blocks: 0, tokens: 0, ms: 0, rejected: 0 };
+  readonly restored: RestoreCounters = { blocks: 0, tokens: 0, ms: 0, rejected: 0, failed: 0 };
   private source: BlockSource | undefined;
 
   constructor(
@@ -132,7 +134,7 @@ export class KvCacheManager {
       const hash = blockHash(parent, tokens.slice(i * bs, (i + 1) * bs), this.cacheIdentity);
       let block = this.pool.lookup(hash);
       if (block !== undefined) this.pool.retain(block);
-      else if ((block = this.restore(hash)) === undefined) break;
+      else if ((block = this.restore(hash, this.blocksFor(tokens.length - (i + 1) * bs))) === undefined) break;
       kv.blocks.push(block);
       kv.hashes.push(hash);
       parent = hash;
@@ -141,10 +143,15 @@ export class KvCacheManager {
     return kv.length;
   }
 
-  /** A pool block holding `hash`'s stored bytes, cached under it and held once; undefined if not stored or no room. */
-  private restore(hash: string): number | undefined {
-    if (!this.source || this.pool.available === 0) return undefined;
+  /**
+   * A pool block holding `hash`'s stored bytes, cached under it and held once; undefined if it is not
+   * stored, cannot be read, or there is no room. Room means a block beyond the `after` blocks the rest of
+   * the prompt needs: restoring what the request then could not start with would only evict others' prefixes.
+   */
+  private restore(hash: string, after: number): number | undefined {
+    if (!this.source || this.pool.available <= after) return undefined;
     const t0 = performance.now();
+    let block: number | undefined;
     try {
       const bytes = this.source.read(hash);
       if (!bytes) return undefined;
@@ -152,12 +159,18 @@ export class KvCacheManager {
         this.restored.rejected++;
         return undefined;
       }
-      const block = this.pool.allocate()!;
+      block = this.pool.allocate()!;
       this.pool.writeBlock(block, bytes);
       this.pool.cache(block, hash);
       this.restored.blocks++;
       this.restored.tokens += this.pool.blockSize;
       return block;
+    } catch (err) {
+      // A slower answer, never a failed one: the rest of the prompt is prefilled.
+      if (block !== undefined) this.pool.release(block);
+      this.restored.failed++;
+      console.warn(`KV block store: restoring a block failed: ${err instanceof Error ? err.message : String(err)}`);
+      return undefined;
     } finally {
       this.restored.ms += performance.now() - t0;
     }

@@ -57,6 +57,9 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
     .family('edge_infer_kv_stored_blocks_total', 'counter', 'KV blocks written to storage.', persisted((k) => k.storedBlocks))
     .family('edge_infer_kv_stored_bytes_total', 'counter', 'Bytes of KV blocks written to storage.', persisted((k) => k.storedBytes))
     .family('edge_infer_kv_store_write_seconds_total', 'counter', 'Time spent writing blocks to storage (after generations, off the token path).', persisted((k) => k.writeMs / 1000))
+    .family('edge_infer_kv_store_pending_chains', 'gauge', 'Finished sequences whose blocks are queued for storage or being written.', persisted((k) => k.pendingChains))
+    .family('edge_infer_kv_store_failed_chains_total', 'counter', 'Sequences whose blocks storage refused to take (they are recomputed if needed).', persisted((k) => k.failedChains))
+    .family('edge_infer_kv_restore_failures_total', 'counter', 'Stored blocks that could not be restored (a storage error, or a size this pool cannot take); the rest was prefilled.', persisted((k) => k.restored.failed + k.restored.rejected))
     .family('edge_infer_speculative_proposed_tokens_total', 'counter', 'Speculative tokens proposed and verified by the target.', engine((e) => e.proposedTokens))
     .family('edge_infer_speculative_accepted_tokens_total', 'counter', 'Speculative tokens the target accepted (acceptance rate = accepted / proposed).', engine((e) => e.acceptedTokens))
     .histogram('edge_infer_grammar_compile_seconds', 'Time to compile a structured-output grammar (JSON schema, regex, choice, EBNF, forced tool call) for the tokenizer; cache hits excluded.',
