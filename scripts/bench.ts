@@ -78,7 +78,7 @@ const backends: BackendResult[] = [];
 if (engineSections.length) for (const b of options.backends) backends.push(await runBackendChild(b));
 const results: BenchResults = { machine: machineInfo(), options, backends };
 if (options.sections.includes('service')) results.service = await runService(options.clients, options.runs, options.decodeTokens, options.promptTokens, log);
-// Histories the edge holds: bench-135m q4 with 64 MiB of fp32 KV has room for 1,400 tokens.
+// Histories tiny's 2,048-token window holds with a turn added.
 if (options.sections.includes('restore')) results.serviceRestore = await runServiceRestore(options.histories.filter((h) => h <= 1024), options.runs, log);
 if (options.sections.includes('speculative')) {
   results.speculative = await runScriptChild<SpeculationCase[]>([], 'scripts/bench/speculative.ts', ['cpu', '--runs', String(options.runs), '--tokens', '128']);

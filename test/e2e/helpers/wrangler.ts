@@ -30,9 +30,11 @@ export async function startDevServer(vars: Record<string, string> = {}, persistD
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true, // its own process group, so stop() ends wrangler and workerd together
   });
+  // The last 256 KiB of wrangler's output, for failure messages (a runaway log must not exhaust the string).
   let output = '';
-  child.stdout!.on('data', (d) => (output += d));
-  child.stderr!.on('data', (d) => (output += d));
+  const keep = (d: Buffer): void => void (output = (output + d.toString()).slice(-256 * 1024));
+  child.stdout!.on('data', keep);
+  child.stderr!.on('data', keep);
   const url = `http://127.0.0.1:${port}`;
   const stop = async (): Promise<void> => {
     if (child.exitCode !== null || child.signalCode !== null) return;
