@@ -122,7 +122,8 @@ describe('tool calls through the openai client', () => {
     const completion = await client.chat.completions.create({ model: 'tiny', messages, tools, temperature: 1, seed: 3, max_tokens: 200, ...AUTO } as OpenAI.ChatCompletionCreateParamsNonStreaming);
     const choice = completion.choices[0];
     expect(choice.finish_reason).toBe('tool_calls');
-    expect(choice.message.content).toBe('Let me check.\n');
+    // Whole, the content is trimmed of the blank lines around calls (as vLLM's Hermes parser); streamed, it went out as it came.
+    expect(choice.message.content).toBe('Let me check.');
     const call = choice.message.tool_calls![0] as OpenAI.Chat.Completions.ChatCompletionMessageFunctionToolCall;
     expect(call.function.name).toBe('get_weather');
     expect(JSON.parse(call.function.arguments)).toMatchObject({ unit: 'celsius' });
