@@ -106,10 +106,7 @@ describe('stored blocks that cannot be trusted', () => {
   it('a damaged block ends the restored chain there; the rest is prefilled and the output is unchanged', async () => {
     const store = new MemoryKvBlockStore(64 * MB);
     const prompt = randomIds(503, 120, 3, 400);
-    const first = await loadEngine('kernels', 'tiny', { kvStore: store });
-    const want = await greedy(first, prompt);
-    await first.storeKv();
-    const chain = chainOf(first, prompt);
+    const { want, chain } = await storedBy(store, prompt);
     store.corrupt(chain[3]);
     const second = await loadEngine('kernels', 'tiny', { kvStore: store });
     const got = await greedy(second, prompt);
@@ -125,9 +122,7 @@ describe('stored blocks that cannot be trusted', () => {
   it('a storage error while restoring is a miss: the rest is prefilled, the request and its neighbours unharmed', async () => {
     const store = new MemoryKvBlockStore(64 * MB);
     const prompt = randomIds(508, 120, 3, 400);
-    const first = await loadEngine('kernels', 'tiny', { kvStore: store });
-    const want = await greedy(first, prompt);
-    await first.storeKv();
+    const { want } = await storedBy(store, prompt);
     let reads = 0;
     const read = store.read.bind(store);
     store.read = (hash) => {
@@ -146,7 +141,7 @@ describe('stored blocks that cannot be trusted', () => {
   it('blocks from another weights file, dtype or KV dtype are never restored (the store drops them)', async () => {
     const store = new MemoryKvBlockStore(64 * MB);
     const prompt = randomIds(504, 80, 3, 400);
-    await writeThrough(await loadEngine('kernels', 'tiny', { kvStore: store }), prompt);
+    await storedBy(store, prompt);
     expect(store.usage().blocks).toBeGreaterThan(0);
     for (const other of [
       { dtype: 'int8' as const },
@@ -198,8 +193,12 @@ function chainOf(engine: Engine, prompt: number[]): string[] {
   return chain;
 }
 
-async function writeThrough(engine: Engine, prompt: number[]): Promise<void> {
-  await greedy(engine, prompt);
-  await engine.storeKv();
-  await engine.runner.release();
+/** A first engine (kernels) answers `prompt` greedily and stores its blocks: what it said, and the prompt's chain. */
+async function storedBy(store: MemoryKvBlockStore, prompt: number[]): Promise<{ want: { ids: number[] }; chain: string[] }> {
+  const first = await loadEngine('kernels', 'tiny', { kvStore: store });
+  const want = await greedy(first, prompt);
+  await first.storeKv();
+  const chain = chainOf(first, prompt);
+  await first.runner.release();
+  return { want, chain };
 }

@@ -235,7 +235,6 @@ export class Engine {
         id: this.nextId++,
         tokens: [...resolved.promptIds],
         kv: this.kv.create(),
-        // Constrained rows sample on the host: the grammar's mask is computed there, token by token.
         sequence: new Sequence(own, this.tokenizer, this.samplableVocab, index, this.samplesOnDevice && !resolved.speculative && !resolved.beam),
         group,
         forks: [],

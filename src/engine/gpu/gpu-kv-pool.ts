@@ -49,7 +49,7 @@ export class GpuKvPool {
    */
   async readBlock(id: number): Promise<Uint8Array> {
     const n = this.blockStride * 4;
-    const buffers = this.keys.flatMap((keys, layer) => [keys, this.values[layer]]);
+    const buffers = this.blockOrder;
     const staging = this.device.createBuffer({ label: 'kv block read', size: buffers.length * n, usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST });
     try {
       const encoder = this.device.createCommandEncoder();
@@ -65,8 +65,12 @@ export class GpuKvPool {
   /** Writes bytes in that layout into block `id` (queued before any later pass). */
   writeBlock(id: number, bytes: Uint8Array): void {
     const n = this.blockStride * 4;
-    const buffers = this.keys.flatMap((keys, layer) => [keys, this.values[layer]]);
-    buffers.forEach((buffer, i) => this.device.queue.writeBuffer(buffer, id * n, bytes as Uint8Array<ArrayBuffer>, i * n, n));
+    this.blockOrder.forEach((buffer, i) => this.device.queue.writeBuffer(buffer, id * n, bytes as Uint8Array<ArrayBuffer>, i * n, n));
+  }
+
+  /** The buffers in the order a stored block holds them: each layer's keys, then its values. */
+  private get blockOrder(): GPUBuffer[] {
+    return this.keys.flatMap((keys, layer) => [keys, this.values[layer]]);
   }
 
   destroy(): void {

@@ -69,9 +69,7 @@ export class BlockPool {
       if (oldest.done) return null;
       id = oldest.value;
       this.idle.delete(id);
-      this.byHash.delete(this.hashes[id]!);
-      this.hashes[id] = undefined;
-      this.evictions++;
+      this.uncache(id);
     }
     this.refCounts[id] = 1;
     return id;
@@ -136,12 +134,9 @@ export class BlockPool {
   async readBlock(id: number): Promise<Uint8Array> {
     const out = new Uint8Array(this.blockBytes);
     let at = 0;
-    for (let layer = 0; layer < this.shape.numLayers; layer++) {
-      for (const array of [this.keys[layer], this.values[layer]]) {
-        const part = this.blockBytesOf(array, id);
-        out.set(part, at);
-        at += part.length;
-      }
+    for (const part of this.blockParts(id)) {
+      out.set(part, at);
+      at += part.length;
     }
     return out;
   }
@@ -150,31 +145,38 @@ export class BlockPool {
   writeBlock(id: number, bytes: Uint8Array): void {
     if (bytes.length !== this.blockBytes) throw new RangeError(`a KV block holds ${this.blockBytes} bytes, got ${bytes.length}`);
     let at = 0;
-    for (let layer = 0; layer < this.shape.numLayers; layer++) {
-      for (const array of [this.keys[layer], this.values[layer]]) {
-        const part = this.blockBytesOf(array, id);
-        part.set(bytes.subarray(at, at + part.length));
-        at += part.length;
-      }
+    for (const part of this.blockParts(id)) {
+      part.set(bytes.subarray(at, at + part.length));
+      at += part.length;
     }
   }
 
-  private blockBytesOf(array: KvArray, id: number): Uint8Array {
-    const size = this.blockStride * array.BYTES_PER_ELEMENT;
-    return new Uint8Array(array.buffer, array.byteOffset + id * size, size);
+  /** Block `id`'s bytes in each layer's keys, then its values, layer 0 first: views, in the stored order. */
+  private *blockParts(id: number): Generator<Uint8Array> {
+    for (let layer = 0; layer < this.shape.numLayers; layer++) {
+      for (const array of [this.keys[layer], this.values[layer]]) {
+        const size = this.blockStride * array.BYTES_PER_ELEMENT;
+        yield new Uint8Array(array.buffer, array.byteOffset + id * size, size);
+      }
+    }
   }
 
   /** Forgets every cached block no sequence holds (their bytes are free for reuse); returns how many. */
   evictIdle(): number {
     const n = this.idle.size;
     for (const id of this.idle.keys()) {
-      this.byHash.delete(this.hashes[id]!);
-      this.hashes[id] = undefined;
+      this.uncache(id);
       this.freeList.push(id);
     }
     this.idle.clear();
-    this.evictions += n;
     return n;
+  }
+
+  /** Evicts a cached block from the prefix cache's index (its bytes are free for reuse). */
+  private uncache(id: number): void {
+    this.byHash.delete(this.hashes[id]!);
+    this.hashes[id] = undefined;
+    this.evictions++;
   }
 
   /** Copies every layer's keys and values of block `from` into block `to`. */

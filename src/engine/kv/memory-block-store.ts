@@ -94,10 +94,11 @@ export class MemoryKvBlockStore implements KvBlockStore {
   /** The least recently used leaf (no stored block's parent); a block some session's chain needs only when no other is left. */
   private evictOne(): void {
     const parents = new Set([...this.blocks.values()].map((e) => e.parent));
+    const needed = new Set([...this.pins.values()].flat());
     let victim: [string, number, boolean] | undefined;
     for (const [hash, entry] of this.blocks) {
       if (parents.has(hash)) continue;
-      const pinned = this.pinned(hash);
+      const pinned = needed.has(hash);
       if (!victim || (victim[2] && !pinned) || (victim[2] === pinned && entry.lastUsed < victim[1])) victim = [hash, entry.lastUsed, pinned];
     }
     if (victim) this.delete(victim[0]);
