@@ -19,7 +19,14 @@ export default defineConfig({
         // The engine suites again, on our WebAssembly kernels instead of onnxruntime-node (SUITE_BACKEND).
         test: {
           name: 'kernels',
-          include: ['test/batching.test.ts', 'test/beam-search.test.ts', 'test/engine-requests.test.ts', 'test/speculative.test.ts', 'test/structured-outputs.test.ts', 'test/structured-composition.test.ts'],
+          include: [
+            'test/batching.test.ts',
+            'test/beam-search.test.ts',
+            'test/engine-requests.test.ts',
+            'test/speculative.test.ts',
+            'test/structured-outputs.test.ts',
+            'test/structured-composition.test.ts',
+          ],
           env: { EDGE_INFER_SUITE_BACKEND: 'kernels' },
           testTimeout: 60_000,
           hookTimeout: 120_000,

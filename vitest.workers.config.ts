@@ -7,7 +7,14 @@ export default defineConfig({
       wrangler: { configPath: './wrangler.toml' },
       // Webhook retries in milliseconds rather than seconds, so the retry tests run fast.
       // FUZZ_SEED from the environment replays another seed of test/workers/fuzz.test.ts.
-      miniflare: { bindings: { WEBHOOK_RETRY_BASE_MS: '20', WEBHOOK_MAX_ATTEMPTS: '4', ALLOW_LOOPBACK_CALLBACKS: 'true', FUZZ_SEED: process.env.FUZZ_SEED ?? '' } },
+      miniflare: {
+        bindings: {
+          WEBHOOK_RETRY_BASE_MS: '20',
+          WEBHOOK_MAX_ATTEMPTS: '4',
+          ALLOW_LOOPBACK_CALLBACKS: 'true',
+          FUZZ_SEED: process.env.FUZZ_SEED ?? '',
+        },
+      },
     }),
   ],
   test: {

@@ -41,11 +41,15 @@ function runBackendChild(backend: string): Promise<BackendResult> {
   const dir = mkdtempSync(join(tmpdir(), 'edge-infer-bench-'));
   const file = join(dir, `${backend}.json`);
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', join(ROOT, 'scripts/bench/backend-run.ts'), backend, file], {
-      cwd: ROOT,
-      env: { ...process.env, BENCH_OPTIONS_JSON: JSON.stringify(options) },
-      stdio: ['ignore', 'inherit', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--expose-gc', '--import', 'tsx', join(ROOT, 'scripts/bench/backend-run.ts'), backend, file],
+      {
+        cwd: ROOT,
+        env: { ...process.env, BENCH_OPTIONS_JSON: JSON.stringify(options) },
+        stdio: ['ignore', 'inherit', 'inherit'],
+      },
+    );
     child.once('error', reject);
     child.once('exit', (code) => {
       if (code !== 0) return reject(new Error(`${backend} bench exited with ${code}`));
@@ -61,7 +65,11 @@ function runScriptChild<T>(nodeFlags: string[], script: string, args: string[]):
   const dir = mkdtempSync(join(tmpdir(), 'edge-infer-bench-'));
   const file = join(dir, 'out.json');
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...nodeFlags, '--import', 'tsx', join(ROOT, script), ...args, '--json', file], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
+    const child = spawn(
+      process.execPath,
+      [...nodeFlags, '--import', 'tsx', join(ROOT, script), ...args, '--json', file],
+      { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] },
+    );
     child.once('error', reject);
     child.once('exit', (code) => {
       if (code !== 0) return reject(new Error(`${script} exited with ${code}`));
@@ -72,31 +80,68 @@ function runScriptChild<T>(nodeFlags: string[], script: string, args: string[]):
   });
 }
 
-const SCRIPT_SECTIONS: readonly string[] = ['service', 'speculative', 'webgpu', 'wllama', 'kernels', 'restore', 'structured'];
+const SCRIPT_SECTIONS: readonly string[] = [
+  'service',
+  'speculative',
+  'webgpu',
+  'wllama',
+  'kernels',
+  'restore',
+  'structured',
+];
 const engineSections = options.sections.filter((s) => !SCRIPT_SECTIONS.includes(s));
 const backends: BackendResult[] = [];
 if (engineSections.length) for (const b of options.backends) backends.push(await runBackendChild(b));
 const results: BenchResults = { machine: machineInfo(), options, backends };
-if (options.sections.includes('service')) results.service = await runService(options.clients, options.runs, options.decodeTokens, options.promptTokens, log);
+if (options.sections.includes('service'))
+  results.service = await runService(options.clients, options.runs, options.decodeTokens, options.promptTokens, log);
 // Histories tiny's 2,048-token window holds with a turn added.
-if (options.sections.includes('restore')) results.serviceRestore = await runServiceRestore(options.histories.filter((h) => h <= 1024), options.runs, log);
+if (options.sections.includes('restore'))
+  results.serviceRestore = await runServiceRestore(
+    options.histories.filter((h) => h <= 1024),
+    options.runs,
+    log,
+  );
 if (options.sections.includes('speculative')) {
-  results.speculative = await runScriptChild<SpeculationCase[]>([], 'scripts/bench/speculative.ts', ['cpu', '--runs', String(options.runs), '--tokens', '128']);
+  results.speculative = await runScriptChild<SpeculationCase[]>([], 'scripts/bench/speculative.ts', [
+    'cpu',
+    '--runs',
+    String(options.runs),
+    '--tokens',
+    '128',
+  ]);
 }
 if (options.sections.includes('webgpu')) {
   // --liftoff-only: otherwise V8 spends ~30 s optimising ORT's WebGPU wasm (PLATFORM.md).
-  results.webgpu = await runScriptChild<WebGpuBenchRow[]>(['--liftoff-only'], 'scripts/bench/webgpu.ts', ['--runs', String(Math.min(options.runs, 3)), '--batches', '1,4']);
+  results.webgpu = await runScriptChild<WebGpuBenchRow[]>(['--liftoff-only'], 'scripts/bench/webgpu.ts', [
+    '--runs',
+    String(Math.min(options.runs, 3)),
+    '--batches',
+    '1,4',
+  ]);
 }
 if (options.sections.includes('kernels')) {
-  results.kernels = await runScriptChild<KernelsBench>([], 'scripts/bench/kernels.ts', ['--runs', String(options.runs)]);
+  results.kernels = await runScriptChild<KernelsBench>([], 'scripts/bench/kernels.ts', [
+    '--runs',
+    String(options.runs),
+  ]);
 }
 if (options.sections.includes('structured')) {
   // A step at 16 constrained streams against 16 free ones, and grammar compile times (edge kernels).
-  results.structured = await runScriptChild<StructuredBench>([], 'scripts/bench/structured.ts', ['kernels', '--runs', String(options.runs)]);
+  results.structured = await runScriptChild<StructuredBench>([], 'scripts/bench/structured.ts', [
+    'kernels',
+    '--runs',
+    String(options.runs),
+  ]);
 }
 if (options.sections.includes('wllama')) {
   // Batch-1 greedy decode of 128 tokens, as the speculative section measures ours.
-  results.wllama = await runScriptChild<WllamaBenchRow[]>([], 'scripts/bench/wllama.ts', ['--runs', String(options.runs), '--tokens', '128']);
+  results.wllama = await runScriptChild<WllamaBenchRow[]>([], 'scripts/bench/wllama.ts', [
+    '--runs',
+    String(options.runs),
+    '--tokens',
+    '128',
+  ]);
 }
 if (options.append && existsSync(join(outDir, 'results.json'))) {
   // A long run split in parts (one backend each): earlier parts' backends and service are kept.
@@ -109,13 +154,19 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   results.wllama ??= earlier.wllama;
   results.kernels ??= earlier.kernels;
   results.structured ??= earlier.structured;
-  results.parts = [...(earlier.parts ?? [{ machine: earlier.machine, options: earlier.options }]), { machine: results.machine, options }];
+  results.parts = [
+    ...(earlier.parts ?? [{ machine: earlier.machine, options: earlier.options }]),
+    { machine: results.machine, options },
+  ];
   // A part that ran no engine section leaves the tables to the options they were measured with.
   if (engineSections.length === 0) [results.machine, results.options] = [earlier.machine, earlier.options];
 }
 
 writeFileSync(join(outDir, 'results.json'), `${JSON.stringify(results, null, 1)}\n`);
-const svg = decodePlotSvg(results.backends, 'bench-135m: aggregate decode tokens/s, one thread (solid cpu, dashed wasm)');
+const svg = decodePlotSvg(
+  results.backends,
+  'bench-135m: aggregate decode tokens/s, one thread (solid cpu, dashed wasm)',
+);
 writeFileSync(join(outDir, 'decode.svg'), svg);
 console.log(`\n${markdownReport(results)}`);
 log(`wrote ${join(options.out, 'results.json')} and ${join(options.out, 'decode.svg')}`);

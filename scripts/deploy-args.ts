@@ -8,7 +8,9 @@ export const OWN_FLAGS = ['--allow-open', '--kernels-only'] as const;
  * flag when bundling for deploy (measured: the upload stays 3.7 MiB gzip).
  */
 export function kernelsOnlyConfig(wranglerToml: string): string {
-  const alias = ['onnxruntime-web/wasm', 'onnxruntime-web/ort-wasm-simd-threaded.wasm'].map((m) => `"${m}" = "./src/backends/onnxruntime-absent.ts"`);
+  const alias = ['onnxruntime-web/wasm', 'onnxruntime-web/ort-wasm-simd-threaded.wasm'].map(
+    (m) => `"${m}" = "./src/backends/onnxruntime-absent.ts"`,
+  );
   return `${wranglerToml.trimEnd()}\n\n# Written by npm run deploy -- --kernels-only\n[alias]\n${alias.join('\n')}\n`;
 }
 
@@ -33,7 +35,10 @@ export function deployArgs(extra: readonly string[]): string[] {
 export function hasApiKeysSecret(listJson: string): boolean {
   try {
     const secrets = JSON.parse(listJson) as unknown;
-    return Array.isArray(secrets) && secrets.some((s) => typeof s === 'object' && s !== null && (s as { name?: unknown }).name === 'API_KEYS');
+    return (
+      Array.isArray(secrets) &&
+      secrets.some((s) => typeof s === 'object' && s !== null && (s as { name?: unknown }).name === 'API_KEYS')
+    );
   } catch {
     return false;
   }

@@ -24,7 +24,8 @@ if (!extra.includes('--dry-run') && !extra.includes('--allow-open')) {
   }
 }
 
-if (extra.includes('--kernels-only')) writeFileSync(KERNELS_ONLY_CONFIG, kernelsOnlyConfig(readFileSync('wrangler.toml', 'utf8')));
+if (extra.includes('--kernels-only'))
+  writeFileSync(KERNELS_ONLY_CONFIG, kernelsOnlyConfig(readFileSync('wrangler.toml', 'utf8')));
 const child = spawn(process.execPath, [wrangler, ...deployArgs(extra)], { stdio: 'inherit' });
 child.on('exit', (code, signal) => {
   rmSync(KERNELS_ONLY_CONFIG, { force: true });

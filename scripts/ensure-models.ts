@@ -30,7 +30,11 @@ function filesUnder(dir: string): string[] {
 
 function generatorStamp(): string {
   const hash = createHash('sha256');
-  const sources = [join(ROOT, 'scripts/model-make.ts'), ...filesUnder(join(ROOT, 'scripts/model')), ...filesUnder(join(ROOT, 'scripts/tokenizer'))];
+  const sources = [
+    join(ROOT, 'scripts/model-make.ts'),
+    ...filesUnder(join(ROOT, 'scripts/model')),
+    ...filesUnder(join(ROOT, 'scripts/tokenizer')),
+  ];
   for (const file of sources) hash.update(relative(ROOT, file)).update(readFileSync(file));
   hash.update(JSON.stringify(WANTED));
   return hash.digest('hex');

@@ -68,16 +68,29 @@ const request: GenerationRequest = {
   n: num(args.n),
   beam_width: num(args['beam-width']),
   length_penalty: num(args['length-penalty']),
-  early_stopping: args['early-stopping'] === undefined ? undefined : args['early-stopping'] === 'never' ? 'never' : args['early-stopping'] === 'true',
-  speculative: args.speculative === undefined ? undefined : { method: args.speculative as 'ngram' | 'draft', num_tokens: Number(args['num-speculative-tokens']) },
+  early_stopping:
+    args['early-stopping'] === undefined
+      ? undefined
+      : args['early-stopping'] === 'never'
+        ? 'never'
+        : args['early-stopping'] === 'true',
+  speculative:
+    args.speculative === undefined
+      ? undefined
+      : { method: args.speculative as 'ngram' | 'draft', num_tokens: Number(args['num-speculative-tokens']) },
 };
 if (args.prompt !== undefined) request.prompt = args.prompt;
 if (args['prompt-ids'] !== undefined) request.prompt_ids = args['prompt-ids'].split(',').map((s) => Number(s.trim()));
 if (args.messages !== undefined) request.messages = JSON.parse(readFileSync(args.messages, 'utf8'));
-for (const key of Object.keys(request) as (keyof GenerationRequest)[]) if (request[key] === undefined) delete request[key];
+for (const key of Object.keys(request) as (keyof GenerationRequest)[])
+  if (request[key] === undefined) delete request[key];
 
 try {
-  if (!isNodeBackend(args.backend)) throw new InvalidRequestError('backend', `--backend must be one of ${NODE_BACKENDS.join(', ')}, got ${args.backend}`);
+  if (!isNodeBackend(args.backend))
+    throw new InvalidRequestError(
+      'backend',
+      `--backend must be one of ${NODE_BACKENDS.join(', ')}, got ${args.backend}`,
+    );
   const runtime = await nodeRuntime(args.backend);
   const draft = args['draft-model'] === undefined ? undefined : { source: directorySource(args['draft-model']) };
   const engine = await Engine.load(runtime, directorySource(args.model), { dtype: args.dtype as ModelDtype, draft });
@@ -103,7 +116,9 @@ try {
       process.stdout.write(event.beam ? `${event.text}\n` : '\n');
       const m = event.metrics;
       const beam = event.beam ? `beam score ${event.beam.score.toFixed(4)}, ` : '';
-      const spec = event.speculation ? `, ${event.speculation.acceptedTokens}/${event.speculation.proposedTokens} proposals accepted` : '';
+      const spec = event.speculation
+        ? `, ${event.speculation.acceptedTokens}/${event.speculation.proposedTokens} proposals accepted`
+        : '';
       console.error(
         `[${event.finishReason}] ${beam}prompt ${m.promptTokens} tokens, completion ${m.completionTokens} tokens, ` +
           `ttft ${m.ttftMs.toFixed(1)} ms, decode ${m.decodeTokensPerS.toFixed(1)} tok/s (${runtime.name})${spec}`,

@@ -56,7 +56,14 @@ export function importSafetensors(dir: string): ImportedModel {
   const tokenizerConfig = readJson(join(dir, 'tokenizer_config.json'));
   const generationConfig = readJson(join(dir, 'generation_config.json'), true);
   const weights = weightsFromHf(SafetensorsCheckpoint.open(dir), shape);
-  return { shape, weights, config: { ...config, torch_dtype: 'float32' }, generationConfig, tokenizerJson, tokenizerConfig };
+  return {
+    shape,
+    weights,
+    config: { ...config, torch_dtype: 'float32' },
+    generationConfig,
+    tokenizerJson,
+    tokenizerConfig,
+  };
 }
 
 interface Parsed {
@@ -87,7 +94,8 @@ export function parseImportArgs(argv: readonly string[]): Parsed {
 }
 
 export function runImport(args: Parsed): { file: string; bytes: number }[] {
-  const model = args.kind === 'llama2c' ? importLlama2c(args.paths[0], args.paths[1]) : importSafetensors(args.paths[0]);
+  const model =
+    args.kind === 'llama2c' ? importLlama2c(args.paths[0], args.paths[1]) : importSafetensors(args.paths[0]);
   return writeModelFolder(args.out, model, args.dtypes);
 }
 
@@ -99,7 +107,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     const models = fileURLToPath(new URL('../models', import.meta.url));
     if (dirname(resolve(args.out)) === resolve(models)) ignoreLargeModelFolders(models);
     for (const f of files) console.log(`${(f.bytes / 2 ** 20).toFixed(1).padStart(8)} MiB  ${f.file}`);
-    console.log(`imported ${args.paths.join(' + ')} into ${args.out} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    console.log(
+      `imported ${args.paths.join(' + ')} into ${args.out} in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+    );
   } catch (e) {
     console.error(e instanceof Error ? e.message : e);
     process.exit(1);

@@ -12,7 +12,15 @@ import { pathToFileURL } from 'node:url';
 import { buildLlamaModel } from './model/llama-graph.js';
 import { encodeModel, writeEncoded } from './model/onnx-proto-writer.js';
 import { makeCopyWeights } from './model/copy-weights.js';
-import { COPY_PERIOD, PRESETS, PRESET_NAMES, generationConfigJson, isPresetName, llamaConfigJson, type PresetName } from './model/presets.js';
+import {
+  COPY_PERIOD,
+  PRESETS,
+  PRESET_NAMES,
+  generationConfigJson,
+  isPresetName,
+  llamaConfigJson,
+  type PresetName,
+} from './model/presets.js';
 import { DTYPES, ONNX_FILE, type Dtype } from './model/weight-ops.js';
 import { makeWeights } from './model/weights.js';
 import { buildTokenizerFiles } from './tokenizer/build-tokenizer.js';
@@ -66,7 +74,8 @@ function parseArgs(argv: readonly string[]): MakeModelOptions {
   const dtypeArg = args.get('dtype') ?? 'fp32';
   if (dtypeArg !== 'all' && !(DTYPES as readonly string[]).includes(dtypeArg)) throw new Error(usage);
   const seed = args.has('seed') ? Number(args.get('seed')) : DEFAULT_SEED;
-  for (const k of args.keys()) if (!['preset', 'out', 'seed', 'dtype'].includes(k)) throw new Error(`unknown option --${k}\n${usage}`);
+  for (const k of args.keys())
+    if (!['preset', 'out', 'seed', 'dtype'].includes(k)) throw new Error(`unknown option --${k}\n${usage}`);
   return { preset, outDir, seed, dtypes: dtypeArg === 'all' ? DTYPES : [dtypeArg as Dtype] };
 }
 
@@ -75,7 +84,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     const opts = parseArgs(process.argv.slice(2));
     const t0 = performance.now();
     makeModel(opts);
-    console.log(`wrote ${opts.preset} (seed ${opts.seed}, ${opts.dtypes?.join(',')}) to ${opts.outDir} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    console.log(
+      `wrote ${opts.preset} (seed ${opts.seed}, ${opts.dtypes?.join(',')}) to ${opts.outDir} in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+    );
   } catch (e) {
     console.error(e instanceof Error ? e.message : e);
     process.exit(1);

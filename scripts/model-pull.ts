@@ -34,12 +34,18 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     const opts = parsePullArgs(process.argv.slice(2));
     const r = await pullModel({ ...opts, onProgress: progressPrinter() });
     const MiB = 2 ** 20;
-    console.log(`pulled ${opts.repo}@${r.sha.slice(0, 12)} into ${opts.outDir} (${r.files.filter((f) => f.status === 'downloaded').length} downloaded, ${r.files.filter((f) => f.status === 'present').length} already there)`);
-    console.log(`memory: weights ${(r.weightBytes / MiB).toFixed(1)} MiB + KV cache ${(r.kvBytesPerToken / 1024).toFixed(1)} KiB per token (float32 pool)`);
+    console.log(
+      `pulled ${opts.repo}@${r.sha.slice(0, 12)} into ${opts.outDir} (${r.files.filter((f) => f.status === 'downloaded').length} downloaded, ${r.files.filter((f) => f.status === 'present').length} already there)`,
+    );
+    console.log(
+      `memory: weights ${(r.weightBytes / MiB).toFixed(1)} MiB + KV cache ${(r.kvBytesPerToken / 1024).toFixed(1)} KiB per token (float32 pool)`,
+    );
     const name = opts.outDir.replace(/\/+$/, '').split('/').pop();
     const models = fileURLToPath(new URL('../models', import.meta.url));
     if (dirname(resolve(opts.outDir)) === resolve(models)) ignoreLargeModelFolders(models);
-    console.log(`serve it: npm run model:upload -- ${opts.outDir} --dtype ${r.dtypes[0]} && MODEL=${name} MODEL_DTYPE=${r.dtypes[0]} npm start`);
+    console.log(
+      `serve it: npm run model:upload -- ${opts.outDir} --dtype ${r.dtypes[0]} && MODEL=${name} MODEL_DTYPE=${r.dtypes[0]} npm start`,
+    );
   } catch (e) {
     console.error(e instanceof Error ? e.message : e);
     process.exit(1);

@@ -18,7 +18,13 @@ import { onnxFileFor, type ModelDtype } from '../src/engine/model/model-files.js
 export const MODEL_BUCKET = 'edge-infer-models';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const USAGE = 'usage: model:upload -- <folder> [--name N] [--dtype q4] [--remote] [--persist-to DIR]';
-const FOLDER_FILES = ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'];
+const FOLDER_FILES = [
+  'config.json',
+  'generation_config.json',
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+];
 
 export interface UploadOptions {
   folder: string;
@@ -43,7 +49,8 @@ export function parseUploadArgs(argv: readonly string[]): UploadOptions {
       else opts.persistTo = value;
     } else throw new Error(`unknown option ${flag}\n${USAGE}`);
   }
-  if (!/^[\w.-]+$/.test(opts.name)) throw new Error(`--name ${JSON.stringify(opts.name)}: use letters, digits, '.', '_' and '-'`);
+  if (!/^[\w.-]+$/.test(opts.name))
+    throw new Error(`--name ${JSON.stringify(opts.name)}: use letters, digits, '.', '_' and '-'`);
   return opts;
 }
 
@@ -53,7 +60,9 @@ export function filesToUpload(folder: string, dtype?: string): string[] {
   const graphs = dtype
     ? [onnxFileFor(dtype as ModelDtype)]
     : existsSync(join(folder, 'onnx'))
-      ? readdirSync(join(folder, 'onnx')).filter((f) => /^model(_[a-z0-9]+)?\.onnx$/.test(f)).map((f) => `onnx/${f}`)
+      ? readdirSync(join(folder, 'onnx'))
+          .filter((f) => /^model(_[a-z0-9]+)?\.onnx$/.test(f))
+          .map((f) => `onnx/${f}`)
       : [];
   for (const g of graphs) if (!existsSync(join(folder, g))) throw new Error(`${folder} has no ${g}`);
   if (graphs.length === 0) throw new Error(`${folder} has no onnx/model*.onnx`);
@@ -70,7 +79,9 @@ interface LocalBucket {
 async function withLocalBucket(persistRoot: string, use: (bucket: LocalBucket) => Promise<void>): Promise<void> {
   // miniflare is wrangler's own dependency: resolved from wrangler, it is the version wrangler dev runs.
   const { Miniflare } = (await import(pathToFileURL(createRequire(wranglerPackage()).resolve('miniflare')).href)) as {
-    Miniflare: new (opts: Record<string, unknown>) => { getR2Bucket(name: string): Promise<LocalBucket>; dispose(): Promise<void> };
+    Miniflare: new (
+      opts: Record<string, unknown>,
+    ) => { getR2Bucket(name: string): Promise<LocalBucket>; dispose(): Promise<void> };
   };
   const mf = new Miniflare({
     modules: true,
@@ -87,13 +98,19 @@ async function withLocalBucket(persistRoot: string, use: (bucket: LocalBucket) =
 
 export async function uploadModel(opts: UploadOptions, log: (line: string) => void = console.log): Promise<void> {
   const files = filesToUpload(opts.folder, opts.dtype);
-  const done = (file: string) => log(`${(statSync(join(opts.folder, file)).size / 2 ** 20).toFixed(1).padStart(8)} MiB  ${MODEL_BUCKET}/${opts.name}/${file}`);
+  const done = (file: string) =>
+    log(
+      `${(statSync(join(opts.folder, file)).size / 2 ** 20).toFixed(1).padStart(8)} MiB  ${MODEL_BUCKET}/${opts.name}/${file}`,
+    );
   if (!opts.remote) {
     await withLocalBucket(resolve(opts.persistTo ?? join(ROOT, '.wrangler', 'state')), async (bucket) => {
       for (const file of files) {
         // A whole ArrayBuffer: miniflare's proxy refuses views into Node's shared Buffer pool.
         const bytes = readFileSync(join(opts.folder, file));
-        await bucket.put(`${opts.name}/${file}`, bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer);
+        await bucket.put(
+          `${opts.name}/${file}`,
+          bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer,
+        );
         done(file);
       }
     });
@@ -102,9 +119,23 @@ export async function uploadModel(opts: UploadOptions, log: (line: string) => vo
   const wrangler = join(dirname(wranglerPackage()), 'bin', 'wrangler.js');
   for (const file of files) {
     const path = join(opts.folder, file);
-    const args = [wrangler, 'r2', 'object', 'put', `${MODEL_BUCKET}/${opts.name}/${file}`, '--file', resolve(path), '--remote'];
-    const run = spawnSync(process.execPath, args, { cwd: ROOT, encoding: 'utf8', env: { ...process.env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1' } });
-    if (run.status !== 0) throw new Error(`wrangler r2 object put ${file} failed (${run.status}):\n${run.stderr || run.stdout}`);
+    const args = [
+      wrangler,
+      'r2',
+      'object',
+      'put',
+      `${MODEL_BUCKET}/${opts.name}/${file}`,
+      '--file',
+      resolve(path),
+      '--remote',
+    ];
+    const run = spawnSync(process.execPath, args, {
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: { ...process.env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1' },
+    });
+    if (run.status !== 0)
+      throw new Error(`wrangler r2 object put ${file} failed (${run.status}):\n${run.stderr || run.stdout}`);
     done(file);
   }
 }
@@ -113,7 +144,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   try {
     const opts = parseUploadArgs(process.argv.slice(2));
     await uploadModel(opts);
-    console.log(`uploaded ${opts.folder} as ${opts.name} to the ${opts.remote ? 'remote' : 'local'} R2 bucket ${MODEL_BUCKET}; serve it with: MODEL=${opts.name} npm start`);
+    console.log(
+      `uploaded ${opts.folder} as ${opts.name} to the ${opts.remote ? 'remote' : 'local'} R2 bucket ${MODEL_BUCKET}; serve it with: MODEL=${opts.name} npm start`,
+    );
   } catch (e) {
     console.error(e instanceof Error ? e.message : e);
     process.exit(1);

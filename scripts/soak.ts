@@ -60,7 +60,8 @@ async function lostSessions(url: string, sessions: Session[]): Promise<string[]>
   for (const s of sessions) {
     const res = await fetch(`${url}/v1/sessions/${s.id}`);
     const body = (await res.json()) as { messages?: unknown[] };
-    if (res.status !== 200 || (body.messages?.length ?? 0) < 2 * s.turns) lost.push(`${s.id} (${res.status}, ${body.messages?.length ?? 0} messages for ${s.turns} turns)`);
+    if (res.status !== 200 || (body.messages?.length ?? 0) < 2 * s.turns)
+      lost.push(`${s.id} (${res.status}, ${body.messages?.length ?? 0} messages for ${s.turns} turns)`);
   }
   return lost;
 }
@@ -69,7 +70,9 @@ async function main(): Promise<void> {
   const port = await freePort();
   const persist = mkdtempSync(join(tmpdir(), 'edge-infer-soak-'));
   const durationMs = minutes * 60_000;
-  console.log(`soak: ${clients} clients for ${minutes} min (at most ${maxRequests} requests) against npm start on 127.0.0.1:${port}, seed ${values.seed}`);
+  console.log(
+    `soak: ${clients} clients for ${minutes} min (at most ${maxRequests} requests) against npm start on 127.0.0.1:${port}, seed ${values.seed}`,
+  );
   let server: Server = await startServer(port, persist, serverLog);
   const counts = emptyCounts();
   const sessions: Session[] = [];
@@ -97,13 +100,20 @@ async function main(): Promise<void> {
     restarting = false;
   })();
 
-  const progress = setInterval(() => console.log(`soak: ${((Date.now() - started) / 1000).toFixed(0)} s, ${counts.requests} requests, ${counts.cuts} cuts, ${counts.status5xx} 5xx`), 15_000);
+  const progress = setInterval(
+    () =>
+      console.log(
+        `soak: ${((Date.now() - started) / 1000).toFixed(0)} s, ${counts.requests} requests, ${counts.cuts} cuts, ${counts.status5xx} 5xx`,
+      ),
+    15_000,
+  );
   await Promise.all([restart, ...Array.from({ length: clients }, () => client(ctx))]);
   clearInterval(progress);
 
   // Quiet now: every stored session must be there, then deleting them must leave no KV block held.
   const lost = await lostSessions(server.url, sessions);
-  for (const s of sessions) await (await fetch(`${server.url}/v1/sessions/${s.id}`, { method: 'DELETE' })).arrayBuffer();
+  for (const s of sessions)
+    await (await fetch(`${server.url}/v1/sessions/${s.id}`, { method: 'DELETE' })).arrayBuffer();
   let leaked = { blocks: 0, running: 0, queued: 0 };
   const deadline = Date.now() + 15_000;
   for (;;) {
@@ -122,14 +132,22 @@ async function main(): Promise<void> {
   const seconds = (Date.now() - started) / 1000;
   console.log('\nsoak summary');
   console.log(`  duration          ${seconds.toFixed(0)} s, ${clients} clients, 1 restart`);
-  console.log(`  requests          ${counts.requests} (${counts.ok} answered in full, ${(counts.requests / seconds).toFixed(1)}/s)`);
+  console.log(
+    `  requests          ${counts.requests} (${counts.ok} answered in full, ${(counts.requests / seconds).toFixed(1)}/s)`,
+  );
   console.log(`  cuts              ${counts.cuts}`);
-  console.log(`  4xx               ${counts.status4xx} (besides ${counts.busy} session_busy: a turn sent while its cut predecessor was still being cancelled)`);
+  console.log(
+    `  4xx               ${counts.status4xx} (besides ${counts.busy} session_busy: a turn sent while its cut predecessor was still being cancelled)`,
+  );
   console.log(`  5xx               ${counts.status5xx} (${counts.status5xxSteady} outside the restart)`);
   console.log(`  stream errors     ${counts.streamErrors}`);
   console.log(`  refused           ${counts.refused} (no connection: the server was restarting)`);
-  console.log(`  sessions          ${counts.sessionsCreated} created, ${counts.turnsCompleted} turns answered, ${lost.length} lost`);
-  console.log(`  leaks             ${leaked.blocks} KV blocks used, ${leaked.running} running, ${leaked.queued} queued (after deleting every session)`);
+  console.log(
+    `  sessions          ${counts.sessionsCreated} created, ${counts.turnsCompleted} turns answered, ${lost.length} lost`,
+  );
+  console.log(
+    `  leaks             ${leaked.blocks} KV blocks used, ${leaked.running} running, ${leaked.queued} queued (after deleting every session)`,
+  );
   console.log(`  server log        ${uncaught} "Uncaught" lines`);
   for (const l of lost) console.log(`  lost: ${l}`);
   const failed = counts.status5xxSteady > 0 || lost.length > 0 || leaked.blocks + leaked.running + leaked.queued > 0;

@@ -1,5 +1,14 @@
 /** Vars `npm start` takes from the environment: the model's, never the whole environment (it may hold HF_TOKEN). */
-export const MODEL_ENV_VARS = ['MODEL', 'MODEL_DTYPE', 'MODEL_URL', 'MEMORY_BUDGET_MB', 'KV_CACHE_MB', 'KV_DTYPE', 'SPECULATIVE', 'DRAFT_MODEL'] as const;
+export const MODEL_ENV_VARS = [
+  'MODEL',
+  'MODEL_DTYPE',
+  'MODEL_URL',
+  'MEMORY_BUDGET_MB',
+  'KV_CACHE_MB',
+  'KV_DTYPE',
+  'SPECULATIVE',
+  'DRAFT_MODEL',
+] as const;
 
 /** wrangler dev's arguments for `npm start`: its address, the model vars found in `env`, then the user's own. */
 export function startArgs(env: NodeJS.ProcessEnv, extra: readonly string[]): string[] {

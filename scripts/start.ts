@@ -9,9 +9,13 @@ import { ignoreLargeModelFolders } from './import/assets-ignore.js';
 import { startArgs } from './start-args.js';
 
 for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url)))) {
-  console.error(`models/${name} has files over the 25 MiB asset cap: left out of the assets (models/.assetsignore); serve it from R2 with npm run model:upload -- models/${name}`);
+  console.error(
+    `models/${name} has files over the 25 MiB asset cap: left out of the assets (models/.assetsignore); serve it from R2 with npm run model:upload -- models/${name}`,
+  );
 }
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
-const child = spawn(process.execPath, [wrangler, ...startArgs(process.env, process.argv.slice(2))], { stdio: 'inherit' });
+const child = spawn(process.execPath, [wrangler, ...startArgs(process.env, process.argv.slice(2))], {
+  stdio: 'inherit',
+});
 for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => child.kill(signal));
 child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));

@@ -15,9 +15,13 @@ const OUT = fileURLToPath(new URL('../src/engine/constraints/xgrammar/', import.
 
 /** Replaces `from` (which must occur exactly `count` times) everywhere in `text`. */
 function replaceExact(text: string, from: string | RegExp, to: string, count = 1): string {
-  const re = typeof from === 'string' ? new RegExp(from.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'g') : new RegExp(from.source, 'g');
+  const re =
+    typeof from === 'string'
+      ? new RegExp(from.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'g')
+      : new RegExp(from.source, 'g');
   const found = text.match(re)?.length ?? 0;
-  if (found !== count) throw new Error(`xgrammar-vendor: expected ${count} of ${String(from).slice(0, 80)}, found ${found}`);
+  if (found !== count)
+    throw new Error(`xgrammar-vendor: expected ${count} of ${String(from).slice(0, 80)}, found ${found}`);
   return text.replace(re, () => to);
 }
 
@@ -42,8 +46,14 @@ export function vendorXgrammar(): VendoredXgrammar {
   // UMD wrapper → an ES module.
   const header = src.slice(0, src.indexOf("(function (exports) { 'use strict';"));
   if (!header.startsWith('(function (global, factory) {')) throw new Error('xgrammar-vendor: unexpected UMD header');
-  src = src.slice(header.length).replace("(function (exports) { 'use strict';", "const xgrammar = {};\n(function (exports) { 'use strict';");
-  src = replaceExact(src, /\}\)\);\s*\/\/# sourceMappingURL=index\.js\.map\s*$/, '})(xgrammar);\nexport default xgrammar;\n');
+  src = src
+    .slice(header.length)
+    .replace("(function (exports) { 'use strict';", "const xgrammar = {};\n(function (exports) { 'use strict';");
+  src = replaceExact(
+    src,
+    /\}\)\);\s*\/\/# sourceMappingURL=index\.js\.map\s*$/,
+    '})(xgrammar);\nexport default xgrammar;\n',
+  );
 
   // rollup's stand-in for import.meta.url (it calls `require`, which neither an ES module nor workerd has):
   // only used to locate the wasm file, which instantiateWasm makes unnecessary.
@@ -54,9 +64,17 @@ export function vendorXgrammar(): VendoredXgrammar {
     3,
   );
   // workerd with nodejs_compat looks like Node (process.versions.node) but has no `fs` to read the binary from.
-  src = replaceExact(src, 'var ENVIRONMENT_IS_NODE=typeof process=="object"&&typeof process.versions=="object"&&typeof process.versions.node=="string";', 'var ENVIRONMENT_IS_NODE=false;');
+  src = replaceExact(
+    src,
+    'var ENVIRONMENT_IS_NODE=typeof process=="object"&&typeof process.versions=="object"&&typeof process.versions.node=="string";',
+    'var ENVIRONMENT_IS_NODE=false;',
+  );
   // The compiled module is handed in: emscripten's instantiateWasm hook instead of compiling bytes.
-  src = replaceExact(src, 'binding = await Module();', 'if (!bindingPromise) { const arg = moduleArg(); bindingPromise = Promise.race([Module(arg), arg.failed]); }\n          binding = await bindingPromise;');
+  src = replaceExact(
+    src,
+    'binding = await Module();',
+    'if (!bindingPromise) { const arg = moduleArg(); bindingPromise = Promise.race([Module(arg), arg.failed]); }\n          binding = await bindingPromise;',
+  );
   src = replaceExact(
     src,
     '  let binding = null;\n',

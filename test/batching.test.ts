@@ -16,7 +16,8 @@ async function runAlone(request: GenerationRequest): Promise<number[]> {
   return aloneCache.get(key)!;
 }
 
-const manual = (options: EngineOptions = {}): Promise<Engine> => loadEngine(SUITE_BACKEND, 'tiny', { autoRun: false, ...options });
+const manual = (options: EngineOptions = {}): Promise<Engine> =>
+  loadEngine(SUITE_BACKEND, 'tiny', { autoRun: false, ...options });
 
 beforeAll(async () => {
   alone = await loadEngine(SUITE_BACKEND);
@@ -41,12 +42,18 @@ describe('continuous batching equals each request alone', () => {
       const engine = await manual();
       const arrivals = mixedArrivals(sampled);
       let widest = 0;
-      const results = await runArrivals(engine, arrivals, () => (widest = Math.max(widest, engine.stats().lastBatchSize)));
+      const results = await runArrivals(
+        engine,
+        arrivals,
+        () => (widest = Math.max(widest, engine.stats().lastBatchSize)),
+      );
       for (const [i, { done }] of results.entries()) {
         const expected = await runAlone(arrivals[i].request);
         if (arrivals[i].cancelAt !== undefined) {
           expect(done.finishReason, `request ${i}`).toBe('cancelled');
-          expect(expected.slice(0, done.tokenIds.length), `request ${i} is a prefix of its solo run`).toEqual(done.tokenIds);
+          expect(expected.slice(0, done.tokenIds.length), `request ${i} is a prefix of its solo run`).toEqual(
+            done.tokenIds,
+          );
           expect(done.tokenIds.length).toBeLessThan(expected.length);
         } else {
           expect(done.tokenIds, `request ${i}`).toEqual(expected);
@@ -60,10 +67,21 @@ describe('continuous batching equals each request alone', () => {
 
   it('finished requests leave at once and a waiting one takes the slot at the next step', async () => {
     const engine = await manual({ maxBatchSize: 2 });
-    const req = (i: number, max: number): GenerationRequest => ({ prompt_ids: randomIds(i, 5, 3, 512), max_tokens: max, temperature: 0, ignore_eos: true });
+    const req = (i: number, max: number): GenerationRequest => ({
+      prompt_ids: randomIds(i, 5, 3, 512),
+      max_tokens: max,
+      temperature: 0,
+      ignore_eos: true,
+    });
     const running: number[] = [];
-    const results = await runArrivals(engine, [{ request: req(1, 3), at: 0 }, { request: req(2, 10), at: 0 }, { request: req(3, 4), at: 0 }], () =>
-      running.push(engine.stats().lastBatchSize),
+    const results = await runArrivals(
+      engine,
+      [
+        { request: req(1, 3), at: 0 },
+        { request: req(2, 10), at: 0 },
+        { request: req(3, 4), at: 0 },
+      ],
+      () => running.push(engine.stats().lastBatchSize),
     );
     // Step 0 prefills two and samples their first token; the first finishes after its 3rd token (step 2),
     // and the third request is admitted at step 3.
@@ -78,12 +96,19 @@ describe('preemption by recompute', () => {
     const bytesPerBlock = 4 * 512; // tiny: 512 bytes of KV per token
     const engine = await manual({ blockSize: 4, kvCacheBytes: 10 * bytesPerBlock });
     const arrivals: Arrival[] = Array.from({ length: 4 }, (_, i) => ({
-      request: { prompt_ids: randomIds(300 + i, 6 + i, 3, 512), max_tokens: 22, temperature: i % 2 ? 0.8 : 0, seed: i, ignore_eos: true },
+      request: {
+        prompt_ids: randomIds(300 + i, 6 + i, 3, 512),
+        max_tokens: 22,
+        temperature: i % 2 ? 0.8 : 0,
+        seed: i,
+        ignore_eos: true,
+      },
       at: i,
     }));
     const results = await runArrivals(engine, arrivals);
     expect(engine.stats().preemptions).toBeGreaterThan(0);
-    for (const [i, { done }] of results.entries()) expect(done.tokenIds, `request ${i}`).toEqual(await runAlone(arrivals[i].request));
+    for (const [i, { done }] of results.entries())
+      expect(done.tokenIds, `request ${i}`).toEqual(await runAlone(arrivals[i].request));
     expect(engine.stats().kv.used).toBe(0);
     engine.kv.pool.checkInvariants();
   });
@@ -99,10 +124,27 @@ describe('preemption by recompute', () => {
 describe('chunked prefill', () => {
   it('a long prompt is prefilled in chunks while a running decode keeps producing tokens', async () => {
     const engine = await manual({ maxTokensPerStep: 16 });
-    const decode: GenerationRequest = { prompt_ids: randomIds(5, 4, 3, 512), max_tokens: 30, temperature: 0, ignore_eos: true };
-    const long: GenerationRequest = { prompt_ids: randomIds(6, 120, 3, 512), max_tokens: 5, temperature: 0, ignore_eos: true };
+    const decode: GenerationRequest = {
+      prompt_ids: randomIds(5, 4, 3, 512),
+      max_tokens: 30,
+      temperature: 0,
+      ignore_eos: true,
+    };
+    const long: GenerationRequest = {
+      prompt_ids: randomIds(6, 120, 3, 512),
+      max_tokens: 5,
+      temperature: 0,
+      ignore_eos: true,
+    };
     const tokensPerStep: number[] = [];
-    const results = await runArrivals(engine, [{ request: decode, at: 0 }, { request: long, at: 2 }], () => tokensPerStep.push(engine.stats().lastStepTokens));
+    const results = await runArrivals(
+      engine,
+      [
+        { request: decode, at: 0 },
+        { request: long, at: 2 },
+      ],
+      () => tokensPerStep.push(engine.stats().lastStepTokens),
+    );
     expect(Math.max(...tokensPerStep)).toBeLessThanOrEqual(16);
     // While the 120-token prompt is prefilled (>= 8 steps of <= 15 tokens), the decode gets a token every step.
     const decodeDone = results[0].done;
@@ -119,13 +161,20 @@ describe('prefix caching', () => {
     const first = await collect(engine, { prompt_ids: [...prefix, 10, 11, 12], max_tokens: 4, temperature: 0 });
     expect(first.done.metrics.cachedTokens).toBe(0);
     const before = engine.stats();
-    const second = await collect(engine, { prompt_ids: [...prefix, 20, 21], max_tokens: 4, temperature: 0, ignore_eos: true });
+    const second = await collect(engine, {
+      prompt_ids: [...prefix, 20, 21],
+      max_tokens: 4,
+      temperature: 0,
+      ignore_eos: true,
+    });
     const after = engine.stats();
     const reused = Math.floor(200 / 16) * 16; // full 16-token blocks of the shared prefix
     expect(second.done.metrics.cachedTokens).toBe(reused);
     expect(after.prefixHitTokens - before.prefixHitTokens).toBe(reused);
     expect(after.prefillTokens - before.prefillTokens).toBe(202 - reused);
-    expect(second.done.tokenIds).toEqual(await runAlone({ prompt_ids: [...prefix, 20, 21], max_tokens: 4, temperature: 0, ignore_eos: true }));
+    expect(second.done.tokenIds).toEqual(
+      await runAlone({ prompt_ids: [...prefix, 20, 21], max_tokens: 4, temperature: 0, ignore_eos: true }),
+    );
   });
 
   it('logits after cache reuse equal those of a fresh prefill', async () => {
@@ -150,13 +199,25 @@ describe('sessions keep their cache between turns', () => {
   it('a turn that extends the previous one prefills only the new tokens', async () => {
     const engine = await loadEngine(SUITE_BACKEND);
     const turn1 = randomIds(90, 21, 3, 512);
-    const first = await collect(engine, { prompt_ids: turn1, max_tokens: 6, temperature: 0, ignore_eos: true }, undefined, 's1');
+    const first = await collect(
+      engine,
+      { prompt_ids: turn1, max_tokens: 6, temperature: 0, ignore_eos: true },
+      undefined,
+      's1',
+    );
     expect(engine.stats().pinnedSessions).toBe(1);
     const turn2 = [...turn1, ...first.done.tokenIds, 30, 31, 32];
-    const second = await collect(engine, { prompt_ids: turn2, max_tokens: 6, temperature: 0, ignore_eos: true }, undefined, 's1');
+    const second = await collect(
+      engine,
+      { prompt_ids: turn2, max_tokens: 6, temperature: 0, ignore_eos: true },
+      undefined,
+      's1',
+    );
     // Everything but the last generated token (sampled, never fed) came from the session's cache.
     expect(second.done.metrics.cachedTokens).toBe(turn1.length + first.done.tokenIds.length - 1);
-    expect(second.done.tokenIds).toEqual(await runAlone({ prompt_ids: turn2, max_tokens: 6, temperature: 0, ignore_eos: true }));
+    expect(second.done.tokenIds).toEqual(
+      await runAlone({ prompt_ids: turn2, max_tokens: 6, temperature: 0, ignore_eos: true }),
+    );
     engine.releaseSession('s1');
     expect(engine.stats().pinnedSessions).toBe(0);
     expect(engine.stats().kv.used).toBe(0);
@@ -170,13 +231,26 @@ describe('n > 1: one prefill, copy-on-write forks', () => {
     const before = engine.stats();
     const tokens: number[][] = [[], [], []];
     const dones: DoneEvent[] = [];
-    for await (const event of engine.generate({ prompt_ids: prompt, n: 3, max_tokens: 12, temperature: 0.9, seed: 40, ignore_eos: true })) {
+    for await (const event of engine.generate({
+      prompt_ids: prompt,
+      n: 3,
+      max_tokens: 12,
+      temperature: 0.9,
+      seed: 40,
+      ignore_eos: true,
+    })) {
       if (event.type === 'token') tokens[event.index].push(event.tokenId);
       else dones[event.index] = event;
     }
     const after = engine.stats();
     for (let i = 0; i < 3; i++) {
-      const solo = await runAlone({ prompt_ids: prompt, max_tokens: 12, temperature: 0.9, seed: 40 + i, ignore_eos: true });
+      const solo = await runAlone({
+        prompt_ids: prompt,
+        max_tokens: 12,
+        temperature: 0.9,
+        seed: 40 + i,
+        ignore_eos: true,
+      });
       expect(dones[i].tokenIds, `completion ${i}`).toEqual(solo);
       expect(tokens[i]).toEqual(solo);
     }
@@ -190,7 +264,10 @@ describe('n > 1: one prefill, copy-on-write forks', () => {
     const dones: DoneEvent[] = [];
     const controller = new AbortController();
     let seen = 0;
-    for await (const event of engine.generate({ prompt: 'fork me', n: 2, max_tokens: 100, temperature: 0, ignore_eos: true }, { signal: controller.signal })) {
+    for await (const event of engine.generate(
+      { prompt: 'fork me', n: 2, max_tokens: 100, temperature: 0, ignore_eos: true },
+      { signal: controller.signal },
+    )) {
       if (event.type === 'token' && ++seen === 4) controller.abort();
       if (event.type === 'done') dones.push(event);
     }
@@ -202,7 +279,12 @@ describe('n > 1: one prefill, copy-on-write forks', () => {
 describe('session caches under memory pressure', () => {
   it('queued session turns hold no blocks, so a request that needs the whole pool still runs (no livelock)', async () => {
     const engine = await manual({ blockSize: 4, kvCacheBytes: 8 * 4 * 512 }); // 8 blocks of 4 tokens
-    const turn = (seed: number): GenerationRequest => ({ prompt_ids: randomIds(seed, 9, 3, 512), max_tokens: 3, temperature: 0, ignore_eos: true });
+    const turn = (seed: number): GenerationRequest => ({
+      prompt_ids: randomIds(seed, 9, 3, 512),
+      max_tokens: 3,
+      temperature: 0,
+      ignore_eos: true,
+    });
     // Two sessions finish a turn and keep 3 blocks each.
     const logs: number[][] = [];
     for (const [i, s] of ['a', 'b'].entries()) {
@@ -213,9 +295,23 @@ describe('session caches under memory pressure', () => {
     }
     expect(engine.stats().kv.used).toBe(6);
     // A request that needs all 8 blocks arrives first, then both sessions' next turns queue behind it.
-    const big: GenerationRequest = { prompt_ids: randomIds(7, 28, 3, 512), max_tokens: 4, temperature: 0, ignore_eos: true };
-    const next = (i: number): GenerationRequest => ({ prompt_ids: logs[i], max_tokens: 3, temperature: 0, ignore_eos: true });
-    const results = [collect(engine, big), collect(engine, next(0), undefined, 'a'), collect(engine, next(1), undefined, 'b')];
+    const big: GenerationRequest = {
+      prompt_ids: randomIds(7, 28, 3, 512),
+      max_tokens: 4,
+      temperature: 0,
+      ignore_eos: true,
+    };
+    const next = (i: number): GenerationRequest => ({
+      prompt_ids: logs[i],
+      max_tokens: 3,
+      temperature: 0,
+      ignore_eos: true,
+    });
+    const results = [
+      collect(engine, big),
+      collect(engine, next(0), undefined, 'a'),
+      collect(engine, next(1), undefined, 'b'),
+    ];
     for (let step = 0; engine.busy; step++) {
       expect(step, 'the engine makes progress').toBeLessThan(200);
       await engine.step();
@@ -229,7 +325,12 @@ describe('session caches under memory pressure', () => {
   it('a session cancelled during its last pass does not keep its cache', async () => {
     const engine = await manual();
     const controller = new AbortController();
-    const result = collect(engine, { prompt_ids: [5, 6, 7], max_tokens: 2, temperature: 0, ignore_eos: true }, controller.signal, 's');
+    const result = collect(
+      engine,
+      { prompt_ids: [5, 6, 7], max_tokens: 2, temperature: 0, ignore_eos: true },
+      controller.signal,
+      's',
+    );
     await engine.step(); // prefill + first token
     const last = engine.step(); // the pass that samples the last token...
     controller.abort(); // ...during which the session is deleted

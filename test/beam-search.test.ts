@@ -66,18 +66,37 @@ describe('beam search', () => {
   for (const alpha of [0, 1, 2]) {
     it(`finds the exhaustive best when as wide as the candidates alive (length_penalty ${alpha})`, async () => {
       // Two tokens + EOS over 4 steps: at most 8 live beams, 24 continuations; width 24 keeps them all.
-      const first = referenceLogprobs(prompt, [], Array.from({ length: 512 }, (_, i) => i));
-      const [a, b] = [...first].filter(([t]) => t !== EOS && t !== 0).sort((x, y) => y[1] - x[1]).map(([t]) => t);
+      const first = referenceLogprobs(
+        prompt,
+        [],
+        Array.from({ length: 512 }, (_, i) => i),
+      );
+      const [a, b] = [...first]
+        .filter(([t]) => t !== EOS && t !== 0)
+        .sort((x, y) => y[1] - x[1])
+        .map(([t]) => t);
       const allowed = [a, b, EOS];
       const truth = exhaustive(prompt, allowed, 4, alpha);
       expect(truth.length).toBe(31);
       const n = 3;
-      const got = await beams({ prompt_ids: prompt, max_tokens: 4, use_beam_search: true, beam_width: 24, n, length_penalty: alpha, early_stopping: 'never', allowed_token_ids: allowed });
+      const got = await beams({
+        prompt_ids: prompt,
+        max_tokens: 4,
+        use_beam_search: true,
+        beam_width: 24,
+        n,
+        length_penalty: alpha,
+        early_stopping: 'never',
+        allowed_token_ids: allowed,
+      });
       expect(got.map((d) => d.index)).toEqual([0, 1, 2]);
       for (let i = 0; i < n; i++) {
         expect(got[i].beam!.score, `candidate ${i} score`).toBeCloseTo(truth[i].score, 4);
         // Sequences compared where the ranking is not a near-tie between float32 and float64 logits.
-        if (truth[i].score - (truth[i + 1]?.score ?? -Infinity) > 1e-3 && (i === 0 || truth[i - 1].score - truth[i].score > 1e-3)) {
+        if (
+          truth[i].score - (truth[i + 1]?.score ?? -Infinity) > 1e-3 &&
+          (i === 0 || truth[i - 1].score - truth[i].score > 1e-3)
+        ) {
           expect(got[i].tokenIds, `candidate ${i}`).toEqual(truth[i].tokens);
         }
         expect(got[i].finishReason).toBe(got[i].tokenIds.at(-1) === EOS ? 'stop' : 'length');
@@ -96,7 +115,9 @@ describe('beam search', () => {
     const truth = exhaustive(p, allowed, 3, 0);
     const scoreOf = (tokens: number[]): number => truth.find((t) => t.tokens.join() === tokens.join())!.score;
     const firstStep = referenceLogprobs(p, [], allowed);
-    expect(firstStep.get(greedy.tokenIds[0])!, "greedy's first token is the locally best").toBeGreaterThan(firstStep.get(beam2.tokenIds[0])!);
+    expect(firstStep.get(greedy.tokenIds[0])!, "greedy's first token is the locally best").toBeGreaterThan(
+      firstStep.get(beam2.tokenIds[0])!,
+    );
     expect(scoreOf(beam2.tokenIds), "beam 2's sequence is better").toBeGreaterThan(scoreOf(greedy.tokenIds) + 0.1);
     expect(beam2.tokenIds, 'and it is the best there is').toEqual(truth[0].tokens);
     expect(greedy.beam!.score).toBeCloseTo(scoreOf(greedy.tokenIds), 4);
@@ -110,8 +131,20 @@ describe('beam search', () => {
 
   it('runs beside ordinary requests, survives preemption, and leaves no block behind', async () => {
     const small = await loadEngine(SUITE_BACKEND, 'tiny', { autoRun: false, blockSize: 4, kvCacheBytes: 18 * 4 * 512 });
-    const beamRequest: GenerationRequest = { prompt_ids: randomIds(5, 6, 3, 512), max_tokens: 10, use_beam_search: true, beam_width: 4, n: 2, ignore_eos: true };
-    const others: GenerationRequest[] = [0, 1, 2].map((i) => ({ prompt_ids: randomIds(50 + i, 5, 3, 512), max_tokens: 24, temperature: 0, ignore_eos: true }));
+    const beamRequest: GenerationRequest = {
+      prompt_ids: randomIds(5, 6, 3, 512),
+      max_tokens: 10,
+      use_beam_search: true,
+      beam_width: 4,
+      n: 2,
+      ignore_eos: true,
+    };
+    const others: GenerationRequest[] = [0, 1, 2].map((i) => ({
+      prompt_ids: randomIds(50 + i, 5, 3, 512),
+      max_tokens: 24,
+      temperature: 0,
+      ignore_eos: true,
+    }));
     const results = await runArrivals(small, [
       { request: beamRequest, at: 0 },
       ...others.map((request, i) => ({ request, at: i + 1 })),
@@ -121,7 +154,8 @@ describe('beam search', () => {
     expect(small.stats().copyOnWrites).toBeGreaterThan(0);
     const alone = await beams(beamRequest);
     expect(results[0].done.tokenIds).toEqual(alone[0].tokenIds);
-    for (const [i, request] of others.entries()) expect(results[i + 1].done.tokenIds).toEqual(ref.greedy(request.prompt_ids as number[], 24));
+    for (const [i, request] of others.entries())
+      expect(results[i + 1].done.tokenIds).toEqual(ref.greedy(request.prompt_ids as number[], 24));
     expect(results[4].done.finishReason).toBe('cancelled');
     expect(small.stats().kv.used).toBe(0);
     small.kv.pool.checkInvariants();
@@ -131,9 +165,20 @@ describe('beam search', () => {
     // Each needs 16 of the 18 blocks. A beam that computed its token waits, holding its blocks, for its
     // preempted siblings; without preempting a whole search, each would hold what the other needs.
     const small = await loadEngine(SUITE_BACKEND, 'tiny', { autoRun: false, blockSize: 4, kvCacheBytes: 18 * 4 * 512 });
-    const search = (seed: number): GenerationRequest => ({ prompt_ids: randomIds(seed, 6, 3, 512), max_tokens: 10, use_beam_search: true, beam_width: 4, n: 2, ignore_eos: true });
-    const results = await runArrivals(small, [{ request: search(1), at: 0 }, { request: search(2), at: 0 }]);
-    for (const [i, seed] of [1, 2].entries()) expect(results[i].done.tokenIds).toEqual((await beams(search(seed)))[0].tokenIds);
+    const search = (seed: number): GenerationRequest => ({
+      prompt_ids: randomIds(seed, 6, 3, 512),
+      max_tokens: 10,
+      use_beam_search: true,
+      beam_width: 4,
+      n: 2,
+      ignore_eos: true,
+    });
+    const results = await runArrivals(small, [
+      { request: search(1), at: 0 },
+      { request: search(2), at: 0 },
+    ]);
+    for (const [i, seed] of [1, 2].entries())
+      expect(results[i].done.tokenIds).toEqual((await beams(search(seed)))[0].tokenIds);
     expect(small.stats().kv.used).toBe(0);
     small.kv.pool.checkInvariants();
   });

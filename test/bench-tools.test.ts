@@ -11,7 +11,12 @@ import { decodePlotSvg } from '../scripts/bench/svg-plot.js';
 describe('bench options', () => {
   it('defaults are the full run of the issue', () => {
     const o = parseBenchOptions([], {});
-    expect(o.variants.map((v) => `${v.model}:${v.dtype}`)).toEqual(['bench-135m:fp32', 'bench-135m:int8', 'bench-135m:q4', 'tiny:fp32']);
+    expect(o.variants.map((v) => `${v.model}:${v.dtype}`)).toEqual([
+      'bench-135m:fp32',
+      'bench-135m:int8',
+      'bench-135m:q4',
+      'tiny:fp32',
+    ]);
     expect(o.backends).toEqual(['cpu', 'wasm']);
     expect(o.runs).toBe(5);
     expect(o.batches).toEqual([1, 4, 16, 32]);
@@ -21,7 +26,11 @@ describe('bench options', () => {
   });
 
   it('flags win over BENCH_* variables, which win over --quick and the defaults', () => {
-    const o = parseBenchOptions(['--runs', '7', '--quick'], { BENCH_RUNS: '6', BENCH_BACKENDS: 'wasm', BENCH_SESSION_MODELS: 'tiny:fp32' });
+    const o = parseBenchOptions(['--runs', '7', '--quick'], {
+      BENCH_RUNS: '6',
+      BENCH_BACKENDS: 'wasm',
+      BENCH_SESSION_MODELS: 'tiny:fp32',
+    });
     expect(o.runs).toBe(7);
     expect(o.backends).toEqual(['wasm']);
     expect(o.batches).toEqual([1, 16]); // from --quick
@@ -61,11 +70,25 @@ describe('roofline', () => {
 describe('plot', () => {
   it('one line and one legend entry per bench-135m (dtype, backend); tiny is left out', () => {
     const v = (backend: 'cpu' | 'wasm', model: 'bench-135m' | 'tiny', dtype: 'fp32' | 'int8', k: number) => ({
-      model, dtype, backend, weightBytes: 0, kvBytesPerToken: 0, decodeVsBatch1: {}, prefill: {},
+      model,
+      dtype,
+      backend,
+      weightBytes: 0,
+      kvBytesPerToken: 0,
+      decodeVsBatch1: {},
+      prefill: {},
       decode: { 1: { median: k, runs: [k] }, 16: { median: 5 * k, runs: [5 * k] } },
     });
     const backends: BackendResult[] = [
-      { backend: 'cpu', seconds: 1, variants: [v('cpu', 'bench-135m', 'fp32', 30), v('cpu', 'bench-135m', 'int8', 60), v('cpu', 'tiny', 'fp32', 4000)] },
+      {
+        backend: 'cpu',
+        seconds: 1,
+        variants: [
+          v('cpu', 'bench-135m', 'fp32', 30),
+          v('cpu', 'bench-135m', 'int8', 60),
+          v('cpu', 'tiny', 'fp32', 4000),
+        ],
+      },
       { backend: 'wasm', seconds: 1, variants: [v('wasm', 'bench-135m', 'fp32', 25)] },
     ];
     const svg = decodePlotSvg(backends, 'title');

@@ -6,7 +6,9 @@ import { mulberry32 } from './helpers/prng.js';
 
 describe('prefix-cache block hashes', () => {
   it('sha256Hex equals node:crypto on the FIPS vectors and on every length around the block boundaries', () => {
-    expect(sha256Hex(new TextEncoder().encode('abc'))).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
+    expect(sha256Hex(new TextEncoder().encode('abc'))).toBe(
+      'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad',
+    );
     expect(sha256Hex(new Uint8Array(0))).toBe('e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855');
     const next = mulberry32(5);
     for (let length = 0; length < 200; length++) {

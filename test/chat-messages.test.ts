@@ -6,7 +6,7 @@ import { renderChat } from '../src/tokenizer/chat-template.js';
 import { contentText, validateMessages } from '../src/tokenizer/chat-messages.js';
 import { chatMessages } from '../src/worker/params.js';
 
-const CHATML = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}";
+const CHATML = '{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}';
 
 function paramOf(f: () => unknown): string | undefined {
   try {
@@ -20,7 +20,15 @@ function paramOf(f: () => unknown): string | undefined {
 
 describe('chat messages', () => {
   it('joins text parts with a newline, at the edge and in the template alike', () => {
-    const messages = [{ role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }] }];
+    const messages = [
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'a' },
+          { type: 'text', text: 'b' },
+        ],
+      },
+    ];
     expect(chatMessages({ messages })).toEqual([{ role: 'user', content: 'a\nb' }]);
     expect(renderChat(CHATML, messages, {}, { addGenerationPrompt: false })).toBe('<|user|>a\nb\n');
     expect(renderChat(CHATML, chatMessages({ messages }), {}, { addGenerationPrompt: false })).toBe('<|user|>a\nb\n');
@@ -28,7 +36,13 @@ describe('chat messages', () => {
   });
 
   it('maps developer to system; an assistant may have null or no content, a user may not', () => {
-    expect(validateMessages([{ role: 'developer', content: 'r' }, { role: 'assistant', content: null }, { role: 'assistant' }])).toEqual([
+    expect(
+      validateMessages([
+        { role: 'developer', content: 'r' },
+        { role: 'assistant', content: null },
+        { role: 'assistant' },
+      ]),
+    ).toEqual([
       { role: 'system', content: 'r' },
       { role: 'assistant', content: '' },
       { role: 'assistant', content: '' },
@@ -46,10 +60,30 @@ describe('chat messages', () => {
     ['messages[0].role', [{ content: 'x' }]],
     ['messages[0].tool_call_id', [{ role: 'tool', content: 'x' }]],
     ['messages[0].tool_calls', [{ role: 'user', content: 'x', tool_calls: [] }]],
-    ['messages[0].tool_calls[0].function.arguments', [{ role: 'assistant', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: {} } }] }]],
+    [
+      'messages[0].tool_calls[0].function.arguments',
+      [{ role: 'assistant', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: {} } }] }],
+    ],
     ['messages[0].role', [{ role: 'toString', content: 'x' }]],
-    ['messages[1].content', [{ role: 'user', content: 'x' }, { role: 'user', content: 5 }]],
-    ['messages[0].content[1]', [{ role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'image_url', image_url: {} }] }]],
+    [
+      'messages[1].content',
+      [
+        { role: 'user', content: 'x' },
+        { role: 'user', content: 5 },
+      ],
+    ],
+    [
+      'messages[0].content[1]',
+      [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'a' },
+            { type: 'image_url', image_url: {} },
+          ],
+        },
+      ],
+    ],
     ['messages[0].content[0]', [{ role: 'user', content: [{ type: 'text', text: 7 }] }]],
     ['messages[0].content[0]', [{ role: 'user', content: [null] }]],
   ])('refuses a wrong %s, the same at the edge and in the template', (param, messages) => {

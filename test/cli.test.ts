@@ -8,7 +8,10 @@ import { loadReference } from './reference/load-reference.js';
 import { modelDir } from './helpers/engines.js';
 
 function generate(...args: string[]): { status: number | null; stdout: string; stderr: string } {
-  const result = spawnSync('npx', ['tsx', 'scripts/generate.ts', '--model', modelDir('tiny'), ...args], { encoding: 'utf8', timeout: 60_000 });
+  const result = spawnSync('npx', ['tsx', 'scripts/generate.ts', '--model', modelDir('tiny'), ...args], {
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
   return { status: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 
@@ -16,7 +19,17 @@ describe('npm run generate', () => {
   it('--json with temperature 0 gives the reference greedy tokens, on both backends', async () => {
     const ref = await loadReference(modelDir('tiny'));
     for (const backend of ['cpu', 'wasm']) {
-      const { status, stdout } = generate('--prompt', 'Hello', '--max-tokens', '32', '--temperature', '0', '--json', '--backend', backend);
+      const { status, stdout } = generate(
+        '--prompt',
+        'Hello',
+        '--max-tokens',
+        '32',
+        '--temperature',
+        '0',
+        '--json',
+        '--backend',
+        backend,
+      );
       expect(status).toBe(0);
       const out = JSON.parse(stdout);
       const expected = ref.greedy(out.prompt_ids, 32);
@@ -45,7 +58,15 @@ describe('npm run generate', () => {
   });
 
   it('--speculative ngram|draft gives the same greedy tokens and reports the proposals', () => {
-    const base = ['--prompt', 'the cat sat on the mat, the cat sat on the mat, the cat', '--max-tokens', '24', '--temperature', '0', '--json'];
+    const base = [
+      '--prompt',
+      'the cat sat on the mat, the cat sat on the mat, the cat',
+      '--max-tokens',
+      '24',
+      '--temperature',
+      '0',
+      '--json',
+    ];
     const plain = JSON.parse(generate(...base).stdout);
     const lookup = generate(...base, '--speculative', 'ngram', '--num-speculative-tokens', '3');
     expect(lookup.status, lookup.stderr).toBe(0);
@@ -61,9 +82,22 @@ describe('npm run generate', () => {
   });
 
   it('--beam-width prints the --n best beams, best first, with their scores', () => {
-    const { status, stdout, stderr } = generate('--prompt', 'Hello', '--max-tokens', '6', '--beam-width', '4', '--n', '3', '--json');
+    const { status, stdout, stderr } = generate(
+      '--prompt',
+      'Hello',
+      '--max-tokens',
+      '6',
+      '--beam-width',
+      '4',
+      '--n',
+      '3',
+      '--json',
+    );
     expect(status, stderr).toBe(0);
-    const beams = stdout.trim().split('\n').map((line) => JSON.parse(line));
+    const beams = stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
     expect(beams).toHaveLength(3);
     for (const b of beams) expect(b.token_ids.length).toBeGreaterThan(0);
     expect(beams[0].beam_score).toBeGreaterThanOrEqual(beams[1].beam_score);

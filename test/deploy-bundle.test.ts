@@ -25,12 +25,16 @@ const FREE_PLAN_KIB = 3072;
 function dryRun(flags: string[], check: (log: string, out: string) => void): void {
   const out = mkdtempSync(join(tmpdir(), 'edge-infer-bundle-'));
   try {
-    const run = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/deploy.ts', '--dry-run', ...flags, '--outdir', out], {
-      cwd: ROOT,
-      encoding: 'utf8',
-      env: { ...process.env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1', CI: 'true' },
-      timeout: 150_000,
-    });
+    const run = spawnSync(
+      process.execPath,
+      ['--import', 'tsx', 'scripts/deploy.ts', '--dry-run', ...flags, '--outdir', out],
+      {
+        cwd: ROOT,
+        encoding: 'utf8',
+        env: { ...process.env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1', CI: 'true' },
+        timeout: 150_000,
+      },
+    );
     const log = `${run.stdout}\n${run.stderr}`;
     expect(run.status, log).toBe(0);
     check(log, out);
@@ -48,7 +52,9 @@ describe('npm run deploy', () => {
       // Our own measure of what wrangler reports: every module it wrote, gzipped one by one.
       const files = readdirSync(out).filter((f) => !f.endsWith('.map') && f !== 'README.md');
       const ours = files.reduce((n, f) => n + gzipSync(readFileSync(join(out, f))).length, 0) / 1024;
-      console.log(`deploy bundle: ${total.toFixed(0)} KiB, gzip ${gzip.toFixed(0)} KiB (wrangler); modules: ${files.join(', ')}; gzip measured here ${ours.toFixed(0)} KiB; budget ${GZIP_BUDGET_KIB} KiB`);
+      console.log(
+        `deploy bundle: ${total.toFixed(0)} KiB, gzip ${gzip.toFixed(0)} KiB (wrangler); modules: ${files.join(', ')}; gzip measured here ${ours.toFixed(0)} KiB; budget ${GZIP_BUDGET_KIB} KiB`,
+      );
       expect(files).toContain('index.js');
       expect(Math.abs(ours - gzip) / gzip).toBeLessThan(0.1);
       expect(gzip).toBeLessThan(GZIP_BUDGET_KIB);
@@ -71,7 +77,12 @@ describe('npm run deploy', () => {
   }, 180_000);
 
   it('passes production vars before the user’s flags and keeps its own flags to itself', () => {
-    expect(deployArgs(['--allow-open', '--dry-run'])).toEqual(['deploy', '--var', 'ALLOW_LOOPBACK_CALLBACKS:false', '--dry-run']);
+    expect(deployArgs(['--allow-open', '--dry-run'])).toEqual([
+      'deploy',
+      '--var',
+      'ALLOW_LOOPBACK_CALLBACKS:false',
+      '--dry-run',
+    ]);
     expect(hasApiKeysSecret('[{"name":"API_KEYS","type":"secret_text"}]')).toBe(true);
     expect(hasApiKeysSecret('[{"name":"OTHER","type":"secret_text"}]')).toBe(false);
     expect(hasApiKeysSecret('not json')).toBe(false);

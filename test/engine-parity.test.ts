@@ -10,7 +10,11 @@ const FP32_TOLERANCE = 1e-4;
 const STEPS = 32;
 
 /** Teacher-forced run: the engine follows the reference's greedy tokens; returns the worst logit gap seen. */
-async function compareLogits(engine: Engine, ref: LlamaReference, prompt: number[]): Promise<{ maxDiff: number; relRms: number; minGap: number; agree: boolean }> {
+async function compareLogits(
+  engine: Engine,
+  ref: LlamaReference,
+  prompt: number[],
+): Promise<{ maxDiff: number; relRms: number; minGap: number; agree: boolean }> {
   ref.reset();
   const kv = engine.kv.create();
   let maxDiff = 0;
@@ -71,7 +75,12 @@ for (const backend of ['cpu', 'kernels', 'ort-wasm'] as const) {
       it('generates the reference greedy tokens', async () => {
         for (const [, prompt] of prompts()) {
           const expected = ref.greedy(prompt, STEPS);
-          const { done } = await collect(engine, { prompt_ids: prompt, max_tokens: STEPS, temperature: 0, ignore_eos: true });
+          const { done } = await collect(engine, {
+            prompt_ids: prompt,
+            max_tokens: STEPS,
+            temperature: 0,
+            ignore_eos: true,
+          });
           expect(done.tokenIds).toEqual(expected);
           expect(new Set(done.tokenIds).size, 'greedy output is not one token repeated').toBeGreaterThan(1);
         }

@@ -15,7 +15,12 @@ afterAll(() => engine.runner.release());
 describe('streaming', () => {
   it('token texts concatenate to the final text, which is the decoded completion', async () => {
     for (let seed = 1; seed <= 5; seed++) {
-      const { tokens, done } = await collect(engine, { prompt_ids: randomIds(seed, 12, 3, 512), max_tokens: 48, temperature: 1, seed });
+      const { tokens, done } = await collect(engine, {
+        prompt_ids: randomIds(seed, 12, 3, 512),
+        max_tokens: 48,
+        temperature: 1,
+        seed,
+      });
       expect(tokens.map((t) => t.text).join('')).toBe(done.text);
       expect(done.text).toBe(engine.tokenizer.decode(done.tokenIds, { skipSpecialTokens: true }));
       expect(tokens.some((t) => t.text.includes('\uFFFD')) && !done.text.includes('\uFFFD')).toBe(false);
@@ -33,7 +38,12 @@ describe('streaming', () => {
   });
 
   it('a stop string ends the text before it, even when split across tokens, and is never emitted', async () => {
-    const base = await collect(engine, { prompt: 'Once upon a time', max_tokens: 40, temperature: 0, ignore_eos: true });
+    const base = await collect(engine, {
+      prompt: 'Once upon a time',
+      max_tokens: 40,
+      temperature: 0,
+      ignore_eos: true,
+    });
     // A stop that starts inside one token's text and ends inside a later one.
     const pieces = base.tokens.map((t) => t.text);
     let at = 0;
@@ -41,7 +51,13 @@ describe('streaming', () => {
     while (i < pieces.length && (pieces[i].length < 2 || at < 10)) at += pieces[i++].length;
     const stop = base.done.text.slice(at + 1, at + pieces[i].length + 2);
     const expected = base.done.text.slice(0, base.done.text.indexOf(stop));
-    const { tokens, done } = await collect(engine, { prompt: 'Once upon a time', max_tokens: 40, temperature: 0, ignore_eos: true, stop: [stop] });
+    const { tokens, done } = await collect(engine, {
+      prompt: 'Once upon a time',
+      max_tokens: 40,
+      temperature: 0,
+      ignore_eos: true,
+      stop: [stop],
+    });
     expect(done.finishReason).toBe('stop');
     expect(done.stopReason).toBe('string');
     expect(done.text).toBe(expected);
@@ -51,7 +67,12 @@ describe('streaming', () => {
   it('stop_token_ids and EOS end the generation without emitting the token as text', async () => {
     const base = await collect(engine, { prompt_ids: [5, 6, 7], max_tokens: 20, temperature: 0, ignore_eos: true });
     const stopId = base.done.tokenIds[5];
-    const { done } = await collect(engine, { prompt_ids: [5, 6, 7], max_tokens: 20, temperature: 0, stop_token_ids: [stopId] });
+    const { done } = await collect(engine, {
+      prompt_ids: [5, 6, 7],
+      max_tokens: 20,
+      temperature: 0,
+      stop_token_ids: [stopId],
+    });
     expect(done.finishReason).toBe('stop');
     expect(done.stopReason).toBe(stopId);
     expect(done.tokenIds).toEqual(base.done.tokenIds.slice(0, base.done.tokenIds.indexOf(stopId) + 1));
@@ -59,7 +80,14 @@ describe('streaming', () => {
   });
 
   it('the same seed gives the same tokens; another seed gives others', async () => {
-    const request: GenerationRequest = { prompt: 'The weather', max_tokens: 32, temperature: 1.2, top_p: 0.95, seed: 1234, ignore_eos: true };
+    const request: GenerationRequest = {
+      prompt: 'The weather',
+      max_tokens: 32,
+      temperature: 1.2,
+      top_p: 0.95,
+      seed: 1234,
+      ignore_eos: true,
+    };
     const a = await collect(engine, request);
     const b = await collect(engine, request);
     const c = await collect(engine, { ...request, seed: 4321 });
@@ -68,7 +96,14 @@ describe('streaming', () => {
   });
 
   it('logprobs: each token carries its own log-probability and the top alternatives', async () => {
-    const { tokens } = await collect(engine, { prompt: 'Hi', max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 3, ignore_eos: true });
+    const { tokens } = await collect(engine, {
+      prompt: 'Hi',
+      max_tokens: 5,
+      temperature: 0,
+      logprobs: true,
+      top_logprobs: 3,
+      ignore_eos: true,
+    });
     for (const t of tokens) {
       expect(t.logprob).toBeLessThanOrEqual(0);
       expect(t.topLogprobs).toHaveLength(3);
@@ -80,7 +115,9 @@ describe('streaming', () => {
   it('chat messages are rendered with the chat template', async () => {
     const messages = [{ role: 'user', content: 'Hello!' }];
     const resolved = engine.resolve({ messages });
-    expect(engine.tokenizer.decode(resolved.promptIds)).toBe('<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n');
+    expect(engine.tokenizer.decode(resolved.promptIds)).toBe(
+      '<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n',
+    );
   });
 });
 
@@ -88,7 +125,12 @@ describe('cancellation', () => {
   it('leaving the stream early cancels the request and frees its blocks', async () => {
     const before = engine.stats().kv;
     let seen = 0;
-    for await (const event of engine.generate({ prompt: 'Cancel me', max_tokens: 200, temperature: 0, ignore_eos: true })) {
+    for await (const event of engine.generate({
+      prompt: 'Cancel me',
+      max_tokens: 200,
+      temperature: 0,
+      ignore_eos: true,
+    })) {
       if (event.type === 'token' && ++seen === 3) break;
     }
     while (engine.busy) await new Promise((r) => setTimeout(r, 5));
@@ -98,7 +140,10 @@ describe('cancellation', () => {
 
   it('an aborted signal ends the request with finish reason cancelled', async () => {
     const controller = new AbortController();
-    const events = engine.generate({ prompt: 'Abort me', max_tokens: 200, temperature: 0, ignore_eos: true }, { signal: controller.signal });
+    const events = engine.generate(
+      { prompt: 'Abort me', max_tokens: 200, temperature: 0, ignore_eos: true },
+      { signal: controller.signal },
+    );
     let done;
     let count = 0;
     for await (const event of events) {

@@ -80,7 +80,9 @@ function readGguf(bytes: Uint8Array): { meta: Map<string, unknown>; tensors: Rea
 function f32Data(bytes: Uint8Array, dataStart: number, t: ReadTensor): Float32Array {
   const n = t.ne.reduce((a, b) => a * b, 1);
   // A copy (Buffer#slice would share the file's ArrayBuffer), so the floats start at byte 0.
-  return new Float32Array(Uint8Array.prototype.slice.call(bytes, dataStart + t.offset, dataStart + t.offset + 4 * n).buffer);
+  return new Float32Array(
+    Uint8Array.prototype.slice.call(bytes, dataStart + t.offset, dataStart + t.offset + 4 * n).buffer,
+  );
 }
 
 /** ggml's dequantisation, written from the block layout. */
@@ -128,7 +130,9 @@ describe('GGUF layout', () => {
     expect(tensors.map((t) => t.name)).toEqual([
       'token_embd.weight',
       ...Array.from({ length: p.numLayers }, (_, i) =>
-        ['attn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output', 'ffn_norm', 'ffn_gate', 'ffn_up', 'ffn_down'].map((n) => `blk.${i}.${n}.weight`),
+        ['attn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output', 'ffn_norm', 'ffn_gate', 'ffn_up', 'ffn_down'].map(
+          (n) => `blk.${i}.${n}.weight`,
+        ),
       ).flat(),
       'output_norm.weight',
     ]);
@@ -201,7 +205,11 @@ describe('llama.cpp (wllama) runs the written GGUF', () => {
    * rounding in llama.cpp may rightly pick the other token and the two runs part ways.
    */
   const NEAR_TIE = 0.01;
-  async function referenceGreedy(model: string, prompt: number[], banned: ReadonlySet<number>): Promise<{ ids: number[]; firm: number }> {
+  async function referenceGreedy(
+    model: string,
+    prompt: number[],
+    banned: ReadonlySet<number>,
+  ): Promise<{ ids: number[]; firm: number }> {
     const ref = await loadReference(modelDir(model));
     const ids: number[] = [];
     let firm = -1;

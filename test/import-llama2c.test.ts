@@ -15,7 +15,13 @@ import { directorySource } from '../src/sources/directory-source.js';
 import { IncrementalDetokenizer } from '../src/tokenizer/incremental-detokenizer.js';
 import { TextTokenizer } from '../src/tokenizer/tokenizer.js';
 import { argmax, collect, maxAbsDiff, topGap } from './helpers/engines.js';
-import { runcEncode, trainVocab, writeCheckpoint, writeTokenizerBin, type Llama2cTestVocab } from './helpers/llama2c.js';
+import {
+  runcEncode,
+  trainVocab,
+  writeCheckpoint,
+  writeTokenizerBin,
+  type Llama2cTestVocab,
+} from './helpers/llama2c.js';
 import { loadLlama2cReference } from './reference/llama2c-weights.js';
 import type { LlamaReference } from './reference/llama-reference.js';
 import { llama2cTokenizerFiles } from '../scripts/import/llama2c-tokenizer.js';
@@ -56,7 +62,9 @@ describe('llama2.c tokenizer -> tokenizer.json', () => {
   });
 
   it("encodes as run.c's encode (BPE by score, dummy prefix, byte fallback)", () => {
-    const corpusLines = readFileSync(join(ROOT, 'scripts/tokenizer/corpus.txt'), 'utf8').split('\n').filter((l) => l.trim());
+    const corpusLines = readFileSync(join(ROOT, 'scripts/tokenizer/corpus.txt'), 'utf8')
+      .split('\n')
+      .filter((l) => l.trim());
     let byteFallbacks = 0;
     for (const text of [...TEXTS, ...corpusLines]) {
       const expected = runcEncode(vocab, text, false);
@@ -68,9 +76,15 @@ describe('llama2.c tokenizer -> tokenizer.json', () => {
 
   it('pieces named like Object.prototype members ("constructor", "toString") are ordinary tokens', () => {
     const names = ['constructor', 'toString', '__proto__', 'hasOwnProperty'];
-    const files = llama2cTokenizerFiles({ maxTokenLength: 16, pieces: [...vocab.pieces, ...names], scores: Float32Array.from([...vocab.scores, -1, -2, -3, -4]) });
+    const files = llama2cTokenizerFiles({
+      maxTokenLength: 16,
+      pieces: [...vocab.pieces, ...names],
+      scores: Float32Array.from([...vocab.scores, -1, -2, -3, -4]),
+    });
     const model = (files.tokenizerJson as { model: { vocab: Record<string, number> } }).model;
-    names.forEach((name, i) => expect(Object.getOwnPropertyDescriptor(model.vocab, name)?.value).toBe(vocab.pieces.length + i));
+    names.forEach((name, i) =>
+      expect(Object.getOwnPropertyDescriptor(model.vocab, name)?.value).toBe(vocab.pieces.length + i),
+    );
   });
 
   it('chat prompts start with BOS as run.c does; decoding gives the text back, streamed or not', () => {
@@ -96,7 +110,10 @@ interface Case {
 
 const CASES: Case[] = [
   { name: 'GQA, shared classifier', shape: { ...PRESETS.tiny, maxPositionEmbeddings: SEQ } },
-  { name: 'MHA, unshared classifier', shape: { ...PRESETS.tiny, numKvHeads: 4, tieWordEmbeddings: false, maxPositionEmbeddings: SEQ } },
+  {
+    name: 'MHA, unshared classifier',
+    shape: { ...PRESETS.tiny, numKvHeads: 4, tieWordEmbeddings: false, maxPositionEmbeddings: SEQ },
+  },
 ];
 
 for (const [i, c] of CASES.entries()) {
@@ -138,11 +155,21 @@ for (const [i, c] of CASES.entries()) {
           expect(minGap, 'greedy decisions are not near-ties').toBeGreaterThan(1e-3);
 
           const expected = ref.greedy(prompt(), STEPS);
-          const { done } = await collect(engine, { prompt_ids: prompt(), max_tokens: STEPS, temperature: 0, ignore_eos: true });
+          const { done } = await collect(engine, {
+            prompt_ids: prompt(),
+            max_tokens: STEPS,
+            temperature: 0,
+            ignore_eos: true,
+          });
           expect(done.tokenIds).toEqual(expected);
           expect(new Set(expected).size).toBeGreaterThan(1);
           // A chat message is BOS + the text, as run.c feeds its prompt.
-          const chat = await collect(engine, { messages: [{ role: 'user', content: 'Once upon a time, there was' }], max_tokens: 4, temperature: 0, ignore_eos: true });
+          const chat = await collect(engine, {
+            messages: [{ role: 'user', content: 'Once upon a time, there was' }],
+            max_tokens: 4,
+            temperature: 0,
+            ignore_eos: true,
+          });
           expect(chat.done.promptIds).toEqual(prompt());
         } finally {
           await engine.runner.release();
@@ -157,10 +184,33 @@ describe('model:import llama2c: the command and bad input', () => {
     const shape = { ...PRESETS.tiny, vocabSize: vocab.pieces.length };
     writeCheckpoint(join(dir, 'cli.bin'), shape, SEQ, 3);
     const out = join(dir, 'cli-model');
-    execFileSync(process.execPath, ['--import', 'tsx', join(ROOT, 'scripts/model-import.ts'), 'llama2c', join(dir, 'cli.bin'), join(dir, 'tokenizer.bin'), '--out', out, '--dtype', 'fp32,q4'], { cwd: ROOT, stdio: 'pipe' });
+    execFileSync(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        join(ROOT, 'scripts/model-import.ts'),
+        'llama2c',
+        join(dir, 'cli.bin'),
+        join(dir, 'tokenizer.bin'),
+        '--out',
+        out,
+        '--dtype',
+        'fp32,q4',
+      ],
+      { cwd: ROOT, stdio: 'pipe' },
+    );
     const config = JSON.parse(readFileSync(join(out, 'config.json'), 'utf8'));
-    expect(config).toMatchObject({ model_type: 'llama', hidden_size: 64, num_key_value_heads: 2, vocab_size: vocab.pieces.length, max_position_embeddings: SEQ });
-    expect(readFileSync(join(out, 'onnx/model_q4.onnx')).byteLength).toBeLessThan(readFileSync(join(out, 'onnx/model.onnx')).byteLength);
+    expect(config).toMatchObject({
+      model_type: 'llama',
+      hidden_size: 64,
+      num_key_value_heads: 2,
+      vocab_size: vocab.pieces.length,
+      max_position_embeddings: SEQ,
+    });
+    expect(readFileSync(join(out, 'onnx/model_q4.onnx')).byteLength).toBeLessThan(
+      readFileSync(join(out, 'onnx/model.onnx')).byteLength,
+    );
   });
 
   it('refuses a truncated checkpoint, a tokenizer of another vocabulary size, and bad arguments', () => {
@@ -169,12 +219,20 @@ describe('model:import llama2c: the command and bad input', () => {
     const full = readFileSync(join(dir, 'cut.bin'));
     writeFileSync(join(dir, 'cut.bin'), full.subarray(0, full.byteLength - 100));
     const out = join(dir, 'never');
-    expect(() => runImport(parseImportArgs(['llama2c', join(dir, 'cut.bin'), join(dir, 'tokenizer.bin'), '--out', out]))).toThrow(/header implies \d+ bytes, file has/);
+    expect(() =>
+      runImport(parseImportArgs(['llama2c', join(dir, 'cut.bin'), join(dir, 'tokenizer.bin'), '--out', out])),
+    ).toThrow(/header implies \d+ bytes, file has/);
     writeCheckpoint(join(dir, 'other.bin'), { ...shape, vocabSize: vocab.pieces.length - 5 }, SEQ, 3);
-    expect(() => runImport(parseImportArgs(['llama2c', join(dir, 'other.bin'), join(dir, 'tokenizer.bin'), '--out', out]))).toThrow(/vocab_size does not match/);
+    expect(() =>
+      runImport(parseImportArgs(['llama2c', join(dir, 'other.bin'), join(dir, 'tokenizer.bin'), '--out', out])),
+    ).toThrow(/vocab_size does not match/);
     writeFileSync(join(dir, 'v1.bin'), Buffer.from(Int32Array.of(0x616b3432, 1, 64, 176, 2, 4, 2, 512, 256).buffer));
-    expect(() => runImport(parseImportArgs(['llama2c', join(dir, 'v1.bin'), join(dir, 'tokenizer.bin'), '--out', out]))).toThrow(/version 1\/2 format .*re-export with --version 0/);
+    expect(() =>
+      runImport(parseImportArgs(['llama2c', join(dir, 'v1.bin'), join(dir, 'tokenizer.bin'), '--out', out])),
+    ).toThrow(/version 1\/2 format .*re-export with --version 0/);
     expect(() => parseImportArgs(['llama2c', 'a.bin', '--out', out])).toThrow(/usage/);
-    expect(() => parseImportArgs(['llama2c', 'a.bin', 'b.bin', '--out', out, '--dtype', 'int3'])).toThrow(/--dtype: int3/);
+    expect(() => parseImportArgs(['llama2c', 'a.bin', 'b.bin', '--out', out, '--dtype', 'int3'])).toThrow(
+      /--dtype: int3/,
+    );
   });
 });

@@ -30,7 +30,8 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 function folder(name: string, onnxFile: string, onnx: Uint8Array, configPatch: Record<string, unknown> = {}): string {
   const out = join(dir, name);
   mkdirSync(join(out, 'onnx'), { recursive: true });
-  for (const f of ['generation_config.json', 'tokenizer.json', 'tokenizer_config.json']) copyFileSync(join(modelDir('tiny'), f), join(out, f));
+  for (const f of ['generation_config.json', 'tokenizer.json', 'tokenizer_config.json'])
+    copyFileSync(join(modelDir('tiny'), f), join(out, f));
   const config = JSON.parse(readFileSync(join(modelDir('tiny'), 'config.json'), 'utf8'));
   writeFileSync(join(out, 'config.json'), JSON.stringify({ ...config, ...configPatch }));
   writeFileSync(join(out, 'onnx', onnxFile), onnx);
@@ -47,11 +48,18 @@ async function refusal(load: Promise<unknown>): Promise<InvalidRequestError> {
 }
 
 describe('half conversion (the engine side of fp16 KV)', () => {
-  it('agrees with the generator\'s converter on every half and on rounding', () => {
+  it("agrees with the generator's converter on every half and on rounding", () => {
     const all = Uint16Array.from({ length: 65536 }, (_, i) => i);
     const decoded = fromHalf(all);
-    for (let h = 0; h < 65536; h++) expect(Object.is(decoded[h], Math.fround(fromHalfBits(h))) || (Number.isNaN(decoded[h]) && Number.isNaN(fromHalfBits(h)))).toBe(true);
-    const samples = Float32Array.from({ length: 20000 }, (_, i) => Math.sinh((i - 10000) / 900) * (i % 7 === 0 ? 1e-5 : 1));
+    for (let h = 0; h < 65536; h++)
+      expect(
+        Object.is(decoded[h], Math.fround(fromHalfBits(h))) ||
+          (Number.isNaN(decoded[h]) && Number.isNaN(fromHalfBits(h))),
+      ).toBe(true);
+    const samples = Float32Array.from(
+      { length: 20000 },
+      (_, i) => Math.sinh((i - 10000) / 900) * (i % 7 === 0 ? 1e-5 : 1),
+    );
     expect([...toHalf(samples)]).toEqual([...samples].map(toHalfBits));
     expect(halfBits(65520)).toBe(0x7c00); // rounds past the largest half: infinity
   });
@@ -61,14 +69,29 @@ describe('an export-like graph: fp16 KV inputs/outputs and fp16 logits (model_fp
   // onnxruntime's two builds; the edge kernels read the weights alone and never see this graph's I/O.
   for (const backend of ['cpu', 'ort-wasm'] as const) {
     it(`${backend}: the engine feeds it from its float32 pool and gives the reference's greedy tokens`, async () => {
-      const graph = buildLlamaModel(PRESETS.tiny, makeWeights(PRESETS.tiny, DEFAULT_SEED), 'fp32', { kv: 'float16', logits: 'float16' });
+      const graph = buildLlamaModel(PRESETS.tiny, makeWeights(PRESETS.tiny, DEFAULT_SEED), 'fp32', {
+        kv: 'float16',
+        logits: 'float16',
+      });
       const out = folder(`fp16-io-${backend}`, 'model_fp16.onnx', toBytes(encodeModel(graph)));
-      const engine = await Engine.load(await nodeRuntime(backend), directorySource(out), { dtype: 'fp16', kvCacheBytes: 4 << 20 });
+      const engine = await Engine.load(await nodeRuntime(backend), directorySource(out), {
+        dtype: 'fp16',
+        kvCacheBytes: 4 << 20,
+      });
       try {
-        expect((engine.runner as ModelRunner).io).toMatchObject({ kvType: 'float16', logitsType: 'float16', hasPositionIds: true });
+        expect((engine.runner as ModelRunner).io).toMatchObject({
+          kvType: 'float16',
+          logitsType: 'float16',
+          hasPositionIds: true,
+        });
         const ref = await loadReference(modelDir('tiny'));
         const prompt = engine.tokenizer.encode('Hello');
-        const { done } = await collect(engine, { prompt_ids: prompt, max_tokens: 24, temperature: 0, ignore_eos: true });
+        const { done } = await collect(engine, {
+          prompt_ids: prompt,
+          max_tokens: 24,
+          temperature: 0,
+          ignore_eos: true,
+        });
         expect(done.tokenIds).toEqual(ref.greedy(prompt, 24));
         // Teacher-forced logits: fp16 KV and logits cost ~1e-3 relative error here, not more.
         ref.reset();
@@ -98,14 +121,21 @@ describe('an export-like graph: fp16 KV inputs/outputs and fp16 logits (model_fp
 
 describe('an export that takes no position_ids (positions counted from attention_mask in the graph)', () => {
   it('is fed without them; batched rows with different pasts still give the reference tokens', async () => {
-    const graph = buildLlamaModel(PRESETS.tiny, makeWeights(PRESETS.tiny, DEFAULT_SEED), 'fp32', { positionIds: false });
+    const graph = buildLlamaModel(PRESETS.tiny, makeWeights(PRESETS.tiny, DEFAULT_SEED), 'fp32', {
+      positionIds: false,
+    });
     const out = folder('no-position-ids', 'model.onnx', toBytes(encodeModel(graph)));
     const engine = await Engine.load(await nodeRuntime('cpu'), directorySource(out), { kvCacheBytes: 4 << 20 });
     try {
       expect((engine.runner as ModelRunner).io.hasPositionIds).toBe(false);
       const ref = await loadReference(modelDir('tiny'));
-      const prompts = [engine.tokenizer.encode('Hello'), engine.tokenizer.encode('A longer prompt, so the rows are padded differently')];
-      const results = await Promise.all(prompts.map((p) => collect(engine, { prompt_ids: p, max_tokens: 16, temperature: 0, ignore_eos: true })));
+      const prompts = [
+        engine.tokenizer.encode('Hello'),
+        engine.tokenizer.encode('A longer prompt, so the rows are padded differently'),
+      ];
+      const results = await Promise.all(
+        prompts.map((p) => collect(engine, { prompt_ids: p, max_tokens: 16, temperature: 0, ignore_eos: true })),
+      );
       results.forEach(({ done }, i) => expect(done.tokenIds).toEqual(ref.greedy(prompts[i], 16)));
     } finally {
       await engine.runner.release();
@@ -122,7 +152,9 @@ describe('refusals', () => {
     expect(err.code).toBe('unsupported_model');
     expect(err.message).toMatch(/model_type "mamba" is not supported; the engine serves llama, mistral, qwen2/);
     const sliding = folder('sliding', 'model.onnx', tinyFp32(), { model_type: 'mistral', sliding_window: 512 });
-    expect((await refusal(Engine.load(await nodeRuntime('cpu'), directorySource(sliding)))).message).toMatch(/sliding_window 512 is shorter than the context/);
+    expect((await refusal(Engine.load(await nodeRuntime('cpu'), directorySource(sliding)))).message).toMatch(
+      /sliding_window 512 is shorter than the context/,
+    );
   });
 
   it('an operator the runtime lacks (named in the error), on both backends', async () => {
@@ -130,12 +162,23 @@ describe('refusals', () => {
     const ids = g.input({ name: 'input_ids', elemType: DataType.INT64, shape: ['batch_size', 'sequence_length'] });
     g.output({ name: 'logits', elemType: DataType.FLOAT, shape: ['batch_size', 'sequence_length', 512] });
     g.op('FancyAttention', [ids], { name: 'fancy', domain: 'com.example', out: 'logits' });
-    const model = { irVersion: 8, opsets: [{ domain: '', version: 17 }, { domain: 'com.example', version: 1 }], producerName: 'test', producerVersion: '1', graph: g.graph('fancy') };
+    const model = {
+      irVersion: 8,
+      opsets: [
+        { domain: '', version: 17 },
+        { domain: 'com.example', version: 1 },
+      ],
+      producerName: 'test',
+      producerVersion: '1',
+      graph: g.graph('fancy'),
+    };
     const out = folder('fancy-op', 'model.onnx', toBytes(encodeModel(model)));
     for (const backend of ['cpu', 'wasm'] as const) {
       const err = await refusal(Engine.load(await nodeRuntime(backend), directorySource(out)));
       expect(err.code).toBe('unsupported_model');
-      expect(err.message).toMatch(new RegExp(`^the ${backend} backend cannot run the model's ONNX graph: .*FancyAttention`, 's'));
+      expect(err.message).toMatch(
+        new RegExp(`^the ${backend} backend cannot run the model's ONNX graph: .*FancyAttention`, 's'),
+      );
     }
   });
 
@@ -149,13 +192,22 @@ describe('refusals', () => {
     const source = directorySource(modelDir('tiny'));
     const weights = readFileSync(join(modelDir('tiny'), 'onnx/model.onnx')).byteLength;
     const budget = weights + (1 << 20);
-    const err = await refusal(Engine.load(await nodeRuntime('cpu'), source, { kvCacheBytes: 2 << 20, memoryBudgetBytes: budget }));
+    const err = await refusal(
+      Engine.load(await nodeRuntime('cpu'), source, { kvCacheBytes: 2 << 20, memoryBudgetBytes: budget }),
+    );
     expect(err.code).toBe('model_too_large');
-    expect(err.message).toMatch(/weights 0\.\d MiB \+ KV cache 2\.0 MiB = .* > budget .*; a KV cache of at most 1\.0 MiB \(2048 tokens at 512 B\/token\) would fit/);
-    const tooSmall = await refusal(Engine.load(await nodeRuntime('cpu'), source, { kvCacheBytes: 1 << 20, memoryBudgetBytes: weights >> 1 }));
+    expect(err.message).toMatch(
+      /weights 0\.\d MiB \+ KV cache 2\.0 MiB = .* > budget .*; a KV cache of at most 1\.0 MiB \(2048 tokens at 512 B\/token\) would fit/,
+    );
+    const tooSmall = await refusal(
+      Engine.load(await nodeRuntime('cpu'), source, { kvCacheBytes: 1 << 20, memoryBudgetBytes: weights >> 1 }),
+    );
     expect(tooSmall.message).toMatch(/the weights alone do not fit/);
     // Exactly at the budget it loads.
-    const engine = await Engine.load(await nodeRuntime('cpu'), source, { kvCacheBytes: 1 << 20, memoryBudgetBytes: budget });
+    const engine = await Engine.load(await nodeRuntime('cpu'), source, {
+      kvCacheBytes: 1 << 20,
+      memoryBudgetBytes: budget,
+    });
     await engine.runner.release();
   });
 });

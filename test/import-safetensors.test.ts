@@ -21,7 +21,11 @@ beforeAll(() => void (dir = mkdtempSync(join(tmpdir(), 'hf-import-'))));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** Teacher-forced: worst |engine - reference| and relative RMS error of the logits over STEPS steps. */
-async function compare(engine: Engine, ref: LlamaReference, prompt: number[]): Promise<{ worst: number; relRms: number; agree: boolean }> {
+async function compare(
+  engine: Engine,
+  ref: LlamaReference,
+  prompt: number[],
+): Promise<{ worst: number; relRms: number; agree: boolean }> {
   ref.reset();
   const kv = engine.kv.create();
   let feed = prompt;
@@ -69,7 +73,12 @@ for (const [name, shape] of [
         const { worst, agree } = await compare(engine, ref, prompt);
         expect(worst).toBeLessThan(1e-4);
         expect(agree).toBe(true);
-        const { done } = await collect(engine, { prompt_ids: prompt, max_tokens: STEPS, temperature: 0, ignore_eos: true });
+        const { done } = await collect(engine, {
+          prompt_ids: prompt,
+          max_tokens: STEPS,
+          temperature: 0,
+          ignore_eos: true,
+        });
         expect(done.tokenIds).toEqual(ref.greedy(prompt, STEPS));
       } finally {
         await engine.runner.release();
@@ -77,9 +86,16 @@ for (const [name, shape] of [
     });
 
     // Bounds as in engine-parity.test.ts (int8 ~0.03-0.04, q4 ~0.45 on these very peaked random weights).
-    for (const [dtype, bound] of [['fp16', 5e-3], ['int8', 0.08], ['q4', 0.7]] as [ModelDtype, number][]) {
+    for (const [dtype, bound] of [
+      ['fp16', 5e-3],
+      ['int8', 0.08],
+      ['q4', 0.7],
+    ] as [ModelDtype, number][]) {
       it(`${dtype}: relative RMS logit error below ${bound}`, async () => {
-        const engine = await Engine.load(await nodeRuntime('cpu'), directorySource(out), { kvCacheBytes: 4 << 20, dtype });
+        const engine = await Engine.load(await nodeRuntime('cpu'), directorySource(out), {
+          kvCacheBytes: 4 << 20,
+          dtype,
+        });
         try {
           const { relRms } = await compare(engine, ref, engine.tokenizer.encode('Hello, world'));
           expect(relRms).toBeLessThan(bound);
@@ -109,11 +125,15 @@ describe('model:import safetensors refuses what the graph does not compute', () 
     const hf = join(dir, 'bad-shards');
     writeHfFolder(hf, PRESETS.tiny, 1, modelDir('tiny'), 2);
     rmSync(join(hf, 'model-00002-of-00002.safetensors'));
-    expect(() => runImport(parseImportArgs(['safetensors', hf, '--out', join(dir, 'never')]))).toThrow(/names shard model-00002-of-00002.safetensors, which is not in/);
+    expect(() => runImport(parseImportArgs(['safetensors', hf, '--out', join(dir, 'never')]))).toThrow(
+      /names shard model-00002-of-00002.safetensors, which is not in/,
+    );
     const hf2 = join(dir, 'bad-shape');
     writeHfFolder(hf2, PRESETS.tiny, 1, modelDir('tiny'), 1);
     const config = JSON.parse(readFileSync(join(hf2, 'config.json'), 'utf8'));
     writeFileSync(join(hf2, 'config.json'), JSON.stringify({ ...config, intermediate_size: 192 }));
-    expect(() => runImport(parseImportArgs(['safetensors', hf2, '--out', join(dir, 'never')]))).toThrow(/gate_proj.weight: shape \[176,64\] does not match config.json/);
+    expect(() => runImport(parseImportArgs(['safetensors', hf2, '--out', join(dir, 'never')]))).toThrow(
+      /gate_proj.weight: shape \[176,64\] does not match config.json/,
+    );
   });
 });

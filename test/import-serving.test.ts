@@ -24,7 +24,11 @@ describe('MODEL_URL: the model folder from any HTTP server', () => {
     server = createServer((req, res) => {
       paths.push(req.url!);
       try {
-        res.end(readFileSync(join(modelDir('tiny'), decodeURIComponent(new URL(req.url!, 'http://x').pathname.replace(/^\/tiny\//, '')))));
+        res.end(
+          readFileSync(
+            join(modelDir('tiny'), decodeURIComponent(new URL(req.url!, 'http://x').pathname.replace(/^\/tiny\//, ''))),
+          ),
+        );
       } catch {
         res.writeHead(404).end();
       }
@@ -58,14 +62,24 @@ describe('model folders over the 25 MiB asset cap', () => {
     writeFileSync(join(models, 'small', 'config.json'), '{}');
     expect(ignoreLargeModelFolders(models)).toEqual(['big']);
     expect(ignoreLargeModelFolders(models)).toEqual([]);
-    expect(readFileSync(join(models, '.assetsignore'), 'utf8').split('\n').filter((l) => l && !l.startsWith('#'))).toEqual(['big/']);
+    expect(
+      readFileSync(join(models, '.assetsignore'), 'utf8')
+        .split('\n')
+        .filter((l) => l && !l.startsWith('#')),
+    ).toEqual(['big/']);
   });
 });
 
 describe('model:upload and npm start arguments', () => {
   it('uploads the config, tokenizer and graph files, named after the folder', () => {
     expect(parseUploadArgs([modelDir('tiny')])).toMatchObject({ name: 'tiny', remote: false });
-    expect(filesToUpload(modelDir('tiny'), 'q4')).toEqual(['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', 'onnx/model_q4.onnx']);
+    expect(filesToUpload(modelDir('tiny'), 'q4')).toEqual([
+      'config.json',
+      'generation_config.json',
+      'tokenizer.json',
+      'tokenizer_config.json',
+      'onnx/model_q4.onnx',
+    ]);
     expect(filesToUpload(modelDir('tiny'))).toContain('onnx/model_fp16.onnx');
     expect(() => filesToUpload(modelDir('tiny'), 'bnb4')).toThrow(/has no onnx\/model_bnb4\.onnx/);
     expect(() => parseUploadArgs(['x', '--name', 'a/b'])).toThrow(/--name "a\/b"/);
@@ -74,7 +88,17 @@ describe('model:upload and npm start arguments', () => {
   it('MODEL=<name> npm start passes the model vars (only those) to wrangler dev', async () => {
     const { startArgs } = await import('../scripts/start-args.js');
     expect(startArgs({ MODEL: 'smollm2', MODEL_DTYPE: 'q4', HF_TOKEN: 'secret' }, ['--var', 'API_KEYS:k'])).toEqual([
-      'dev', '--ip', '127.0.0.1', '--port', '8787', '--var', 'MODEL:smollm2', '--var', 'MODEL_DTYPE:q4', '--var', 'API_KEYS:k',
+      'dev',
+      '--ip',
+      '127.0.0.1',
+      '--port',
+      '8787',
+      '--var',
+      'MODEL:smollm2',
+      '--var',
+      'MODEL_DTYPE:q4',
+      '--var',
+      'API_KEYS:k',
     ]);
     expect(startArgs({}, ['--port', '9000'])).toEqual(['dev', '--ip', '127.0.0.1', '--port', '9000']);
   });

@@ -33,7 +33,10 @@ describe('kernel runner', () => {
   afterAll(() => engine.runner.release());
 
   /** Runs rows (fresh sequences, each prefilled with its prompt) in one pass; returns each row's last logits and frees them. */
-  async function pass(prompts: number[][], feed: (kv: ReturnType<KvCacheManager['create']>, prompt: number[]) => number[] = (_, p) => p): Promise<string[]> {
+  async function pass(
+    prompts: number[][],
+    feed: (kv: ReturnType<KvCacheManager['create']>, prompt: number[]) => number[] = (_, p) => p,
+  ): Promise<string[]> {
     const kvs = prompts.map(() => engine.kv.create());
     try {
       const rows = prompts.map((p, i) => {
@@ -53,7 +56,9 @@ describe('kernel runner', () => {
     const [alone] = await pass([target]);
     for (const size of [2, 3, 5, 8, 13]) {
       for (const row of [0, Math.floor(size / 2), size - 1]) {
-        const others = Array.from({ length: size - 1 }, (_, i) => randomIds(100 + size * 10 + i, 1 + ((i * 7) % 40), 3, engine.samplableVocab));
+        const others = Array.from({ length: size - 1 }, (_, i) =>
+          randomIds(100 + size * 10 + i, 1 + ((i * 7) % 40), 3, engine.samplableVocab),
+        );
         const prompts = [...others.slice(0, row), target, ...others.slice(row)];
         expect((await pass(prompts))[row], `batch of ${size}, row ${row}`).toBe(alone);
       }
@@ -69,7 +74,10 @@ describe('kernel runner', () => {
         engine.kv.reserve(kv, prompt.length + 1);
         await engine.runner.forward([{ kv, tokens: prompt }]);
         neighbours.forEach((n, i) => engine.kv.reserve(extra[i], n.length));
-        const logits = await engine.runner.forward([...neighbours.map((tokens, i) => ({ kv: extra[i], tokens })), { kv, tokens: [42] }]);
+        const logits = await engine.runner.forward([
+          ...neighbours.map((tokens, i) => ({ kv: extra[i], tokens })),
+          { kv, tokens: [42] },
+        ]);
         return bits(logits.last(neighbours.length));
       } finally {
         for (const k of [kv, ...extra]) engine.kv.free(k);
@@ -103,7 +111,12 @@ describe('kernel runner', () => {
     const kv = engine.kv.create();
     try {
       let logits: Float32Array | undefined;
-      for (const [a, b] of [[0, 7], [7, 8], [8, 30], [30, 45]]) {
+      for (const [a, b] of [
+        [0, 7],
+        [7, 8],
+        [8, 30],
+        [30, 45],
+      ]) {
         engine.kv.reserve(kv, b - a);
         logits = (await engine.runner.forward([{ kv, tokens: prompt.slice(a, b) }])).last(0);
       }
@@ -175,7 +188,9 @@ describe('quantised weights on the kernels against onnxruntime on the same file'
       };
       const ours = await measure('kernels');
       const ort = await measure('cpu');
-      console.log(`${dtype}: kernels rel. RMS ${ours.relRms.toExponential(2)}, agreement ${ours.agreement}; onnxruntime-node ${ort.relRms.toExponential(2)}, ${ort.agreement}`);
+      console.log(
+        `${dtype}: kernels rel. RMS ${ours.relRms.toExponential(2)}, agreement ${ours.agreement}; onnxruntime-node ${ort.relRms.toExponential(2)}, ${ort.agreement}`,
+      );
       expect(ours.relRms).toBeLessThanOrEqual(ort.relRms);
       expect(ours.agreement).toBeGreaterThanOrEqual(ort.agreement);
     });
@@ -188,7 +203,10 @@ describe('graphs the kernels do not cover', () => {
   const dir = mkdtempSync(join(tmpdir(), 'edge-infer-foreign-'));
   cpSync(modelDir('tiny'), dir, { recursive: true });
   const onnx = readFileSync(join(dir, 'onnx', 'model.onnx'));
-  writeFileSync(join(dir, 'onnx', 'model.onnx'), Buffer.from(onnx.toString('latin1').replaceAll('model.norm.weight', 'model.norX.weight'), 'latin1'));
+  writeFileSync(
+    join(dir, 'onnx', 'model.onnx'),
+    Buffer.from(onnx.toString('latin1').replaceAll('model.norm.weight', 'model.norX.weight'), 'latin1'),
+  );
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   it('run on onnxruntime-web under `wasm`, with the same greedy tokens', async () => {
@@ -202,7 +220,9 @@ describe('graphs the kernels do not cover', () => {
   });
 
   it('are refused by name under `kernels`', async () => {
-    await expect(Engine.load(await nodeRuntime('kernels'), directorySource(dir))).rejects.toThrow(/edge kernels cannot run this model: the graph has no initializer model\.norm\.weight/);
+    await expect(Engine.load(await nodeRuntime('kernels'), directorySource(dir))).rejects.toThrow(
+      /edge kernels cannot run this model: the graph has no initializer model\.norm\.weight/,
+    );
   });
 });
 
@@ -238,7 +258,9 @@ describe('a float16 KV cache (KV_DTYPE fp16)', () => {
   });
 
   it('is refused by name on onnxruntime, which keeps float32', async () => {
-    await expect(loadEngine('cpu', 'tiny', { kvDtype: 'fp16' })).rejects.toThrow(/fp16 KV cache needs the edge kernels/);
+    await expect(loadEngine('cpu', 'tiny', { kvDtype: 'fp16' })).rejects.toThrow(
+      /fp16 KV cache needs the edge kernels/,
+    );
   });
 });
 
@@ -287,7 +309,9 @@ describe('loading the weights as a stream', () => {
       expect(engine.stats().runner).toBe('kernels');
       const ref = await (await import('./reference/load-reference.js')).loadReference(modelDir('tiny'));
       const prompt = engine.tokenizer.encode('Hello');
-      expect((await collect(engine, { prompt_ids: prompt, max_tokens: 16, temperature: 0, ignore_eos: true })).done.tokenIds).toEqual(ref.greedy(prompt, 16));
+      expect(
+        (await collect(engine, { prompt_ids: prompt, max_tokens: 16, temperature: 0, ignore_eos: true })).done.tokenIds,
+      ).toEqual(ref.greedy(prompt, 16));
       await engine.runner.release();
     } finally {
       server.close();

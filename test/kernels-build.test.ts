@@ -14,14 +14,17 @@ const required = Boolean(process.env.CI);
 const reason = 'clang and wasm-ld (Debian: clang, lld) are not installed';
 
 describe(`edge-kernels.wasm${hasCompiler ? '' : ` (skipped: ${reason})`}`, () => {
-  if (!hasCompiler && required) it('needs its compiler in CI', () => expect.fail(`${reason}; .ci/system-packages installs them`));
+  if (!hasCompiler && required)
+    it('needs its compiler in CI', () => expect.fail(`${reason}; .ci/system-packages installs them`));
   it.skipIf(!hasCompiler)('is exactly what kernels/build.sh makes of kernels/*.c', () => {
     const dir = mkdtempSync(join(tmpdir(), 'edge-kernels-'));
     try {
       execFileSync('bash', [join(ROOT, 'kernels/build.sh'), join(dir, 'out.wasm')], { stdio: 'pipe' });
       const built = readFileSync(join(dir, 'out.wasm'));
       const committed = readFileSync(join(ROOT, 'src/engine/kernels/edge-kernels.wasm'));
-      expect(built.equals(committed), 'run kernels/build.sh and commit src/engine/kernels/edge-kernels.wasm').toBe(true);
+      expect(built.equals(committed), 'run kernels/build.sh and commit src/engine/kernels/edge-kernels.wasm').toBe(
+        true,
+      );
       expect(committed.length, 'the kernels stay small').toBeLessThan(200 * 1024);
     } finally {
       rmSync(dir, { recursive: true, force: true });

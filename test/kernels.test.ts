@@ -22,7 +22,9 @@ const gaussian = (seed: number, n: number, std = 1): Float32Array => {
 /** Copies typed data into fresh linear memory and returns its pointer. */
 function put(data: Float32Array | Uint8Array | Uint16Array | Int32Array): number {
   const ptr = mem.alloc(data.byteLength + 16);
-  new Uint8Array(mem.memory.buffer, ptr, data.byteLength).set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+  new Uint8Array(mem.memory.buffer, ptr, data.byteLength).set(
+    new Uint8Array(data.buffer, data.byteOffset, data.byteLength),
+  );
   return ptr;
 }
 const floats = (ptr: number, n: number): Float32Array => mem.f32(ptr, n).slice();
@@ -38,18 +40,31 @@ function relErr(got: ArrayLike<number>, want: ArrayLike<number>): number {
 }
 
 /** y (m, n) = x (m, k) @ W where w(kk, nn) gives the weight, in float64. */
-function matmulRef(x: Float32Array, m: number, kk: number, n: number, w: (k: number, n: number) => number): Float64Array {
+function matmulRef(
+  x: Float32Array,
+  m: number,
+  kk: number,
+  n: number,
+  w: (k: number, n: number) => number,
+): Float64Array {
   const y = new Float64Array(m * n);
-  for (let r = 0; r < m; r++) for (let c = 0; c < n; c++) {
-    let s = 0;
-    for (let i = 0; i < kk; i++) s += x[r * kk + i] * w(i, c);
-    y[r * n + c] = s;
-  }
+  for (let r = 0; r < m; r++)
+    for (let c = 0; c < n; c++) {
+      let s = 0;
+      for (let i = 0; i < kk; i++) s += x[r * kk + i] * w(i, c);
+      y[r * n + c] = s;
+    }
   return y;
 }
 
 /** Runs a (y, x, m) kernel on all `m` rows and on each row alone: the rows must agree bit for bit. */
-function checkInvariant(run: (y: number, x: number, m: number) => void, x: Float32Array, m: number, kk: number, n: number): Float32Array {
+function checkInvariant(
+  run: (y: number, x: number, m: number) => void,
+  x: Float32Array,
+  m: number,
+  kk: number,
+  n: number,
+): Float32Array {
   const xPtr = put(x);
   const y = mem.alloc(m * n * 4 + 16);
   run(y, xPtr, m);
@@ -57,26 +72,44 @@ function checkInvariant(run: (y: number, x: number, m: number) => void, x: Float
   for (const r of [0, m - 1, Math.floor(m / 2)]) {
     const one = mem.alloc(n * 4 + 16);
     run(one, xPtr + r * kk * 4, 1);
-    expect(Buffer.from(floats(one, n).buffer).equals(Buffer.from(all.slice(r * n, (r + 1) * n).buffer)), `row ${r} alone`).toBe(true);
+    expect(
+      Buffer.from(floats(one, n).buffer).equals(Buffer.from(all.slice(r * n, (r + 1) * n).buffer)),
+      `row ${r} alone`,
+    ).toBe(true);
   }
   return all;
 }
 
 describe('float matrix kernels', () => {
   // Odd sizes reach every tile and tail: rows not a multiple of 4, columns not a multiple of 16 or 4.
-  for (const [m, kk, n] of [[1, 64, 48], [7, 36, 27], [9, 576, 19], [5, 20, 130]]) {
+  for (const [m, kk, n] of [
+    [1, 64, 48],
+    [7, 36, 27],
+    [9, 576, 19],
+    [5, 20, 130],
+  ]) {
     it(`kn float32 ${m}x${kk} @ ${kk}x${n} matches float64 and is row-invariant`, () => {
       const x = gaussian(1, m * kk);
       const w = gaussian(2, kk * n, 0.1);
       const y = checkInvariant((yp, xp, rows) => k.matmul_kn_f32(yp, xp, put(w), rows, kk, n), x, m, kk, n);
-      expect(relErr(y, matmulRef(x, m, kk, n, (i, c) => w[i * n + c]))).toBeLessThan(1e-5);
+      expect(
+        relErr(
+          y,
+          matmulRef(x, m, kk, n, (i, c) => w[i * n + c]),
+        ),
+      ).toBeLessThan(1e-5);
     });
 
     it(`nk float32 ${m}x${kk} @ (${n}x${kk})^T matches float64 and is row-invariant`, () => {
       const x = gaussian(3, m * kk);
       const w = gaussian(4, n * kk, 0.1);
       const y = checkInvariant((yp, xp, rows) => k.matmul_nk_f32(yp, xp, put(w), rows, kk, n), x, m, kk, n);
-      expect(relErr(y, matmulRef(x, m, kk, n, (i, c) => w[c * kk + i]))).toBeLessThan(1e-5);
+      expect(
+        relErr(
+          y,
+          matmulRef(x, m, kk, n, (i, c) => w[c * kk + i]),
+        ),
+      ).toBeLessThan(1e-5);
     });
 
     it(`kn and nk float16 ${m}x${kk}x${n} match float64 on the half weights`, () => {
@@ -84,14 +117,27 @@ describe('float matrix kernels', () => {
       const w = toHalf(gaussian(6, kk * n, 0.1));
       const wf = fromHalf(w);
       const kn = checkInvariant((yp, xp, rows) => k.matmul_kn_f16(yp, xp, put(w), rows, kk, n), x, m, kk, n);
-      expect(relErr(kn, matmulRef(x, m, kk, n, (i, c) => wf[i * n + c]))).toBeLessThan(1e-5);
+      expect(
+        relErr(
+          kn,
+          matmulRef(x, m, kk, n, (i, c) => wf[i * n + c]),
+        ),
+      ).toBeLessThan(1e-5);
       const nk = checkInvariant((yp, xp, rows) => k.matmul_nk_f16(yp, xp, put(w), rows, kk, n), x, m, kk, n);
-      expect(relErr(nk, matmulRef(x, m, kk, n, (i, c) => wf[c * kk + i]))).toBeLessThan(1e-5);
+      expect(
+        relErr(
+          nk,
+          matmulRef(x, m, kk, n, (i, c) => wf[c * kk + i]),
+        ),
+      ).toBeLessThan(1e-5);
     });
   }
 
   it('float16 widening is exact for normal, subnormal, zero and negative halves', () => {
-    const bits = Uint16Array.from([0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff, 0x1234, 0x8001, 0xc000, 0x5555, 0x0200, 0x3555, 0x7000, 0x0bad]);
+    const bits = Uint16Array.from([
+      0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff, 0x1234, 0x8001, 0xc000, 0x5555, 0x0200, 0x3555,
+      0x7000, 0x0bad,
+    ]);
     const table = put(bits);
     const out = mem.alloc(64);
     k.embed_f16(out, table, 0, 16);
@@ -108,16 +154,23 @@ describe('block-quantised matrix kernels', () => {
     k.quantize_rows(xq, xs, put(x), 2, kk, 3, 0);
     const q = new Int16Array(mem.memory.buffer, xq, 2 * 96);
     const s = floats(xs, 6);
-    for (let r = 0; r < 2; r++) for (let b = 0; b < 3; b++) {
-      const block = Array.from({ length: 32 }, (_, i) => (b * 32 + i < kk ? x[r * kk + b * 32 + i] : 0));
-      const absmax = Math.max(...block.map(Math.abs));
-      expect(s[r * 3 + b]).toBe(Math.fround(absmax / 127));
-      block.forEach((v, i) => expect(Math.abs(q[(r * 3 + b) * 32 + i] - (v * 127) / absmax)).toBeLessThanOrEqual(0.5 + 1e-4));
-    }
+    for (let r = 0; r < 2; r++)
+      for (let b = 0; b < 3; b++) {
+        const block = Array.from({ length: 32 }, (_, i) => (b * 32 + i < kk ? x[r * kk + b * 32 + i] : 0));
+        const absmax = Math.max(...block.map(Math.abs));
+        expect(s[r * 3 + b]).toBe(Math.fround(absmax / 127));
+        block.forEach((v, i) =>
+          expect(Math.abs(q[(r * 3 + b) * 32 + i] - (v * 127) / absmax)).toBeLessThanOrEqual(0.5 + 1e-4),
+        );
+      }
   });
 
   for (const bits of [8, 4] as const) {
-    for (const [m, kk, n] of [[1, 64, 10], [6, 96, 33], [9, 80, 7]]) {
+    for (const [m, kk, n] of [
+      [1, 64, 10],
+      [6, 96, 33],
+      [9, 80, 7],
+    ]) {
       it(`${bits}-bit ${m}x${kk}x${n}: equals the float64 product of the quantised operands, row-invariant`, () => {
         const x = gaussian(8, m * kk);
         const w = gaussian(9, kk * n, 0.1);
@@ -134,15 +187,28 @@ describe('block-quantised matrix kernels', () => {
         const y = checkInvariant(run, x, m, kk, n);
         // The reference: activations quantised the same way (per block of the row), weights dequantised.
         const xDeq = new Float32Array(m * kk);
-        for (let r = 0; r < m; r++) for (let b = 0; b < blocks; b++) {
-          let absmax = 0;
-          for (let i = b * 32; i < Math.min(kk, b * 32 + 32); i++) absmax = Math.max(absmax, Math.abs(x[r * kk + i]));
-          const scale = Math.fround(absmax / 127);
-          for (let i = b * 32; i < Math.min(kk, b * 32 + 32); i++) xDeq[r * kk + i] = absmax === 0 ? 0 : Math.round(Math.fround(x[r * kk + i] * Math.fround(127 / absmax))) * scale;
-        }
-        expect(relErr(y, matmulRef(xDeq, m, kk, n, (i, c) => dequantAt(q, i, c)))).toBeLessThan(1e-5);
+        for (let r = 0; r < m; r++)
+          for (let b = 0; b < blocks; b++) {
+            let absmax = 0;
+            for (let i = b * 32; i < Math.min(kk, b * 32 + 32); i++) absmax = Math.max(absmax, Math.abs(x[r * kk + i]));
+            const scale = Math.fround(absmax / 127);
+            for (let i = b * 32; i < Math.min(kk, b * 32 + 32); i++)
+              xDeq[r * kk + i] =
+                absmax === 0 ? 0 : Math.round(Math.fround(x[r * kk + i] * Math.fround(127 / absmax))) * scale;
+          }
+        expect(
+          relErr(
+            y,
+            matmulRef(xDeq, m, kk, n, (i, c) => dequantAt(q, i, c)),
+          ),
+        ).toBeLessThan(1e-5);
         // And the total error against unquantised float64 stays what 8-bit activations allow.
-        expect(relErr(y, matmulRef(x, m, kk, n, (i, c) => dequantAt(q, i, c)))).toBeLessThan(0.03);
+        expect(
+          relErr(
+            y,
+            matmulRef(x, m, kk, n, (i, c) => dequantAt(q, i, c)),
+          ),
+        ).toBeLessThan(0.03);
       });
     }
   }
@@ -178,18 +244,25 @@ describe('row kernels', () => {
     const qp = put(q);
     k.rope(qp, put(cos), put(sin), 2, 3, hd, 3 * hd);
     const roped = floats(qp, q.length);
-    for (let r = 0; r < 2; r++) for (let h = 0; h < 3; h++) for (let j = 0; j < hd / 2; j++) {
-      const base = r * 3 * hd + h * hd;
-      const [c, s] = [cos[r * 4 + j], sin[r * 4 + j]];
-      expect(roped[base + j]).toBeCloseTo(q[base + j] * c - q[base + j + 4] * s, 6);
-      expect(roped[base + j + 4]).toBeCloseTo(q[base + j + 4] * c + q[base + j] * s, 6);
-    }
+    for (let r = 0; r < 2; r++)
+      for (let h = 0; h < 3; h++)
+        for (let j = 0; j < hd / 2; j++) {
+          const base = r * 3 * hd + h * hd;
+          const [c, s] = [cos[r * 4 + j], sin[r * 4 + j]];
+          expect(roped[base + j]).toBeCloseTo(q[base + j] * c - q[base + j + 4] * s, 6);
+          expect(roped[base + j + 4]).toBeCloseTo(q[base + j + 4] * c + q[base + j] * s, 6);
+        }
 
     const g = Float32Array.from({ length: 16 }, (_, i) => (i - 8) * 1.5);
     const u = gaussian(14, 16);
     const gp = put(g);
     k.silu_mul(gp, put(u), 16);
-    expect(relErr(floats(gp, 16), Array.from(g, (v, i) => (v / (1 + Math.exp(-v))) * u[i]))).toBeLessThan(2e-7);
+    expect(
+      relErr(
+        floats(gp, 16),
+        Array.from(g, (v, i) => (v / (1 + Math.exp(-v))) * u[i]),
+      ),
+    ).toBeLessThan(2e-7);
   });
 });
 
@@ -200,17 +273,28 @@ describe('paged attention', () => {
   const bs = 4;
   const numBlocks = 6;
   /** Float64 attention of `count` queries at positions start.. over keys/values listed by position. */
-  function attentionRef(q: Float32Array, keys: number[][][], values: number[][][], start: number, count: number): Float64Array {
+  function attentionRef(
+    q: Float32Array,
+    keys: number[][][],
+    values: number[][][],
+    start: number,
+    count: number,
+  ): Float64Array {
     const out = new Float64Array(count * heads * hd);
-    for (let t = 0; t < count; t++) for (let h = 0; h < heads; h++) {
-      const kvh = Math.floor(h / (heads / kvHeads));
-      const len = start + t + 1;
-      const scores = Array.from({ length: len }, (_, j) => keys[j][kvh].reduce((a, kv, d) => a + kv * q[(t * heads + h) * hd + d], 0) / Math.sqrt(hd));
-      const max = Math.max(...scores);
-      const e = scores.map((s) => Math.exp(s - max));
-      const sum = e.reduce((a, b) => a + b, 0);
-      for (let d = 0; d < hd; d++) out[(t * heads + h) * hd + d] = e.reduce((a, p, j) => a + p * values[j][kvh][d], 0) / sum;
-    }
+    for (let t = 0; t < count; t++)
+      for (let h = 0; h < heads; h++) {
+        const kvh = Math.floor(h / (heads / kvHeads));
+        const len = start + t + 1;
+        const scores = Array.from(
+          { length: len },
+          (_, j) => keys[j][kvh].reduce((a, kv, d) => a + kv * q[(t * heads + h) * hd + d], 0) / Math.sqrt(hd),
+        );
+        const max = Math.max(...scores);
+        const e = scores.map((s) => Math.exp(s - max));
+        const sum = e.reduce((a, b) => a + b, 0);
+        for (let d = 0; d < hd; d++)
+          out[(t * heads + h) * hd + d] = e.reduce((a, p, j) => a + p * values[j][kvh][d], 0) / sum;
+      }
     return out;
   }
 
@@ -227,17 +311,52 @@ describe('paged attention', () => {
       const v1 = gaussian(21, (past + count) * kvHeads * hd);
       const write = half ? k.kv_write_f16 : k.kv_write;
       write(kpool, vpool, table, 0, past, put(k1), put(v1), kvHeads, hd, bs);
-      write(kpool, vpool, table, past, count, put(k1.subarray(past * kvHeads * hd)), put(v1.subarray(past * kvHeads * hd)), kvHeads, hd, bs);
+      write(
+        kpool,
+        vpool,
+        table,
+        past,
+        count,
+        put(k1.subarray(past * kvHeads * hd)),
+        put(v1.subarray(past * kvHeads * hd)),
+        kvHeads,
+        hd,
+        bs,
+      );
       const round = (a: Float32Array): Float32Array => (half ? fromHalf(toHalf(a)) : a);
       const [kr, vr] = [round(k1), round(v1)];
-      const byPos = (a: Float32Array) => Array.from({ length: past + count }, (_, j) => Array.from({ length: kvHeads }, (_, h) => Array.from(a.subarray((j * kvHeads + h) * hd, (j * kvHeads + h + 1) * hd))));
+      const byPos = (a: Float32Array) =>
+        Array.from({ length: past + count }, (_, j) =>
+          Array.from({ length: kvHeads }, (_, h) =>
+            Array.from(a.subarray((j * kvHeads + h) * hd, (j * kvHeads + h + 1) * hd)),
+          ),
+        );
       // The pool layout itself: position 6 is in table[6 / 4] = block 1, at offset 6 % 4 = 2.
       const poolK = half ? fromHalf(new Uint16Array(mem.memory.buffer, kpool, stride).slice()) : floats(kpool, stride);
-      expect(Array.from(poolK.subarray((1 * kvHeads + 1) * bs * hd + 2 * hd, (1 * kvHeads + 1) * bs * hd + 3 * hd))).toEqual(byPos(kr)[6][1].map(Math.fround));
+      expect(
+        Array.from(poolK.subarray((1 * kvHeads + 1) * bs * hd + 2 * hd, (1 * kvHeads + 1) * bs * hd + 3 * hd)),
+      ).toEqual(byPos(kr)[6][1].map(Math.fround));
       const q = gaussian(22, count * heads * hd);
       const out = mem.alloc(count * heads * hd * 4);
-      k.attention(out, put(q), kpool, vpool, table, past, count, heads, kvHeads, hd, bs, 1 / Math.sqrt(hd), mem.alloc(64 * 4), half ? 1 : 0);
-      expect(relErr(floats(out, count * heads * hd), attentionRef(q, byPos(kr), byPos(vr), past, count))).toBeLessThan(1e-5);
+      k.attention(
+        out,
+        put(q),
+        kpool,
+        vpool,
+        table,
+        past,
+        count,
+        heads,
+        kvHeads,
+        hd,
+        bs,
+        1 / Math.sqrt(hd),
+        mem.alloc(64 * 4),
+        half ? 1 : 0,
+      );
+      expect(relErr(floats(out, count * heads * hd), attentionRef(q, byPos(kr), byPos(vr), past, count))).toBeLessThan(
+        1e-5,
+      );
     });
   }
 });

@@ -76,7 +76,12 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   fc.record({ kind: fc.constant('fork' as const), which: fc.nat() }),
   fc.record({ kind: fc.constant('cancel' as const), which: fc.nat() }),
   fc.record({ kind: fc.constant('preempt' as const), which: fc.nat() }),
-  fc.record({ kind: fc.constant('speculate' as const), which: fc.nat(), proposals: fc.array(token, { minLength: 1, maxLength: 9 }), accepted: fc.nat() }),
+  fc.record({
+    kind: fc.constant('speculate' as const),
+    which: fc.nat(),
+    proposals: fc.array(token, { minLength: 1, maxLength: 9 }),
+    accepted: fc.nat(),
+  }),
   fc.record({ kind: fc.constant('rewind' as const), which: fc.nat(), keep: fc.nat() }),
 );
 
@@ -151,7 +156,9 @@ function run(ops: Op[], numBlocks: number): void {
 describe('paged KV cache invariants (fast-check)', () => {
   it('no leaks, no negative counts, no writes into shared blocks, contents always right (speculative rollback too)', () => {
     fc.assert(
-      fc.property(fc.array(opArb, { maxLength: 60 }), fc.integer({ min: 2, max: 24 }), (ops, numBlocks) => run(ops, numBlocks)),
+      fc.property(fc.array(opArb, { maxLength: 60 }), fc.integer({ min: 2, max: 24 }), (ops, numBlocks) =>
+        run(ops, numBlocks),
+      ),
       { numRuns: 300 },
     );
   });

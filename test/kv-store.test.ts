@@ -13,7 +13,12 @@ const BLOCK = 16;
 const MB = 2 ** 20;
 
 async function greedy(engine: Engine, prompt: number[], session?: string): Promise<{ ids: number[]; cached: number }> {
-  const { tokens, done } = await collect(engine, { prompt_ids: prompt, max_tokens: 24, temperature: 0, ignore_eos: true }, undefined, session);
+  const { tokens, done } = await collect(
+    engine,
+    { prompt_ids: prompt, max_tokens: 24, temperature: 0, ignore_eos: true },
+    undefined,
+    session,
+  );
   return { ids: tokens.map((t) => t.tokenId), cached: done.metrics.cachedTokens };
 }
 
@@ -143,10 +148,7 @@ describe('stored blocks that cannot be trusted', () => {
     const prompt = randomIds(504, 80, 3, 400);
     await storedBy(store, prompt);
     expect(store.usage().blocks).toBeGreaterThan(0);
-    for (const other of [
-      { dtype: 'int8' as const },
-      { kvDtype: 'fp16' as const },
-    ]) {
+    for (const other of [{ dtype: 'int8' as const }, { kvDtype: 'fp16' as const }]) {
       const engine = await loadEngine('kernels', 'tiny', { ...other, kvStore: store });
       expect((await greedy(engine, prompt)).cached).toBe(0);
       await engine.storeKv();
@@ -194,7 +196,10 @@ function chainOf(engine: Engine, prompt: number[]): string[] {
 }
 
 /** A first engine (kernels) answers `prompt` greedily and stores its blocks: what it said, and the prompt's chain. */
-async function storedBy(store: MemoryKvBlockStore, prompt: number[]): Promise<{ want: { ids: number[] }; chain: string[] }> {
+async function storedBy(
+  store: MemoryKvBlockStore,
+  prompt: number[],
+): Promise<{ want: { ids: number[] }; chain: string[] }> {
   const first = await loadEngine('kernels', 'tiny', { kvStore: store });
   const want = await greedy(first, prompt);
   await first.storeKv();

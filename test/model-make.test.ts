@@ -32,14 +32,32 @@ interface Out {
 }
 
 /** One forward pass. Rows of ids/pos are (b, s); mask is (b, past + s); `past` from a previous Out. */
-async function forward(rt: Ort, s: ortNode.InferenceSession, p: LlamaShape, ids: number[][], mask: number[][], pos: number[][], past?: Out): Promise<Out> {
+async function forward(
+  rt: Ort,
+  s: ortNode.InferenceSession,
+  p: LlamaShape,
+  ids: number[][],
+  mask: number[][],
+  pos: number[][],
+  past?: Out,
+): Promise<Out> {
   const b = ids.length;
-  const i64 = (rows: number[][]) => new rt.Tensor('int64', BigInt64Array.from(rows.flat(), (v) => BigInt(v)), [b, rows[0].length]);
-  const feeds: Record<string, ortNode.Tensor> = { input_ids: i64(ids), attention_mask: i64(mask), position_ids: i64(pos) };
+  const i64 = (rows: number[][]) =>
+    new rt.Tensor(
+      'int64',
+      BigInt64Array.from(rows.flat(), (v) => BigInt(v)),
+      [b, rows[0].length],
+    );
+  const feeds: Record<string, ortNode.Tensor> = {
+    input_ids: i64(ids),
+    attention_mask: i64(mask),
+    position_ids: i64(pos),
+  };
   for (let l = 0; l < p.numLayers; l++) {
     for (const kv of ['key', 'value']) {
       feeds[`past_key_values.${l}.${kv}`] =
-        past?.present[`present.${l}.${kv}`] ?? new rt.Tensor('float32', new Float32Array(0), [b, p.numKvHeads, 0, p.headDim]);
+        past?.present[`present.${l}.${kv}`] ??
+        new rt.Tensor('float32', new Float32Array(0), [b, p.numKvHeads, 0, p.headDim]);
     }
   }
   const r = await s.run(feeds);
@@ -78,7 +96,8 @@ let dir2: string;
 const sessions = new Map<string, ortNode.InferenceSession>();
 const session = async (rtName: string, rt: Ort, file: string, bytes?: Uint8Array) => {
   const key = `${rtName}:${file}`;
-  if (!sessions.has(key)) sessions.set(key, await rt.InferenceSession.create(bytes ?? readFileSync(join(dir, 'onnx', file))));
+  if (!sessions.has(key))
+    sessions.set(key, await rt.InferenceSession.create(bytes ?? readFileSync(join(dir, 'onnx', file))));
   return sessions.get(key)!;
 };
 
@@ -94,17 +113,35 @@ afterAll(() => {
 
 describe('model folder', () => {
   it('is byte-identical for the same preset, seed and dtype', () => {
-    const files = ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json', ...DTYPES.map((d) => `onnx/${ONNX_FILE[d]}`)];
+    const files = [
+      'config.json',
+      'generation_config.json',
+      'tokenizer.json',
+      'tokenizer_config.json',
+      ...DTYPES.map((d) => `onnx/${ONNX_FILE[d]}`),
+    ];
     expect(readdirSync(join(dir, 'onnx')).sort()).toEqual(DTYPES.map((d) => ONNX_FILE[d]).sort());
     for (const f of files) expect(Buffer.compare(readFileSync(join(dir, f)), readFileSync(join(dir2, f))), f).toBe(0);
   });
 
   it('writes the llama config and the SPEC initializer names', () => {
     const cfg = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
-    expect(cfg).toMatchObject({ model_type: 'llama', hidden_size: 64, num_key_value_heads: 2, head_dim: 16, vocab_size: 512, tie_word_embeddings: true });
+    expect(cfg).toMatchObject({
+      model_type: 'llama',
+      hidden_size: 64,
+      num_key_value_heads: 2,
+      head_dim: 16,
+      vocab_size: 512,
+      tie_word_embeddings: true,
+    });
     expect(readFileSync(join(dir, 'config.json'), 'utf8').endsWith('}\n')).toBe(true);
     const onnx = readFileSync(join(dir, 'onnx', 'model.onnx'));
-    for (const n of ['model.embed_tokens.weight', 'model.layers.1.self_attn.q_proj.weight', 'model.layers.0.mlp.down_proj.weight', 'model.norm.weight']) {
+    for (const n of [
+      'model.embed_tokens.weight',
+      'model.layers.1.self_attn.q_proj.weight',
+      'model.layers.0.mlp.down_proj.weight',
+      'model.norm.weight',
+    ]) {
       expect(onnx.includes(n), n).toBe(true);
     }
     expect(onnx.includes('lm_head.weight')).toBe(false);
@@ -168,7 +205,9 @@ describe.each(RUNTIMES)('graphs on onnxruntime-%s', (rtName, rt) => {
     const pad = n - m;
     const soloB = await forward(rt, s, tiny, [PROMPT_B], [ones(m)], [range(0, m)]);
     const batch = await forward(
-      rt, s, tiny,
+      rt,
+      s,
+      tiny,
       [PROMPT_A, [...Array(pad).fill(0), ...PROMPT_B]],
       [ones(n), [...Array(pad).fill(0), ...ones(m)]],
       [range(0, n), [...Array(pad).fill(1), ...range(0, m)]],
@@ -178,7 +217,15 @@ describe.each(RUNTIMES)('graphs on onnxruntime-%s', (rtName, rt) => {
     for (let t = 0; t < m; t++) expect(maxAbsDiff(rowAt(batch, 1, pad + t), rowAt(soloB, 0, t))).toBeLessThan(1e-4);
     // And one batched decode step through the padded cache.
     const next = [7, 8];
-    const step = await forward(rt, s, tiny, [[next[0]], [next[1]]], [ones(n + 1), [...Array(pad).fill(0), ...ones(m + 1)]], [[n], [m]], batch);
+    const step = await forward(
+      rt,
+      s,
+      tiny,
+      [[next[0]], [next[1]]],
+      [ones(n + 1), [...Array(pad).fill(0), ...ones(m + 1)]],
+      [[n], [m]],
+      batch,
+    );
     const soloStep = await forward(rt, s, tiny, [[next[1]]], [ones(m + 1)], [[m]], soloB);
     expect(maxAbsDiff(rowAt(step, 1, 0), rowAt(soloStep, 0, 0))).toBeLessThan(1e-4);
   });
@@ -188,8 +235,22 @@ describe.each(RUNTIMES)('graphs on onnxruntime-%s', (rtName, rt) => {
     const n = PROMPT_A.length;
     for (const dtype of ['int8', 'q4'] as const) {
       const eff = toBytes(encodeModel(buildLlamaModel(tiny, effectiveWeights(tiny, w, dtype), 'fp32')));
-      const ref = await forward(rt, await session(rtName, rt, `eff-${dtype}`, eff), tiny, [PROMPT_A], [ones(n)], [range(0, n)]);
-      const got = await forward(rt, await session(rtName, rt, ONNX_FILE[dtype]), tiny, [PROMPT_A], [ones(n)], [range(0, n)]);
+      const ref = await forward(
+        rt,
+        await session(rtName, rt, `eff-${dtype}`, eff),
+        tiny,
+        [PROMPT_A],
+        [ones(n)],
+        [range(0, n)],
+      );
+      const got = await forward(
+        rt,
+        await session(rtName, rt, ONNX_FILE[dtype]),
+        tiny,
+        [PROMPT_A],
+        [ones(n)],
+        [range(0, n)],
+      );
       // WASM ignores accuracy_level 4 (fp32 math: exact); native CPU quantises activations to int8.
       if (rtName === 'web') expect(maxAbsDiff(got.logits, ref.logits)).toBeLessThan(1e-4);
       else expect(relRms(got.logits, ref.logits)).toBeLessThan(0.06);
@@ -198,7 +259,8 @@ describe.each(RUNTIMES)('graphs on onnxruntime-%s', (rtName, rt) => {
 
   it('variants stay close to fp32 (stated tolerances)', async () => {
     const n = PROMPT_A.length;
-    const run = async (d: Dtype) => forward(rt, await session(rtName, rt, ONNX_FILE[d]), tiny, [PROMPT_A], [ones(n)], [range(0, n)]);
+    const run = async (d: Dtype) =>
+      forward(rt, await session(rtName, rt, ONNX_FILE[d]), tiny, [PROMPT_A], [ones(n)], [range(0, n)]);
     const fp32 = (await run('fp32')).logits;
     // Measured (seed 42): fp16 max 0.03; int8 relRms 0.03-0.04 (max ~1.6); q4 relRms ~0.45.
     // Logits have std ~8, and this random network amplifies weight error: 4-bit is a different model.

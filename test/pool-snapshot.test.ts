@@ -5,7 +5,8 @@ import { describe, expect, it } from 'vitest';
 import type { PoolSnapshot } from '../src/engine/kv/pool-snapshot.js';
 import { collect, loadEngine } from './helpers/engines.js';
 
-const SYSTEM = 'You are a terse assistant for the edge-infer playground. Answer in one short sentence, and never repeat the question back.';
+const SYSTEM =
+  'You are a terse assistant for the edge-infer playground. Answer in one short sentence, and never repeat the question back.';
 
 function checkCounts(s: PoolSnapshot): void {
   const count = (c: string) => [...s.states].filter((x) => x === c).length;
@@ -23,7 +24,14 @@ describe('Engine.poolSnapshot', () => {
     checkCounts(empty);
     expect(empty).toMatchObject({ total: 256, used: 0, free: 256, cachedIdle: 0, sequences: [], steps: [] });
 
-    const prompt = (user: string) => ({ messages: [{ role: 'system' as const, content: SYSTEM }, { role: 'user' as const, content: user }], max_tokens: 4, temperature: 0 });
+    const prompt = (user: string) => ({
+      messages: [
+        { role: 'system' as const, content: SYSTEM },
+        { role: 'user' as const, content: user },
+      ],
+      max_tokens: 4,
+      temperature: 0,
+    });
     await collect(engine, prompt('Hello there'), undefined, 'session-a');
     const one = engine.poolSnapshot();
     checkCounts(one);

@@ -59,8 +59,10 @@ describe('onnx-weights protobuf reader', () => {
       ...lenField(8, str('b.unpacked')),
       ...vField(1, 1), // dims unpacked: [1, 2]
       ...vField(1, 2),
-      ...tag(4, 5), ...f32le([0.5]), // float_data unpacked (fixed32 each)
-      ...tag(4, 5), ...f32le([-0.25]),
+      ...tag(4, 5),
+      ...f32le([0.5]), // float_data unpacked (fixed32 each)
+      ...tag(4, 5),
+      ...f32le([-0.25]),
       ...vField(2, 1),
     ];
     const tensorC = [
@@ -79,10 +81,25 @@ describe('onnx-weights protobuf reader', () => {
       ...lenField(1, lenField(1, str('node_input'))), // NodeProto: skipped
       ...lenField(2, str('graph-name')),
       ...lenField(5, tensorA),
-      ...tag(9, 1), 1, 2, 3, 4, 5, 6, 7, 8, // unknown fixed64
+      ...tag(9, 1),
+      1,
+      2,
+      3,
+      4,
+      5,
+      6,
+      7,
+      8, // unknown fixed64
       ...lenField(5, tensorB),
-      ...tag(10, 5), 9, 9, 9, 9, // unknown fixed32
-      ...tag(11, 3), ...vField(1, 5), ...lenField(2, [7, 7]), ...tag(11, 4), // unknown group
+      ...tag(10, 5),
+      9,
+      9,
+      9,
+      9, // unknown fixed32
+      ...tag(11, 3),
+      ...vField(1, 5),
+      ...lenField(2, [7, 7]),
+      ...tag(11, 4), // unknown group
       ...lenField(5, tensorC),
       ...lenField(5, tensorInt),
     ];
@@ -121,11 +138,17 @@ describe('onnx-weights protobuf reader', () => {
 // ---------------------------------------------------------------------------------------------
 // Reference consistency on hand-made random weights (no ONNX file involved).
 
-
 function tinyConfig(tied: boolean): LlamaConfig {
   return {
-    hidden_size: 64, intermediate_size: 176, num_hidden_layers: 2, num_attention_heads: 4,
-    num_key_value_heads: 2, head_dim: 16, vocab_size: 512, rms_norm_eps: 1e-5, rope_theta: 10000,
+    hidden_size: 64,
+    intermediate_size: 176,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    head_dim: 16,
+    vocab_size: 512,
+    rms_norm_eps: 1e-5,
+    rope_theta: 10000,
     tie_word_embeddings: tied,
   };
 }
@@ -139,20 +162,23 @@ function randomWeights(c: LlamaConfig, seed: number): Map<string, Tensor> {
     for (let i = 0; i < n; i++) data[i] = offset + (rnd() * 2 - 1) * scale;
     m.set(name, { dims, data });
   };
-  const H = c.hidden_size, I = c.intermediate_size, D = c.head_dim!;
-  const Q = c.num_attention_heads * D, KV = c.num_key_value_heads * D;
+  const H = c.hidden_size,
+    I = c.intermediate_size,
+    D = c.head_dim!;
+  const Q = c.num_attention_heads * D,
+    KV = c.num_key_value_heads * D;
   put('model.embed_tokens.weight', [c.vocab_size, H], 1);
   for (let l = 0; l < c.num_hidden_layers; l++) {
     const p = `model.layers.${l}.`;
-    put(p + 'input_layernorm.weight', [H], 0.1, 1);
-    put(p + 'self_attn.q_proj.weight', [H, Q], 0.3);
-    put(p + 'self_attn.k_proj.weight', [H, KV], 0.3);
-    put(p + 'self_attn.v_proj.weight', [H, KV], 0.2);
-    put(p + 'self_attn.o_proj.weight', [Q, H], 0.2);
-    put(p + 'post_attention_layernorm.weight', [H], 0.1, 1);
-    put(p + 'mlp.gate_proj.weight', [H, I], 0.2);
-    put(p + 'mlp.up_proj.weight', [H, I], 0.2);
-    put(p + 'mlp.down_proj.weight', [I, H], 0.1);
+    put(`${p}input_layernorm.weight`, [H], 0.1, 1);
+    put(`${p}self_attn.q_proj.weight`, [H, Q], 0.3);
+    put(`${p}self_attn.k_proj.weight`, [H, KV], 0.3);
+    put(`${p}self_attn.v_proj.weight`, [H, KV], 0.2);
+    put(`${p}self_attn.o_proj.weight`, [Q, H], 0.2);
+    put(`${p}post_attention_layernorm.weight`, [H], 0.1, 1);
+    put(`${p}mlp.gate_proj.weight`, [H, I], 0.2);
+    put(`${p}mlp.up_proj.weight`, [H, I], 0.2);
+    put(`${p}mlp.down_proj.weight`, [I, H], 0.1);
   }
   put('model.norm.weight', [H], 0.1, 1);
   if (!c.tie_word_embeddings) put('lm_head.weight', [H, c.vocab_size], 1);
@@ -205,7 +231,10 @@ describe('LlamaReference consistency', () => {
     // Same model with kv_heads = heads, kv columns duplicated so head h gets kv head floor(h / 2).
     const full: LlamaConfig = { ...c, num_key_value_heads: c.num_attention_heads };
     const wFull = new Map(w);
-    const H = c.hidden_size, D = c.head_dim!, heads = c.num_attention_heads, group = heads / c.num_key_value_heads;
+    const H = c.hidden_size,
+      D = c.head_dim!,
+      heads = c.num_attention_heads,
+      group = heads / c.num_key_value_heads;
     for (let l = 0; l < c.num_hidden_layers; l++) {
       for (const name of ['k_proj', 'v_proj']) {
         const key = `model.layers.${l}.self_attn.${name}.weight`;
@@ -254,7 +283,10 @@ class OrtRunner {
       for (const kind of ['key', 'value']) {
         // (batch, kv_heads, past=0, head_dim)
         this.past[`past_key_values.${l}.${kind}`] = new ort.Tensor('float32', new Float32Array(0), [
-          1, c.num_key_value_heads, 0, D,
+          1,
+          c.num_key_value_heads,
+          0,
+          D,
         ]);
       }
     }
@@ -267,11 +299,7 @@ class OrtRunner {
     const feeds: Record<string, ort.Tensor> = {
       input_ids: new ort.Tensor('int64', BigInt64Array.from(tokens.map(BigInt)), [1, S]),
       attention_mask: new ort.Tensor('int64', new BigInt64Array(T).fill(1n), [1, T]),
-      position_ids: new ort.Tensor(
-        'int64',
-        BigInt64Array.from(tokens.map((_, i) => BigInt(this.pastLen + i))),
-        [1, S],
-      ),
+      position_ids: new ort.Tensor('int64', BigInt64Array.from(tokens.map((_, i) => BigInt(this.pastLen + i))), [1, S]),
       ...this.past,
     };
     const out = await this.session.run(feeds);
@@ -336,8 +364,10 @@ describe('reference vs onnxruntime-node on generated fp32 models', () => {
       }
       minGap = Math.min(minGap, top2Gap(refLast));
       expect(new Set(tokens).size).toBeGreaterThan(1); // SPEC: greedy output is not one repeated token
-      console.log(`[reference parity] ${preset}: max |ref - ort| logit = ${maxDiff.toExponential(3)}, ` +
-        `min top1-top2 gap = ${minGap.toFixed(4)}, tokens = ${tokens.join(' ')}`);
+      console.log(
+        `[reference parity] ${preset}: max |ref - ort| logit = ${maxDiff.toExponential(3)}, ` +
+          `min top1-top2 gap = ${minGap.toFixed(4)}, tokens = ${tokens.join(' ')}`,
+      );
       await session.release();
     });
   }
@@ -345,8 +375,15 @@ describe('reference vs onnxruntime-node on generated fp32 models', () => {
 
 function readConfig(ref: LlamaReference): LlamaConfig {
   return {
-    hidden_size: ref.hidden, intermediate_size: ref.inter, num_hidden_layers: ref.nLayers,
-    num_attention_heads: ref.heads, num_key_value_heads: ref.kvHeads, head_dim: ref.headDim,
-    vocab_size: ref.vocab, rms_norm_eps: ref.eps, rope_theta: ref.theta, tie_word_embeddings: ref.tied,
+    hidden_size: ref.hidden,
+    intermediate_size: ref.inter,
+    num_hidden_layers: ref.nLayers,
+    num_attention_heads: ref.heads,
+    num_key_value_heads: ref.kvHeads,
+    head_dim: ref.headDim,
+    vocab_size: ref.vocab,
+    rms_norm_eps: ref.eps,
+    rope_theta: ref.theta,
+    tie_word_embeddings: ref.tied,
   };
 }

@@ -18,8 +18,19 @@ describe('resolveSamplingParams', () => {
   it('gives the defaults for an empty request and for nulls', () => {
     expect(resolveSamplingParams({}, VOCAB)).toEqual({ ...DEFAULT_SAMPLING, logitBias: new Map() });
     const nulls = resolveSamplingParams(
-      { temperature: null, top_p: null, top_k: null, min_p: null, frequency_penalty: null, presence_penalty: null,
-        repetition_penalty: null, logit_bias: null, seed: null, logprobs: null, top_logprobs: null },
+      {
+        temperature: null,
+        top_p: null,
+        top_k: null,
+        min_p: null,
+        frequency_penalty: null,
+        presence_penalty: null,
+        repetition_penalty: null,
+        logit_bias: null,
+        seed: null,
+        logprobs: null,
+        top_logprobs: null,
+      },
       VOCAB,
     );
     expect(nulls).toEqual({ ...DEFAULT_SAMPLING, logitBias: new Map() });
@@ -27,23 +38,63 @@ describe('resolveSamplingParams', () => {
 
   it('maps OpenAI spelling onto the resolved params', () => {
     const p = resolveSamplingParams(
-      { temperature: 0.7, top_k: 40, top_p: 0.9, min_p: 0.05, frequency_penalty: -1.5, presence_penalty: 2,
-        repetition_penalty: 1.1, logit_bias: { '5': -100, '17': 3.5, '9': 0 }, seed: -12, logprobs: true, top_logprobs: 20 },
+      {
+        temperature: 0.7,
+        top_k: 40,
+        top_p: 0.9,
+        min_p: 0.05,
+        frequency_penalty: -1.5,
+        presence_penalty: 2,
+        repetition_penalty: 1.1,
+        logit_bias: { '5': -100, '17': 3.5, '9': 0 },
+        seed: -12,
+        logprobs: true,
+        top_logprobs: 20,
+      },
       VOCAB,
     );
     expect(p).toEqual({
-      temperature: 0.7, topK: 40, topP: 0.9, minP: 0.05, frequencyPenalty: -1.5, presencePenalty: 2,
-      repetitionPenalty: 1.1, logitBias: new Map([[5, -100], [17, 3.5]]), seed: -12, logprobs: true, topLogprobs: 20,
+      temperature: 0.7,
+      topK: 40,
+      topP: 0.9,
+      minP: 0.05,
+      frequencyPenalty: -1.5,
+      presencePenalty: 2,
+      repetitionPenalty: 1.1,
+      logitBias: new Map([
+        [5, -100],
+        [17, 3.5],
+      ]),
+      seed: -12,
+      logprobs: true,
+      topLogprobs: 20,
     });
   });
 
   it('accepts the edges of every range', () => {
     const ok: SamplingInput[] = [
-      { temperature: 0 }, { temperature: 2 }, { top_p: 1 }, { top_p: 1e-9 }, { top_k: 0 }, { top_k: -1 }, { top_k: 1 },
-      { top_k: 1_000_000 }, { min_p: 0 }, { min_p: 1 }, { frequency_penalty: -2 }, { frequency_penalty: 2 },
-      { presence_penalty: -2 }, { presence_penalty: 2 }, { repetition_penalty: 2 }, { repetition_penalty: 1e-3 },
-      { logit_bias: { '0': -100, '99': 100 } }, { seed: 0 }, { seed: Number.MAX_SAFE_INTEGER }, { seed: Number.MIN_SAFE_INTEGER },
-      { logprobs: false, top_logprobs: 0 }, { logprobs: true, top_logprobs: 0 },
+      { temperature: 0 },
+      { temperature: 2 },
+      { top_p: 1 },
+      { top_p: 1e-9 },
+      { top_k: 0 },
+      { top_k: -1 },
+      { top_k: 1 },
+      { top_k: 1_000_000 },
+      { min_p: 0 },
+      { min_p: 1 },
+      { frequency_penalty: -2 },
+      { frequency_penalty: 2 },
+      { presence_penalty: -2 },
+      { presence_penalty: 2 },
+      { repetition_penalty: 2 },
+      { repetition_penalty: 1e-3 },
+      { logit_bias: { '0': -100, '99': 100 } },
+      { seed: 0 },
+      { seed: Number.MAX_SAFE_INTEGER },
+      { seed: Number.MIN_SAFE_INTEGER },
+      { logprobs: false, top_logprobs: 0 },
+      { logprobs: true, top_logprobs: 0 },
     ];
     for (const input of ok) expect(paramOf(input), JSON.stringify(input)).toBeUndefined();
     expect(resolveSamplingParams({ top_k: -1 }, VOCAB).topK).toBe(0);

@@ -20,7 +20,13 @@ const ln = Math.log;
 describe('logit bias', () => {
   it('adds the bias to the listed ids only', () => {
     const l = f32([1, 2, 3, 4]);
-    applyLogitBias(l, new Map([[0, -100], [2, 0.5]]));
+    applyLogitBias(
+      l,
+      new Map([
+        [0, -100],
+        [2, 0.5],
+      ]),
+    );
     expect([...l]).toEqual([-99, 2, 3.5, 4]);
   });
 });
@@ -84,7 +90,11 @@ describe('top-k', () => {
     expect(kept(l)).toEqual([1, 2, 3]);
   });
   it('0, k >= vocab, and fewer than k finite logits are no-ops', () => {
-    for (const [xs, k] of [[[1, 2, 3], 0], [[1, 2, 3], 3], [[NEG, 1, NEG], 2]] as [number[], number][]) {
+    for (const [xs, k] of [
+      [[1, 2, 3], 0],
+      [[1, 2, 3], 3],
+      [[NEG, 1, NEG], 2],
+    ] as [number[], number][]) {
       const l = f32(xs);
       applyTopK(l, k);
       expect([...l]).toEqual(xs);
@@ -190,7 +200,9 @@ describe('processors match naive full-sort references', () => {
     const rng = new Xoshiro128(7);
     for (let trial = 0; trial < 300; trial++) {
       const n = 2 + (rng.nextUint32() % 30);
-      const row = f32(Array.from({ length: n }, () => (rng.nextFloat() < 0.1 ? NEG : Math.round(rng.nextFloat() * 12 - 6) / 2)));
+      const row = f32(
+        Array.from({ length: n }, () => (rng.nextFloat() < 0.1 ? NEG : Math.round(rng.nextFloat() * 12 - 6) / 2)),
+      );
       if (kept(row).length === 0) continue;
       const k = 1 + (rng.nextUint32() % n);
       const p = 0.05 + rng.nextFloat() * 0.9;

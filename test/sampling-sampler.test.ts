@@ -75,8 +75,12 @@ describe('greedy (temperature 0)', () => {
   });
   it('applies logit bias and the repetition penalty over the prompt, in both signs', () => {
     expect(sampler({ temperature: 0, logit_bias: { 2: 10 } }, 3).sample(Float32Array.from([5, 0, 0])).tokenId).toBe(2);
-    expect(sampler({ temperature: 0, repetition_penalty: 2 }, 2, [0]).sample(Float32Array.from([2, 1.5])).tokenId).toBe(1);
-    expect(sampler({ temperature: 0, repetition_penalty: 2 }, 2, [0]).sample(Float32Array.from([-1, -1.5])).tokenId).toBe(1);
+    expect(sampler({ temperature: 0, repetition_penalty: 2 }, 2, [0]).sample(Float32Array.from([2, 1.5])).tokenId).toBe(
+      1,
+    );
+    expect(
+      sampler({ temperature: 0, repetition_penalty: 2 }, 2, [0]).sample(Float32Array.from([-1, -1.5])).tokenId,
+    ).toBe(1);
     expect(sampler({ temperature: 0 }, 2, [0]).sample(Float32Array.from([2, 1.5])).tokenId).toBe(0);
   });
   it('penalties follow the generated tokens step by step', () => {
@@ -86,7 +90,7 @@ describe('greedy (temperature 0)', () => {
     // frequency: 0.5 per occurrence. -> 0; [.5,.9,.2] 1; [.5,.4,.2] 0; [0,.4,.2] 1; [0,-.1,.2] 2; [0,-.1,-.3] 0
     expect(run(sampler({ temperature: 0, frequency_penalty: 0.5 }, 3), logits, 6)).toEqual([0, 1, 0, 1, 2, 0]);
   });
-  it('leaves the caller\'s logits untouched', () => {
+  it("leaves the caller's logits untouched", () => {
     const logits = Float32Array.from([1, 2, 3]);
     sampler({ temperature: 0.5, logit_bias: { 0: 50 }, top_k: 1, frequency_penalty: 1 }, 3).sample(logits);
     expect([...logits]).toEqual([1, 2, 3]);
@@ -127,7 +131,10 @@ describe('sampled distribution', () => {
     const raw = [0.3, 2.0, -1, 1.0, 1.5, -0.5, 0.8, 1.2, 0.1, -2];
     // Independent expectation: scale, keep the 5 largest, then the smallest top set with mass >= 0.9.
     const scaled = raw.map((x) => Math.fround(x) / 0.7);
-    const order = scaled.map((_, i) => i).sort((a, b) => scaled[b] - scaled[a]).slice(0, 5);
+    const order = scaled
+      .map((_, i) => i)
+      .sort((a, b) => scaled[b] - scaled[a])
+      .slice(0, 5);
     const w = order.map((i) => Math.exp(scaled[i]));
     const z = w.reduce((a, b) => a + b);
     const nucleus: number[] = [];
@@ -178,11 +185,25 @@ describe('logprobs', () => {
   it('are the log-softmax of the RAW logits, whatever the processors did', () => {
     const row = randomRow(new Xoshiro128(5), 30);
     const expected = rawLogSoftmax(row);
-    const s = sampler({ temperature: 0.5, top_k: 3, logit_bias: { 17: 100 }, presence_penalty: 1, logprobs: true, top_logprobs: 5, seed: 1 }, 30);
+    const s = sampler(
+      {
+        temperature: 0.5,
+        top_k: 3,
+        logit_bias: { 17: 100 },
+        presence_penalty: 1,
+        logprobs: true,
+        top_logprobs: 5,
+        seed: 1,
+      },
+      30,
+    );
     const out = s.sample(row);
     expect(out.tokenId).toBe(17); // biased to the top
     expect(out.logprob).toBeCloseTo(expected[17], 10);
-    const best = expected.map((lp, tokenId) => ({ tokenId, logprob: lp })).sort((a, b) => b.logprob - a.logprob).slice(0, 5);
+    const best = expected
+      .map((lp, tokenId) => ({ tokenId, logprob: lp }))
+      .sort((a, b) => b.logprob - a.logprob)
+      .slice(0, 5);
     expect(out.topLogprobs!.map((t) => t.tokenId)).toEqual(best.map((t) => t.tokenId));
     out.topLogprobs!.forEach((t, i) => expect(t.logprob).toBeCloseTo(best[i].logprob, 10));
   });
@@ -215,7 +236,10 @@ describe('guards', () => {
   it('runs a 49152-token vocabulary with top_p and penalties', () => {
     const vocab = 49152;
     const row = randomRow(new Xoshiro128(9), vocab, 8);
-    const s = new TokenSampler({ ...DEFAULT_SAMPLING, topP: 0.9, temperature: 0.8, frequencyPenalty: 0.5, seed: 3 }, { vocabSize: vocab, promptTokenIds: [] });
+    const s = new TokenSampler(
+      { ...DEFAULT_SAMPLING, topP: 0.9, temperature: 0.8, frequencyPenalty: 0.5, seed: 3 },
+      { vocabSize: vocab, promptTokenIds: [] },
+    );
     for (let i = 0; i < 10; i++) {
       const t = s.sample(row).tokenId;
       expect(t >= 0 && t < vocab).toBe(true);

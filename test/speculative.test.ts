@@ -29,7 +29,8 @@ function prompts(): GenerationRequest[] {
   ];
 }
 
-const tokens = async (e: Engine, request: GenerationRequest): Promise<number[]> => (await collect(e, request)).done.tokenIds;
+const tokens = async (e: Engine, request: GenerationRequest): Promise<number[]> =>
+  (await collect(e, request)).done.tokenIds;
 
 describe('greedy speculation equals greedy without it', () => {
   for (const method of ['ngram', 'draft'] as const) {
@@ -39,10 +40,15 @@ describe('greedy speculation equals greedy without it', () => {
       const before = engine.stats();
       // Everything at once: speculating rows of every γ share each pass with plain decodes.
       const runs = requests.flatMap((r, i) => [
-        ...[1, 2, 3, 4, 5, 6, 7, 8].map(async (g) => ({ i, g, got: await tokens(engine, { ...r, speculative: { method, num_tokens: g } }) })),
+        ...[1, 2, 3, 4, 5, 6, 7, 8].map(async (g) => ({
+          i,
+          g,
+          got: await tokens(engine, { ...r, speculative: { method, num_tokens: g } }),
+        })),
         tokens(engine, r).then((got) => ({ i, g: 0, got })),
       ]);
-      for (const { i, g, got } of await Promise.all(runs)) expect(got, `prompt ${i}, num_tokens ${g}`).toEqual(expected[i]);
+      for (const { i, g, got } of await Promise.all(runs))
+        expect(got, `prompt ${i}, num_tokens ${g}`).toEqual(expected[i]);
       const after = engine.stats();
       const proposed = after.proposedTokens - before.proposedTokens;
       const accepted = after.acceptedTokens - before.acceptedTokens;
@@ -67,7 +73,12 @@ describe('greedy speculation equals greedy without it', () => {
 
   it('prompt lookup speeds a repetitive prompt up in steps', async () => {
     const phrase = randomIds(11, 8, 3, 512);
-    const request = { prompt_ids: Array.from({ length: 4 }, () => phrase).flat(), max_tokens: 48, temperature: 0, ignore_eos: true };
+    const request = {
+      prompt_ids: Array.from({ length: 4 }, () => phrase).flat(),
+      max_tokens: 48,
+      temperature: 0,
+      ignore_eos: true,
+    };
     const steps = async (r: GenerationRequest): Promise<number> => {
       const before = plain.stats().steps;
       await collect(plain, r);
@@ -99,12 +110,21 @@ describe('greedy speculation equals greedy without it', () => {
     const base = { prompt_ids: Array.from({ length: 5 }, () => phrase).flat(), temperature: 0, ignore_eos: true };
     const full = await tokens(plain, { ...base, max_tokens: 30 });
     for (const maxTokens of [1, 2, 7, 13]) {
-      const got = await collect(engine, { ...base, max_tokens: maxTokens, speculative: { method: 'ngram', num_tokens: 8 } });
+      const got = await collect(engine, {
+        ...base,
+        max_tokens: maxTokens,
+        speculative: { method: 'ngram', num_tokens: 8 },
+      });
       expect(got.done.tokenIds).toEqual(full.slice(0, maxTokens));
       expect(got.tokens.map((t) => t.tokenId)).toEqual(full.slice(0, maxTokens));
     }
     const stopAt = full[9];
-    const stopped = await collect(engine, { ...base, max_tokens: 30, stop_token_ids: [stopAt], speculative: { method: 'ngram', num_tokens: 8 } });
+    const stopped = await collect(engine, {
+      ...base,
+      max_tokens: 30,
+      stop_token_ids: [stopAt],
+      speculative: { method: 'ngram', num_tokens: 8 },
+    });
     expect(stopped.done.tokenIds).toEqual(full.slice(0, full.indexOf(stopAt) + 1));
     expect(stopped.done.finishReason).toBe('stop');
     expect(engine.stats().kv.used).toBe(0);
@@ -138,7 +158,9 @@ describe('sampled speculation is distributed as the target', () => {
   /** The exact probability of every 3-token start of a continuation. */
   function exactJoint(prompt: number[]): Map<string, number> {
     const joint = new Map<string, number>();
-    for (const [a, pa] of top3(prompt, [])) for (const [b, pb] of top3(prompt, [a])) for (const [c, pc] of top3(prompt, [a, b])) joint.set([a, b, c].join(), pa * pb * pc);
+    for (const [a, pa] of top3(prompt, []))
+      for (const [b, pb] of top3(prompt, [a]))
+        for (const [c, pc] of top3(prompt, [a, b])) joint.set([a, b, c].join(), pa * pb * pc);
     return joint;
   }
 
@@ -146,7 +168,11 @@ describe('sampled speculation is distributed as the target', () => {
    * Pearson's chi-square of observed counts against `expected` probabilities, and its 0.001 critical
    * value. Outcomes expected fewer than 5 times are pooled into one bin, where the approximation holds.
    */
-  function chiSquare(observed: Map<string, number>, expected: Map<string, number>, total: number): { stat: number; critical: number } {
+  function chiSquare(
+    observed: Map<string, number>,
+    expected: Map<string, number>,
+    total: number,
+  ): { stat: number; critical: number } {
     for (const key of observed.keys()) if (!expected.has(key)) return { stat: Infinity, critical: 0 }; // an impossible sequence
     const bins: [number, number][] = [];
     const pooled: [number, number] = [0, 0];
@@ -188,13 +214,28 @@ describe('sampled speculation is distributed as the target', () => {
     expect([...top3(prompt, []).keys()].every((t) => prompt.includes(t))).toBe(true);
     // Five tokens: after the prefill's, the first decode step verifies three proposals (positions 2-4), so
     // the first three tokens include rejections at the second proposal, not only the first.
-    sampling = { prompt_ids: prompt, max_tokens: 5, temperature: 1, top_k: 3, presence_penalty: PRESENCE, logit_bias: bias, ignore_eos: true };
+    sampling = {
+      prompt_ids: prompt,
+      max_tokens: 5,
+      temperature: 1,
+      top_k: 3,
+      presence_penalty: PRESENCE,
+      logit_bias: bias,
+      ignore_eos: true,
+    };
   });
 
-  for (const [method, numTokens] of [['draft', 3], ['ngram', 3]] as const) {
+  for (const [method, numTokens] of [
+    ['draft', 3],
+    ['ngram', 3],
+  ] as const) {
     it(`${method}: the first 3 tokens over ${SAMPLES} seeds follow the target's exact distribution (bias, presence penalty, top-k)`, async () => {
       const before = engine.stats();
-      const observed = await histogram(engine, { ...sampling, speculative: { method, num_tokens: numTokens } }, SAMPLES);
+      const observed = await histogram(
+        engine,
+        { ...sampling, speculative: { method, num_tokens: numTokens } },
+        SAMPLES,
+      );
       const { stat, critical } = chiSquare(observed, exactJoint(prompt), SAMPLES);
       expect(stat, `chi-square ${stat.toFixed(1)} vs critical ${critical.toFixed(1)}`).toBeLessThan(critical);
       expect(engine.stats().proposedTokens - before.proposedTokens).toBeGreaterThan(SAMPLES / 5);
@@ -234,7 +275,9 @@ describe('refusals', () => {
         expect((e as InvalidRequestError).param).toBe(param);
       }
     }
-    expect(() => plain.generate({ ...base, speculative: { method: 'draft', num_tokens: 2 } })).toThrow(/no draft model/);
+    expect(() => plain.generate({ ...base, speculative: { method: 'draft', num_tokens: 2 } })).toThrow(
+      /no draft model/,
+    );
     expect(engine.stats()).toEqual(before);
   });
 });

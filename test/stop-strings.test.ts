@@ -91,7 +91,9 @@ describe('StopStringMatcher', () => {
       }
       const got = feed(stops, pieces);
       const want = reference(stops, text);
-      expect({ out: got.out, stopped: got.stopped }, `${JSON.stringify(stops)} ${JSON.stringify(pieces)}`).toEqual(want);
+      expect({ out: got.out, stopped: got.stopped }, `${JSON.stringify(stops)} ${JSON.stringify(pieces)}`).toEqual(
+        want,
+      );
     }
   });
 
@@ -108,13 +110,16 @@ describe('validateStops', () => {
     expect(validateStops(['a', 'b', 'c', 'd'])).toEqual(['a', 'b', 'c', 'd']);
     expect(validateStops([])).toEqual([]);
   });
-  it.each([[''], [['a', 'b', 'c', 'd', 'e']], [['a', '']], [[1]], [['a', null]], [5], [{}]])('refuses %j naming stop', (bad) => {
-    try {
-      validateStops(bad);
-      expect.unreachable();
-    } catch (e) {
-      expect(e).toBeInstanceOf(InvalidRequestError);
-      expect((e as InvalidRequestError).param).toBe('stop');
-    }
-  });
+  it.each([[''], [['a', 'b', 'c', 'd', 'e']], [['a', '']], [[1]], [['a', null]], [5], [{}]])(
+    'refuses %j naming stop',
+    (bad) => {
+      try {
+        validateStops(bad);
+        expect.unreachable();
+      } catch (e) {
+        expect(e).toBeInstanceOf(InvalidRequestError);
+        expect((e as InvalidRequestError).param).toBe('stop');
+      }
+    },
+  );
 });

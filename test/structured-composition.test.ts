@@ -12,7 +12,11 @@ import { collect, loadEngine, modelDir, SUITE_BACKEND } from './helpers/engines.
 
 const schema = {
   type: 'object',
-  properties: { id: { type: 'integer', minimum: 0, maximum: 999 }, ok: { type: 'boolean' }, tag: { enum: ['a', 'b', 'c'] } },
+  properties: {
+    id: { type: 'integer', minimum: 0, maximum: 999 },
+    ok: { type: 'boolean' },
+    tag: { enum: ['a', 'b', 'c'] },
+  },
   required: ['id', 'ok', 'tag'],
   additionalProperties: false,
 };
@@ -33,7 +37,12 @@ const base: GenerationRequest = { prompt: 'JSON please:', temperature: 1, max_to
 describe('composition', () => {
   it('batching: constrained and free rows share passes, each row under its own mask', async () => {
     const runs = await Promise.all(
-      Array.from({ length: 12 }, (_, i) => collect(engine, i % 2 === 0 ? { ...base, seed: i } : { prompt: 'Free text:', temperature: 1, seed: i, max_tokens: 30 })),
+      Array.from({ length: 12 }, (_, i) =>
+        collect(
+          engine,
+          i % 2 === 0 ? { ...base, seed: i } : { prompt: 'Free text:', temperature: 1, seed: i, max_tokens: 30 },
+        ),
+      ),
     );
     runs.forEach(({ done }, i) => {
       if (i % 2 === 0) expect(valid(done.text), done.text).toBe(true);
@@ -55,7 +64,14 @@ describe('composition', () => {
 
   it('beam search: beams fork their matchers; every candidate is valid', async () => {
     const texts: string[] = [];
-    for await (const e of engine.generate({ prompt: 'JSON please:', use_beam_search: true, beam_width: 4, n: 3, max_tokens: 80, constraint })) {
+    for await (const e of engine.generate({
+      prompt: 'JSON please:',
+      use_beam_search: true,
+      beam_width: 4,
+      n: 3,
+      max_tokens: 80,
+      constraint,
+    })) {
       if (e.type === 'done') texts[e.index] = e.text;
     }
     expect(texts).toHaveLength(3);
@@ -79,7 +95,14 @@ describe('composition', () => {
     const constrained = await collect(engine, { ...base, temperature: 0, logprobs: true, top_logprobs: 2 });
     expect(valid(constrained.done.text)).toBe(true);
     // Feed the constrained tokens back as a prompt, one at a time is too slow; check the first token instead.
-    const free = await collect(engine, { prompt: 'JSON please:', temperature: 0, max_tokens: 1, logprobs: true, top_logprobs: 2, allowed_token_ids: [constrained.tokens[0].tokenId] });
+    const free = await collect(engine, {
+      prompt: 'JSON please:',
+      temperature: 0,
+      max_tokens: 1,
+      logprobs: true,
+      top_logprobs: 2,
+      allowed_token_ids: [constrained.tokens[0].tokenId],
+    });
     expect(constrained.tokens[0].logprob).toBeCloseTo(free.tokens[0].logprob!, 5);
     for (const t of constrained.tokens) expect(t.topLogprobs).toHaveLength(2);
   });

@@ -14,7 +14,12 @@ const SCHEMAS: Record<string, { [key: string]: JsonValue }> = {
   nested: {
     type: 'object',
     properties: {
-      user: { type: 'object', properties: { name: { type: 'string', maxLength: 12 }, admin: { type: 'boolean' } }, required: ['name', 'admin'], additionalProperties: false },
+      user: {
+        type: 'object',
+        properties: { name: { type: 'string', maxLength: 12 }, admin: { type: 'boolean' } },
+        required: ['name', 'admin'],
+        additionalProperties: false,
+      },
       note: { type: 'string', maxLength: 8 },
     },
     required: ['user'],
@@ -22,43 +27,77 @@ const SCHEMAS: Record<string, { [key: string]: JsonValue }> = {
   },
   arrays: {
     type: 'object',
-    properties: { tags: { type: 'array', items: { type: 'string', maxLength: 4 }, minItems: 1, maxItems: 3 }, scores: { type: 'array', items: { type: 'integer', minimum: 0, maximum: 9 }, maxItems: 2 } },
+    properties: {
+      tags: { type: 'array', items: { type: 'string', maxLength: 4 }, minItems: 1, maxItems: 3 },
+      scores: { type: 'array', items: { type: 'integer', minimum: 0, maximum: 9 }, maxItems: 2 },
+    },
     required: ['tags', 'scores'],
     additionalProperties: false,
   },
   enums: {
     type: 'object',
-    properties: { color: { enum: ['red', 'green', 'blue'] }, size: { const: 'L' }, level: { type: 'integer', enum: [1, 2, 3] } },
+    properties: {
+      color: { enum: ['red', 'green', 'blue'] },
+      size: { const: 'L' },
+      level: { type: 'integer', enum: [1, 2, 3] },
+    },
     required: ['color', 'size', 'level'],
     additionalProperties: false,
   },
   anyOf: {
     type: 'object',
-    properties: { value: { anyOf: [{ type: 'integer', minimum: 10, maximum: 99 }, { type: 'null' }, { type: 'string', pattern: '^[a-c]{2}$' }] } },
+    properties: {
+      value: {
+        anyOf: [
+          { type: 'integer', minimum: 10, maximum: 99 },
+          { type: 'null' },
+          { type: 'string', pattern: '^[a-c]{2}$' },
+        ],
+      },
+    },
     required: ['value'],
     additionalProperties: false,
   },
   optional: {
     type: 'object',
-    properties: { a: { type: 'integer', minimum: -5, maximum: 5 }, b: { type: 'boolean' }, c: { type: 'string', maxLength: 3 } },
+    properties: {
+      a: { type: 'integer', minimum: -5, maximum: 5 },
+      b: { type: 'boolean' },
+      c: { type: 'string', maxLength: 3 },
+    },
     required: ['a'],
     additionalProperties: false,
   },
   patterns: {
     type: 'object',
-    properties: { code: { type: 'string', pattern: '^[A-Z]{3}-[0-9]{2}$' }, zip: { type: 'string', pattern: '^\\d{5}$' }, word: { type: 'string', minLength: 2, maxLength: 5 } },
+    properties: {
+      code: { type: 'string', pattern: '^[A-Z]{3}-[0-9]{2}$' },
+      zip: { type: 'string', pattern: '^\\d{5}$' },
+      word: { type: 'string', minLength: 2, maxLength: 5 },
+    },
     required: ['code', 'zip', 'word'],
     additionalProperties: false,
   },
   ranges: {
     type: 'object',
-    properties: { age: { type: 'integer', minimum: 18, maximum: 65 }, temp: { type: 'integer', exclusiveMinimum: -10, exclusiveMaximum: 40 }, ratio: { type: 'number', minimum: 0, maximum: 1 } },
+    properties: {
+      age: { type: 'integer', minimum: 18, maximum: 65 },
+      temp: { type: 'integer', exclusiveMinimum: -10, exclusiveMaximum: 40 },
+      ratio: { type: 'number', minimum: 0, maximum: 1 },
+    },
     required: ['age', 'temp', 'ratio'],
     additionalProperties: false,
   },
   refs: {
     type: 'object',
-    $defs: { point: { type: 'object', properties: { x: { type: 'integer', minimum: 0, maximum: 9 }, y: { type: 'integer', minimum: 0, maximum: 9 } }, required: ['x', 'y'], additionalProperties: false } },
+    $defs: {
+      point: {
+        type: 'object',
+        properties: { x: { type: 'integer', minimum: 0, maximum: 9 }, y: { type: 'integer', minimum: 0, maximum: 9 } },
+        required: ['x', 'y'],
+        additionalProperties: false,
+      },
+    },
     properties: { from: { $ref: '#/$defs/point' }, to: { $ref: '#/$defs/point' } },
     required: ['from', 'to'],
     additionalProperties: false,
@@ -74,12 +113,23 @@ afterAll(async () => {
 });
 
 /** Runs the request with `spec` as its constraint, n = SAMPLES seeded completions at temperature 1. */
-async function samples(spec: ConstraintSpec, extra: Record<string, unknown> = {}): Promise<{ text: string; finishReason: string }[]> {
+async function samples(
+  spec: ConstraintSpec,
+  extra: Record<string, unknown> = {},
+): Promise<{ text: string; finishReason: string }[]> {
   const out: { text: string; finishReason: string }[] = [];
   const n = 10;
   for (let round = 0; round < SAMPLES / n; round++) {
     const done: { text: string; finishReason: string }[] = [];
-    for await (const event of engine.generate({ prompt: 'Answer in JSON:', n, temperature: 1, seed: 1000 + round * n, max_tokens: 400, constraint: { spec, param: 'response_format' }, ...extra })) {
+    for await (const event of engine.generate({
+      prompt: 'Answer in JSON:',
+      n,
+      temperature: 1,
+      seed: 1000 + round * n,
+      max_tokens: 400,
+      constraint: { spec, param: 'response_format' },
+      ...extra,
+    })) {
       if (event.type === 'done') done[event.index] = { text: event.text, finishReason: event.finishReason };
     }
     out.push(...done);
@@ -106,7 +156,9 @@ describe('JSON schema: 50 seeded samples at temperature 1 all validate', () => {
 
   it('json_object gives a JSON object every time', async () => {
     // An unbounded object may run into max_tokens; every one that finished must parse as an object.
-    const finished = (await samples({ type: 'json_object' }, { max_tokens: 200 })).filter((r) => r.finishReason === 'stop');
+    const finished = (await samples({ type: 'json_object' }, { max_tokens: 200 })).filter(
+      (r) => r.finishReason === 'stop',
+    );
     expect(finished.length).toBeGreaterThan(0);
     for (const { text } of finished) expect(typeof JSON.parse(text)).toBe('object');
   });
@@ -133,7 +185,8 @@ describe('regex, choice and grammar', () => {
 
   it('an EBNF grammar is followed', async () => {
     const ebnf = 'root ::= "(" expr ")"\nexpr ::= num (("+" | "*") num)*\nnum ::= [1-9] [0-9]?';
-    for (const { text } of await samples({ type: 'grammar', ebnf })) expect(text).toMatch(/^\([1-9][0-9]?([+*][1-9][0-9]?)*\)$/);
+    for (const { text } of await samples({ type: 'grammar', ebnf }))
+      expect(text).toMatch(/^\([1-9][0-9]?([+*][1-9][0-9]?)*\)$/);
   });
 });
 
@@ -150,7 +203,15 @@ describe('refusals', () => {
 
   it('names the keyword it cannot enforce', () => {
     for (const keyword of ['multipleOf', 'uniqueItems', 'not', 'if', 'minProperties', 'oneOf']) {
-      const schema = { type: 'object', properties: { a: { type: 'integer', [keyword]: keyword === 'not' || keyword === 'if' ? {} : keyword === 'oneOf' ? [{ type: 'integer' }] : 2 } } };
+      const schema = {
+        type: 'object',
+        properties: {
+          a: {
+            type: 'integer',
+            [keyword]: keyword === 'not' || keyword === 'if' ? {} : keyword === 'oneOf' ? [{ type: 'integer' }] : 2,
+          },
+        },
+      };
       const err = refusal({ type: 'json_schema', schema });
       expect(err.message).toContain(`'${keyword}'`);
       expect(err.message).toContain('#/properties/a');
@@ -169,7 +230,11 @@ describe('refusals', () => {
 
   it('compiles a schema once per tokenizer (cached)', async () => {
     const before = { ...engine.constraints.stats };
-    await collect(engine, { prompt: 'x', max_tokens: 50, constraint: { spec: { type: 'json_schema', schema: SCHEMAS.enums }, param: 'response_format' } });
+    await collect(engine, {
+      prompt: 'x',
+      max_tokens: 50,
+      constraint: { spec: { type: 'json_schema', schema: SCHEMAS.enums }, param: 'response_format' },
+    });
     expect(engine.constraints.stats.compiles).toBe(before.compiles);
     expect(engine.constraints.stats.cacheHits).toBeGreaterThan(before.cacheHits);
   });

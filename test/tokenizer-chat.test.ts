@@ -32,10 +32,20 @@ describe('renderChat', () => {
   });
 
   it('accepts text content parts and the developer role', () => {
-    const out = renderChat(template, [
-      { role: 'developer', content: 'Rules.' },
-      { role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }] },
-    ], config);
+    const out = renderChat(
+      template,
+      [
+        { role: 'developer', content: 'Rules.' },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'a' },
+            { type: 'text', text: 'b' },
+          ],
+        },
+      ],
+      config,
+    );
     expect(out).toBe('<|im_start|>system\nRules.<|im_end|>\n<|im_start|>user\na\nb<|im_end|>\n<|im_start|>assistant\n');
   });
 

@@ -8,15 +8,37 @@ const files = buildTokenizerFiles({ vocabSize: 512 });
 const tok = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
 const FFFD = '\uFFFD';
 
-
 function stream(ids: number[], skipSpecialTokens: boolean): string[] {
   const detok = new IncrementalDetokenizer(tok, { skipSpecialTokens });
   return [...ids.map((id) => detok.push(id)), detok.flush()];
 }
 
 const FRAGMENTS = [
-  'hello', ' world', 'é', 'ñ', 'ü', 'ß', '日本語', '中文', '한국어', 'Ελληνικά', 'Привет', '😀', '🤖', '👩‍💻',
-  '🇯🇵', ' ', '\n', '12.5', '∑∞', '«»', '<|im_end|>', '<|im_start|>', '<|endoftext|>', '\uFEFF', '𝔘𝔫𝔦',
+  'hello',
+  ' world',
+  'é',
+  'ñ',
+  'ü',
+  'ß',
+  '日本語',
+  '中文',
+  '한국어',
+  'Ελληνικά',
+  'Привет',
+  '😀',
+  '🤖',
+  '👩‍💻',
+  '🇯🇵',
+  ' ',
+  '\n',
+  '12.5',
+  '∑∞',
+  '«»',
+  '<|im_end|>',
+  '<|im_start|>',
+  '<|endoftext|>',
+  '\uFEFF',
+  '𝔘𝔫𝔦',
 ];
 
 function randomText(next: () => number): string {
@@ -53,7 +75,10 @@ describe('IncrementalDetokenizer', () => {
         const pieces = stream(ids, skip);
         const full = tok.decode(ids, { skipSpecialTokens: skip });
         expect(pieces.join(''), `seed ${seed} skip ${skip}`).toBe(full);
-        expect(pieces.some((p) => p.includes(FFFD)), `seed ${seed}`).toBe(false);
+        expect(
+          pieces.some((p) => p.includes(FFFD)),
+          `seed ${seed}`,
+        ).toBe(false);
       }
       expect(stream(ids, false).join('')).toBe(text);
     }

@@ -110,13 +110,26 @@ describe('buildTokenizerFiles', () => {
     const j = files512.tokenizerJson as Record<string, any>;
     expect(j.version).toBe('1.0');
     expect(j.normalizer).toBeNull();
-    expect(j.pre_tokenizer).toEqual({ type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true });
+    expect(j.pre_tokenizer).toEqual({
+      type: 'ByteLevel',
+      add_prefix_space: false,
+      trim_offsets: true,
+      use_regex: true,
+    });
     expect(j.decoder.type).toBe('ByteLevel');
     expect(j.post_processor.type).toBe('ByteLevel');
     expect(j.model.type).toBe('BPE');
     expect(j.model.byte_fallback).toBe(false);
     for (const t of j.added_tokens) {
-      expect(Object.keys(t).sort()).toEqual(['content', 'id', 'lstrip', 'normalized', 'rstrip', 'single_word', 'special']);
+      expect(Object.keys(t).sort()).toEqual([
+        'content',
+        'id',
+        'lstrip',
+        'normalized',
+        'rstrip',
+        'single_word',
+        'special',
+      ]);
       expect(t.special).toBe(true);
     }
     // Each merge is "left right" with exactly one space, both sides and the result in the vocab.
@@ -140,7 +153,12 @@ describe('buildTokenizerFiles', () => {
     });
     expect(typeof c.chat_template).toBe('string');
     expect(c.added_tokens_decoder['2']).toEqual({
-      content: '<|im_end|>', lstrip: false, normalized: false, rstrip: false, single_word: false, special: true,
+      content: '<|im_end|>',
+      lstrip: false,
+      normalized: false,
+      rstrip: false,
+      single_word: false,
+      special: true,
     });
     // Survives a JSON round trip unchanged (no undefined, no non-JSON values).
     expect(JSON.parse(JSON.stringify(files512))).toEqual(files512);

@@ -37,15 +37,20 @@ describe('tool-call parsing', () => {
         expect(mine[0].id).toMatch(/^call_/);
         expect(mine[0].function.name).toBe(index === 0 ? 'get_weather' : 'get_time');
         expect(mine.slice(1).every((d) => d.id === undefined && d.function.name === undefined)).toBe(true);
-        expect(mine.map((d) => d.function.arguments).join('')).toBe(parseToolCalls(text).calls[index].function.arguments);
+        expect(mine.map((d) => d.function.arguments).join('')).toBe(
+          parseToolCalls(text).calls[index].function.arguments,
+        );
       }
     }
   });
 
   it('gives back as content what is not a call, and text with no calls untouched', () => {
-    expect(parseToolCalls('<tool_call>not json</tool_call> bye')).toEqual({ content: '<tool_call>not json</tool_call> bye', calls: [] });
+    expect(parseToolCalls('<tool_call>not json</tool_call> bye')).toEqual({
+      content: '<tool_call>not json</tool_call> bye',
+      calls: [],
+    });
     expect(parseToolCalls('a < b <tool')).toEqual({ content: 'a < b <tool', calls: [] });
-    expect(toolCallPrefix('f') + '{}' + TOOL_CALL_SUFFIX).toBe(call('f', '{}'));
+    expect(`${toolCallPrefix('f')}{}${TOOL_CALL_SUFFIX}`).toBe(call('f', '{}'));
   });
 });
 

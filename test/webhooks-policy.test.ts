@@ -9,13 +9,29 @@ const ok = (url: string, policy = prod) => checkCallbackUrl(url, policy).ok;
 
 describe('callback URLs', () => {
   it('accepts public https URLs', () => {
-    for (const url of ['https://example.com/hook', 'https://api.example.org:8443/x?y=1', 'https://8.8.8.8/', 'https://[2606:4700::1111]/', 'https://172.32.0.1/', 'https://11.0.0.1/']) {
+    for (const url of [
+      'https://example.com/hook',
+      'https://api.example.org:8443/x?y=1',
+      'https://8.8.8.8/',
+      'https://[2606:4700::1111]/',
+      'https://172.32.0.1/',
+      'https://11.0.0.1/',
+    ]) {
       expect(ok(url), url).toBe(true);
     }
   });
 
   it('refuses http, other schemes, credentials and junk', () => {
-    for (const url of ['http://example.com/', 'ftp://example.com/', 'https://user:pw@example.com/', 'not a url', '', 'https://intranet/', 'https://metadata.google.internal/', 'https://printer.local/']) {
+    for (const url of [
+      'http://example.com/',
+      'ftp://example.com/',
+      'https://user:pw@example.com/',
+      'not a url',
+      '',
+      'https://intranet/',
+      'https://metadata.google.internal/',
+      'https://printer.local/',
+    ]) {
       expect(ok(url), url).toBe(false);
     }
     expect(checkCallbackUrl(42, prod).ok).toBe(false);
@@ -23,24 +39,54 @@ describe('callback URLs', () => {
 
   it('refuses private, link-local, unspecified and reserved IPv4 in any spelling', () => {
     const urls = [
-      'https://10.1.2.3/', 'https://172.16.0.1/', 'https://172.31.255.255/', 'https://192.168.1.1/', 'https://169.254.169.254/latest/meta-data',
-      'https://0.0.0.0/', 'https://100.64.0.1/', 'https://224.0.0.1/', 'https://255.255.255.255/',
-      'https://167772161/', 'https://0xa.0.0.1/', 'https://012.0.0.1/', 'https://0xA9FEA9FE/', 'https://10.1/',
+      'https://10.1.2.3/',
+      'https://172.16.0.1/',
+      'https://172.31.255.255/',
+      'https://192.168.1.1/',
+      'https://169.254.169.254/latest/meta-data',
+      'https://0.0.0.0/',
+      'https://100.64.0.1/',
+      'https://224.0.0.1/',
+      'https://255.255.255.255/',
+      'https://167772161/',
+      'https://0xa.0.0.1/',
+      'https://012.0.0.1/',
+      'https://0xA9FEA9FE/',
+      'https://10.1/',
     ];
     for (const url of urls) expect(ok(url), url).toBe(false);
   });
 
   it('refuses private, link-local and mapped IPv6', () => {
     const urls = [
-      'https://[::]/', 'https://[fc00::1]/', 'https://[fd12:3456::1]/', 'https://[fe80::1]/', 'https://[febf::1]/',
-      'https://[::ffff:10.0.0.1]/', 'https://[::ffff:169.254.169.254]/', 'https://[::ffff:a00:1]/', 'https://[64:ff9b::a00:1]/',
-      'https://[2002:c0a8:101::1]/', 'https://[ff02::1]/', 'https://[fe80::1%25eth0]/',
+      'https://[::]/',
+      'https://[fc00::1]/',
+      'https://[fd12:3456::1]/',
+      'https://[fe80::1]/',
+      'https://[febf::1]/',
+      'https://[::ffff:10.0.0.1]/',
+      'https://[::ffff:169.254.169.254]/',
+      'https://[::ffff:a00:1]/',
+      'https://[64:ff9b::a00:1]/',
+      'https://[2002:c0a8:101::1]/',
+      'https://[ff02::1]/',
+      'https://[fe80::1%25eth0]/',
     ];
     for (const url of urls) expect(ok(url), url).toBe(false);
   });
 
   it('allows loopback only in dev, over http or https', () => {
-    const loopbacks = ['http://127.0.0.1:9999/cb', 'https://127.0.0.1/', 'http://127.1.2.3/', 'http://localhost:8080/', 'http://LOCALHOST./', 'http://[::1]:9/', 'http://2130706433/', 'http://[::ffff:127.0.0.1]/', 'http://a.localhost/'];
+    const loopbacks = [
+      'http://127.0.0.1:9999/cb',
+      'https://127.0.0.1/',
+      'http://127.1.2.3/',
+      'http://localhost:8080/',
+      'http://LOCALHOST./',
+      'http://[::1]:9/',
+      'http://2130706433/',
+      'http://[::ffff:127.0.0.1]/',
+      'http://a.localhost/',
+    ];
     for (const url of loopbacks) {
       expect(ok(url, prod), url).toBe(false);
       expect(ok(url, dev), url).toBe(true);
@@ -88,7 +134,13 @@ describe('retry backoff', () => {
 
   it('reads vars as strings, with defaults for missing or bad values', () => {
     expect(retryPolicyFromEnv({})).toMatchObject({ baseMs: 2000, maxAttempts: 6 });
-    expect(retryPolicyFromEnv({ WEBHOOK_RETRY_BASE_MS: '25', WEBHOOK_MAX_ATTEMPTS: '3' })).toMatchObject({ baseMs: 25, maxAttempts: 3 });
-    expect(retryPolicyFromEnv({ WEBHOOK_RETRY_BASE_MS: 'x', WEBHOOK_MAX_ATTEMPTS: '0' })).toMatchObject({ baseMs: 2000, maxAttempts: 6 });
+    expect(retryPolicyFromEnv({ WEBHOOK_RETRY_BASE_MS: '25', WEBHOOK_MAX_ATTEMPTS: '3' })).toMatchObject({
+      baseMs: 25,
+      maxAttempts: 3,
+    });
+    expect(retryPolicyFromEnv({ WEBHOOK_RETRY_BASE_MS: 'x', WEBHOOK_MAX_ATTEMPTS: '0' })).toMatchObject({
+      baseMs: 2000,
+      maxAttempts: 6,
+    });
   });
 });

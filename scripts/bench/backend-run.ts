@@ -48,8 +48,21 @@ export async function runBackend(backend: Backend, o: BenchOptions, log: (s: str
     // service). Half the pool holds every session's history; other requests' blocks are evicted first, so the
     // store stays small: gigabytes of blocks in this heap would slow every measurement, not just the restore.
     const kvStore = has('sessions') ? new MemoryKvBlockStore(kvCacheBytes / 2) : undefined;
-    const engine = await Engine.load(runtime, source, { dtype: v.dtype, intraOpNumThreads: 1, kvCacheBytes, maxBatchSize: maxBatch, kvStore });
-    const item: Loaded = { v, engine, sessions: new Map(), samples: new Samples(), phases: new Map(), sameTokens: true };
+    const engine = await Engine.load(runtime, source, {
+      dtype: v.dtype,
+      intraOpNumThreads: 1,
+      kvCacheBytes,
+      maxBatchSize: maxBatch,
+      kvStore,
+    });
+    const item: Loaded = {
+      v,
+      engine,
+      sessions: new Map(),
+      samples: new Samples(),
+      phases: new Map(),
+      sameTokens: true,
+    };
     if (has('peers')) {
       const files = await loadModelFiles(source, v.dtype);
       item.bare = await createBareLoop(runtime, files.onnx, files.config, engine.samplableVocab);
@@ -71,17 +84,23 @@ export async function runBackend(backend: Backend, o: BenchOptions, log: (s: str
         // Batch 1, the engine and its peers back to back, in an order that rotates run by run.
         const prompt = promptIds(o.promptTokens, seed, 99, engine.samplableVocab);
         const contenders: [string, () => Promise<number>][] = [
-          ['engine', async () => {
-            const r = await engineDecode(engine, 1, o.promptTokens, o.decodeTokens, seed);
-            return r.aggregateTokPerS;
-          }],
+          [
+            'engine',
+            async () => {
+              const r = await engineDecode(engine, 1, o.promptTokens, o.decodeTokens, seed);
+              return r.aggregateTokPerS;
+            },
+          ],
         ];
         if (it.bare) {
           const bare = it.bare;
-          contenders.push(['bare', async () => {
-            const r = await bare.generate(prompt, o.decodeTokens);
-            return r.decodeTokensPerS;
-          }]);
+          contenders.push([
+            'bare',
+            async () => {
+              const r = await bare.generate(prompt, o.decodeTokens);
+              return r.decodeTokensPerS;
+            },
+          ]);
         }
         if (it.tjs) {
           const tjs = it.tjs;
@@ -101,15 +120,21 @@ export async function runBackend(backend: Backend, o: BenchOptions, log: (s: str
         }
       }
       if (has('decode')) {
-        for (const b of o.batches.filter((b) => b > 1)) add(`decode:${b}`, (await engineDecode(engine, b, o.promptTokens, o.decodeTokens, seed + b)).aggregateTokPerS);
+        for (const b of o.batches.filter((b) => b > 1))
+          add(
+            `decode:${b}`,
+            (await engineDecode(engine, b, o.promptTokens, o.decodeTokens, seed + b)).aggregateTokPerS,
+          );
       }
       if (has('prefill')) {
         // The warm-up skips the longest prompts: one 512-token chunk warms what they run.
         const window = engine.config.maxPositionEmbeddings;
-        for (const n of o.prefillLengths) if ((measured || n <= 512) && n < window) add(`ttft:${n}`, await engineTtft(engine, n, seed + n));
+        for (const n of o.prefillLengths)
+          if ((measured || n <= 512) && n < window) add(`ttft:${n}`, await engineTtft(engine, n, seed + n));
         add('ttft:fresh', await engineTtft(engine, o.freshPromptTokens, seed + 7));
       }
-      const sessions = has('sessions') && o.sessionVariants.some((v) => v.model === it.v.model && v.dtype === it.v.dtype);
+      const sessions =
+        has('sessions') && o.sessionVariants.some((v) => v.model === it.v.model && v.dtype === it.v.dtype);
       if (sessions) {
         if (!has('prefill')) add('ttft:fresh', await engineTtft(engine, o.freshPromptTokens, seed + 7));
         // Histories the context window holds with every run's turn added (tiny's window is 2048).
@@ -138,8 +163,12 @@ export async function runBackend(backend: Backend, o: BenchOptions, log: (s: str
   log(`${backend}: warm-up done (${((performance.now() - started) / 1000).toFixed(0)} s)`);
   for (let run = 0; run < o.runs; run++) {
     await oneRun(run, true);
-    const brief = loaded.map((it) => `${variantName(it.v)} ${it.samples.get('decode:1').at(-1)?.toFixed(1) ?? '-'} tok/s`).join(', ');
-    log(`${backend}: run ${run + 1}/${o.runs} (${((performance.now() - started) / 1000).toFixed(0)} s): batch 1 ${brief}`);
+    const brief = loaded
+      .map((it) => `${variantName(it.v)} ${it.samples.get('decode:1').at(-1)?.toFixed(1) ?? '-'} tok/s`)
+      .join(', ');
+    log(
+      `${backend}: run ${run + 1}/${o.runs} (${((performance.now() - started) / 1000).toFixed(0)} s): batch 1 ${brief}`,
+    );
   }
 
   const variants = loaded.map((it) => summarise(it, loaded, o, backend, bandwidth));
@@ -162,29 +191,51 @@ function summarise(it: Loaded, all: Loaded[], o: BenchOptions, backend: Backend,
   const cfg = it.engine.config;
   const weights = weightBytes(onnxPath(it.v));
   const kvPerToken = kvBytesPerToken(cfg);
-  const r: VariantResult = { ...it.v, backend, weightBytes: weights, kvBytesPerToken: kvPerToken, decode: {}, decodeVsBatch1: {}, prefill: {} };
+  const r: VariantResult = {
+    ...it.v,
+    backend,
+    weightBytes: weights,
+    kvBytesPerToken: kvPerToken,
+    decode: {},
+    decodeVsBatch1: {},
+    prefill: {},
+  };
   const b1 = s.get('decode:1');
-  for (const b of o.batches) if (s.has(`decode:${b}`)) {
-    r.decode[b] = sampled(s.get(`decode:${b}`));
-    if (b > 1) r.decodeVsBatch1[b] = ratioByRun(s.get(`decode:${b}`), b1);
-  }
+  for (const b of o.batches)
+    if (s.has(`decode:${b}`)) {
+      r.decode[b] = sampled(s.get(`decode:${b}`));
+      if (b > 1) r.decodeVsBatch1[b] = ratioByRun(s.get(`decode:${b}`), b1);
+    }
   const fp32 = all.find((x) => x.v.model === it.v.model && x.v.dtype === 'fp32');
   if (fp32 && it.v.dtype !== 'fp32' && b1.length) r.decodeVsFp32 = ratioByRun(b1, fp32.samples.get('decode:1'));
-  for (const n of o.prefillLengths) if (s.has(`ttft:${n}`)) {
-    const ms = s.get(`ttft:${n}`);
-    r.prefill[n] = { tokPerS: sampled(ms.map((m) => (n * 1000) / m)), ttftMs: sampled(ms) };
-  }
+  for (const n of o.prefillLengths)
+    if (s.has(`ttft:${n}`)) {
+      const ms = s.get(`ttft:${n}`);
+      r.prefill[n] = { tokPerS: sampled(ms.map((m) => (n * 1000) / m)), ttftMs: sampled(ms) };
+    }
   if (s.has('ttft:fresh')) r.ttftFreshMs = sampled(s.get('ttft:fresh'));
   if (s.has('peer:bare')) {
-    r.peers = { bareOrt: { decode: sampled(s.get('peer:bare')), engineRatio: ratioByRun(b1, s.get('peer:bare')), sameTokens: it.sameTokens } };
-    if (s.has('peer:tjs')) r.peers.transformersJs = { decode: sampled(s.get('peer:tjs')), engineRatio: ratioByRun(b1, s.get('peer:tjs')) };
+    r.peers = {
+      bareOrt: {
+        decode: sampled(s.get('peer:bare')),
+        engineRatio: ratioByRun(b1, s.get('peer:bare')),
+        sameTokens: it.sameTokens,
+      },
+    };
+    if (s.has('peer:tjs'))
+      r.peers.transformersJs = { decode: sampled(s.get('peer:tjs')), engineRatio: ratioByRun(b1, s.get('peer:tjs')) };
   }
   if (bandwidth.length && b1.length) {
     // Mean context of a batch-1 decode measurement: the prompt plus half the generated tokens.
     const context = o.promptTokens + o.decodeTokens / 2;
     const bytes = decodeStepBytes(weights, kvPerToken, 1, context);
     const roof = bandwidth.slice(-b1.length).map((bw) => bw / bytes);
-    r.roofline = { bytesPerToken: bytes, context, rooflineTokPerS: roof.reduce((a, b) => a + b, 0) / roof.length, fractionOfRoofline: ratioByRun(b1, roof) };
+    r.roofline = {
+      bytesPerToken: bytes,
+      context,
+      rooflineTokPerS: roof.reduce((a, b) => a + b, 0) / roof.length,
+      fractionOfRoofline: ratioByRun(b1, roof),
+    };
   }
   if (it.sessions.size) {
     r.sessions = {};

@@ -6,12 +6,20 @@ import type { OrtRuntime, OrtSession, OrtTensor } from '../../src/engine/model/r
 
 export interface BareLoop {
   /** Greedy generation of `tokens` tokens after `prompt`; times of the first token and of the last. */
-  generate(prompt: readonly number[], tokens: number): Promise<{ ids: number[]; ttftMs: number; decodeTokensPerS: number }>;
+  generate(
+    prompt: readonly number[],
+    tokens: number,
+  ): Promise<{ ids: number[]; ttftMs: number; decodeTokensPerS: number }>;
   release(): Promise<void>;
 }
 
 /** `samplable`: argmax over the ids the tokenizer knows, as the engine's greedy sampler does. */
-export async function createBareLoop(runtime: OrtRuntime, onnx: Uint8Array, config: ModelConfig, samplable = config.vocabSize): Promise<BareLoop> {
+export async function createBareLoop(
+  runtime: OrtRuntime,
+  onnx: Uint8Array,
+  config: ModelConfig,
+  samplable = config.vocabSize,
+): Promise<BareLoop> {
   const session: OrtSession = await runtime.InferenceSession.create(onnx, {
     executionProviders: runtime.executionProviders,
     graphOptimizationLevel: 'all',
@@ -45,7 +53,11 @@ export async function createBareLoop(runtime: OrtRuntime, onnx: Uint8Array, conf
         const out = await session.run({
           input_ids: new Tensor('int64', BigInt64Array.from(feed, BigInt), [1, s]),
           attention_mask: new Tensor('int64', new BigInt64Array(length + s).fill(1n), [1, length + s]),
-          position_ids: new Tensor('int64', BigInt64Array.from({ length: s }, (_, i) => BigInt(length + i)), [1, s]),
+          position_ids: new Tensor(
+            'int64',
+            BigInt64Array.from({ length: s }, (_, i) => BigInt(length + i)),
+            [1, s],
+          ),
           ...past,
         });
         const next = argmaxLast(out.logits.data as Float32Array);

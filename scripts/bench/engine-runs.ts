@@ -23,10 +23,21 @@ export interface DecodeRun {
 }
 
 /** `batch` concurrent greedy sequences of `promptTokens` prompt tokens each generating `tokens`. */
-export async function engineDecode(engine: Engine, batch: number, promptTokens: number, tokens: number, seed: number): Promise<DecodeRun> {
+export async function engineDecode(
+  engine: Engine,
+  batch: number,
+  promptTokens: number,
+  tokens: number,
+  seed: number,
+): Promise<DecodeRun> {
   const t0 = performance.now();
   const streams = Array.from({ length: batch }, (_, i) =>
-    engine.generate({ prompt_ids: promptIds(promptTokens, seed, i, engine.samplableVocab), max_tokens: tokens, temperature: 0, ignore_eos: true }),
+    engine.generate({
+      prompt_ids: promptIds(promptTokens, seed, i, engine.samplableVocab),
+      max_tokens: tokens,
+      temperature: 0,
+      ignore_eos: true,
+    }),
   );
   const firsts = await Promise.all(streams.map((s) => s.next()));
   const ttftMs = performance.now() - t0;
@@ -38,14 +49,20 @@ export async function engineDecode(engine: Engine, batch: number, promptTokens: 
       for await (const event of s) if (event.type === 'token') generated++;
     }),
   );
-  if (generated !== batch * (tokens - 1)) throw new Error(`expected ${batch * (tokens - 1)} decode tokens, got ${generated}`);
+  if (generated !== batch * (tokens - 1))
+    throw new Error(`expected ${batch * (tokens - 1)} decode tokens, got ${generated}`);
   return { aggregateTokPerS: (generated * 1000) / (performance.now() - t1), ttftMs };
 }
 
 /** Time to first token of one fresh prompt of `length` tokens (its whole prefill, in the engine's chunks). */
 export async function engineTtft(engine: Engine, length: number, seed: number): Promise<number> {
   const t0 = performance.now();
-  const stream = engine.generate({ prompt_ids: promptIds(length, seed, 0, engine.samplableVocab), max_tokens: 1, temperature: 0, ignore_eos: true });
+  const stream = engine.generate({
+    prompt_ids: promptIds(length, seed, 0, engine.samplableVocab),
+    max_tokens: 1,
+    temperature: 0,
+    ignore_eos: true,
+  });
   const first = await stream.next();
   const ms = performance.now() - t0;
   if (first.done || first.value.type !== 'token') throw new Error('no first token');

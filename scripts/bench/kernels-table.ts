@@ -20,7 +20,9 @@ export function kernelsTable(k: KernelsBench): string {
     '',
     '| Batch-1 decode | tok/s | × onnxruntime-web fp32 |',
     '|---|---:|---:|',
-    ...Object.entries(k.decode).map(([name, r]) => `| ${name} | ${f(r.tokPerS.median)} | ${f(r.vsOrtFp32.median, 2)}× |`),
+    ...Object.entries(k.decode).map(
+      ([name, r]) => `| ${name} | ${f(r.tokPerS.median)} | ${f(r.vsOrtFp32.median, 2)}× |`,
+    ),
     '',
     '| 16 streams | aggregate tok/s | × |',
     '|---|---:|---:|',
@@ -29,7 +31,9 @@ export function kernelsTable(k: KernelsBench): string {
     '',
     '| Prefill 512 tokens | tok/s | × onnxruntime-web fp32 |',
     '|---|---:|---:|',
-    ...Object.entries(k.prefill512).map(([name, r]) => `| ${name} | ${f(r.tokPerS.median)} | ${f(r.vsOrtFp32.median, 2)}× |`),
+    ...Object.entries(k.prefill512).map(
+      ([name, r]) => `| ${name} | ${f(r.tokPerS.median)} | ${f(r.vsOrtFp32.median, 2)}× |`,
+    ),
     '',
     `Session turn (20 tokens) over ${k.session.history} cached tokens, kernels int8: ${f(k.session.cachedTurnS.median * 1000, 0)} ms against ${f(k.session.freshTurnS.median * 1000, 0)} ms for a fresh 20-token prompt (${f(k.session.ratio.median, 2)}×).`,
     '',

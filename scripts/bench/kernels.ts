@@ -12,7 +12,7 @@ import { writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Engine } from '../../src/engine/engine.js';
-import { KernelRunner } from '../../src/engine/kernels/kernel-runner.js';
+import type { KernelRunner } from '../../src/engine/kernels/kernel-runner.js';
 import type { PagedSequenceKv } from '../../src/engine/kv/paged-kv.js';
 import type { ModelDtype } from '../../src/engine/model/model-files.js';
 import { directorySource } from '../../src/sources/directory-source.js';
@@ -26,14 +26,22 @@ export type { KernelsBench } from './kernels-table.js';
 const MODEL = 'bench-135m';
 
 async function load(backend: 'kernels' | 'ort-wasm', dtype: ModelDtype, kvMiB = 200): Promise<Engine> {
-  return Engine.load(await nodeRuntime(backend), directorySource(modelDir(MODEL)), { dtype, autoRun: false, kvCacheBytes: kvMiB * 2 ** 20, maxTokensPerStep: 8192 });
+  return Engine.load(await nodeRuntime(backend), directorySource(modelDir(MODEL)), {
+    dtype,
+    autoRun: false,
+    kvCacheBytes: kvMiB * 2 ** 20,
+    maxTokensPerStep: 8192,
+  });
 }
 
-const ids = (n: number, seed: number): number[] => Array.from({ length: n }, (_, i) => 3 + ((i * 7919 + seed * 104729) % 40000));
+const ids = (n: number, seed: number): number[] =>
+  Array.from({ length: n }, (_, i) => 3 + ((i * 7919 + seed * 104729) % 40000));
 
 /** Seconds of one pass of `rows`, reserving their room first. */
 async function timed(engine: Engine, rows: { kv: PagedSequenceKv; tokens: number[] }[]): Promise<number> {
-  for (const r of rows) if (!engine.kv.reserve(r.kv, r.tokens.length)) throw new Error(`KV pool too small for the bench: ${JSON.stringify(engine.stats().kv)}`);
+  for (const r of rows)
+    if (!engine.kv.reserve(r.kv, r.tokens.length))
+      throw new Error(`KV pool too small for the bench: ${JSON.stringify(engine.stats().kv)}`);
   const t0 = performance.now();
   await engine.runner.forward(rows);
   return (performance.now() - t0) / 1000;
@@ -43,9 +51,16 @@ async function timed(engine: Engine, rows: { kv: PagedSequenceKv; tokens: number
 async function decodeRate(engine: Engine, batch: number, steps: number): Promise<number> {
   const kvs = Array.from({ length: batch }, () => engine.kv.create());
   try {
-    await timed(engine, kvs.map((kv, i) => ({ kv, tokens: ids(32, i) })));
+    await timed(
+      engine,
+      kvs.map((kv, i) => ({ kv, tokens: ids(32, i) })),
+    );
     let seconds = 0;
-    for (let s = 0; s < steps; s++) seconds += await timed(engine, kvs.map((kv, i) => ({ kv, tokens: [3 + ((s * 31 + i) % 40000)] })));
+    for (let s = 0; s < steps; s++)
+      seconds += await timed(
+        engine,
+        kvs.map((kv, i) => ({ kv, tokens: [3 + ((s * 31 + i) % 40000)] })),
+      );
     return (batch * steps) / seconds;
   } finally {
     for (const kv of kvs) engine.kv.free(kv);
@@ -65,8 +80,17 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
   ensureBenchModels((['fp32', 'int8', 'q4'] as const).map((dtype) => ({ model: MODEL, dtype })));
   const steps = quick ? 8 : 32;
   const ort = await load('ort-wasm', 'fp32');
-  const kernels = { fp32: await load('kernels', 'fp32'), int8: await load('kernels', 'int8'), q4: await load('kernels', 'q4') };
-  const decode: Record<string, number[]> = { 'ort-wasm fp32': [], 'kernels fp32': [], 'kernels int8': [], 'kernels q4': [] };
+  const kernels = {
+    fp32: await load('kernels', 'fp32'),
+    int8: await load('kernels', 'int8'),
+    q4: await load('kernels', 'q4'),
+  };
+  const decode: Record<string, number[]> = {
+    'ort-wasm fp32': [],
+    'kernels fp32': [],
+    'kernels int8': [],
+    'kernels q4': [],
+  };
   const batch16: Record<string, number[]> = { 'ort-wasm fp32': [], 'kernels int8': [], 'kernels int8 batch 1': [] };
   const prefill: Record<string, number[]> = { 'ort-wasm fp32': [], 'kernels fp32': [], 'kernels int8': [] };
   // Run 0 warms up and is not kept: V8 runs WebAssembly on its baseline compiler until the hot functions
@@ -79,7 +103,8 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
       continue;
     }
     decode['ort-wasm fp32'].push(await decodeRate(ort, 1, steps));
-    for (const d of ['fp32', 'int8', 'q4'] as const) decode[`kernels ${d}`].push(await decodeRate(kernels[d], 1, steps));
+    for (const d of ['fp32', 'int8', 'q4'] as const)
+      decode[`kernels ${d}`].push(await decodeRate(kernels[d], 1, steps));
     batch16['ort-wasm fp32'].push(await decodeRate(ort, 16, steps / 4));
     batch16['kernels int8'].push(await decodeRate(kernels.int8, 16, steps / 4));
     batch16['kernels int8 batch 1'].push(decode['kernels int8'][run - 1]);
@@ -95,7 +120,8 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
   const engine = kernels.int8;
   const kv = engine.kv.create();
   log(`kernels bench: prefilling a ${history}-token session history`);
-  for (let at = 0; at < history; at += 512) await timed(engine, [{ kv, tokens: ids(Math.min(512, history - at), 2 + at) }]);
+  for (let at = 0; at < history; at += 512)
+    await timed(engine, [{ kv, tokens: ids(Math.min(512, history - at), 2 + at) }]);
   const cachedTurn: number[] = [];
   const freshTurn: number[] = [];
   for (let run = 0; run < runs; run++) {
@@ -109,31 +135,61 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
   for (const e of Object.values(kernels)) await e.runner.release();
 
   // Footprint: a q4 engine as a Durable Object would hold it (KV_CACHE_MB=16, MAX_BATCH=16).
-  const q4 = await Engine.load(await nodeRuntime('kernels'), directorySource(modelDir(MODEL)), { dtype: 'q4', autoRun: false, kvCacheBytes: 16 * 2 ** 20, maxBatchSize: 16 });
+  const q4 = await Engine.load(await nodeRuntime('kernels'), directorySource(modelDir(MODEL)), {
+    dtype: 'q4',
+    autoRun: false,
+    kvCacheBytes: 16 * 2 ** 20,
+    maxBatchSize: 16,
+  });
   const runner = q4.runner as KernelRunner;
   const kvQ4 = q4.kv.create();
   await timed(q4, [{ kv: kvQ4, tokens: ids(q4.kv.pool.numBlocks * q4.kv.blockSize - 16, 5) }]); // fill the pool: scratch at a large pass
-  const memory = { linearMemoryBytes: runner.memoryBytes, weightBytes: runner.weights.bytes, kvBytes: q4.stats().kv.bytesTotal };
+  const memory = {
+    linearMemoryBytes: runner.memoryBytes,
+    weightBytes: runner.weights.bytes,
+    kvBytes: q4.stats().kv.bytesTotal,
+  };
   await q4.runner.release();
 
   const rate = (xs: number[]) => sampled(xs);
   return {
     runs,
-    decode: Object.fromEntries(Object.entries(decode).map(([k, v]) => [k, { tokPerS: rate(v), vsOrtFp32: ratioByRun(v, decode['ort-wasm fp32']) }])),
+    decode: Object.fromEntries(
+      Object.entries(decode).map(([k, v]) => [
+        k,
+        { tokPerS: rate(v), vsOrtFp32: ratioByRun(v, decode['ort-wasm fp32']) },
+      ]),
+    ),
     batch16: {
       kernelsInt8: rate(batch16['kernels int8']),
       ortFp32: rate(batch16['ort-wasm fp32']),
       vsOwnBatch1: ratioByRun(batch16['kernels int8'], batch16['kernels int8 batch 1']),
       vsOrtFp32: ratioByRun(batch16['kernels int8'], batch16['ort-wasm fp32']),
     },
-    prefill512: Object.fromEntries(Object.entries(prefill).map(([k, v]) => [k, { tokPerS: rate(v), vsOrtFp32: ratioByRun(v, prefill['ort-wasm fp32']) }])),
-    session: { history, cachedTurnS: rate(cachedTurn), freshTurnS: rate(freshTurn), ratio: ratioByRun(cachedTurn, freshTurn) },
+    prefill512: Object.fromEntries(
+      Object.entries(prefill).map(([k, v]) => [
+        k,
+        { tokPerS: rate(v), vsOrtFp32: ratioByRun(v, prefill['ort-wasm fp32']) },
+      ]),
+    ),
+    session: {
+      history,
+      cachedTurnS: rate(cachedTurn),
+      freshTurnS: rate(freshTurn),
+      ratio: ratioByRun(cachedTurn, freshTurn),
+    },
     memory,
   };
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const { values } = parseArgs({ options: { runs: { type: 'string', default: '5' }, json: { type: 'string' }, quick: { type: 'boolean', default: false } } });
+  const { values } = parseArgs({
+    options: {
+      runs: { type: 'string', default: '5' },
+      json: { type: 'string' },
+      quick: { type: 'boolean', default: false },
+    },
+  });
   const out = await benchKernels(Number(values.runs), values.quick!, (s) => console.error(s));
   if (values.json) writeFileSync(values.json, JSON.stringify(out));
   console.log(kernelsTable(out));

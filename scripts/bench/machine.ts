@@ -31,6 +31,6 @@ export function machineInfo(): Machine {
     onnxruntimeNode: version('onnxruntime-node'),
     onnxruntimeWeb: version('onnxruntime-web'),
     transformersJs: version('@huggingface/transformers'),
-    date: new Date().toISOString().slice(0, 16).replace('T', ' ') + ' UTC',
+    date: `${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`,
   };
 }

@@ -30,7 +30,11 @@ function filesUnder(dir: string): string[] {
 /** Hash of the generator's sources: a model folder made by an older generator is remade. */
 export function generatorStamp(): string {
   const hash = createHash('sha256');
-  for (const file of [join(ROOT, 'scripts/model-make.ts'), ...filesUnder(join(ROOT, 'scripts/model')), ...filesUnder(join(ROOT, 'scripts/tokenizer'))]) {
+  for (const file of [
+    join(ROOT, 'scripts/model-make.ts'),
+    ...filesUnder(join(ROOT, 'scripts/model')),
+    ...filesUnder(join(ROOT, 'scripts/tokenizer')),
+  ]) {
     hash.update(relative(ROOT, file)).update(readFileSync(file));
   }
   return hash.digest('hex');
@@ -40,7 +44,11 @@ export function generatorStamp(): string {
 export function ensureBenchModels(variants: readonly Variant[]): void {
   if (variants.some((v) => v.model === 'tiny')) ensureModels();
   for (const model of new Set(variants.map((v) => v.model))) {
-    if (model !== 'tiny') ensureGenerated(model, variants.filter((v) => v.model === model));
+    if (model !== 'tiny')
+      ensureGenerated(
+        model,
+        variants.filter((v) => v.model === model),
+      );
   }
 }
 
@@ -56,6 +64,10 @@ function ensureGenerated(model: Exclude<Variant['model'], 'tiny'>, wanted: reado
   const existing = (['fp16', 'int8', 'q4'] as const).filter((d) => existsSync(onnxPath({ model, dtype: d })));
   const dtypes = new Set(fresh ? missing.map((v) => v.dtype) : [...wanted.map((v) => v.dtype), ...existing]);
   console.error(`bench: generating ${model} (${[...dtypes].join(', ')}) into ${dir} ...`);
-  makeModel({ preset: model, outDir: dir, dtypes: [...dtypes].filter((d) => d !== 'fp32') as ('fp16' | 'int8' | 'q4')[] });
+  makeModel({
+    preset: model,
+    outDir: dir,
+    dtypes: [...dtypes].filter((d) => d !== 'fp32') as ('fp16' | 'int8' | 'q4')[],
+  });
   writeFileSync(stampFile, stamp);
 }

@@ -5,7 +5,21 @@ import { parseArgs } from 'node:util';
 import type { ModelDtype } from '../../src/engine/model/model-files.js';
 
 export type Backend = 'cpu' | 'wasm';
-export const SECTIONS = ['decode', 'prefill', 'peers', 'roofline', 'sessions', 'overhead', 'service', 'speculative', 'webgpu', 'wllama', 'kernels', 'restore', 'structured'] as const;
+export const SECTIONS = [
+  'decode',
+  'prefill',
+  'peers',
+  'roofline',
+  'sessions',
+  'overhead',
+  'service',
+  'speculative',
+  'webgpu',
+  'wllama',
+  'kernels',
+  'restore',
+  'structured',
+] as const;
 export type Section = (typeof SECTIONS)[number];
 
 export interface Variant {
@@ -61,10 +75,15 @@ const QUICK: Partial<typeof FULL> = {
   clients: '1,4',
 };
 
-const list = (s: string): string[] => s.split(',').map((x) => x.trim()).filter(Boolean);
+const list = (s: string): string[] =>
+  s
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
 const ints = (name: string, s: string): number[] => {
   const xs = list(s).map(Number);
-  if (xs.length === 0 || xs.some((x) => !Number.isInteger(x) || x < 1)) throw new Error(`--${name} wants positive integers, got "${s}"`);
+  if (xs.length === 0 || xs.some((x) => !Number.isInteger(x) || x < 1))
+    throw new Error(`--${name} wants positive integers, got "${s}"`);
   return xs;
 };
 
@@ -72,11 +91,18 @@ export function parseBenchOptions(argv: string[], env: NodeJS.ProcessEnv = proce
   const names = Object.keys(FULL) as (keyof typeof FULL)[];
   const { values } = parseArgs({
     args: argv,
-    options: { ...Object.fromEntries(names.map((n) => [n, { type: 'string' as const }])), quick: { type: 'boolean' }, append: { type: 'boolean' } },
+    options: {
+      ...Object.fromEntries(names.map((n) => [n, { type: 'string' as const }])),
+      quick: { type: 'boolean' },
+      append: { type: 'boolean' },
+    },
   });
   const quick = values.quick === true || env.BENCH_QUICK === '1';
   const pick = (n: keyof typeof FULL): string =>
-    ((values as Record<string, unknown>)[n] as string | undefined) ?? env[`BENCH_${n.toUpperCase().replace('-', '_')}`] ?? (quick ? QUICK[n] : undefined) ?? FULL[n];
+    ((values as Record<string, unknown>)[n] as string | undefined) ??
+    env[`BENCH_${n.toUpperCase().replace('-', '_')}`] ??
+    (quick ? QUICK[n] : undefined) ??
+    FULL[n];
 
   const variantList = (s: string): Variant[] =>
     list(s).map((spec): Variant => {
@@ -87,11 +113,15 @@ export function parseBenchOptions(argv: string[], env: NodeJS.ProcessEnv = proce
     });
   const variants = variantList(pick('models'));
   const sessionSpec = pick('session-models');
-  const sessionVariants = sessionSpec ? variantList(sessionSpec).filter((sv) => variants.some((v) => v.model === sv.model && v.dtype === sv.dtype)) : variants;
+  const sessionVariants = sessionSpec
+    ? variantList(sessionSpec).filter((sv) => variants.some((v) => v.model === sv.model && v.dtype === sv.dtype))
+    : variants;
   const backends = list(pick('backends')) as Backend[];
   for (const b of backends) if (b !== 'cpu' && b !== 'wasm') throw new Error(`unknown backend "${b}" (cpu or wasm)`);
   const sections = list(pick('sections')) as Section[];
-  for (const s of sections) if (!(SECTIONS as readonly string[]).includes(s)) throw new Error(`unknown section "${s}" (${SECTIONS.join(', ')})`);
+  for (const s of sections)
+    if (!(SECTIONS as readonly string[]).includes(s))
+      throw new Error(`unknown section "${s}" (${SECTIONS.join(', ')})`);
   const runs = ints('runs', pick('runs'))[0];
   return {
     variants,

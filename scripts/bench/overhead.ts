@@ -25,7 +25,13 @@ export interface StepPhases {
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1] ?? NaN;
 
-export async function measureStepPhases(engine: Engine, batch: number, promptTokens: number, tokens: number, seed: number): Promise<StepPhases> {
+export async function measureStepPhases(
+  engine: Engine,
+  batch: number,
+  promptTokens: number,
+  tokens: number,
+  seed: number,
+): Promise<StepPhases> {
   // The edge kernels have no ONNX session: their forward is the model pass itself.
   const session = (engine.runner as unknown as { session?: OrtSession }).session;
   const original = { step: engine.step, forward: engine.runner.forward, run: session?.run };
@@ -38,19 +44,20 @@ export async function measureStepPhases(engine: Engine, batch: number, promptTok
     const s = engine.stats();
     rows.push({ start, step: performance.now() - start, ...current, batchTokens: s.lastStepTokens });
   };
-  engine.runner.forward = async function (...args: Parameters<typeof original.forward>) {
+  engine.runner.forward = async (...args: Parameters<typeof original.forward>) => {
     const t0 = performance.now();
     const out = await original.forward.apply(engine.runner, args);
     current.forward += performance.now() - t0;
     if (!session) current.model += performance.now() - t0;
     return out;
   };
-  if (session) session.run = async function (...args: Parameters<OrtSession['run']>) {
-    const t0 = performance.now();
-    const out = await (original.run as (...a: unknown[]) => ReturnType<OrtSession['run']>).apply(session, args);
-    current.model += performance.now() - t0;
-    return out;
-  } as OrtSession['run'];
+  if (session)
+    session.run = (async (...args: Parameters<OrtSession['run']>) => {
+      const t0 = performance.now();
+      const out = await (original.run as (...a: unknown[]) => ReturnType<OrtSession['run']>).apply(session, args);
+      current.model += performance.now() - t0;
+      return out;
+    }) as OrtSession['run'];
   try {
     await engineDecode(engine, batch, promptTokens, tokens, seed);
   } finally {

@@ -6,14 +6,20 @@ import { kernelsTable } from './kernels-table.js';
 import type { BenchResults, VariantResult } from './results.js';
 import type { Sampled } from './stats.js';
 
-const f = (x: number | undefined, d = 1): string => (x === undefined || !Number.isFinite(x) ? '–' : x >= 1000 && d > 0 ? x.toFixed(0) : x.toFixed(d));
+const f = (x: number | undefined, d = 1): string =>
+  x === undefined || !Number.isFinite(x) ? '–' : x >= 1000 && d > 0 ? x.toFixed(0) : x.toFixed(d);
 const m = (s: Sampled | undefined, d = 1): string => f(s?.median, d);
 const x = (s: Sampled | undefined): string => (s ? `${s.median.toFixed(2)}×` : '–');
-const pct = (v: number | undefined): string => (v === undefined || !Number.isFinite(v) ? '–' : `${(v * 100).toFixed(0)}%`);
+const pct = (v: number | undefined): string =>
+  v === undefined || !Number.isFinite(v) ? '–' : `${(v * 100).toFixed(0)}%`;
 const name = (v: VariantResult): string => `${v.model} ${v.dtype} · ${v.backend}`;
 
 function table(head: string[], rows: string[][]): string {
-  return [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
+  return [
+    `| ${head.join(' | ')} |`,
+    `|${head.map(() => '---').join('|')}|`,
+    ...rows.map((r) => `| ${r.join(' | ')} |`),
+  ].join('\n');
 }
 
 export function markdownReport(r: BenchResults): string {
@@ -29,10 +35,20 @@ export function markdownReport(r: BenchResults): string {
   if (bw.length) out.push(`Streaming read bandwidth, one thread, WebAssembly SIMD over 1 GiB: ${bw.join(', ')}.`);
 
   const batches = o.batches;
-  out.push(`\n**Decode** (prompt ${o.promptTokens} tokens, ${o.decodeTokens} generated per sequence; aggregate tokens/s over all sequences)\n`);
+  out.push(
+    `\n**Decode** (prompt ${o.promptTokens} tokens, ${o.decodeTokens} generated per sequence; aggregate tokens/s over all sequences)\n`,
+  );
   out.push(
     table(
-      ['model · backend', ...batches.map((b) => `${b} seq`), ...batches.filter((b) => b > 1).map((b) => `${b}÷1`), 'vs fp32 (1 seq)', 'bytes/token', 'roofline tok/s', 'of roofline'],
+      [
+        'model · backend',
+        ...batches.map((b) => `${b} seq`),
+        ...batches.filter((b) => b > 1).map((b) => `${b}÷1`),
+        'vs fp32 (1 seq)',
+        'bytes/token',
+        'roofline tok/s',
+        'of roofline',
+      ],
       all.map((v) => [
         name(v),
         ...batches.map((b) => m(v.decode[b])),
@@ -48,16 +64,26 @@ export function markdownReport(r: BenchResults): string {
     out.push(`\n**Peers at batch 1** (same ONNX file, greedy, same prompt ids, same length; decode tokens/s)\n`);
     out.push(
       table(
-        ['model · backend', 'engine', 'bare onnxruntime loop', 'engine ÷ bare', 'transformers.js', 'engine ÷ transformers.js', 'same tokens as bare'],
-        all.filter((v) => v.peers).map((v) => [
-          name(v),
-          m(v.decode[1]),
-          m(v.peers!.bareOrt.decode),
-          x(v.peers!.bareOrt.engineRatio),
-          m(v.peers!.transformersJs?.decode),
-          x(v.peers!.transformersJs?.engineRatio),
-          v.peers!.bareOrt.sameTokens ? 'yes' : 'no',
-        ]),
+        [
+          'model · backend',
+          'engine',
+          'bare onnxruntime loop',
+          'engine ÷ bare',
+          'transformers.js',
+          'engine ÷ transformers.js',
+          'same tokens as bare',
+        ],
+        all
+          .filter((v) => v.peers)
+          .map((v) => [
+            name(v),
+            m(v.decode[1]),
+            m(v.peers!.bareOrt.decode),
+            x(v.peers!.bareOrt.engineRatio),
+            m(v.peers!.transformersJs?.decode),
+            x(v.peers!.transformersJs?.engineRatio),
+            v.peers!.bareOrt.sameTokens ? 'yes' : 'no',
+          ]),
       ),
     );
   }
@@ -65,7 +91,12 @@ export function markdownReport(r: BenchResults): string {
     out.push(`\n**Prefill** (one prompt, the engine's 512-token chunks; tokens/s, and time to first token)\n`);
     out.push(
       table(
-        ['model · backend', ...o.prefillLengths.map((n) => `${n} tok/s`), ...o.prefillLengths.map((n) => `TTFT ${n}`), `TTFT ${o.freshPromptTokens}`],
+        [
+          'model · backend',
+          ...o.prefillLengths.map((n) => `${n} tok/s`),
+          ...o.prefillLengths.map((n) => `TTFT ${n}`),
+          `TTFT ${o.freshPromptTokens}`,
+        ],
         all.map((v) => [
           name(v),
           ...o.prefillLengths.map((n) => m(v.prefill[n]?.tokPerS, 0)),
@@ -79,7 +110,18 @@ export function markdownReport(r: BenchResults): string {
     out.push(`\n**Session continuation** (time to first token of a new ~20-token turn)\n`);
     out.push(
       table(
-        ['model · backend', 'history', 'cached', 'restored', 'rebuilt', `fresh ${o.freshPromptTokens}-token prompt`, 'cached ÷ fresh', 'restored ÷ fresh', 'rebuilt ÷ cached', 'rebuilt ÷ restored'],
+        [
+          'model · backend',
+          'history',
+          'cached',
+          'restored',
+          'rebuilt',
+          `fresh ${o.freshPromptTokens}-token prompt`,
+          'cached ÷ fresh',
+          'restored ÷ fresh',
+          'rebuilt ÷ cached',
+          'rebuilt ÷ restored',
+        ],
         all.flatMap((v) =>
           Object.entries(v.sessions ?? {}).map(([h, s]) => [
             name(v),
@@ -101,44 +143,100 @@ export function markdownReport(r: BenchResults): string {
     out.push(`\n**Step overhead** (milliseconds per decode step; outside = everything but the ONNX session's run)\n`);
     out.push(
       table(
-        ['model · backend', 'batch', 'step', 'model pass', 'gather/scatter + feeds', 'sample, detokenise, schedule', 'loop turn', 'outside share'],
+        [
+          'model · backend',
+          'batch',
+          'step',
+          'model pass',
+          'gather/scatter + feeds',
+          'sample, detokenise, schedule',
+          'loop turn',
+          'outside share',
+        ],
         all.flatMap((v) =>
-          Object.entries(v.overhead ?? {}).map(([b, p]) => [name(v), b, f(p.periodMs, 2), f(p.modelMs, 2), f(p.gatherScatterMs, 2), f(p.engineMs, 2), f(p.loopMs, 2), pct(p.outsideShare)]),
+          Object.entries(v.overhead ?? {}).map(([b, p]) => [
+            name(v),
+            b,
+            f(p.periodMs, 2),
+            f(p.modelMs, 2),
+            f(p.gatherScatterMs, 2),
+            f(p.engineMs, 2),
+            f(p.loopMs, 2),
+            pct(p.outsideShare),
+          ]),
         ),
       ),
     );
   }
   if (r.service) {
-    out.push(`\n**Service** (${r.service.model}: \`wrangler dev\`, one shard, streaming HTTP clients; against the engine alone in Node on the same WASM backend; tokens/s end to end over all clients)\n`);
+    out.push(
+      `\n**Service** (${r.service.model}: \`wrangler dev\`, one shard, streaming HTTP clients; against the engine alone in Node on the same WASM backend; tokens/s end to end over all clients)\n`,
+    );
     out.push(
       table(
         ['clients', 'service tok/s', 'service TTFT', 'engine tok/s', 'engine TTFT', 'service ÷ engine'],
-        Object.entries(r.service.byClients).map(([n, s]) => [n, m(s.service.tokPerS, 0), `${m(s.service.ttftMs)} ms`, m(s.engine.tokPerS, 0), `${m(s.engine.ttftMs)} ms`, x(s.serviceVsEngine)]),
+        Object.entries(r.service.byClients).map(([n, s]) => [
+          n,
+          m(s.service.tokPerS, 0),
+          `${m(s.service.ttftMs)} ms`,
+          m(s.engine.tokPerS, 0),
+          `${m(s.engine.ttftMs)} ms`,
+          x(s.serviceVsEngine),
+        ]),
       ),
     );
   }
   if (r.serviceRestore) {
-    out.push(`\n**Durable session KV in workerd** (${r.serviceRestore.model}: \`wrangler dev\`, one shard; a request of the history + 20 tokens, max_tokens 1, latency)\n`);
+    out.push(
+      `\n**Durable session KV in workerd** (${r.serviceRestore.model}: \`wrangler dev\`, one shard; a request of the history + 20 tokens, max_tokens 1, latency)\n`,
+    );
     out.push(
       table(
-        ['history', 'cached (pool)', 'restored (SQLite, after a restart)', 'rebuilt (prefill)', 'fresh 20 tokens', 'rebuilt ÷ restored', 'restored ÷ fresh'],
-        Object.entries(r.serviceRestore.byHistory).map(([h, s]) => [h, `${m(s.cachedMs)} ms`, `${m(s.restoredMs)} ms`, `${m(s.rebuiltMs, 0)} ms`, `${m(s.freshMs)} ms`, x(s.rebuiltVsRestored), x(s.restoredVsFresh)]),
+        [
+          'history',
+          'cached (pool)',
+          'restored (SQLite, after a restart)',
+          'rebuilt (prefill)',
+          'fresh 20 tokens',
+          'rebuilt ÷ restored',
+          'restored ÷ fresh',
+        ],
+        Object.entries(r.serviceRestore.byHistory).map(([h, s]) => [
+          h,
+          `${m(s.cachedMs)} ms`,
+          `${m(s.restoredMs)} ms`,
+          `${m(s.rebuiltMs, 0)} ms`,
+          `${m(s.freshMs)} ms`,
+          x(s.rebuiltVsRestored),
+          x(s.restoredVsFresh),
+        ]),
       ),
     );
   }
   if (r.structured) {
     const st = r.structured;
-    out.push(`\n**Structured outputs** (bench-135m fp32 on the ${st.backend} runner, ${st.streams} concurrent streams of ${st.tokens} tokens; ms per engine step)\n`);
+    out.push(
+      `\n**Structured outputs** (bench-135m fp32 on the ${st.backend} runner, ${st.streams} concurrent streams of ${st.tokens} tokens; ms per engine step)\n`,
+    );
     out.push(
       table(
         ['free text', 'JSON schema', 'EBNF grammar', 'JSON ÷ free', 'grammar ÷ free'],
         [[f(st.stepMs.free, 1), f(st.stepMs.json, 1), f(st.stepMs.grammar, 1), x(st.ratio.json), x(st.ratio.grammar)]],
       ),
     );
-    out.push(`\nGrammar compile (ms): first use with tokenizer info ${f(st.compileMs.first, 0)} (of which xgrammar's start ${f(st.compileMs.initMs, 0)}); ${Object.entries(st.compileMs.schemas).map(([k, v]) => `${k} ${f(v, 1)}`).join('; ')}; a cache hit ${f(st.compileMs.cacheHit, 2)}.`);
+    out.push(
+      `\nGrammar compile (ms): first use with tokenizer info ${f(st.compileMs.first, 0)} (of which xgrammar's start ${f(st.compileMs.initMs, 0)}); ${Object.entries(
+        st.compileMs.schemas,
+      )
+        .map(([k, v]) => `${k} ${f(v, 1)}`)
+        .join('; ')}; a cache hit ${f(st.compileMs.cacheHit, 2)}.`,
+    );
   }
   if (r.speculative) out.push(`\n${speculationTable('cpu', r.speculative)}`);
-  if (r.webgpu) out.push(`\n**WebGPU vs wasm** (tiny; on lavapipe, a CPU standing in for a GPU: dispatch overhead, not GPU speed)\n\n${webGpuBenchTable(r.webgpu)}`);
+  if (r.webgpu)
+    out.push(
+      `\n**WebGPU vs wasm** (tiny; on lavapipe, a CPU standing in for a GPU: dispatch overhead, not GPU speed)\n\n${webGpuBenchTable(r.webgpu)}`,
+    );
   if (r.wllama) out.push(`\n${wllamaBenchTable(r.wllama)}`);
   if (r.kernels) out.push(`\n${kernelsTable(r.kernels)}`);
   return `${out.join('\n')}\n`;

@@ -54,7 +54,14 @@ export interface BackendResult {
 export interface ServiceResult {
   model: string;
   /** By concurrent streaming clients. */
-  byClients: Record<string, { service: { tokPerS: Sampled; ttftMs: Sampled }; engine: { tokPerS: Sampled; ttftMs: Sampled }; serviceVsEngine: Sampled }>;
+  byClients: Record<
+    string,
+    {
+      service: { tokPerS: Sampled; ttftMs: Sampled };
+      engine: { tokPerS: Sampled; ttftMs: Sampled };
+      serviceVsEngine: Sampled;
+    }
+  >;
 }
 
 /** Durable session KV in workerd (scripts/bench/service-restore.ts): one request over a stored history, by history length. */
@@ -62,7 +69,14 @@ export interface ServiceRestoreResult {
   model: string;
   byHistory: Record<
     string,
-    { cachedMs: Sampled; restoredMs: Sampled; rebuiltMs: Sampled; freshMs: Sampled; rebuiltVsRestored: Sampled; restoredVsFresh: Sampled }
+    {
+      cachedMs: Sampled;
+      restoredMs: Sampled;
+      rebuiltMs: Sampled;
+      freshMs: Sampled;
+      rebuiltVsRestored: Sampled;
+      restoredVsFresh: Sampled;
+    }
   >;
 }
 

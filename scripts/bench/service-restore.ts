@@ -36,7 +36,11 @@ async function settled(server: DevServer): Promise<void> {
   throw new Error('the shard never finished writing its KV blocks');
 }
 
-export async function runServiceRestore(histories: number[], runs: number, log: (s: string) => void): Promise<ServiceRestoreResult> {
+export async function runServiceRestore(
+  histories: number[],
+  runs: number,
+  log: (s: string) => void,
+): Promise<ServiceRestoreResult> {
   const vars = { SHARD_COUNT: '1' };
   let server = await startDevServer(vars);
   const samples = new Map<string, number[]>();
@@ -70,7 +74,9 @@ export async function runServiceRestore(histories: number[], runs: number, log: 
         add(`${h}:restored`, restored.ms);
         add(`${h}:rebuilt`, rebuilt.ms);
         add(`${h}:fresh`, fresh.ms);
-        log(`service restore: run ${run + 1}/${runs}, history ${h}: cached ${cached.ms.toFixed(0)} ms, restored ${restored.ms.toFixed(0)} ms, rebuilt ${rebuilt.ms.toFixed(0)} ms, fresh ${fresh.ms.toFixed(0)} ms`);
+        log(
+          `service restore: run ${run + 1}/${runs}, history ${h}: cached ${cached.ms.toFixed(0)} ms, restored ${restored.ms.toFixed(0)} ms, rebuilt ${rebuilt.ms.toFixed(0)} ms, fresh ${fresh.ms.toFixed(0)} ms`,
+        );
       }
     }
   } finally {

@@ -19,12 +19,23 @@ interface ClientRun {
 }
 
 /** One streamed completion over HTTP: time to the first chunk with text, and completion tokens from usage. */
-async function streamOnce(url: string, prompt: number[], tokens: number): Promise<{ ttftMs: number; completionTokens: number }> {
+async function streamOnce(
+  url: string,
+  prompt: number[],
+  tokens: number,
+): Promise<{ ttftMs: number; completionTokens: number }> {
   const t0 = performance.now();
   const res = await fetch(`${url}/v1/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ prompt, max_tokens: tokens, temperature: 0, ignore_eos: true, stream: true, stream_options: { include_usage: true } }),
+    body: JSON.stringify({
+      prompt,
+      max_tokens: tokens,
+      temperature: 0,
+      ignore_eos: true,
+      stream: true,
+      stream_options: { include_usage: true },
+    }),
   });
   if (!res.ok || !res.body) throw new Error(`service answered ${res.status}: ${await res.text()}`);
   let ttftMs = NaN;
@@ -37,28 +48,48 @@ async function streamOnce(url: string, prompt: number[], tokens: number): Promis
     while ((end = buffer.indexOf('\n\n')) >= 0) {
       const event = buffer.slice(0, end);
       buffer = buffer.slice(end + 2);
-      const data = event.split('\n').find((l) => l.startsWith('data: '))?.slice(6);
+      const data = event
+        .split('\n')
+        .find((l) => l.startsWith('data: '))
+        ?.slice(6);
       if (!data || data === '[DONE]') continue;
-      const chunk = JSON.parse(data) as { choices: { text?: string }[]; usage?: { completion_tokens: number }; error?: unknown };
+      const chunk = JSON.parse(data) as {
+        choices: { text?: string }[];
+        usage?: { completion_tokens: number };
+        error?: unknown;
+      };
       if (chunk.error) throw new Error(`stream error: ${JSON.stringify(chunk.error)}`);
       if (Number.isNaN(ttftMs) && chunk.choices.length > 0) ttftMs = performance.now() - t0;
       if (chunk.usage) completionTokens = chunk.usage.completion_tokens;
     }
   }
-  if (completionTokens !== tokens) throw new Error(`expected ${tokens} completion tokens, usage says ${completionTokens}`);
+  if (completionTokens !== tokens)
+    throw new Error(`expected ${tokens} completion tokens, usage says ${completionTokens}`);
   return { ttftMs, completionTokens };
 }
 
-async function clients(n: number, one: (i: number) => Promise<{ ttftMs: number; completionTokens: number }>): Promise<ClientRun> {
+async function clients(
+  n: number,
+  one: (i: number) => Promise<{ ttftMs: number; completionTokens: number }>,
+): Promise<ClientRun> {
   const t0 = performance.now();
   const all = await Promise.all(Array.from({ length: n }, (_, i) => one(i)));
   const tokens = all.reduce((a, r) => a + r.completionTokens, 0);
   return { tokPerS: (tokens * 1000) / (performance.now() - t0), ttftMs: median(all.map((r) => r.ttftMs)) };
 }
 
-export async function runService(clientCounts: number[], runs: number, tokens: number, promptTokens: number, log: (s: string) => void): Promise<ServiceResult> {
+export async function runService(
+  clientCounts: number[],
+  runs: number,
+  tokens: number,
+  promptTokens: number,
+  log: (s: string) => void,
+): Promise<ServiceResult> {
   // The service's defaults: KV_CACHE_MB 16, MAX_BATCH 16.
-  const engine = await Engine.load(await nodeRuntime('wasm'), directorySource(modelDir('tiny')), { kvCacheBytes: 16 * 2 ** 20, maxBatchSize: 16 });
+  const engine = await Engine.load(await nodeRuntime('wasm'), directorySource(modelDir('tiny')), {
+    kvCacheBytes: 16 * 2 ** 20,
+    maxBatchSize: 16,
+  });
   const server = await startDevServer({ SHARD_COUNT: '1' });
   try {
     const vocab = engine.samplableVocab;
@@ -66,7 +97,12 @@ export async function runService(clientCounts: number[], runs: number, tokens: n
       const t0 = performance.now();
       let ttftMs = NaN;
       let completionTokens = 0;
-      for await (const e of engine.generate({ prompt_ids: prompt, max_tokens: tokens, temperature: 0, ignore_eos: true })) {
+      for await (const e of engine.generate({
+        prompt_ids: prompt,
+        max_tokens: tokens,
+        temperature: 0,
+        ignore_eos: true,
+      })) {
         if (e.type !== 'token') continue;
         if (completionTokens++ === 0) ttftMs = performance.now() - t0;
       }
@@ -89,7 +125,10 @@ export async function runService(clientCounts: number[], runs: number, tokens: n
           add(`${side}:${n}:ttft`, r.ttftMs);
         }
       }
-      if (run >= 0) log(`service: run ${run + 1}/${runs}: ${clientCounts.map((n) => `${n} clients ${samples.get(`service:${n}:tok`)!.at(-1)!.toFixed(0)} tok/s (engine ${samples.get(`engine:${n}:tok`)!.at(-1)!.toFixed(0)})`).join(', ')}`);
+      if (run >= 0)
+        log(
+          `service: run ${run + 1}/${runs}: ${clientCounts.map((n) => `${n} clients ${samples.get(`service:${n}:tok`)!.at(-1)!.toFixed(0)} tok/s (engine ${samples.get(`engine:${n}:tok`)!.at(-1)!.toFixed(0)})`).join(', ')}`,
+        );
     }
     const byClients: ServiceResult['byClients'] = {};
     for (const n of clientCounts) {

@@ -29,7 +29,10 @@ export async function openSessionHistory(engine: Engine, history: number, key: s
   let tokens = promptIds(history, 7_000 + history, 0, vocab);
   const turn = async (prompt: number[], session: string | undefined): Promise<{ ms: number; ids: number[] }> => {
     const t0 = performance.now();
-    const stream = engine.generate({ prompt_ids: prompt, max_tokens: 1, temperature: 0, ignore_eos: true }, session ? { session } : {});
+    const stream = engine.generate(
+      { prompt_ids: prompt, max_tokens: 1, temperature: 0, ignore_eos: true },
+      session ? { session } : {},
+    );
     const first = await stream.next();
     const ms = performance.now() - t0;
     if (first.done || first.value.type !== 'token') throw new Error('no first token');
@@ -61,7 +64,8 @@ export async function openSessionHistory(engine: Engine, history: number, key: s
       const prompt = [...tokens, ...promptIds(TURN_TOKENS, 11_000 + run, history, vocab)];
       const { ms, ids } = await turn(prompt, key);
       const restored = (engine.stats().kvStore?.restored.tokens ?? 0) - restoredBefore;
-      if (restored < tokens.length - 2 * 16) throw new Error(`only ${restored} of ${tokens.length} history tokens were restored`);
+      if (restored < tokens.length - 2 * 16)
+        throw new Error(`only ${restored} of ${tokens.length} history tokens were restored`);
       tokens = [...prompt, ...ids];
       return ms;
     },

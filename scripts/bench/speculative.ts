@@ -37,7 +37,10 @@ function promptIds(kind: SpeculationCase['prompt'], vocab: number): number[] {
 }
 
 /** Decode tokens/s of one greedy request (first token to last), its tokens and its speculation counts. */
-async function decode(engine: Engine, request: GenerationRequest): Promise<{ tokPerS: number; ids: number[]; proposed: number; accepted: number }> {
+async function decode(
+  engine: Engine,
+  request: GenerationRequest,
+): Promise<{ tokPerS: number; ids: number[]; proposed: number; accepted: number }> {
   let first = 0;
   let last = 0;
   for await (const event of engine.generate(request)) {
@@ -48,36 +51,65 @@ async function decode(engine: Engine, request: GenerationRequest): Promise<{ tok
       continue;
     }
     const spec = event.speculation ?? { proposedTokens: 0, acceptedTokens: 0 };
-    return { tokPerS: ((event.tokenIds.length - 1) * 1000) / (last - first), ids: event.tokenIds, proposed: spec.proposedTokens, accepted: spec.acceptedTokens };
+    return {
+      tokPerS: ((event.tokenIds.length - 1) * 1000) / (last - first),
+      ids: event.tokenIds,
+      proposed: spec.proposedTokens,
+      accepted: spec.acceptedTokens,
+    };
   }
   throw new Error('no done event');
 }
 
-export async function benchSpeculation(backend: NodeBackend, runs: number, tokens: number, log: (s: string) => void): Promise<SpeculationCase[]> {
+export async function benchSpeculation(
+  backend: NodeBackend,
+  runs: number,
+  tokens: number,
+  log: (s: string) => void,
+): Promise<SpeculationCase[]> {
   const runtime = await nodeRuntime(backend);
-  ensureBenchModels(['bench-135m', 'bench-135m-copy', 'tiny'].map((model) => ({ model: model as Variant['model'], dtype: 'fp32' })));
+  ensureBenchModels(
+    ['bench-135m', 'bench-135m-copy', 'tiny'].map((model) => ({ model: model as Variant['model'], dtype: 'fp32' })),
+  );
   const ngram = [2, 4, 8].map((numTokens): SpeculativeParams => ({ method: 'ngram', numTokens }));
   const setups: { model: string; engine: Engine; methods: SpeculativeParams[] }[] = [
     {
       model: 'bench-135m-copy fp32',
-      engine: await Engine.load(runtime, directorySource(modelDir('bench-135m-copy')), { intraOpNumThreads: 1, kvCacheBytes: 256 * 2 ** 20 }),
+      engine: await Engine.load(runtime, directorySource(modelDir('bench-135m-copy')), {
+        intraOpNumThreads: 1,
+        kvCacheBytes: 256 * 2 ** 20,
+      }),
       methods: ngram,
     },
     {
       model: 'bench-135m fp32',
-      engine: await Engine.load(runtime, directorySource(modelDir('bench-135m')), { intraOpNumThreads: 1, kvCacheBytes: 256 * 2 ** 20 }),
+      engine: await Engine.load(runtime, directorySource(modelDir('bench-135m')), {
+        intraOpNumThreads: 1,
+        kvCacheBytes: 256 * 2 ** 20,
+      }),
       methods: [{ method: 'ngram', numTokens: 4 }],
     },
     {
       model: 'tiny fp32',
-      engine: await Engine.load(runtime, directorySource(modelDir('tiny')), { intraOpNumThreads: 1, draft: { source: directorySource(`${MODELS_DIR}/tiny-draft`) } }),
-      methods: [{ method: 'ngram', numTokens: 4 }, { method: 'draft', numTokens: 4 }],
+      engine: await Engine.load(runtime, directorySource(modelDir('tiny')), {
+        intraOpNumThreads: 1,
+        draft: { source: directorySource(`${MODELS_DIR}/tiny-draft`) },
+      }),
+      methods: [
+        { method: 'ngram', numTokens: 4 },
+        { method: 'draft', numTokens: 4 },
+      ],
     },
   ];
   const cases: SpeculationCase[] = [];
   for (const { model, engine, methods } of setups) {
     for (const prompt of ['repetitive', 'random'] as const) {
-      const request: GenerationRequest = { prompt_ids: promptIds(prompt, engine.samplableVocab), max_tokens: tokens, temperature: 0, ignore_eos: true };
+      const request: GenerationRequest = {
+        prompt_ids: promptIds(prompt, engine.samplableVocab),
+        max_tokens: tokens,
+        temperature: 0,
+        ignore_eos: true,
+      };
       for (const m of methods) {
         const base: number[] = [];
         const spec: number[] = [];
@@ -88,7 +120,13 @@ export async function benchSpeculation(backend: NodeBackend, runs: number, token
           const order = run % 2 ? ['spec', 'base'] : ['base', 'spec'];
           const results = new Map<string, Awaited<ReturnType<typeof decode>>>();
           for (const which of order) {
-            results.set(which, await decode(engine, which === 'spec' ? { ...request, speculative: { method: m.method, num_tokens: m.numTokens } } : request));
+            results.set(
+              which,
+              await decode(
+                engine,
+                which === 'spec' ? { ...request, speculative: { method: m.method, num_tokens: m.numTokens } } : request,
+              ),
+            );
           }
           const b = results.get('base')!;
           const s = results.get('spec')!;
@@ -109,7 +147,9 @@ export async function benchSpeculation(backend: NodeBackend, runs: number, token
           acceptance: median(acceptance),
           identical,
         };
-        log(`speculative ${backend}: ${model} ${prompt} ${m.method}×${m.numTokens}: ${c.baseTokPerS.toFixed(1)} -> ${c.specTokPerS.toFixed(1)} tok/s (${c.speedup.toFixed(2)}×), acceptance ${c.acceptance.toFixed(2)}${identical ? '' : ' OUTPUT DIFFERS'}`);
+        log(
+          `speculative ${backend}: ${model} ${prompt} ${m.method}×${m.numTokens}: ${c.baseTokPerS.toFixed(1)} -> ${c.specTokPerS.toFixed(1)} tok/s (${c.speedup.toFixed(2)}×), acceptance ${c.acceptance.toFixed(2)}${identical ? '' : ' OUTPUT DIFFERS'}`,
+        );
         cases.push(c);
       }
     }
@@ -120,7 +160,11 @@ export async function benchSpeculation(backend: NodeBackend, runs: number, token
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const { values, positionals } = parseArgs({
     allowPositionals: true,
-    options: { runs: { type: 'string', default: '5' }, tokens: { type: 'string', default: '128' }, json: { type: 'string' } },
+    options: {
+      runs: { type: 'string', default: '5' },
+      tokens: { type: 'string', default: '128' },
+      json: { type: 'string' },
+    },
   });
   const backend = (positionals[0] ?? 'cpu') as NodeBackend;
   const cases = await benchSpeculation(backend, Number(values.runs), Number(values.tokens), (s) => console.error(s));

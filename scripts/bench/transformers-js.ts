@@ -8,7 +8,10 @@ import type { ModelDtype } from '../../src/engine/model/model-files.js';
 import type { Backend } from './options.js';
 
 export interface TransformersJsPeer {
-  generate(prompt: readonly number[], tokens: number): Promise<{ ids: number[]; ttftMs: number; decodeTokensPerS: number }>;
+  generate(
+    prompt: readonly number[],
+    tokens: number,
+  ): Promise<{ ids: number[]; ttftMs: number; decodeTokensPerS: number }>;
   release(): Promise<void>;
 }
 
@@ -28,7 +31,11 @@ async function transformersFor(backend: Backend): Promise<TjsModule> {
   return tjs;
 }
 
-export async function createTransformersJsPeer(backend: Backend, modelDir: string, dtype: ModelDtype): Promise<TransformersJsPeer> {
+export async function createTransformersJsPeer(
+  backend: Backend,
+  modelDir: string,
+  dtype: ModelDtype,
+): Promise<TransformersJsPeer> {
   const tjs = await transformersFor(backend);
   tjs.env.localModelPath = `${dirname(modelDir)}/`;
   const name = modelDir.slice(dirname(modelDir).length + 1);
@@ -38,7 +45,10 @@ export async function createTransformersJsPeer(backend: Backend, modelDir: strin
     dtype: dtype as 'fp32' | 'fp16' | 'int8' | 'q4' | 'q4f16' | 'uint8' | 'bnb4',
     ...(backend === 'cpu'
       ? { device: 'cpu' as const, session_options: { intraOpNumThreads: 1, graphOptimizationLevel: 'all' as const } }
-      : { device: 'auto' as const, session_options: { executionProviders: ['wasm'], graphOptimizationLevel: 'all' as const } }),
+      : {
+          device: 'auto' as const,
+          session_options: { executionProviders: ['wasm'], graphOptimizationLevel: 'all' as const },
+        }),
   });
 
   /** Notes the time of every token generate() emits (the prompt is put first, then one token a step). */
@@ -69,7 +79,11 @@ export async function createTransformersJsPeer(backend: Backend, modelDir: strin
       const all = Array.from(out.data as BigInt64Array, Number);
       const t = clock.times;
       if (t.length !== tokens) throw new Error(`transformers.js streamed ${t.length} tokens, expected ${tokens}`);
-      return { ids: all.slice(prompt.length), ttftMs: t[0] - t0, decodeTokensPerS: ((tokens - 1) * 1000) / (t[tokens - 1] - t[0]) };
+      return {
+        ids: all.slice(prompt.length),
+        ttftMs: t[0] - t0,
+        decodeTokensPerS: ((tokens - 1) * 1000) / (t[tokens - 1] - t[0]),
+      };
     },
     release: async () => void (await model.dispose()),
   };

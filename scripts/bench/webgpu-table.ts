@@ -8,7 +8,10 @@ export interface WebGpuBenchRow {
 }
 
 export function webGpuBenchTable(rows: WebGpuBenchRow[]): string {
-  const lines = ['| path | concurrent sequences | aggregate decode tok/s (median) | vs wasm (run by run) |', '|---|---|---|---|'];
+  const lines = [
+    '| path | concurrent sequences | aggregate decode tok/s (median) | vs wasm (run by run) |',
+    '|---|---|---|---|',
+  ];
   for (const r of rows) lines.push(`| ${r.path} | ${r.batch} | ${r.median.toFixed(1)} | ${r.vsWasm.toFixed(2)}× |`);
   return lines.join('\n');
 }

@@ -65,14 +65,21 @@ async function decodeRun(path: Path, batch: number, prompt: number, tokens: numb
   return (batch * tokens) / seconds;
 }
 
-export async function runWebGpuBench(o: WebGpuBenchOptions, log: (s: string) => void = console.error): Promise<WebGpuBenchRow[]> {
+export async function runWebGpuBench(
+  o: WebGpuBenchOptions,
+  log: (s: string) => void = console.error,
+): Promise<WebGpuBenchRow[]> {
   const files = await loadModelFiles(directorySource(o.model), 'fp32');
   const blocks = Math.max(...o.batches) * Math.ceil((o.promptTokens + o.decodeTokens + 1) / 16) + 4;
   const manager = () => new KvCacheManager(new BlockPool(files.config, blocks, 16), 'bench');
   const wasmRunner = await ModelRunner.create(webWasmRuntimeForNode(), files.onnx, files.config);
   const gpuRuntime = await webGpuRuntimeForNode();
   const gpuCpuKv = await ModelRunner.create(gpuRuntime, files.onnx, files.config);
-  const kernels = await GpuKernels.create(gpuRuntime.gpu.device, nodeShaderSource, ['kv-gather', 'kv-scatter', 'greedy']);
+  const kernels = await GpuKernels.create(gpuRuntime.gpu.device, nodeShaderSource, [
+    'kv-gather',
+    'kv-scatter',
+    'greedy',
+  ]);
   const gpuDeviceKv = await GpuModelRunner.create(gpuRuntime, files.onnx, files.config, kernels);
   const deviceManager = manager();
   gpuDeviceKv.attachPool(deviceManager.pool);
@@ -116,7 +123,13 @@ export async function runWebGpuBench(o: WebGpuBenchOptions, log: (s: string) => 
     const wasm = samples.get(`wasm|${batch}`)!;
     for (const p of paths) {
       const runs = samples.get(`${p.name}|${batch}`)!;
-      rows.push({ path: p.name, batch, tokensPerS: runs, median: median(runs), vsWasm: median(runs.map((x, i) => x / wasm[i])) });
+      rows.push({
+        path: p.name,
+        batch,
+        tokensPerS: runs,
+        median: median(runs),
+        vsWasm: median(runs.map((x, i) => x / wasm[i])),
+      });
     }
   }
   return rows;

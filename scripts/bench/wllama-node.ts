@@ -86,7 +86,11 @@ export interface WllamaNode {
    * Greedy completion of a text prompt (llama.cpp tokenizes it; no BOS): the generated ids, and llama.cpp's
    * own decode rate (its server timings: tokens after the first, wall clock, JS round trips included).
    */
-  greedy(prompt: string, maxTokens: number, options?: { bannedIds?: readonly number[] }): Promise<{ ids: number[]; promptTokens: number; decodeTokPerS: number }>;
+  greedy(
+    prompt: string,
+    maxTokens: number,
+    options?: { bannedIds?: readonly number[] },
+  ): Promise<{ ids: number[]; promptTokens: number; decodeTokPerS: number }>;
   exit(): Promise<void>;
 }
 
@@ -116,16 +120,29 @@ export async function loadWllama(ggufPath: string, params: LoadModelParams = {})
   // WLLAMA_LOG=1 shows llama.cpp's own log (model loading, backend, timings).
   const verbose = process.env.WLLAMA_LOG === '1';
   const quiet = { debug: () => {}, log: () => {}, warn: () => {}, error: console.error };
-  const wllama = new Wllama({ default: pathToFileURL(join(WLLAMA_DIR, 'wllama.wasm')).href }, {
-    logger: verbose ? console : quiet,
-    suppressNativeLog: !verbose,
-    // Models come in as Blobs: its download cache (OPFS, absent in Node) is never used.
-    cacheManager: {} as never,
-    modelManager: {} as never,
-  });
-  wllama.setCompat({ worker: { code: readFileSync(join(COMPAT_DIR, 'wllama.js'), 'utf8') }, wasm: pathToFileURL(join(COMPAT_DIR, 'wllama.wasm')).href } as never);
+  const wllama = new Wllama(
+    { default: pathToFileURL(join(WLLAMA_DIR, 'wllama.wasm')).href },
+    {
+      logger: verbose ? console : quiet,
+      suppressNativeLog: !verbose,
+      // Models come in as Blobs: its download cache (OPFS, absent in Node) is never used.
+      cacheManager: {} as never,
+      modelManager: {} as never,
+    },
+  );
+  wllama.setCompat({
+    worker: { code: readFileSync(join(COMPAT_DIR, 'wllama.js'), 'utf8') },
+    wasm: pathToFileURL(join(COMPAT_DIR, 'wllama.wasm')).href,
+  } as never);
   const blob = await openAsBlob(ggufPath);
-  await wllama.loadModel([blob], { n_ctx: 1024, n_batch: 512, n_threads: 1, n_gpu_layers: 0, n_parallel: 1, ...params });
+  await wllama.loadModel([blob], {
+    n_ctx: 1024,
+    n_batch: 512,
+    n_threads: 1,
+    n_gpu_layers: 0,
+    n_parallel: 1,
+    ...params,
+  });
   // A model llama.cpp rejects still resolves loadModel(); the reason is only in its log (WLLAMA_LOG=1).
   if (!(wllama.getLoadedContextInfo() as { success?: boolean }).success) {
     await wllama.exit();
@@ -155,7 +172,11 @@ export async function loadWllama(ggufPath: string, params: LoadModelParams = {})
       };
       const content = res.choices[0]?.logprobs?.content;
       if (!content) throw new Error('wllama: no token ids in the completion (logprobs missing)');
-      return { ids: content.map((c) => c.id), promptTokens: res.timings?.prompt_n ?? NaN, decodeTokPerS: res.timings?.predicted_per_second ?? NaN };
+      return {
+        ids: content.map((c) => c.id),
+        promptTokens: res.timings?.prompt_n ?? NaN,
+        decodeTokPerS: res.timings?.predicted_per_second ?? NaN,
+      };
     },
     exit: () => wllama.exit(),
   };

@@ -49,7 +49,12 @@ function wllamaVersion(): string {
   return (JSON.parse(readFileSync(url, 'utf8')) as { version: string }).version;
 }
 
-export async function benchWllama(types: readonly GgufType[], runs: number, tokens: number, log: (s: string) => void): Promise<WllamaBenchRow[]> {
+export async function benchWllama(
+  types: readonly GgufType[],
+  runs: number,
+  tokens: number,
+  log: (s: string) => void,
+): Promise<WllamaBenchRow[]> {
   ensureBenchGguf(types, log);
   const { tokenizerJson, tokenizerConfig } = buildTokenizerFiles({ vocabSize: PRESETS[MODEL].vocabSize });
   const tokenizer = TextTokenizer.fromJson(tokenizerJson, tokenizerConfig);
@@ -78,7 +83,10 @@ export async function benchWllama(types: readonly GgufType[], runs: number, toke
         decode.get(type)!.push(r.decodeTokPerS);
         endToEnd.get(type)!.push((tokens * 1000) / wall);
       }
-      if (run > 0) log(`wllama run ${run}/${runs}: ${types.map((t) => `${t} ${decode.get(t)!.at(-1)!.toFixed(1)}`).join(', ')} tok/s`);
+      if (run > 0)
+        log(
+          `wllama run ${run}/${runs}: ${types.map((t) => `${t} ${decode.get(t)!.at(-1)!.toFixed(1)}`).join(', ')} tok/s`,
+        );
     }
   } finally {
     for (const m of models.values()) await m.exit();
@@ -97,10 +105,16 @@ export async function benchWllama(types: readonly GgufType[], runs: number, toke
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const { values } = parseArgs({
-    options: { runs: { type: 'string', default: '5' }, tokens: { type: 'string', default: '128' }, types: { type: 'string', default: GGUF_TYPES.join(',') }, json: { type: 'string' } },
+    options: {
+      runs: { type: 'string', default: '5' },
+      tokens: { type: 'string', default: '128' },
+      types: { type: 'string', default: GGUF_TYPES.join(',') },
+      json: { type: 'string' },
+    },
   });
   const types = values.types!.split(',') as GgufType[];
-  for (const t of types) if (!GGUF_TYPES.includes(t)) throw new Error(`unknown GGUF type "${t}" (${GGUF_TYPES.join(', ')})`);
+  for (const t of types)
+    if (!GGUF_TYPES.includes(t)) throw new Error(`unknown GGUF type "${t}" (${GGUF_TYPES.join(', ')})`);
   const rows = await benchWllama(types, Number(values.runs), Number(values.tokens), (s) => console.error(s));
   if (values.json) writeFileSync(values.json, `${JSON.stringify(rows, null, 1)}\n`);
   console.log(wllamaBenchTable(rows));

@@ -18,12 +18,21 @@ function hasLargeFile(dir: string): boolean {
 export function ignoreLargeModelFolders(modelsDir: string): string[] {
   if (!existsSync(modelsDir)) return [];
   const file = join(modelsDir, '.assetsignore');
-  const listed = new Set(existsSync(file) ? readFileSync(file, 'utf8').split('\n').map((l) => l.trim()) : []);
+  const listed = new Set(
+    existsSync(file)
+      ? readFileSync(file, 'utf8')
+          .split('\n')
+          .map((l) => l.trim())
+      : [],
+  );
   const added: string[] = [];
   for (const name of readdirSync(modelsDir).sort()) {
     const dir = join(modelsDir, name);
     if (!statSync(dir).isDirectory() || listed.has(`${name}/`) || !hasLargeFile(dir)) continue;
-    appendFileSync(file, `${listed.size === 0 && added.length === 0 ? '# model folders over the 25 MiB asset cap: served from R2 (npm run model:upload)\n' : ''}${name}/\n`);
+    appendFileSync(
+      file,
+      `${listed.size === 0 && added.length === 0 ? '# model folders over the 25 MiB asset cap: served from R2 (npm run model:upload)\n' : ''}${name}/\n`,
+    );
     added.push(name);
   }
   return added;

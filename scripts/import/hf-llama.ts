@@ -14,7 +14,8 @@ const IMPORTABLE = ['llama', 'mistral'];
 
 function int(config: Json, key: string): number {
   const v = config[key];
-  if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) throw new Error(`config.json: ${key} must be a positive integer, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0)
+    throw new Error(`config.json: ${key} must be a positive integer, got ${JSON.stringify(v)}`);
   return v;
 }
 
@@ -22,24 +23,37 @@ function int(config: Json, key: string): number {
 export function shapeFromHfConfig(config: Json): LlamaShape {
   const type = config.model_type;
   if (typeof type !== 'string' || !IMPORTABLE.includes(type)) {
-    throw new Error(`config.json: model_type ${JSON.stringify(type)} cannot be imported (importable: ${IMPORTABLE.join(', ')}); for other architectures pull an ONNX export with model:pull`);
+    throw new Error(
+      `config.json: model_type ${JSON.stringify(type)} cannot be imported (importable: ${IMPORTABLE.join(', ')}); for other architectures pull an ONNX export with model:pull`,
+    );
   }
   const refuse = (why: string) => {
     throw new Error(`config.json: ${why}; the imported graph computes plain Llama (RMSNorm, RoPE, SwiGLU, no biases)`);
   };
-  if (config.hidden_act !== undefined && config.hidden_act !== 'silu') refuse(`hidden_act ${JSON.stringify(config.hidden_act)} is not silu`);
+  if (config.hidden_act !== undefined && config.hidden_act !== 'silu')
+    refuse(`hidden_act ${JSON.stringify(config.hidden_act)} is not silu`);
   if (config.attention_bias === true) refuse('attention_bias is true');
   if (config.mlp_bias === true) refuse('mlp_bias is true');
-  if (config.rope_scaling !== undefined && config.rope_scaling !== null) refuse(`rope_scaling ${JSON.stringify(config.rope_scaling)} is set`);
-  if (type === 'mistral' && typeof config.sliding_window === 'number' && config.sliding_window < int(config, 'max_position_embeddings')) {
+  if (config.rope_scaling !== undefined && config.rope_scaling !== null)
+    refuse(`rope_scaling ${JSON.stringify(config.rope_scaling)} is set`);
+  if (
+    type === 'mistral' &&
+    typeof config.sliding_window === 'number' &&
+    config.sliding_window < int(config, 'max_position_embeddings')
+  ) {
     refuse(`sliding_window ${config.sliding_window} is shorter than the context`);
   }
   const hiddenSize = int(config, 'hidden_size');
   const numHeads = int(config, 'num_attention_heads');
-  const numKvHeads = config.num_key_value_heads === undefined || config.num_key_value_heads === null ? numHeads : int(config, 'num_key_value_heads');
-  const headDim = config.head_dim === undefined || config.head_dim === null ? hiddenSize / numHeads : int(config, 'head_dim');
+  const numKvHeads =
+    config.num_key_value_heads === undefined || config.num_key_value_heads === null
+      ? numHeads
+      : int(config, 'num_key_value_heads');
+  const headDim =
+    config.head_dim === undefined || config.head_dim === null ? hiddenSize / numHeads : int(config, 'head_dim');
   if (!Number.isInteger(headDim) || headDim % 2 !== 0) refuse(`head_dim ${headDim} is not an even integer`);
-  if (numHeads % numKvHeads !== 0) refuse(`num_attention_heads ${numHeads} is not a multiple of num_key_value_heads ${numKvHeads}`);
+  if (numHeads % numKvHeads !== 0)
+    refuse(`num_attention_heads ${numHeads} is not a multiple of num_key_value_heads ${numKvHeads}`);
   return {
     hiddenSize,
     intermediateSize: int(config, 'intermediate_size'),
@@ -62,13 +76,18 @@ export function weightsFromHf(ckpt: SafetensorsCheckpoint, p: LlamaShape): Weigh
   const kv = p.numKvHeads * p.headDim;
   const load = (name: string, dims: number[]) => {
     const t = ckpt.tensor(name);
-    if (t.dims.join(',') !== dims.join(',')) throw new Error(`${name}: shape [${t.dims}] does not match config.json (expected [${dims}])`);
+    if (t.dims.join(',') !== dims.join(','))
+      throw new Error(`${name}: shape [${t.dims}] does not match config.json (expected [${dims}])`);
     return t.data;
   };
   const vector = (name: string, n: number) => out.set(name, { dims: [n], data: load(name, [n]) });
-  const linear = (name: string, nIn: number, nOut: number) => out.set(name, { dims: [nIn, nOut], data: transpose(load(name, [nOut, nIn]), nOut, nIn) });
+  const linear = (name: string, nIn: number, nOut: number) =>
+    out.set(name, { dims: [nIn, nOut], data: transpose(load(name, [nOut, nIn]), nOut, nIn) });
 
-  out.set('model.embed_tokens.weight', { dims: [p.vocabSize, p.hiddenSize], data: load('model.embed_tokens.weight', [p.vocabSize, p.hiddenSize]) });
+  out.set('model.embed_tokens.weight', {
+    dims: [p.vocabSize, p.hiddenSize],
+    data: load('model.embed_tokens.weight', [p.vocabSize, p.hiddenSize]),
+  });
   for (let i = 0; i < p.numLayers; i++) {
     const l = layerPrefix(i);
     vector(`${l}.input_layernorm.weight`, p.hiddenSize);
@@ -83,7 +102,8 @@ export function weightsFromHf(ckpt: SafetensorsCheckpoint, p: LlamaShape): Weigh
   }
   vector('model.norm.weight', p.hiddenSize);
   if (!p.tieWordEmbeddings) {
-    if (!ckpt.has('lm_head.weight')) throw new Error('config.json says tie_word_embeddings is false, but the checkpoint has no lm_head.weight');
+    if (!ckpt.has('lm_head.weight'))
+      throw new Error('config.json says tie_word_embeddings is false, but the checkpoint has no lm_head.weight');
     linear('lm_head.weight', p.hiddenSize, p.vocabSize);
   }
   return out;

@@ -44,7 +44,10 @@ export class HubError extends Error {
 }
 
 export function hubDefaults(env: NodeJS.ProcessEnv = process.env): { endpoint: string; token?: string } {
-  return { endpoint: (env.HF_ENDPOINT || 'https://huggingface.co').replace(/\/+$/, ''), token: env.HF_TOKEN || undefined };
+  return {
+    endpoint: (env.HF_ENDPOINT || 'https://huggingface.co').replace(/\/+$/, ''),
+    token: env.HF_TOKEN || undefined,
+  };
 }
 
 const REPO = /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/;
@@ -70,7 +73,8 @@ export async function revisionInfo(repo: string, revision: string, opts: HubOpti
   const res = await fetch(url, { headers: authHeaders(token) });
   if (!res.ok) throw new HubError(explain(res.status, `${repo}@${revision}`, token));
   const info = (await res.json()) as Partial<RevisionInfo>;
-  if (typeof info.sha !== 'string' || !Array.isArray(info.siblings)) throw new HubError(`${url}: unexpected answer (no sha / siblings)`);
+  if (typeof info.sha !== 'string' || !Array.isArray(info.siblings))
+    throw new HubError(`${url}: unexpected answer (no sha / siblings)`);
   return { sha: info.sha, siblings: info.siblings };
 }
 
@@ -90,7 +94,13 @@ function expected(s: Sibling): { size?: number; algo: 'sha256' | 'git-sha1' | nu
 }
 
 /** Downloads one file into `dest` (resuming `dest.part`), verified; skips it when `dest` is already right. */
-export async function downloadFile(repo: string, sha: string, sibling: Sibling, dest: string, opts: HubOptions = {}): Promise<'downloaded' | 'present'> {
+export async function downloadFile(
+  repo: string,
+  sha: string,
+  sibling: Sibling,
+  dest: string,
+  opts: HubOptions = {},
+): Promise<'downloaded' | 'present'> {
   const { endpoint, token } = { ...hubDefaults(), ...opts };
   const want = expected(sibling);
   const file = sibling.rfilename;
@@ -167,17 +177,22 @@ export async function downloadFile(repo: string, sha: string, sibling: Sibling, 
     const bad = await verify(part, null);
     if (bad) {
       rmSync(part, { force: true });
-      throw new HubError(`${repo}/${file}: checksum mismatch (${bad}); the partial download was removed, run the pull again`);
+      throw new HubError(
+        `${repo}/${file}: checksum mismatch (${bad}); the partial download was removed, run the pull again`,
+      );
     }
     renameSync(part, dest);
     opts.onProgress?.({ file, done: statSync(dest).size, total: statSync(dest).size, finished: true });
     return 'downloaded';
   }
-  throw new HubError(`${repo}/${file}: download failed after ${attempts} attempts (${lastError instanceof Error ? lastError.message : String(lastError)}); run the pull again to resume from ${part}`);
+  throw new HubError(
+    `${repo}/${file}: download failed after ${attempts} attempts (${lastError instanceof Error ? lastError.message : String(lastError)}); run the pull again to resume from ${part}`,
+  );
 }
 
 /** Where a pulled repo's file lands inside the model folder (same relative path). */
 export function destination(outDir: string, file: string): string {
-  if (file.split('/').some((p) => p === '..' || p === '')) throw new HubError(`refusing file name ${JSON.stringify(file)}`);
+  if (file.split('/').some((p) => p === '..' || p === ''))
+    throw new HubError(`refusing file name ${JSON.stringify(file)}`);
   return join(outDir, file);
 }

@@ -45,19 +45,33 @@ export interface Llama2cCheckpoint {
 }
 
 export function readLlama2cHeader(bytes: Uint8Array): Llama2cHeader {
-  if (bytes.byteLength < LLAMA2C_HEADER_BYTES) throw new Error('llama2.c checkpoint: file is shorter than its 28-byte header');
+  if (bytes.byteLength < LLAMA2C_HEADER_BYTES)
+    throw new Error('llama2.c checkpoint: file is shorter than its 28-byte header');
   const dv = new DataView(bytes.buffer, bytes.byteOffset, LLAMA2C_HEADER_BYTES);
   const h = Array.from({ length: 7 }, (_, i) => dv.getInt32(i * 4, true));
   if (h[0] === 0x616b3432) {
-    throw new Error('llama2.c checkpoint: this is export.py\'s version 1/2 format ("ak42" magic); run.c reads version 0: re-export with --version 0');
+    throw new Error(
+      'llama2.c checkpoint: this is export.py\'s version 1/2 format ("ak42" magic); run.c reads version 0: re-export with --version 0',
+    );
   }
   const [dim, hiddenDim, nLayers, nHeads, nKvHeads, vocab, seqLen] = h;
-  const header = { dim, hiddenDim, nLayers, nHeads, nKvHeads, vocabSize: Math.abs(vocab), seqLen, sharedClassifier: vocab > 0 };
+  const header = {
+    dim,
+    hiddenDim,
+    nLayers,
+    nHeads,
+    nKvHeads,
+    vocabSize: Math.abs(vocab),
+    seqLen,
+    sharedClassifier: vocab > 0,
+  };
   for (const [k, v] of Object.entries(header)) {
-    if (typeof v === 'number' && (!Number.isInteger(v) || v <= 0 || v > 1 << 24)) throw new Error(`llama2.c checkpoint: header ${k} = ${v} is not a plausible size`);
+    if (typeof v === 'number' && (!Number.isInteger(v) || v <= 0 || v > 1 << 24))
+      throw new Error(`llama2.c checkpoint: header ${k} = ${v} is not a plausible size`);
   }
   if (dim % nHeads !== 0) throw new Error(`llama2.c checkpoint: dim ${dim} is not a multiple of n_heads ${nHeads}`);
-  if (nHeads % nKvHeads !== 0) throw new Error(`llama2.c checkpoint: n_heads ${nHeads} is not a multiple of n_kv_heads ${nKvHeads}`);
+  if (nHeads % nKvHeads !== 0)
+    throw new Error(`llama2.c checkpoint: n_heads ${nHeads} is not a multiple of n_kv_heads ${nKvHeads}`);
   if ((dim / nHeads) % 2 !== 0) throw new Error('llama2.c checkpoint: head size must be even (RoPE rotates pairs)');
   return header;
 }
@@ -67,7 +81,9 @@ export function llama2cFloatCount(h: Llama2cHeader): number {
   const hs = h.dim / h.nHeads;
   const kv = h.nKvHeads * hs;
   const perLayer = 2 * h.dim + h.dim * h.dim * 2 + 2 * h.dim * kv + 3 * h.dim * h.hiddenDim;
-  return h.vocabSize * h.dim + h.nLayers * perLayer + h.dim + h.seqLen * hs + (h.sharedClassifier ? 0 : h.vocabSize * h.dim);
+  return (
+    h.vocabSize * h.dim + h.nLayers * perLayer + h.dim + h.seqLen * hs + (h.sharedClassifier ? 0 : h.vocabSize * h.dim)
+  );
 }
 
 export function shapeOf(h: Llama2cHeader): LlamaShape {
@@ -113,7 +129,9 @@ export function readLlama2cCheckpoint(bytes: Uint8Array): Llama2cCheckpoint {
   const floats = llama2cFloatCount(header);
   const expected = LLAMA2C_HEADER_BYTES + floats * 4;
   if (bytes.byteLength !== expected) {
-    throw new Error(`llama2.c checkpoint: header implies ${expected} bytes, file has ${bytes.byteLength} (truncated, or not a version-0 fp32 checkpoint)`);
+    throw new Error(
+      `llama2.c checkpoint: header implies ${expected} bytes, file has ${bytes.byteLength} (truncated, or not a version-0 fp32 checkpoint)`,
+    );
   }
   // Copy once into an aligned buffer: the file's float section starts at byte 28, which is aligned, but
   // the caller's Uint8Array may not be.
@@ -147,8 +165,16 @@ export function readLlama2cCheckpoint(bytes: Uint8Array): Llama2cCheckpoint {
     const p = layerPrefix(l);
     const part = (w: Float32Array, n: number) => w.subarray(l * n, (l + 1) * n);
     set(`${p}.input_layernorm.weight`, [dim], part(rmsAtt, dim).slice());
-    set(`${p}.self_attn.q_proj.weight`, [dim, dim], transpose(permuteRopeRows(part(wq, dim * dim), nHeads, hs, dim), dim, dim));
-    set(`${p}.self_attn.k_proj.weight`, [dim, kv], transpose(permuteRopeRows(part(wk, kv * dim), nKvHeads, hs, dim), kv, dim));
+    set(
+      `${p}.self_attn.q_proj.weight`,
+      [dim, dim],
+      transpose(permuteRopeRows(part(wq, dim * dim), nHeads, hs, dim), dim, dim),
+    );
+    set(
+      `${p}.self_attn.k_proj.weight`,
+      [dim, kv],
+      transpose(permuteRopeRows(part(wk, kv * dim), nKvHeads, hs, dim), kv, dim),
+    );
     set(`${p}.self_attn.v_proj.weight`, [dim, kv], transpose(part(wv, kv * dim), kv, dim));
     set(`${p}.self_attn.o_proj.weight`, [dim, dim], transpose(part(wo, dim * dim), dim, dim));
     set(`${p}.post_attention_layernorm.weight`, [dim], part(rmsFfn, dim).slice());

@@ -36,7 +36,8 @@ export function readLlama2cTokenizer(bytes: Uint8Array, vocabSize: number): Llam
   const utf8 = new TextDecoder('utf-8', { fatal: true });
   let at = 0;
   const need = (n: number, what: string) => {
-    if (at + n > bytes.byteLength) throw new Error(`tokenizer.bin: truncated at ${what} (is vocab_size ${vocabSize} right for this file?)`);
+    if (at + n > bytes.byteLength)
+      throw new Error(`tokenizer.bin: truncated at ${what} (is vocab_size ${vocabSize} right for this file?)`);
   };
   need(4, 'max_token_length');
   const maxTokenLength = dv.getInt32(0, true);
@@ -48,7 +49,8 @@ export function readLlama2cTokenizer(bytes: Uint8Array, vocabSize: number): Llam
     scores[id] = dv.getFloat32(at, true);
     const len = dv.getInt32(at + 4, true);
     at += 8;
-    if (len < 0 || len > maxTokenLength) throw new Error(`tokenizer.bin: token ${id} has length ${len} (max_token_length ${maxTokenLength})`);
+    if (len < 0 || len > maxTokenLength)
+      throw new Error(`tokenizer.bin: token ${id} has length ${len} (max_token_length ${maxTokenLength})`);
     need(len, `token ${id}`);
     try {
       pieces.push(utf8.decode(bytes.subarray(at, at + len)));
@@ -57,10 +59,16 @@ export function readLlama2cTokenizer(bytes: Uint8Array, vocabSize: number): Llam
     }
     at += len;
   }
-  if (at !== bytes.byteLength) throw new Error(`tokenizer.bin: ${bytes.byteLength - at} bytes left after ${vocabSize} tokens: vocab_size does not match this file`);
+  if (at !== bytes.byteLength)
+    throw new Error(
+      `tokenizer.bin: ${bytes.byteLength - at} bytes left after ${vocabSize} tokens: vocab_size does not match this file`,
+    );
   for (let b = 0; b < 256; b++) {
     const want = `<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`;
-    if (pieces[b + 3] !== want) throw new Error(`tokenizer.bin: id ${b + 3} should be the byte token ${want} (run.c's byte fallback is id = byte + 3), found ${JSON.stringify(pieces[b + 3])}`);
+    if (pieces[b + 3] !== want)
+      throw new Error(
+        `tokenizer.bin: id ${b + 3} should be the byte token ${want} (run.c's byte fallback is id = byte + 3), found ${JSON.stringify(pieces[b + 3])}`,
+      );
   }
   return { maxTokenLength, pieces, scores };
 }
@@ -68,14 +76,18 @@ export function readLlama2cTokenizer(bytes: Uint8Array, vocabSize: number): Llam
 const toHf = (piece: string) => piece.replaceAll(' ', SPACE);
 
 /** tokenizer.json and tokenizer_config.json for a llama2.c vocabulary. */
-export function llama2cTokenizerFiles(vocab: Llama2cVocab): { tokenizerJson: Record<string, unknown>; tokenizerConfig: Record<string, unknown> } {
+export function llama2cTokenizerFiles(vocab: Llama2cVocab): {
+  tokenizerJson: Record<string, unknown>;
+  tokenizerConfig: Record<string, unknown>;
+} {
   const { pieces, scores } = vocab;
   // No prototype: pieces such as "constructor" or "toString" are ordinary tokens, not inherited keys.
   const hfVocab: Record<string, number> = Object.create(null) as Record<string, number>;
   const idOf = new Map<string, number>(); // llama2.c spelling -> id, mergeable pieces only
   pieces.forEach((piece, id) => {
     const name = id < 3 ? LLAMA2C_SPECIALS[id] : toHf(piece);
-    if (Object.hasOwn(hfVocab, name)) throw new Error(`tokenizer.bin: piece ${JSON.stringify(piece)} appears twice (ids ${hfVocab[name]} and ${id})`);
+    if (Object.hasOwn(hfVocab, name))
+      throw new Error(`tokenizer.bin: piece ${JSON.stringify(piece)} appears twice (ids ${hfVocab[name]} and ${id})`);
     hfVocab[name] = id;
     if (id >= 3 && !BYTE_PIECE.test(piece)) idOf.set(piece, id);
   });
@@ -91,7 +103,15 @@ export function llama2cTokenizerFiles(vocab: Llama2cVocab): { tokenizerJson: Rec
   }
   merges.sort((x, y) => y.score - x.score || x.id - y.id || x.split - y.split);
 
-  const special = (id: number) => ({ id, content: LLAMA2C_SPECIALS[id], single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
+  const special = (id: number) => ({
+    id,
+    content: LLAMA2C_SPECIALS[id],
+    single_word: false,
+    lstrip: false,
+    rstrip: false,
+    normalized: false,
+    special: true,
+  });
   const tokenizerJson = {
     version: '1.0',
     truncation: null,
@@ -108,7 +128,12 @@ export function llama2cTokenizerFiles(vocab: Llama2cVocab): { tokenizerJson: Rec
     post_processor: {
       type: 'TemplateProcessing',
       single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
-      pair: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }, { SpecialToken: { id: '<s>', type_id: 1 } }, { Sequence: { id: 'B', type_id: 1 } }],
+      pair: [
+        { SpecialToken: { id: '<s>', type_id: 0 } },
+        { Sequence: { id: 'A', type_id: 0 } },
+        { SpecialToken: { id: '<s>', type_id: 1 } },
+        { Sequence: { id: 'B', type_id: 1 } },
+      ],
       special_tokens: { '<s>': { id: '<s>', ids: [1], tokens: ['<s>'] } },
     },
     decoder: {
@@ -144,7 +169,8 @@ export function llama2cTokenizerFiles(vocab: Llama2cVocab): { tokenizerJson: Rec
     clean_up_tokenization_spaces: false,
     legacy: true,
     // llama2.c models are base models: a chat turn is plain text after BOS, as run.c's generate mode feeds it.
-    chat_template: "{{ bos_token }}{% for message in messages %}{% if not loop.first %}{{ '\\n' }}{% endif %}{{ message['content'] }}{% endfor %}",
+    chat_template:
+      "{{ bos_token }}{% for message in messages %}{% if not loop.first %}{{ '\\n' }}{% endif %}{{ message['content'] }}{% endfor %}",
   };
   return { tokenizerJson, tokenizerConfig };
 }

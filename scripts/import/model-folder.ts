@@ -22,14 +22,20 @@ export function parseDtypes(arg: string | undefined): Dtype[] {
   if (arg === undefined) return ['fp32'];
   if (arg === 'all') return [...DTYPES];
   const list = arg.split(',');
-  for (const d of list) if (!(DTYPES as readonly string[]).includes(d)) throw new Error(`--dtype: ${d} is not one of ${DTYPES.join(', ')}, all`);
+  for (const d of list)
+    if (!(DTYPES as readonly string[]).includes(d))
+      throw new Error(`--dtype: ${d} is not one of ${DTYPES.join(', ')}, all`);
   return list as Dtype[];
 }
 
 const json = (path: string, value: unknown) => writeFileSync(path, `${JSON.stringify(value, null, 2)}\n`);
 
 /** Writes the folder; returns the files written (relative to outDir) with their sizes. */
-export function writeModelFolder(outDir: string, model: ImportedModel, dtypes: readonly Dtype[]): { file: string; bytes: number }[] {
+export function writeModelFolder(
+  outDir: string,
+  model: ImportedModel,
+  dtypes: readonly Dtype[],
+): { file: string; bytes: number }[] {
   mkdirSync(join(outDir, 'onnx'), { recursive: true });
   const written: { file: string; bytes: number }[] = [];
   const put = (file: string, value: unknown) => {
@@ -44,7 +50,10 @@ export function writeModelFolder(outDir: string, model: ImportedModel, dtypes: r
     // One variant at a time: peak memory is the fp32 weights plus one encoded graph.
     const encoded = encodeModel(buildLlamaModel(model.shape, model.weights, dtype));
     // protobuf messages stop at 2 GiB; bigger graphs need external data files, which the engine does not load.
-    if (encoded.length >= 2 ** 31) throw new Error(`the ${dtype} graph would be ${(encoded.length / 2 ** 30).toFixed(2)} GiB, past ONNX's 2 GiB single-file limit: import with --dtype fp16, int8 or q4`);
+    if (encoded.length >= 2 ** 31)
+      throw new Error(
+        `the ${dtype} graph would be ${(encoded.length / 2 ** 30).toFixed(2)} GiB, past ONNX's 2 GiB single-file limit: import with --dtype fp16, int8 or q4`,
+      );
     writeEncoded(join(outDir, 'onnx', ONNX_FILE[dtype]), encoded);
     written.push({ file: `onnx/${ONNX_FILE[dtype]}`, bytes: encoded.length });
   }

@@ -30,7 +30,10 @@ export interface PullResult {
 
 export function dtypeOfGraph(file: string): string {
   const m = GRAPH.exec(file);
-  if (!m) throw new HubError(`--file ${file}: the engine loads onnx/model.onnx or onnx/model_<dtype>.onnx (onnx-community's names)`);
+  if (!m)
+    throw new HubError(
+      `--file ${file}: the engine loads onnx/model.onnx or onnx/model_<dtype>.onnx (onnx-community's names)`,
+    );
   return m[1] ?? 'fp32';
 }
 
@@ -43,14 +46,24 @@ export async function pullModel(opts: PullOptions): Promise<PullResult> {
     dtypeOfGraph(g);
     if (!byName.has(g)) {
       const have = info.siblings.map((s) => s.rfilename).filter((f) => GRAPH.test(f));
-      throw new HubError(`${opts.repo}@${revision} has no ${g}${have.length ? ` (it has ${have.join(', ')})` : ' and no onnx/model*.onnx graphs: it is not an ONNX export'}`);
+      throw new HubError(
+        `${opts.repo}@${revision} has no ${g}${have.length ? ` (it has ${have.join(', ')})` : ' and no onnx/model*.onnx graphs: it is not an ONNX export'}`,
+      );
     }
     if (info.siblings.some((s) => s.rfilename.startsWith(`${g}_data`))) {
-      throw new HubError(`${g} keeps its weights in external data files (${g}_data); the engine loads single-file graphs: pick a smaller variant with --file`);
+      throw new HubError(
+        `${g} keeps its weights in external data files (${g}_data); the engine loads single-file graphs: pick a smaller variant with --file`,
+      );
     }
   }
   for (const f of REQUIRED) if (!byName.has(f)) throw new HubError(`${opts.repo}@${revision} has no ${f}`);
-  const result: PullResult = { sha: info.sha, files: [], dtypes: graphs.map(dtypeOfGraph), weightBytes: 0, kvBytesPerToken: 0 };
+  const result: PullResult = {
+    sha: info.sha,
+    files: [],
+    dtypes: graphs.map(dtypeOfGraph),
+    weightBytes: 0,
+    kvBytesPerToken: 0,
+  };
   const fetchOne = async (name: string) => {
     const s = byName.get(name)!;
     const status = await downloadFile(opts.repo, info.sha, s, destination(opts.outDir, name), opts);

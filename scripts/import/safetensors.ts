@@ -33,7 +33,8 @@ export class SafetensorsFile {
     const bytes = new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
     if (bytes.byteLength < 8) throw new Error(`${path}: not a safetensors file (shorter than 8 bytes)`);
     const headerLen = Number(new DataView(bytes.buffer, bytes.byteOffset, 8).getBigUint64(0, true));
-    if (headerLen > bytes.byteLength - 8 || headerLen > 100 << 20) throw new Error(`${path}: not a safetensors file (header length ${headerLen})`);
+    if (headerLen > bytes.byteLength - 8 || headerLen > 100 << 20)
+      throw new Error(`${path}: not a safetensors file (header length ${headerLen})`);
     let header: Record<string, HeaderEntry | Record<string, string>>;
     try {
       header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + headerLen)));
@@ -41,11 +42,17 @@ export class SafetensorsFile {
       throw new Error(`${path}: safetensors header is not JSON`);
     }
     const entries = new Map<string, HeaderEntry>();
-    for (const [name, entry] of Object.entries(header)) if (name !== '__metadata__') entries.set(name, entry as HeaderEntry);
+    for (const [name, entry] of Object.entries(header))
+      if (name !== '__metadata__') entries.set(name, entry as HeaderEntry);
     const file = new SafetensorsFile(bytes, 8 + headerLen, entries, path);
     for (const [name, e] of entries) {
       const [begin, end] = e.data_offsets;
-      const valid = Number.isSafeInteger(begin) && Number.isSafeInteger(end) && begin >= 0 && begin <= end && end <= bytes.byteLength - file.dataStart;
+      const valid =
+        Number.isSafeInteger(begin) &&
+        Number.isSafeInteger(end) &&
+        begin >= 0 &&
+        begin <= end &&
+        end <= bytes.byteLength - file.dataStart;
       if (!valid) throw new Error(`${path}: tensor ${name} lies outside the file`);
     }
     return file;
@@ -55,10 +62,14 @@ export class SafetensorsFile {
     const e = this.entries.get(name);
     if (!e) throw new Error(`${this.path}: no tensor ${name}`);
     const size = BYTES[e.dtype];
-    if (!size) throw new Error(`${this.path}: tensor ${name} has dtype ${e.dtype}; only F32, F16 and BF16 checkpoints can be imported`);
+    if (!size)
+      throw new Error(
+        `${this.path}: tensor ${name} has dtype ${e.dtype}; only F32, F16 and BF16 checkpoints can be imported`,
+      );
     const count = e.shape.reduce((a, b) => a * b, 1);
     const [begin, end] = e.data_offsets;
-    if (end - begin !== count * size) throw new Error(`${this.path}: tensor ${name} has ${end - begin} bytes for shape [${e.shape}] ${e.dtype}`);
+    if (end - begin !== count * size)
+      throw new Error(`${this.path}: tensor ${name} has ${end - begin} bytes for shape [${e.shape}] ${e.dtype}`);
     const raw = this.bytes.subarray(this.dataStart + begin, this.dataStart + end);
     const dv = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
     const data = new Float32Array(count);
@@ -87,7 +98,8 @@ export class SafetensorsCheckpoint {
       const parsed = JSON.parse(readFileSync(index, 'utf8')) as { weight_map?: Record<string, string> };
       if (!parsed.weight_map || typeof parsed.weight_map !== 'object') throw new Error(`${index}: no weight_map`);
       for (const file of new Set(Object.values(parsed.weight_map))) {
-        if (file.includes('/') || file.includes('\\') || !existsSync(join(dir, file))) throw new Error(`${index} names shard ${file}, which is not in ${dir}`);
+        if (file.includes('/') || file.includes('\\') || !existsSync(join(dir, file)))
+          throw new Error(`${index} names shard ${file}, which is not in ${dir}`);
       }
       return new SafetensorsCheckpoint(dir, new Map(Object.entries(parsed.weight_map)));
     }

@@ -20,8 +20,10 @@ export function isNodeBackend(value: unknown): value is NodeBackend {
 export async function nodeRuntime(backend: NodeBackend): Promise<OrtRuntime> {
   if (backend === 'cpu') return (await import('../../src/backends/ort-node.js')).nodeCpuRuntime();
   if (backend === 'wasm') return (await import('../../src/backends/ort-web-node.js')).webWasmRuntimeForNode();
-  if (backend === 'kernels') return (await import('../../src/backends/ort-web-node.js')).webWasmRuntimeForNode(1, 'kernels');
-  if (backend === 'ort-wasm') return (await import('../../src/backends/ort-web-node.js')).webWasmRuntimeForNode(1, 'onnxruntime');
+  if (backend === 'kernels')
+    return (await import('../../src/backends/ort-web-node.js')).webWasmRuntimeForNode(1, 'kernels');
+  if (backend === 'ort-wasm')
+    return (await import('../../src/backends/ort-web-node.js')).webWasmRuntimeForNode(1, 'onnxruntime');
   if (backend === 'webgpu') return (await import('../../src/backends/ort-webgpu-node.js')).webGpuRuntimeForNode();
   if (backend === 'auto') {
     const { nodeGpuAdapter } = await import('../../src/backends/ort-webgpu-node.js');

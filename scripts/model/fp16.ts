@@ -20,13 +20,13 @@ export function toHalfBits(v: number): number {
     const half = mant >>> shift;
     const rem = mant & ((1 << shift) - 1);
     const mid = 1 << (shift - 1);
-    const rounded = rem > mid || (rem === mid && (half & 1)) ? half + 1 : half;
+    const rounded = rem > mid || (rem === mid && half & 1) ? half + 1 : half;
     return sign | rounded;
   }
   const half = (e << 10) | (mant >>> 13);
   const rem = mant & 0x1fff;
   // Carry from rounding may bump the exponent; that is still the correct encoding.
-  const rounded = rem > 0x1000 || (rem === 0x1000 && (half & 1)) ? half + 1 : half;
+  const rounded = rem > 0x1000 || (rem === 0x1000 && half & 1) ? half + 1 : half;
   return sign | rounded;
 }
 

@@ -18,7 +18,16 @@ import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { makeCopyWeights } from './copy-weights.js';
 import { QK, Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, quantizeQ4_0, quantizeQ8_0 } from './ggml-quants.js';
-import { BOS_TOKEN_ID, COPY_PERIOD, ENDOFTEXT_TOKEN_ID, EOS_TOKEN_ID, PRESETS, isPresetName, type LlamaShape, type PresetName } from './presets.js';
+import {
+  BOS_TOKEN_ID,
+  COPY_PERIOD,
+  ENDOFTEXT_TOKEN_ID,
+  EOS_TOKEN_ID,
+  PRESETS,
+  isPresetName,
+  type LlamaShape,
+  type PresetName,
+} from './presets.js';
 import { layerPrefix, makeWeights, type WeightMap } from './weights.js';
 import { DEFAULT_SEED } from '../model-make.js';
 import { buildTokenizerFiles } from '../tokenizer/build-tokenizer.js';
@@ -152,7 +161,8 @@ export function tensorBytes(t: Pick<GgufTensor, 'ne' | 'type'>): number {
 
 function encodeTensor(t: GgufTensor): Uint8Array {
   const data = t.data();
-  if (data.length !== t.ne.reduce((a, b) => a * b, 1)) throw new Error(`${t.name}: ${data.length} values for dims ${t.ne}`);
+  if (data.length !== t.ne.reduce((a, b) => a * b, 1))
+    throw new Error(`${t.name}: ${data.length} values for dims ${t.ne}`);
   if (t.type === 'F32') return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
   const out = new Uint8Array(tensorBytes(t));
   // Blocks run along ne0 and ne0 is a multiple of 32, so the whole tensor quantises as one long row.
@@ -259,7 +269,12 @@ export function llamaTensors(p: LlamaShape, weights: WeightMap, type: GgufType):
     if (!w) throw new Error(`missing weight ${name}`);
     return w;
   };
-  const vector = (name: string, out: string): GgufTensor => ({ name: out, ne: [get(name).data.length], type: 'F32', data: () => get(name).data });
+  const vector = (name: string, out: string): GgufTensor => ({
+    name: out,
+    ne: [get(name).data.length],
+    type: 'F32',
+    data: () => get(name).data,
+  });
   /** A MatMul (in, out) weight as an (out, in) ggml matrix, optionally with its rows permuted for RoPE. */
   const matrix = (name: string, out: string, ropeHeads?: number): GgufTensor => {
     const [nIn, nOut] = get(name).dims;
@@ -275,7 +290,12 @@ export function llamaTensors(p: LlamaShape, weights: WeightMap, type: GgufType):
   };
   const emb = get('model.embed_tokens.weight'); // already (vocab, hidden): an embedding is stored by row
   const tensors: GgufTensor[] = [
-    { name: 'token_embd.weight', ne: [emb.dims[1], emb.dims[0]], type: type !== 'F32' && emb.dims[1] % QK === 0 ? type : 'F32', data: () => emb.data },
+    {
+      name: 'token_embd.weight',
+      ne: [emb.dims[1], emb.dims[0]],
+      type: type !== 'F32' && emb.dims[1] % QK === 0 ? type : 'F32',
+      data: () => emb.data,
+    },
   ];
   for (let i = 0; i < p.numLayers; i++) {
     const l = layerPrefix(i);
@@ -338,7 +358,14 @@ export function presetGgufInput(preset: PresetName, seed: number): LlamaGgufInpu
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { values } = parseArgs({ options: { preset: { type: 'string' }, type: { type: 'string', default: 'F32' }, out: { type: 'string' }, seed: { type: 'string', default: String(DEFAULT_SEED) } } });
+  const { values } = parseArgs({
+    options: {
+      preset: { type: 'string' },
+      type: { type: 'string', default: 'F32' },
+      out: { type: 'string' },
+      seed: { type: 'string', default: String(DEFAULT_SEED) },
+    },
+  });
   const { preset, type, out } = values;
   if (!preset || !isPresetName(preset) || !out || !(GGUF_TYPES as readonly string[]).includes(type!)) {
     console.error(`usage: gguf-writer --preset <name> --type ${GGUF_TYPES.join('|')} --out file.gguf [--seed N]`);

@@ -1,5 +1,12 @@
 // Small helper to emit ONNX nodes with unique, readable names and deduplicated constants.
-import { DataType, type AttrValue, type GraphDef, type NodeDef, type TensorData, type ValueInfo } from './onnx-proto-writer.js';
+import {
+  DataType,
+  type AttrValue,
+  type GraphDef,
+  type NodeDef,
+  type TensorData,
+  type ValueInfo,
+} from './onnx-proto-writer.js';
 
 export class GraphBuilder {
   readonly nodes: NodeDef[] = [];
@@ -18,7 +25,11 @@ export class GraphBuilder {
   }
 
   /** Emits one node; returns its first output. `out` names an output exactly (graph outputs). */
-  op(opType: string, inputs: readonly string[], opts: { name: string; attrs?: Record<string, AttrValue>; out?: string; domain?: string }): string {
+  op(
+    opType: string,
+    inputs: readonly string[],
+    opts: { name: string; attrs?: Record<string, AttrValue>; out?: string; domain?: string },
+  ): string {
     const output = opts.out ?? this.fresh(opts.name);
     if (opts.out) this.used.add(opts.out);
     this.nodes.push({
@@ -46,7 +57,12 @@ export class GraphBuilder {
     if (hit) return hit;
     const name = this.fresh(`const_i64_${scalar ? 's' : ''}${values.join('_').replace(/-/g, 'm')}`);
     this.used.delete(name);
-    this.initializer({ name, dataType: DataType.INT64, dims: scalar ? [] : [values.length], data: BigInt64Array.from(values, (v) => BigInt(v)) });
+    this.initializer({
+      name,
+      dataType: DataType.INT64,
+      dims: scalar ? [] : [values.length],
+      data: BigInt64Array.from(values, (v) => BigInt(v)),
+    });
     this.consts.set(key, name);
     return name;
   }

@@ -32,7 +32,10 @@ export function buildLlamaModel(p: LlamaShape, w: WeightMap, dtype: Dtype, io: G
   const g = new GraphBuilder();
   const ids = g.input({ name: 'input_ids', elemType: DataType.INT64, shape: ['batch_size', 'sequence_length'] });
   const mask = g.input({ name: 'attention_mask', elemType: DataType.INT64, shape: ['batch_size', TOTAL] });
-  const pos = io.positionIds === false ? positionsFromMask(g, ids, mask) : g.input({ name: 'position_ids', elemType: DataType.INT64, shape: ['batch_size', 'sequence_length'] });
+  const pos =
+    io.positionIds === false
+      ? positionsFromMask(g, ids, mask)
+      : g.input({ name: 'position_ids', elemType: DataType.INT64, shape: ['batch_size', 'sequence_length'] });
   const kvShape: Dim[] = ['batch_size', p.numKvHeads, 'past_sequence_length', p.headDim];
   const presentShape: Dim[] = ['batch_size', p.numKvHeads, TOTAL, p.headDim];
   const kvType = io.kv === 'float16' ? DataType.FLOAT16 : DataType.FLOAT;
@@ -40,16 +43,20 @@ export function buildLlamaModel(p: LlamaShape, w: WeightMap, dtype: Dtype, io: G
   // fp16 I/O: inputs are cast to float on the way in, outputs back to half on the way out (compute stays fp32).
   const kvIn = (name: string) => {
     const raw = g.input({ name, elemType: kvType, shape: kvShape });
-    return kvType === DataType.FLOAT ? raw : g.op('Cast', [raw], { name: `${name}/f32`, attrs: { to: int(DataType.FLOAT) } });
+    return kvType === DataType.FLOAT
+      ? raw
+      : g.op('Cast', [raw], { name: `${name}/f32`, attrs: { to: int(DataType.FLOAT) } });
   };
   const past: { key: string; value: string }[] = [];
-  for (let i = 0; i < p.numLayers; i++) past.push({ key: kvIn(`past_key_values.${i}.key`), value: kvIn(`past_key_values.${i}.value`) });
+  for (let i = 0; i < p.numLayers; i++)
+    past.push({ key: kvIn(`past_key_values.${i}.key`), value: kvIn(`past_key_values.${i}.value`) });
   g.output({ name: 'logits', elemType: logitsType, shape: ['batch_size', 'sequence_length', p.vocabSize] });
   for (let i = 0; i < p.numLayers; i++) {
     g.output({ name: `present.${i}.key`, elemType: kvType, shape: presentShape });
     g.output({ name: `present.${i}.value`, elemType: kvType, shape: presentShape });
   }
-  const halfOut = (x: string, out: string) => g.op('Cast', [x], { name: `${out}/f16`, attrs: { to: int(DataType.FLOAT16) }, out });
+  const halfOut = (x: string, out: string) =>
+    g.op('Cast', [x], { name: `${out}/f16`, attrs: { to: int(DataType.FLOAT16) }, out });
 
   const ops = weightOps(g, p, w, dtype);
   const bias = maskBias(g, ids, mask); // (b, 1, 1, s, T)
@@ -70,7 +77,13 @@ export function buildLlamaModel(p: LlamaShape, w: WeightMap, dtype: Dtype, io: G
 
   return {
     irVersion: 8,
-    opsets: dtype === 'fp32' || dtype === 'fp16' ? [{ domain: '', version: 17 }] : [{ domain: '', version: 17 }, { domain: 'com.microsoft', version: 1 }],
+    opsets:
+      dtype === 'fp32' || dtype === 'fp16'
+        ? [{ domain: '', version: 17 }]
+        : [
+            { domain: '', version: 17 },
+            { domain: 'com.microsoft', version: 1 },
+          ],
     producerName: 'edge-infer model-make',
     producerVersion: '1',
     graph: g.graph(`llama-${dtype}`),
@@ -117,7 +130,12 @@ interface Rope {
 
 function ropeTables(g: GraphBuilder, p: LlamaShape, pos: string): Rope {
   const n = 'rope';
-  const invFreq = g.initializer({ name: 'rope.inv_freq', dataType: DataType.FLOAT, dims: [p.headDim / 2], data: ropeInvFreq(p) });
+  const invFreq = g.initializer({
+    name: 'rope.inv_freq',
+    dataType: DataType.FLOAT,
+    dims: [p.headDim / 2],
+    data: ropeInvFreq(p),
+  });
   const posF = g.op('Cast', [pos], { name: `${n}/pos_f`, attrs: { to: int(DataType.FLOAT) } }); // (b, s)
   const pos3 = g.op('Unsqueeze', [posF, g.i64([2])], { name: `${n}/pos3` }); // (b, s, 1)
   const freqs = g.op('Mul', [pos3, invFreq], { name: `${n}/freqs` }); // (b, s, hd/2)
@@ -134,7 +152,10 @@ function applyRope(g: GraphBuilder, p: LlamaShape, x: string, rope: Rope, name: 
   const axis = g.i64([3]);
   const x1 = g.op('Slice', [x, g.i64([0]), g.i64([half]), axis], { name: `${name}/x1` });
   const x2 = g.op('Slice', [x, g.i64([half]), g.i64([p.headDim]), axis], { name: `${name}/x2` });
-  const rot = g.op('Concat', [g.op('Neg', [x2], { name: `${name}/neg` }), x1], { name: `${name}/rot`, attrs: { axis: int(-1) } });
+  const rot = g.op('Concat', [g.op('Neg', [x2], { name: `${name}/neg` }), x1], {
+    name: `${name}/rot`,
+    attrs: { axis: int(-1) },
+  });
   const a = g.op('Mul', [x, rope.cos], { name: `${name}/xcos` });
   const b = g.op('Mul', [rot, rope.sin], { name: `${name}/rsin` });
   return g.op('Add', [a, b], { name });
@@ -175,7 +196,11 @@ function attention(
   const axis2 = { axis: int(2) };
   const presentName = (kind: string) => (halfOut ? undefined : `present.${i}.${kind}`);
   const key = g.op('Concat', [past.key, k], { name: `${a}/present_key`, attrs: axis2, out: presentName('key') }); // (b, kv, T, hd)
-  const value = g.op('Concat', [past.value, v], { name: `${a}/present_value`, attrs: axis2, out: presentName('value') });
+  const value = g.op('Concat', [past.value, v], {
+    name: `${a}/present_value`,
+    attrs: axis2,
+    out: presentName('value'),
+  });
   if (halfOut) {
     halfOut(key, `present.${i}.key`);
     halfOut(value, `present.${i}.value`);

@@ -1,7 +1,14 @@
 // Model presets from SPEC.md ("Presets") and the config.json they produce.
 
 export type PresetName = 'tiny' | 'tiny-untied' | 'tiny-draft' | 'tiny-copy' | 'bench-135m' | 'bench-135m-copy';
-export const PRESET_NAMES: readonly PresetName[] = ['tiny', 'tiny-untied', 'tiny-draft', 'tiny-copy', 'bench-135m', 'bench-135m-copy'];
+export const PRESET_NAMES: readonly PresetName[] = [
+  'tiny',
+  'tiny-untied',
+  'tiny-draft',
+  'tiny-copy',
+  'bench-135m',
+  'bench-135m-copy',
+];
 
 /** Presets whose weights continue a repeated phrase of this many tokens (copy-weights.ts), not random ones. */
 export const COPY_PERIOD: Partial<Record<PresetName, number>> = { 'tiny-copy': 8, 'bench-135m-copy': 16 };

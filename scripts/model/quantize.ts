@@ -23,12 +23,24 @@ export interface NBitsWeight {
 }
 
 /** Quantises w (k, n) in MatMul [in, out] layout. */
-export function quantizeMatMulWeight(w: Float32Array, k: number, n: number, bits: 4 | 8, blockSize = BLOCK_SIZE): NBitsWeight {
+export function quantizeMatMulWeight(
+  w: Float32Array,
+  k: number,
+  n: number,
+  bits: 4 | 8,
+  blockSize = BLOCK_SIZE,
+): NBitsWeight {
   return quantizeRows(w, k, n, bits, blockSize, (kk, nn) => kk * n + nn);
 }
 
 /** Quantises rows of m (rows, cols) along cols: the (vocab, hidden) embedding is already (N, K). */
-export function quantizeRowMajor(m: Float32Array, rows: number, cols: number, bits: 4 | 8, blockSize = BLOCK_SIZE): NBitsWeight {
+export function quantizeRowMajor(
+  m: Float32Array,
+  rows: number,
+  cols: number,
+  bits: 4 | 8,
+  blockSize = BLOCK_SIZE,
+): NBitsWeight {
   return quantizeRows(m, cols, rows, bits, blockSize, (kk, nn) => nn * cols + kk);
 }
 

@@ -14,7 +14,13 @@ import { int, type GraphBuilder } from './graph-builder.js';
 import { toHalfArray } from './fp16.js';
 import { DataType } from './onnx-proto-writer.js';
 import type { LlamaShape } from './presets.js';
-import { quantizeMatMulWeight, quantizeRowMajor, roundTripMatMulWeight, roundTripRowMajor, type NBitsWeight } from './quantize.js';
+import {
+  quantizeMatMulWeight,
+  quantizeRowMajor,
+  roundTripMatMulWeight,
+  roundTripRowMajor,
+  type NBitsWeight,
+} from './quantize.js';
 import type { WeightMap } from './weights.js';
 
 export type Dtype = 'fp32' | 'fp16' | 'int8' | 'q4';
@@ -55,14 +61,21 @@ export function weightOps(g: GraphBuilder, p: LlamaShape, w: WeightMap, dtype: D
     if (!t) throw new Error(`missing weight ${name}`);
     return t;
   };
-  const vector = (name: string) => g.initializer({ name, dataType: DataType.FLOAT, dims: get(name).dims, data: get(name).data });
+  const vector = (name: string) =>
+    g.initializer({ name, dataType: DataType.FLOAT, dims: get(name).dims, data: get(name).data });
   if (dtype === 'fp32' || dtype === 'fp16') return denseOps(g, p, get, dtype, vector);
   return quantOps(g, p, get, dtype === 'q4' ? 4 : 8, vector);
 }
 
 type Getter = (name: string) => { dims: number[]; data: Float32Array };
 
-function denseOps(g: GraphBuilder, p: LlamaShape, get: Getter, dtype: 'fp32' | 'fp16', vector: (n: string) => string): WeightOps {
+function denseOps(
+  g: GraphBuilder,
+  p: LlamaShape,
+  get: Getter,
+  dtype: 'fp32' | 'fp16',
+  vector: (n: string) => string,
+): WeightOps {
   const refs = new Map<string, string>();
   // The float32 value of a weight: the initializer itself, or one Cast shared by all its users.
   const ref = (name: string): string => {
@@ -94,14 +107,25 @@ function denseOps(g: GraphBuilder, p: LlamaShape, get: Getter, dtype: 'fp32' | '
   };
 }
 
-function quantOps(g: GraphBuilder, p: LlamaShape, get: Getter, projBits: 4 | 8, vector: (n: string) => string): WeightOps {
+function quantOps(
+  g: GraphBuilder,
+  p: LlamaShape,
+  get: Getter,
+  projBits: 4 | 8,
+  vector: (n: string) => string,
+): WeightOps {
   const registered = new Set<string>();
   // (n, kBlocks, blob) packed weights + (n, kBlocks) scales, stored once per weight.
   const register = (q: NBitsWeight, name: string): { b: string; s: string } => {
     const b = `${name}_Q${q.bits}`;
     const s = `${name}_scales`;
     if (!registered.has(b)) {
-      g.initializer({ name: b, dataType: DataType.UINT8, dims: [q.n, q.kBlocks, (q.blockSize * q.bits) / 8], data: q.packed });
+      g.initializer({
+        name: b,
+        dataType: DataType.UINT8,
+        dims: [q.n, q.kBlocks, (q.blockSize * q.bits) / 8],
+        data: q.packed,
+      });
       g.initializer({ name: s, dataType: DataType.FLOAT, dims: [q.n, q.kBlocks], data: q.scales });
       registered.add(b);
     }
@@ -113,7 +137,13 @@ function quantOps(g: GraphBuilder, p: LlamaShape, get: Getter, projBits: 4 | 8, 
       name: label,
       domain: 'com.microsoft',
       out,
-      attrs: { K: int(q.k), N: int(q.n), bits: int(q.bits), block_size: int(q.blockSize), accuracy_level: int(ACCURACY_LEVEL) },
+      attrs: {
+        K: int(q.k),
+        N: int(q.n),
+        bits: int(q.bits),
+        block_size: int(q.blockSize),
+        accuracy_level: int(ACCURACY_LEVEL),
+      },
     });
   };
   const matmulQ = (name: string, bits: 4 | 8) => {
@@ -125,7 +155,8 @@ function quantOps(g: GraphBuilder, p: LlamaShape, get: Getter, projBits: 4 | 8, 
     if (!embedQ) {
       const t = get(EMBED);
       embedQ = quantizeRowMajor(t.data, p.vocabSize, p.hiddenSize, 8);
-      if (embedQ.kBlocks * embedQ.blockSize !== p.hiddenSize) throw new Error('hidden_size must be a multiple of the block size');
+      if (embedQ.kBlocks * embedQ.blockSize !== p.hiddenSize)
+        throw new Error('hidden_size must be a multiple of the block size');
     }
     return embedQ;
   };

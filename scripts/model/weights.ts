@@ -35,7 +35,7 @@ function hashString(s: string, seed: number): number {
 /** Fills `out` with approximately N(0, std^2) values (Irwin-Hall of 4 uniforms: bounded at 3.46 std). */
 export function fillGaussian(out: Float32Array, seed: number, name: string, std: number, mean = 0): void {
   let state = hashString(name, seed);
-  const k = std * Math.sqrt(3) / 2 ** 32; // sum of 4 U(0,1) has variance 1/3
+  const k = (std * Math.sqrt(3)) / 2 ** 32; // sum of 4 U(0,1) has variance 1/3
   for (let i = 0; i < out.length; i++) {
     let sum = 0;
     for (let j = 0; j < 4; j++) {
@@ -110,6 +110,6 @@ export function makeWeights(p: LlamaShape, seed: number): WeightMap {
 export function ropeInvFreq(p: LlamaShape): Float32Array {
   const half = p.headDim / 2;
   const out = new Float32Array(half);
-  for (let j = 0; j < half; j++) out[j] = 1 / Math.pow(p.ropeTheta, (2 * j) / p.headDim);
+  for (let j = 0; j < half; j++) out[j] = 1 / p.ropeTheta ** ((2 * j) / p.headDim);
   return out;
 }

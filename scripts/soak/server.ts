@@ -9,7 +9,18 @@ export interface Server {
 }
 
 export async function startServer(port: number, persistDir: string, log: (line: string) => void): Promise<Server> {
-  const args = ['start', '--', '--ip', '127.0.0.1', '--port', String(port), '--inspector-port', String(await freePort()), '--persist-to', persistDir];
+  const args = [
+    'start',
+    '--',
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--inspector-port',
+    String(await freePort()),
+    '--persist-to',
+    persistDir,
+  ];
   const child: ChildProcess = spawn('npm', args, {
     env: { ...process.env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1', CI: 'true' },
     stdio: ['ignore', 'pipe', 'pipe'],

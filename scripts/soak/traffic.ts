@@ -19,7 +19,19 @@ export interface Counts {
   turnsCompleted: number;
 }
 
-export const emptyCounts = (): Counts => ({ requests: 0, ok: 0, cuts: 0, status4xx: 0, busy: 0, status5xx: 0, status5xxSteady: 0, refused: 0, streamErrors: 0, sessionsCreated: 0, turnsCompleted: 0 });
+export const emptyCounts = (): Counts => ({
+  requests: 0,
+  ok: 0,
+  cuts: 0,
+  status4xx: 0,
+  busy: 0,
+  status5xx: 0,
+  status5xxSteady: 0,
+  refused: 0,
+  streamErrors: 0,
+  sessionsCreated: 0,
+  turnsCompleted: 0,
+});
 
 export interface Session {
   id: string;
@@ -94,7 +106,13 @@ async function step(ctx: Context, own: Session | undefined): Promise<Session | u
   const cut = ctx.random() < 0.3 ? Math.floor(ctx.random() * 400) : undefined;
   const maxTokens = 8 + Math.floor(ctx.random() * 56);
   if (r < 0.4) {
-    const body = { messages: [{ role: 'user', content: `soak ${Math.floor(ctx.random() * 1e6)}` }], max_tokens: maxTokens, ignore_eos: true, stream: true, n: ctx.random() < 0.2 ? 2 : 1 };
+    const body = {
+      messages: [{ role: 'user', content: `soak ${Math.floor(ctx.random() * 1e6)}` }],
+      max_tokens: maxTokens,
+      ignore_eos: true,
+      stream: true,
+      n: ctx.random() < 0.2 ? 2 : 1,
+    };
     record(ctx, await post(ctx.url, '/v1/chat/completions', body, cut));
     return own;
   }
@@ -103,7 +121,10 @@ async function step(ctx: Context, own: Session | undefined): Promise<Session | u
     return own;
   }
   if (!own) {
-    const outcome = await post(ctx.url, '/v1/sessions', { system: `Soak session ${ctx.counts.sessionsCreated % 4}.`, defaults: { max_tokens: 12 } });
+    const outcome = await post(ctx.url, '/v1/sessions', {
+      system: `Soak session ${ctx.counts.sessionsCreated % 4}.`,
+      defaults: { max_tokens: 12 },
+    });
     record(ctx, outcome);
     if (outcome.status !== 201) return undefined;
     const session = { id: (JSON.parse(outcome.body) as { id: string }).id, turns: 0 };
@@ -111,7 +132,12 @@ async function step(ctx: Context, own: Session | undefined): Promise<Session | u
     ctx.sessions.push(session);
     return session;
   }
-  const outcome = await post(ctx.url, `/v1/sessions/${own.id}/messages`, { content: `turn ${own.turns + 1}`, stream: ctx.random() < 0.5 }, cut);
+  const outcome = await post(
+    ctx.url,
+    `/v1/sessions/${own.id}/messages`,
+    { content: `turn ${own.turns + 1}`, stream: ctx.random() < 0.5 },
+    cut,
+  );
   record(ctx, outcome);
   if (outcome.status === 200 && !outcome.cut && !streamFailed(outcome)) {
     own.turns++;

@@ -89,11 +89,13 @@ export function trainBpe(words: ReadonlyMap<string, number>, options: BpeTrainin
   const symbols: number[][] = []; // per unique word: its current token ids
   const freqs: number[] = [];
   for (const [word, freq] of words) {
-    symbols.push(Array.from(word, (ch) => {
-      const id = idOf.get(ch);
-      if (id === undefined) throw new Error(`character ${JSON.stringify(ch)} is not in the alphabet`);
-      return id;
-    }));
+    symbols.push(
+      Array.from(word, (ch) => {
+        const id = idOf.get(ch);
+        if (id === undefined) throw new Error(`character ${JSON.stringify(ch)} is not in the alphabet`);
+        return id;
+      }),
+    );
     freqs.push(freq);
   }
 

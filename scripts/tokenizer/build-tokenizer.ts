@@ -19,8 +19,8 @@ export const CHAT_TEMPLATE =
   "{% if tools %}{{ '<|im_start|>system\\n' }}{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\\n\\n' }}{% endif %}" +
   "{{ '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}" +
   "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}" +
-  "{{ '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}{% endif %}" +
-  "{% for message in messages %}" +
+  '{{ \'\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n\' }}{% endif %}' +
+  '{% for message in messages %}' +
   "{% if tools and loop.first and message['role'] == 'system' %}" +
   "{% elif message['role'] == 'tool' %}{{ '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' }}" +
   "{% elif message['role'] == 'assistant' and message['tool_calls'] %}{{ '<|im_start|>assistant\\n' + message['content'] }}" +
@@ -30,7 +30,7 @@ export const CHAT_TEMPLATE =
   "{% if call['function']['arguments'] is string %}{{ call['function']['arguments'] }}{% else %}{{ call['function']['arguments'] | tojson }}{% endif %}" +
   "{{ '}\\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\\n' }}" +
   "{% else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endif %}" +
-  "{% endfor %}" +
+  '{% endfor %}' +
   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 export interface TokenizerFiles {

@@ -10,7 +10,9 @@ export default undefined as unknown as WebAssembly.Module;
 
 export const InferenceSession = {
   create(): never {
-    throw new Error('onnxruntime-web is not part of this build (kernels-only): only graphs the edge kernels cover can be served');
+    throw new Error(
+      'onnxruntime-web is not part of this build (kernels-only): only graphs the edge kernels cover can be served',
+    );
   },
 };
 export const Tensor = undefined as unknown as OrtRuntime['Tensor'];

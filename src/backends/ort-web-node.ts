@@ -18,5 +18,13 @@ export function webWasmRuntimeForNode(numThreads = 1, runner: RunnerChoice = 'au
   ort.env.wasm.numThreads = numThreads;
   ort.env.wasm.proxy = false;
   const kernels = runner === 'onnxruntime' ? undefined : edgeKernelsModule();
-  return { name: 'wasm', InferenceSession: ort.InferenceSession, Tensor: ort.Tensor, executionProviders: ['wasm'], kernels, runner, grammar: xgrammarModule() };
+  return {
+    name: 'wasm',
+    InferenceSession: ort.InferenceSession,
+    Tensor: ort.Tensor,
+    executionProviders: ['wasm'],
+    kernels,
+    runner,
+    grammar: xgrammarModule(),
+  };
 }

@@ -27,7 +27,10 @@ let hooked = false;
 function hookInstantiate(): void {
   if (hooked) return;
   hooked = true;
-  const original = WebAssembly.instantiate.bind(WebAssembly) as (s: unknown, i?: WebAssembly.Imports) => Promise<unknown>;
+  const original = WebAssembly.instantiate.bind(WebAssembly) as (
+    s: unknown,
+    i?: WebAssembly.Imports,
+  ) => Promise<unknown>;
   const patched = async (source: unknown, imports?: WebAssembly.Imports): Promise<unknown> => {
     if (!isPlaceholder(source)) return original(source, imports);
     const instance = (await original(ortWasmModule, imports)) as WebAssembly.Instance;
@@ -48,5 +51,13 @@ export function workerdWasmRuntime(runner: RunnerChoice = 'auto'): OrtRuntime {
   ort.env.wasm.wasmBinary = PLACEHOLDER;
   ort.env.wasm.numThreads = 1; // no worker threads in workerd
   ort.env.wasm.proxy = false;
-  return { name: 'wasm', InferenceSession: ort.InferenceSession, Tensor: ort.Tensor, executionProviders: ['wasm'], kernels, runner, grammar: xgrammarWasm };
+  return {
+    name: 'wasm',
+    InferenceSession: ort.InferenceSession,
+    Tensor: ort.Tensor,
+    executionProviders: ['wasm'],
+    kernels,
+    runner,
+    grammar: xgrammarWasm,
+  };
 }

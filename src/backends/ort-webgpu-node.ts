@@ -48,7 +48,14 @@ function patchWriteBuffer(): void {
   const proto = (globalThis as { GPUQueue?: { prototype: GPUQueue } }).GPUQueue?.prototype;
   if (!proto || (proto as { __sabSafe?: boolean }).__sabSafe) return;
   const original = proto.writeBuffer;
-  proto.writeBuffer = function (this: GPUQueue, buffer: GPUBuffer, offset: number, data: BufferSource | SharedArrayBuffer, dataOffset?: number, size?: number) {
+  proto.writeBuffer = function (
+    this: GPUQueue,
+    buffer: GPUBuffer,
+    offset: number,
+    data: BufferSource | SharedArrayBuffer,
+    dataOffset?: number,
+    size?: number,
+  ) {
     if (typeof SharedArrayBuffer !== 'undefined') {
       const backing = ArrayBuffer.isView(data) ? data.buffer : data;
       if (backing instanceof SharedArrayBuffer) {
@@ -91,8 +98,12 @@ export async function webGpuRuntimeForNode(): Promise<WebGpuRuntime> {
   const gpu = await nodeGpuContext();
   if (!gpu) throw new Error(NO_ADAPTER_MESSAGE);
   const dist = dirname(createRequire(import.meta.url).resolve('onnxruntime-web'));
-  return { ...webGpuRuntime(gpu, nodeShaderSource, { wasmPaths: `${pathToFileURL(dist).href}/` }), grammar: xgrammarModule() };
+  return {
+    ...webGpuRuntime(gpu, nodeShaderSource, { wasmPaths: `${pathToFileURL(dist).href}/` }),
+    grammar: xgrammarModule(),
+  };
 }
 
 /** Our WGSL kernels from the repository's shaders/ folder. */
-export const nodeShaderSource: ShaderSource = (name) => readFile(new URL(`../../shaders/${name}.wgsl`, import.meta.url), 'utf8');
+export const nodeShaderSource: ShaderSource = (name) =>
+  readFile(new URL(`../../shaders/${name}.wgsl`, import.meta.url), 'utf8');

@@ -11,7 +11,11 @@ export type WebGpuRuntime = GpuRuntime;
  * write (`Tensor.fromGpuBuffer`) live on one device. `wasmPaths` is where the loader finds its .wasm
  * when import.meta.url does not lead there (Node under a module runner).
  */
-export function webGpuRuntime(gpu: GpuContext, shaders: ShaderSource, options: { wasmPaths?: string } = {}): WebGpuRuntime {
+export function webGpuRuntime(
+  gpu: GpuContext,
+  shaders: ShaderSource,
+  options: { wasmPaths?: string } = {},
+): WebGpuRuntime {
   if (options.wasmPaths) ort.env.wasm.wasmPaths = options.wasmPaths;
   ort.env.wasm.numThreads = 1;
   ort.env.wasm.proxy = false;
@@ -24,6 +28,8 @@ export function webGpuRuntime(gpu: GpuContext, shaders: ShaderSource, options: {
     shaders,
     InferenceSession: ort.InferenceSession,
     Tensor: ort.Tensor,
-    executionProviders: [{ name: 'webgpu', device: gpu.device } as unknown as ort.InferenceSession.WebGpuExecutionProviderOption],
+    executionProviders: [
+      { name: 'webgpu', device: gpu.device } as unknown as ort.InferenceSession.WebGpuExecutionProviderOption,
+    ],
   };
 }

@@ -15,7 +15,14 @@ import { StepHistory, type StepRecord } from './step-history.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
 import { loadModelMeta, onnxFileFor, readOnnx, type ModelDtype, type ModelSource } from './model/model-files.js';
 import { digestingSource } from './model/weights-digest.js';
-import { createRunner, attachKvPool, kvStorageFor, runnerName, streamedKernelRunner, type PassRunner } from './gpu/create-runner.js';
+import {
+  createRunner,
+  attachKvPool,
+  kvStorageFor,
+  runnerName,
+  streamedKernelRunner,
+  type PassRunner,
+} from './gpu/create-runner.js';
 import { GpuModelRunner } from './gpu/gpu-runner.js';
 import { KernelRunner, type KvDtype } from './kernels/kernel-runner.js';
 import type { RunnerOptions, StepLogits } from './model/runner.js';
@@ -120,15 +127,28 @@ export class Engine {
     cacheIdentity: string,
     grammarWasm?: WebAssembly.Module,
   ) {
-    this.constraints = new ConstraintCompiler(grammarWasm, tokenizer, Math.min(config.vocabSize, tokenizer.vocabSize), config.eosTokenIds);
+    this.constraints = new ConstraintCompiler(
+      grammarWasm,
+      tokenizer,
+      Math.min(config.vocabSize, tokenizer.vocabSize),
+      config.eosTokenIds,
+    );
     this.maxBatchSize = options.maxBatchSize ?? 32;
     const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
     const kvDtype = options.kvDtype ?? 'fp32';
-    if (kvDtype !== 'fp32' && kvDtype !== 'fp16') throw new InvalidRequestError('KV_DTYPE', `the KV cache's element type must be fp32 or fp16, got ${JSON.stringify(kvDtype)}`, 'unsupported_model');
+    if (kvDtype !== 'fp32' && kvDtype !== 'fp16')
+      throw new InvalidRequestError(
+        'KV_DTYPE',
+        `the KV cache's element type must be fp32 or fp16, got ${JSON.stringify(kvDtype)}`,
+        'unsupported_model',
+      );
     this.kvBytesPerToken = kvBytesPerToken(config, kvDtype === 'fp16' ? 2 : 4);
     const numBlocks = Math.floor((options.kvCacheBytes ?? DEFAULT_KV_CACHE_BYTES) / (blockSize * this.kvBytesPerToken));
     if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
-    this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize, kvStorageFor(runner, config, numBlocks, blockSize, kvDtype)), cacheIdentity);
+    this.kv = new KvCacheManager(
+      new BlockPool(config, numBlocks, blockSize, kvStorageFor(runner, config, numBlocks, blockSize, kvDtype)),
+      cacheIdentity,
+    );
     // On WebGPU the pool's bytes live on the device; the CPU pool keeps the bookkeeping.
     attachKvPool(runner, this.kv.pool);
     if (options.kvStore) {
@@ -158,7 +178,8 @@ export class Engine {
     const onnx = streamed ? undefined : await readOnnx(source, dtype);
     const runner = streamed ?? (await createRunner(runtime, onnx!, files.config, options));
     const template = files.tokenizerConfig.chat_template;
-    if (typeof template !== 'string') throw new InvalidRequestError('model', 'tokenizer_config.json has no chat_template');
+    if (typeof template !== 'string')
+      throw new InvalidRequestError('model', 'tokenizer_config.json has no chat_template');
     const chat = { template, config: files.tokenizerConfig };
     const draft = options.draft
       ? await loadDraftModel(runtime, options.draft, {
@@ -186,7 +207,18 @@ export class Engine {
       runtime.name,
     ].join('\u0000');
     const cacheIdentity = `${modelId}:${sha256Hex(new TextEncoder().encode(identity))}`;
-    return new Engine(modelId, files.config, tokenizer, chat, runner, runtime.name, options, new Speculator(draft), cacheIdentity, runtime.grammar);
+    return new Engine(
+      modelId,
+      files.config,
+      tokenizer,
+      chat,
+      runner,
+      runtime.name,
+      options,
+      new Speculator(draft),
+      cacheIdentity,
+      runtime.grammar,
+    );
   }
 
   /** On WebGPU, tokens are drawn by our kernels where the logits are (see runPass). */
@@ -204,7 +236,8 @@ export class Engine {
     return resolveRequest(request, {
       encode: (text) => this.tokenizer.encode(text),
       encodePrompt: (text) => this.tokenizer.encodePrompt(text),
-      renderChat: (messages, tools) => renderChat(this.chatTemplate.template, messages, this.chatTemplate.config, { tools }),
+      renderChat: (messages, tools) =>
+        renderChat(this.chatTemplate.template, messages, this.chatTemplate.config, { tools }),
       compileConstraint: (constraint) => this.constraints.compile(constraint),
       vocabSize: this.config.vocabSize,
       samplableVocab: this.samplableVocab,
@@ -224,18 +257,29 @@ export class Engine {
    */
   generate(request: GenerationRequest, options: GenerateOptions = {}): AsyncGenerator<GenerationEvent> {
     const resolved = this.resolve(request);
-    if (options.session !== undefined && resolved.n > 1) throw new InvalidRequestError('n', 'a session turn generates one reply; n must be 1');
-    if (options.session !== undefined && resolved.beam) throw new InvalidRequestError('use_beam_search', 'a session turn cannot use beam search');
+    if (options.session !== undefined && resolved.n > 1)
+      throw new InvalidRequestError('n', 'a session turn generates one reply; n must be 1');
+    if (options.session !== undefined && resolved.beam)
+      throw new InvalidRequestError('use_beam_search', 'a session turn cannot use beam search');
     const group: RequestGroup = { events: new EventQueue(), cancelRequested: false, expectedDone: resolved.n };
     // Beam search starts from one sequence and forks it into beams as the search goes.
     const sequences = Array.from({ length: resolved.beam ? 1 : resolved.n }, (_, index): EngineRequest => {
       const seed = resolved.sampling.seed;
-      const own = index === 0 || seed === undefined ? resolved : { ...resolved, sampling: { ...resolved.sampling, seed: seed + index } };
+      const own =
+        index === 0 || seed === undefined
+          ? resolved
+          : { ...resolved, sampling: { ...resolved.sampling, seed: seed + index } };
       return {
         id: this.nextId++,
         tokens: [...resolved.promptIds],
         kv: this.kv.create(),
-        sequence: new Sequence(own, this.tokenizer, this.samplableVocab, index, this.samplesOnDevice && !resolved.speculative && !resolved.beam),
+        sequence: new Sequence(
+          own,
+          this.tokenizer,
+          this.samplableVocab,
+          index,
+          this.samplesOnDevice && !resolved.speculative && !resolved.beam,
+        ),
         group,
         forks: [],
         admitted: false,
@@ -307,7 +351,8 @@ export class Engine {
       this.kv.commit(req.kv, req.tokens);
       if (!samples || req.sequence.finished) return;
       // A beam the search continued earlier in this loop has a token this pass did not compute.
-      if (req.group.beams) return req.kv.length === req.tokens.length ? this.onBeamLogits(req, logits.last(i)) : undefined;
+      if (req.group.beams)
+        return req.kv.length === req.tokens.length ? this.onBeamLogits(req, logits.last(i)) : undefined;
       // The prompt is prefilled: siblings fork its cache now and sample from the same logits.
       const forks = req.forks.splice(0).map((child) => this.startFork(req, child));
       for (const seq of [req, ...forks]) this.sample(seq, drawn.get(seq) ?? logits.last(i));
@@ -316,14 +361,23 @@ export class Engine {
 
   /** Proposals for the rows the scheduler gave room to speculate (undefined for the others). */
   private async propose(rows: readonly { seq: EngineRequest; lookahead: number }[]): Promise<(Proposal | undefined)[]> {
-    const speculating = rows.flatMap((row, i) => (row.lookahead > 0 && row.seq.sequence.request.speculative ? [i] : []));
+    const speculating = rows.flatMap((row, i) =>
+      row.lookahead > 0 && row.seq.sequence.request.speculative ? [i] : [],
+    );
     const out: (Proposal | undefined)[] = rows.map(() => undefined);
     if (speculating.length === 0) return out;
     const proposals = await this.speculator.propose(
       speculating.map((i) => {
         const { seq, lookahead } = rows[i];
         const { speculative, sampling } = seq.sequence.request;
-        return { id: seq.id, tokens: seq.tokens, count: lookahead, params: speculative!, sampling, seed: seq.sequence.seed };
+        return {
+          id: seq.id,
+          tokens: seq.tokens,
+          count: lookahead,
+          params: speculative!,
+          sampling,
+          seed: seq.sequence.seed,
+        };
       }),
     );
     speculating.forEach((i, k) => (out[i] = proposals[k]));
@@ -356,14 +410,25 @@ export class Engine {
   ): Promise<{ logits: StepLogits; drawn: Map<EngineRequest, SampledToken> }> {
     const passRows = rows.map((r) => ({ kv: r.seq.kv, tokens: r.tokens }));
     const drawn = new Map<EngineRequest, SampledToken>();
-    if (!(this.runner instanceof GpuModelRunner && this.samplesOnDevice)) return { logits: await this.runner.forward(passRows), drawn };
+    if (!(this.runner instanceof GpuModelRunner && this.samplesOnDevice))
+      return { logits: await this.runner.forward(passRows), drawn };
     const sampling = rows.map((r, i) => r.samples && !r.seq.sequence.finished && proposals[i] === undefined);
     // A row and the forks that will branch from it (n > 1) each draw from the row's logits.
-    const draws = rows.flatMap((r, i) => (sampling[i] ? [r.seq, ...r.seq.forks] : []).filter((seq) => seq.sequence.deviceSampler).map((seq) => ({ row: i, seq })));
-    const needLogits = rows.some((r, i) => (sampling[i] || proposals[i]) && (r.seq.group.beams || !r.seq.sequence.deviceSampler || proposals[i]));
+    const draws = rows.flatMap((r, i) =>
+      (sampling[i] ? [r.seq, ...r.seq.forks] : [])
+        .filter((seq) => seq.sequence.deviceSampler)
+        .map((seq) => ({ row: i, seq })),
+    );
+    const needLogits = rows.some(
+      (r, i) => (sampling[i] || proposals[i]) && (r.seq.group.beams || !r.seq.sequence.deviceSampler || proposals[i]),
+    );
     const out = await this.runner.forwardAndSample(
       passRows,
-      draws.map(({ row, seq }) => ({ row, state: seq.sequence.deviceSampler!, grammarMask: seq.sequence.grammarMask() })),
+      draws.map(({ row, seq }) => ({
+        row,
+        state: seq.sequence.deviceSampler!,
+        grammarMask: seq.sequence.grammarMask(),
+      })),
       this.samplableVocab,
       needLogits,
     );
@@ -382,7 +447,11 @@ export class Engine {
     req.group.events.push(event);
     const speculative = req.sequence.request.speculative;
     // Proposals past max_tokens would be verified for nothing; one token always comes from the pass itself.
-    if (speculative) req.lookahead = Math.max(0, Math.min(speculative.numTokens, req.sequence.request.maxTokens - req.sequence.outputIds.length - 1));
+    if (speculative)
+      req.lookahead = Math.max(
+        0,
+        Math.min(speculative.numTokens, req.sequence.request.maxTokens - req.sequence.outputIds.length - 1),
+      );
   }
 
   private onBeamLogits(beam: EngineRequest, logits: Float32Array): void {
@@ -404,7 +473,9 @@ export class Engine {
     group.expectedDone = best.length;
     best.forEach((h, index) => {
       this.counters.generatedTokens += h.tokens.length;
-      group.events.push(sequence.doneWith(h.tokens, h.finishReason, { score: h.score, cumulativeLogprob: h.cumulativeLogprob }, index));
+      group.events.push(
+        sequence.doneWith(h.tokens, h.finishReason, { score: h.score, cumulativeLogprob: h.cumulativeLogprob }, index),
+      );
     });
   }
 
@@ -413,7 +484,13 @@ export class Engine {
    * request and the clock), running beside it, or queued behind it if `parent` was preempted.
    */
   private forkBeam(parent: EngineRequest): EngineRequest {
-    const child: EngineRequest = { ...parent, id: this.nextId++, kv: this.kv.fork(parent.kv), tokens: [...parent.tokens], forks: [] };
+    const child: EngineRequest = {
+      ...parent,
+      id: this.nextId++,
+      kv: this.kv.fork(parent.kv),
+      tokens: [...parent.tokens],
+      forks: [],
+    };
     this.active.add(child);
     if (this.scheduler.running.includes(parent)) this.scheduler.adopt(child);
     else this.scheduler.addBehind(child, parent);
@@ -530,15 +607,25 @@ export class Engine {
     };
     for (const req of this.scheduler.running) row(req, 'running');
     for (const req of this.scheduler.waiting) row(req, 'waiting');
-    for (const { session, kv } of this.sessions.entries()) sequences.push({ key: session, state: 'kept', tokens: kv.length, blocks: [...kv.blocks] });
-    return { ...snapshotPool(this.kv.pool, sequences), maxBatchSize: this.maxBatchSize, steps: this.stepHistory.list() };
+    for (const { session, kv } of this.sessions.entries())
+      sequences.push({ key: session, state: 'kept', tokens: kv.length, blocks: [...kv.blocks] });
+    return {
+      ...snapshotPool(this.kv.pool, sequences),
+      maxBatchSize: this.maxBatchSize,
+      steps: this.stepHistory.list(),
+    };
   }
 
   stats(): EngineStats {
     const pool = this.kv.pool;
     const bytesPerToken = this.kvBytesPerToken;
     return {
-      kv: { ...pool.stats(), blockSize: pool.blockSize, bytesPerToken, bytesTotal: pool.numBlocks * pool.blockSize * bytesPerToken },
+      kv: {
+        ...pool.stats(),
+        blockSize: pool.blockSize,
+        bytesPerToken,
+        bytesTotal: pool.numBlocks * pool.blockSize * bytesPerToken,
+      },
       ...this.counters,
       preemptions: this.scheduler.preemptions,
       copyOnWrites: this.kv.copyOnWrites,
@@ -548,7 +635,15 @@ export class Engine {
       runner: runnerName(this.runner),
       ...(this.runner instanceof KernelRunner ? { wasmMemoryBytes: this.runner.memoryBytes } : {}),
       ...(this.speculator.hasDraftModel ? { draftKv: this.speculator.draftPoolStats() } : {}),
-      ...(this.persistence ? { kvStore: { ...this.persistence.store.usage(), ...this.persistence.counters, restored: { ...this.kv.restored } } } : {}),
+      ...(this.persistence
+        ? {
+            kvStore: {
+              ...this.persistence.store.usage(),
+              ...this.persistence.counters,
+              restored: { ...this.kv.restored },
+            },
+          }
+        : {}),
       grammar: this.constraints.snapshot(),
     };
   }

@@ -155,7 +155,8 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
     }
     promptIds = ctx.encodePrompt(request.prompt);
   } else if (request.prompt_ids !== undefined) {
-    if (!Array.isArray(request.prompt_ids)) throw new InvalidRequestError('prompt_ids', 'prompt_ids must be an array of token ids');
+    if (!Array.isArray(request.prompt_ids))
+      throw new InvalidRequestError('prompt_ids', 'prompt_ids must be an array of token ids');
     promptIds = [...request.prompt_ids];
   } else {
     promptIds = ctx.encode(ctx.renderChat(request.messages, request.tools ?? undefined));
@@ -169,7 +170,10 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
   // Types and ranges first, so a bad value is named as such before it is refused for beam search.
   const requested = resolveSamplingParams(request, ctx.samplableVocab);
   if (requested.seed !== undefined && !Number.isSafeInteger(requested.seed + (n - 1))) {
-    throw new InvalidRequestError('seed', `seed + n - 1 must be a safe integer (completion i is seeded with seed + i), got seed ${requested.seed}`);
+    throw new InvalidRequestError(
+      'seed',
+      `seed + n - 1 must be a safe integer (completion i is seeded with seed + i), got seed ${requested.seed}`,
+    );
   }
   const beam = resolveBeamParams(request, n, ctx.maxN);
   if (beam) refuseWithBeamSearch(request);
@@ -184,26 +188,43 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
     );
   }
   const sampling = beam ? { ...requested, temperature: 0 } : requested;
-  const speculative = beam ? undefined : resolveSpeculativeParams(request.speculative, ctx.hasDraftModel, ctx.defaultSpeculative);
+  const speculative = beam
+    ? undefined
+    : resolveSpeculativeParams(request.speculative, ctx.hasDraftModel, ctx.defaultSpeculative);
   const stops = validateStops(request.stop);
   const stopTokenIds = new Set<number>(request.ignore_eos ? [] : ctx.eosTokenIds);
   const extra = request.stop_token_ids ?? [];
-  if (!Array.isArray(extra)) throw new InvalidRequestError('stop_token_ids', 'stop_token_ids must be an array of token ids');
+  if (!Array.isArray(extra))
+    throw new InvalidRequestError('stop_token_ids', 'stop_token_ids must be an array of token ids');
   if (extra.length > 0) for (const id of checkTokenIds(extra, ctx.vocabSize, 'stop_token_ids')) stopTokenIds.add(id);
   if (beam && sampling.allowedTokenIds) {
     const possible = distinctCompletions(sampling.allowedTokenIds, stopTokenIds, maxTokens, n);
-    if (possible < n) throw new InvalidRequestError('n', `allowed_token_ids and max_tokens leave only ${possible} distinct completions; n is ${n}`);
+    if (possible < n)
+      throw new InvalidRequestError(
+        'n',
+        `allowed_token_ids and max_tokens leave only ${possible} distinct completions; n is ${n}`,
+      );
   }
   let constraint: CompiledConstraint | undefined;
   if (request.constraint) {
-    if (!ctx.compileConstraint) throw new InvalidRequestError(request.constraint.param, 'structured outputs are not available here', 'unsupported_parameter');
+    if (!ctx.compileConstraint)
+      throw new InvalidRequestError(
+        request.constraint.param,
+        'structured outputs are not available here',
+        'unsupported_parameter',
+      );
     constraint = ctx.compileConstraint(request.constraint);
   }
   return { promptIds, maxTokens, n, sampling, stops, stopTokenIds, speculative, beam, constraint };
 }
 
 /** How many different completions (counted up to `cap`) tokens from `allowed` can form within maxTokens. */
-function distinctCompletions(allowed: ReadonlySet<number>, stopTokenIds: ReadonlySet<number>, maxTokens: number, cap: number): number {
+function distinctCompletions(
+  allowed: ReadonlySet<number>,
+  stopTokenIds: ReadonlySet<number>,
+  maxTokens: number,
+  cap: number,
+): number {
   const stops = [...allowed].filter((t) => stopTokenIds.has(t)).length;
   const others = allowed.size - stops;
   let total = 0;
@@ -241,6 +262,10 @@ function refuseWithBeamSearch(request: GenerationRequest): void {
   }
   const stop = request.stop;
   if (given(stop) && (typeof stop === 'string' || (Array.isArray(stop) && stop.length > 0))) {
-    throw new InvalidRequestError('stop', 'stop strings cannot be used with beam search; use stop_token_ids', 'unsupported_parameter');
+    throw new InvalidRequestError(
+      'stop',
+      'stop strings cannot be used with beam search; use stop_token_ids',
+      'unsupported_parameter',
+    );
   }
 }

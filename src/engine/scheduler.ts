@@ -147,7 +147,12 @@ export class Scheduler<S extends SchedulableSequence> {
       budget -= count;
     }
 
-    while (this.waiting.length > 0 && budget > 0 && this.running.length < this.limits.maxBatchSize && step.preempted.length === 0) {
+    while (
+      this.waiting.length > 0 &&
+      budget > 0 &&
+      this.running.length < this.limits.maxBatchSize &&
+      step.preempted.length === 0
+    ) {
       const seq = this.waiting[0];
       if (seq.kv.length === 0) {
         const own = this.ownCache(seq);
@@ -182,7 +187,12 @@ export class Scheduler<S extends SchedulableSequence> {
 
   private row(seq: S, count: number): ScheduledStep<S>['rows'][number] {
     const start = seq.kv.length;
-    return { seq, tokens: seq.tokens.slice(start, start + count), samples: start + count === seq.tokens.length, lookahead: 0 };
+    return {
+      seq,
+      tokens: seq.tokens.slice(start, start + count),
+      samples: start + count === seq.tokens.length,
+      lookahead: 0,
+    };
   }
 
   /** Room for a sampling row's proposals, from the budget and the pool's unused blocks (no prefix evicted); else 0. */

@@ -132,7 +132,8 @@ export class Sequence {
   private emit(sampled: SampledToken): TokenEvent {
     const tokenId = sampled.tokenId;
     // The sampler drew from the grammar's mask, so this holds unless that contract broke.
-    if (this.grammar && !this.grammar.accept(tokenId)) throw new Error(`token ${tokenId} violates the request's grammar`);
+    if (this.grammar && !this.grammar.accept(tokenId))
+      throw new Error(`token ${tokenId} violates the request's grammar`);
     this.outputIds.push(tokenId);
     this.clock.token();
 
@@ -195,7 +196,17 @@ export class Sequence {
     // Nothing streams before the search ends, so the first token arrives with the last.
     metrics.completionTokens = tokenIds.length;
     metrics.ttftMs = metrics.totalMs;
-    return { type: 'done', index, finishReason, stopReason: stopped ? last : null, beam, text, promptIds: this.request.promptIds, tokenIds, metrics };
+    return {
+      type: 'done',
+      index,
+      finishReason,
+      stopReason: stopped ? last : null,
+      beam,
+      text,
+      promptIds: this.request.promptIds,
+      tokenIds,
+      metrics,
+    };
   }
 
   /** Finishes and releases text held back for an unfinished character or a possible stop string. */

@@ -23,6 +23,8 @@ export class StepHistory {
   }
 
   list(): StepRecord[] {
-    return this.ring.length < this.capacity ? [...this.ring] : [...this.ring.slice(this.next), ...this.ring.slice(0, this.next)];
+    return this.ring.length < this.capacity
+      ? [...this.ring]
+      : [...this.ring.slice(this.next), ...this.ring.slice(0, this.next)];
   }
 }

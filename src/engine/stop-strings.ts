@@ -42,7 +42,8 @@ export class StopStringMatcher {
   /** The list is not capped here (validateStops does that for requests), but empty strings are refused. */
   constructor(stops: readonly string[]) {
     stops.forEach((s, i) => {
-      if (typeof s !== 'string' || s.length === 0) throw new InvalidRequestError('stop', `stop[${i}] must be a non-empty string`);
+      if (typeof s !== 'string' || s.length === 0)
+        throw new InvalidRequestError('stop', `stop[${i}] must be a non-empty string`);
     });
     this.stops = [...stops];
   }

@@ -60,7 +60,14 @@ function wireLogprob(engine: Engine, tokenId: number, logprob: number): WireLogp
 
 function toWire(engine: Engine, index: number, event: GenerationEvent): WireEvent {
   if (event.type === 'done') {
-    const done: WireEvent = { type: 'done', index, finishReason: event.finishReason, text: event.text, completionIds: event.tokenIds, metrics: event.metrics };
+    const done: WireEvent = {
+      type: 'done',
+      index,
+      finishReason: event.finishReason,
+      text: event.text,
+      completionIds: event.tokenIds,
+      metrics: event.metrics,
+    };
     if (event.beam) done.beam = event.beam;
     return done;
   }
@@ -137,7 +144,8 @@ export function runGeneration(
   const abort = new AbortController();
   const streams: AsyncGenerator<GenerationEvent>[] = [];
   try {
-    for (const request of requests) streams.push(engine.generate(request, { signal: abort.signal, session: options.session }));
+    for (const request of requests)
+      streams.push(engine.generate(request, { signal: abort.signal, session: options.session }));
   } catch (err) {
     abort.abort();
     for (const s of streams) void s.return(undefined);
@@ -172,7 +180,16 @@ export function runGeneration(
     .catch((err: unknown) => {
       abort.abort();
       console.error('generation failed', err);
-      writer.send({ type: 'error', error: { status: 500, type: 'server_error', message: 'the generation failed', param: null, code: 'internal_error' } });
+      writer.send({
+        type: 'error',
+        error: {
+          status: 500,
+          type: 'server_error',
+          message: 'the generation failed',
+          param: null,
+          code: 'internal_error',
+        },
+      });
     })
     .then(() => writer.close())
     .finally(() => (sink as Partial<Disposable>)[Symbol.dispose]?.());

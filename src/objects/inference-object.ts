@@ -52,12 +52,18 @@ export class InferenceObject extends DurableObject<Env> {
 
   private async loadEngine(): Promise<Engine> {
     const model = modelName(this.env);
-    const places = { bucket: this.env.MODEL_BUCKET, assets: this.env.MODELS, url: this.env.MODEL_URL?.trim() || undefined };
+    const places = {
+      bucket: this.env.MODEL_BUCKET,
+      assets: this.env.MODELS,
+      url: this.env.MODEL_URL?.trim() || undefined,
+    };
     const { source } = await modelSourceFor(model, places);
     const dtype = (this.env.MODEL_DTYPE?.trim() || 'fp32') as ModelDtype;
     const draftName = this.env.DRAFT_MODEL?.trim();
     // The draft lives beside the target (same bucket or assets); a MODEL_URL names one folder, the target's.
-    const draft = draftName ? { source: (await modelSourceFor(draftName, { ...places, url: undefined })).source } : undefined;
+    const draft = draftName
+      ? { source: (await modelSourceFor(draftName, { ...places, url: undefined })).source }
+      : undefined;
     const speculative = speculativeVar(this.env);
     return Engine.load(shardRuntime(this.env), source, {
       modelId: model,
@@ -78,7 +84,10 @@ export class InferenceObject extends DurableObject<Env> {
   private get kvStore(): KvBlockStore | undefined {
     if (this.blockStore === undefined) {
       const budget = kvStoreBytesVar(this.env);
-      this.blockStore = budget > 0 ? new SqlKvBlockStore(this.ctx.storage.sql, (fn) => this.ctx.storage.transactionSync(fn), budget) : null;
+      this.blockStore =
+        budget > 0
+          ? new SqlKvBlockStore(this.ctx.storage.sql, (fn) => this.ctx.storage.transactionSync(fn), budget)
+          : null;
     }
     return this.blockStore ?? undefined;
   }
@@ -92,7 +101,13 @@ export class InferenceObject extends DurableObject<Env> {
       return ok(await this.engine());
     } catch (err) {
       if (!(err instanceof InvalidRequestError)) throw err;
-      return fail({ status: 503, type: 'server_error', message: `model "${modelName(this.env)}" cannot be served: ${err.message}`, param: null, code: err.code });
+      return fail({
+        status: 503,
+        type: 'server_error',
+        message: `model "${modelName(this.env)}" cannot be served: ${err.message}`,
+        param: null,
+        code: err.code,
+      });
     }
   }
 
@@ -150,7 +165,10 @@ export class InferenceObject extends DurableObject<Env> {
   }
 
   /** A new session; its sampling defaults are checked now, so a bad one fails here and not at every message. */
-  async createSession(id: string, init: { system?: string; defaults?: SamplingFields }): Promise<RpcResult<SessionView>> {
+  async createSession(
+    id: string,
+    init: { system?: string; defaults?: SamplingFields },
+  ): Promise<RpcResult<SessionView>> {
     if (init.defaults) {
       const loaded = await this.engineOrUnavailable();
       if (!loaded.ok) return loaded;
@@ -174,7 +192,12 @@ export class InferenceObject extends DurableObject<Env> {
   }
 
   /** A session turn: its events go to `sink` as generate()'s do; a client that goes away cancels the turn. */
-  async sessionMessage(id: string, content: string, overrides: SamplingFields, sink: EventSink): Promise<RpcResult<{ started: true }>> {
+  async sessionMessage(
+    id: string,
+    content: string,
+    overrides: SamplingFields,
+    sink: EventSink,
+  ): Promise<RpcResult<{ started: true }>> {
     // An unknown session is a 404 from storage alone: it must never cost a model load.
     const known = this.services.sessions.get(id);
     if (!known.ok) return known;
@@ -198,7 +221,12 @@ export class InferenceObject extends DurableObject<Env> {
   }
 
   /** An inbound webhook event (raw body and its three webhook-* headers); a new job gets `jobId`. */
-  async receiveHookEvent(name: string, headers: Record<string, string>, body: string, jobId: string): Promise<RpcResult<AcceptedEvent>> {
+  async receiveHookEvent(
+    name: string,
+    headers: Record<string, string>,
+    body: string,
+    jobId: string,
+  ): Promise<RpcResult<AcceptedEvent>> {
     return this.services.webhooks.receive(name, headers, body, jobId);
   }
 

@@ -106,12 +106,26 @@ export class JobStore {
     sql.exec('CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, next_attempt_at)');
   }
 
-  create(init: { id: string; hook: string; webhookId: string; prompt: string; mode: HookMode; params: SamplingFields }): Job {
+  create(init: {
+    id: string;
+    hook: string;
+    webhookId: string;
+    prompt: string;
+    mode: HookMode;
+    params: SamplingFields;
+  }): Job {
     const now = Date.now();
     this.sql.exec(
       `INSERT INTO jobs (id, hook, webhook_id, prompt, mode, params, status, attempts, created_at, updated_at)
        VALUES (?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?)`,
-      init.id, init.hook, init.webhookId, init.prompt, init.mode, JSON.stringify(init.params), now, now,
+      init.id,
+      init.hook,
+      init.webhookId,
+      init.prompt,
+      init.mode,
+      JSON.stringify(init.params),
+      now,
+      now,
     );
     return this.get(init.id)!;
   }
@@ -123,19 +137,27 @@ export class JobStore {
 
   /** The job an earlier delivery of the same event (same hook and webhook-id) created. */
   byWebhookId(hook: string, webhookId: string): Job | undefined {
-    const row = this.sql.exec<JobRow>('SELECT * FROM jobs WHERE hook = ? AND webhook_id = ?', hook, webhookId).toArray()[0];
+    const row = this.sql
+      .exec<JobRow>('SELECT * FROM jobs WHERE hook = ? AND webhook_id = ?', hook, webhookId)
+      .toArray()[0];
     return row && fromRow(row);
   }
 
   /** Jobs whose generation has not finished: queued, or running when the object last stopped. */
   unfinished(): Job[] {
-    return this.sql.exec<JobRow>("SELECT * FROM jobs WHERE status IN ('queued', 'running') ORDER BY created_at").toArray().map(fromRow);
+    return this.sql
+      .exec<JobRow>("SELECT * FROM jobs WHERE status IN ('queued', 'running') ORDER BY created_at")
+      .toArray()
+      .map(fromRow);
   }
 
   /** Jobs whose next delivery attempt is due. */
   dueDeliveries(now: number): Job[] {
     return this.sql
-      .exec<JobRow>("SELECT * FROM jobs WHERE status = 'delivering' AND next_attempt_at <= ? ORDER BY next_attempt_at", now)
+      .exec<JobRow>(
+        "SELECT * FROM jobs WHERE status = 'delivering' AND next_attempt_at <= ? ORDER BY next_attempt_at",
+        now,
+      )
       .toArray()
       .map(fromRow);
   }
@@ -174,17 +196,28 @@ export class JobStore {
 
   /** A failed attempt: retried at `retryAt`, or the job fails when there is none. */
   attemptFailed(id: string, error: string, retryAt: number | null): void {
-    this.update(id, { status: retryAt === null ? 'failed' : 'delivering', next_attempt_at: retryAt, last_error: error });
+    this.update(id, {
+      status: retryAt === null ? 'failed' : 'delivering',
+      next_attempt_at: retryAt,
+      last_error: error,
+    });
   }
 
   /** Forgets finished jobs older than the retention period. */
   prune(now = Date.now()): void {
-    this.sql.exec("DELETE FROM jobs WHERE status IN ('delivered', 'failed') AND updated_at < ?", now - JOB_RETENTION_MS);
+    this.sql.exec(
+      "DELETE FROM jobs WHERE status IN ('delivered', 'failed') AND updated_at < ?",
+      now - JOB_RETENTION_MS,
+    );
   }
 
   private update(id: string, fields: Partial<Record<keyof JobRow, SqlStorageValue>>): void {
     const entries = Object.entries({ ...fields, updated_at: Date.now() });
-    this.sql.exec(`UPDATE jobs SET ${entries.map(([k]) => `${k} = ?`).join(', ')} WHERE id = ?`, ...entries.map(([, v]) => v), id);
+    this.sql.exec(
+      `UPDATE jobs SET ${entries.map(([k]) => `${k} = ?`).join(', ')} WHERE id = ?`,
+      ...entries.map(([, v]) => v),
+      id,
+    );
   }
 }
 
@@ -220,6 +253,7 @@ export function jobView(job: Job): JobView {
   if (job.result) view.result = job.result;
   if (job.error) view.error = job.error;
   if (job.lastError) view.last_error = job.lastError;
-  if (job.status === 'delivering' && job.nextAttemptAt !== null) view.next_attempt_at = Math.floor(job.nextAttemptAt / 1000);
+  if (job.status === 'delivering' && job.nextAttemptAt !== null)
+    view.next_attempt_at = Math.floor(job.nextAttemptAt / 1000);
   return view;
 }

@@ -43,9 +43,13 @@ export class SqlKvBlockStore implements KvBlockStore {
     )`);
     sql.exec('CREATE INDEX IF NOT EXISTS kv_blocks_last_used ON kv_blocks (last_used)');
     sql.exec('CREATE INDEX IF NOT EXISTS kv_blocks_parent ON kv_blocks (parent)');
-    sql.exec('CREATE TABLE IF NOT EXISTS kv_block_parts (hash TEXT NOT NULL, part INTEGER NOT NULL, bytes BLOB NOT NULL, PRIMARY KEY (hash, part))');
+    sql.exec(
+      'CREATE TABLE IF NOT EXISTS kv_block_parts (hash TEXT NOT NULL, part INTEGER NOT NULL, bytes BLOB NOT NULL, PRIMARY KEY (hash, part))',
+    );
     // A session's chain, block by block (position 0 first): what it needs to be restored.
-    sql.exec('CREATE TABLE IF NOT EXISTS kv_pins (owner TEXT NOT NULL, position INTEGER NOT NULL, hash TEXT NOT NULL, PRIMARY KEY (owner, position))');
+    sql.exec(
+      'CREATE TABLE IF NOT EXISTS kv_pins (owner TEXT NOT NULL, position INTEGER NOT NULL, hash TEXT NOT NULL, PRIMARY KEY (owner, position))',
+    );
     sql.exec('CREATE INDEX IF NOT EXISTS kv_pins_hash ON kv_pins (hash)');
     sql.exec('CREATE TABLE IF NOT EXISTS kv_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)');
     // What the blocks were written with, so a session's stored tokens are known before the engine loads.
@@ -60,7 +64,11 @@ export class SqlKvBlockStore implements KvBlockStore {
       this.sql.exec('DELETE FROM kv_block_parts');
       this.sql.exec('DELETE FROM kv_blocks');
       this.sql.exec('DELETE FROM kv_pins');
-      this.sql.exec("INSERT OR REPLACE INTO kv_meta (key, value) VALUES ('identity', ?), ('tokens_per_block', ?)", identity, String(tokensPerBlock));
+      this.sql.exec(
+        "INSERT OR REPLACE INTO kv_meta (key, value) VALUES ('identity', ?), ('tokens_per_block', ?)",
+        identity,
+        String(tokensPerBlock),
+      );
     });
     this.recount();
   }
@@ -74,9 +82,16 @@ export class SqlKvBlockStore implements KvBlockStore {
   }
 
   read(hash: string): Uint8Array | undefined {
-    const row = this.sql.exec<BlockRow>('SELECT size, checksum, parts FROM kv_blocks WHERE hash = ?', hash).toArray()[0];
+    const row = this.sql
+      .exec<BlockRow>('SELECT size, checksum, parts FROM kv_blocks WHERE hash = ?', hash)
+      .toArray()[0];
     if (!row) return undefined;
-    const parts = this.sql.exec<{ part: number; bytes: ArrayBuffer }>('SELECT part, bytes FROM kv_block_parts WHERE hash = ? ORDER BY part', hash).toArray();
+    const parts = this.sql
+      .exec<{ part: number; bytes: ArrayBuffer }>(
+        'SELECT part, bytes FROM kv_block_parts WHERE hash = ? ORDER BY part',
+        hash,
+      )
+      .toArray();
     const bytes = new Uint8Array(row.size);
     let at = 0;
     const whole =
@@ -102,10 +117,20 @@ export class SqlKvBlockStore implements KvBlockStore {
     this.atomically(() => {
       this.sql.exec(
         'INSERT INTO kv_blocks (hash, parent, size, checksum, parts, last_used) VALUES (?, ?, ?, ?, ?, ?)',
-        hash, parent, bytes.length, blockChecksum(bytes), parts, ++this.clock,
+        hash,
+        parent,
+        bytes.length,
+        blockChecksum(bytes),
+        parts,
+        ++this.clock,
       );
       for (let i = 0; i < parts; i++) {
-        this.sql.exec('INSERT INTO kv_block_parts (hash, part, bytes) VALUES (?, ?, ?)', hash, i, bytes.slice(i * PART_BYTES, (i + 1) * PART_BYTES).buffer);
+        this.sql.exec(
+          'INSERT INTO kv_block_parts (hash, part, bytes) VALUES (?, ?, ?)',
+          hash,
+          i,
+          bytes.slice(i * PART_BYTES, (i + 1) * PART_BYTES).buffer,
+        );
       }
     });
     this.blocks++;
@@ -115,21 +140,28 @@ export class SqlKvBlockStore implements KvBlockStore {
 
   touch(chain: readonly string[]): void {
     this.atomically(() => {
-      for (let i = chain.length - 1; i >= 0; i--) this.sql.exec('UPDATE kv_blocks SET last_used = ? WHERE hash = ?', ++this.clock, chain[i]);
+      for (let i = chain.length - 1; i >= 0; i--)
+        this.sql.exec('UPDATE kv_blocks SET last_used = ? WHERE hash = ?', ++this.clock, chain[i]);
     });
   }
 
   pin(owner: string, chain: readonly string[]): void {
     this.atomically(() => {
       this.sql.exec('DELETE FROM kv_pins WHERE owner = ?', owner);
-      chain.forEach((hash, position) => this.sql.exec('INSERT INTO kv_pins (owner, position, hash) VALUES (?, ?, ?)', owner, position, hash));
+      chain.forEach((hash, position) =>
+        this.sql.exec('INSERT INTO kv_pins (owner, position, hash) VALUES (?, ?, ?)', owner, position, hash),
+      );
     });
   }
 
   unpin(owner: string): void {
     this.atomically(() => {
       const only = this.sql
-        .exec<{ hash: string }>('SELECT hash FROM kv_pins p WHERE owner = ? AND NOT EXISTS (SELECT 1 FROM kv_pins q WHERE q.hash = p.hash AND q.owner <> ?)', owner, owner)
+        .exec<{ hash: string }>(
+          'SELECT hash FROM kv_pins p WHERE owner = ? AND NOT EXISTS (SELECT 1 FROM kv_pins q WHERE q.hash = p.hash AND q.owner <> ?)',
+          owner,
+          owner,
+        )
         .toArray();
       this.sql.exec('DELETE FROM kv_pins WHERE owner = ?', owner);
       for (const { hash } of only) this.delete(hash);
@@ -193,9 +225,11 @@ export class SqlKvBlockStore implements KvBlockStore {
   }
 
   private recount(): void {
-    const row = this.sql.exec<{ blocks: number; bytes: number; clock: number }>(
-      'SELECT count(*) AS blocks, coalesce(sum(size), 0) AS bytes, coalesce(max(last_used), 0) AS clock FROM kv_blocks',
-    ).one();
+    const row = this.sql
+      .exec<{ blocks: number; bytes: number; clock: number }>(
+        'SELECT count(*) AS blocks, coalesce(sum(size), 0) AS bytes, coalesce(max(last_used), 0) AS clock FROM kv_blocks',
+      )
+      .one();
     this.blocks = row.blocks;
     this.bytes = row.bytes;
     this.clock = row.clock;

@@ -1,7 +1,9 @@
 import type { Engine } from '../engine/engine.js';
 
 /** GET /v1/pool/{shard}: the shard's KV block pool as the playground draws it (see Engine.poolSnapshot). */
-export type PoolView = { object: 'kv_pool'; model: string; loaded: false } | ({ object: 'kv_pool'; model: string; loaded: true } & ReturnType<Engine['poolSnapshot']>);
+export type PoolView =
+  | { object: 'kv_pool'; model: string; loaded: false }
+  | ({ object: 'kv_pool'; model: string; loaded: true } & ReturnType<Engine['poolSnapshot']>);
 
 /**
  * Characters of a session id shown: the shard and 6 random hex digits. Enough for a page to find its own

@@ -18,7 +18,11 @@ export type RpcResult<T> = { ok: true; value: T } | { ok: false; error: ServiceE
 export const ok = <T>(value: T): RpcResult<T> => ({ ok: true, value });
 export const fail = (error: ServiceError): RpcResult<never> => ({ ok: false, error });
 
-export function invalidRequest(message: string, param: string | null = null, code: string | null = 'invalid_value'): ServiceError {
+export function invalidRequest(
+  message: string,
+  param: string | null = null,
+  code: string | null = 'invalid_value',
+): ServiceError {
   return { status: 400, type: 'invalid_request_error', message, param, code };
 }
 

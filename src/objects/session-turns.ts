@@ -23,7 +23,8 @@ const formats = new WeakMap<Engine, TurnFormat>();
 const promptIds = (engine: Engine, messages: ChatMessage[]): number[] =>
   engine.resolve({ messages, max_tokens: 1 }).promptIds;
 
-const equal = (a: readonly number[], b: readonly number[]): boolean => a.length === b.length && a.every((x, i) => x === b[i]);
+const equal = (a: readonly number[], b: readonly number[]): boolean =>
+  a.length === b.length && a.every((x, i) => x === b[i]);
 
 /** The engine's turn format; throws if its template does not render messages independently. */
 export function turnFormat(engine: Engine): TurnFormat {
@@ -31,7 +32,10 @@ export function turnFormat(engine: Engine): TurnFormat {
   if (format) return format;
   const probe = 'ok';
   const one = promptIds(engine, [{ role: 'user', content: probe }]);
-  const two = promptIds(engine, [{ role: 'user', content: probe }, { role: 'user', content: probe }]);
+  const two = promptIds(engine, [
+    { role: 'user', content: probe },
+    { role: 'user', content: probe },
+  ]);
   const segment = two.length - one.length;
   const generationPrompt = one.slice(segment);
   if (segment <= 0 || !equal(two.slice(segment), one) || !equal(two.slice(0, segment), one.slice(0, segment))) {

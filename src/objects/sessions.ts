@@ -91,7 +91,14 @@ export class SessionStore {
     const messages: SessionMessage[] = init.system !== undefined ? [{ role: 'system', content: init.system }] : [];
     this.shard.sql.exec(
       'INSERT INTO sessions (id, model, system, defaults, messages, token_ids, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-      id, this.shard.model, init.system ?? null, JSON.stringify(init.defaults ?? {}), JSON.stringify(messages), '[]', now, now,
+      id,
+      this.shard.model,
+      init.system ?? null,
+      JSON.stringify(init.defaults ?? {}),
+      JSON.stringify(messages),
+      '[]',
+      now,
+      now,
     );
     return this.view(this.row(id)!);
   }
@@ -118,7 +125,12 @@ export class SessionStore {
    * turn is written to storage before the done event is sent, so a client that has seen the end of the
    * reply can send the next message at once.
    */
-  async message(id: string, content: string, overrides: SamplingFields, sink: EventSink): Promise<RpcResult<{ started: true }>> {
+  async message(
+    id: string,
+    content: string,
+    overrides: SamplingFields,
+    sink: EventSink,
+  ): Promise<RpcResult<{ started: true }>> {
     if (this.inFlight.has(id)) return fail(busy(id));
     const row = this.row(id);
     if (!row) return fail(notFound(id));
@@ -131,7 +143,11 @@ export class SessionStore {
       turnFormat(engine);
       const log = JSON.parse(row.token_ids) as number[];
       const turn = userTurnIds(engine, log.length, row.system, content);
-      const request: GenerationRequest = { ...(JSON.parse(row.defaults) as SamplingFields), ...overrides, prompt_ids: [...log, ...turn] };
+      const request: GenerationRequest = {
+        ...(JSON.parse(row.defaults) as SamplingFields),
+        ...overrides,
+        prompt_ids: [...log, ...turn],
+      };
       const generation = runGeneration(engine, [request], this.shard.metrics, sink, {
         session: id,
         onDone: (_index, done) => {
@@ -140,7 +156,8 @@ export class SessionStore {
         },
       });
       // DELETE meanwhile cancels the turn and tells the client why; the slot is freed however the turn ends.
-      const holder = (): void => generation.stop({ ...notFound(id), message: `session '${id}' was deleted while it was answering` });
+      const holder = (): void =>
+        generation.stop({ ...notFound(id), message: `session '${id}' was deleted while it was answering` });
       this.inFlight.set(id, holder);
       void generation.finished.finally(() => this.release(id, holder));
       return ok({ started: true });
@@ -164,7 +181,10 @@ export class SessionStore {
     messages.push({ role: 'user', content }, { role: 'assistant', content: done.text });
     this.shard.sql.exec(
       'UPDATE sessions SET messages = ?, token_ids = ?, updated_at = ? WHERE id = ?',
-      JSON.stringify(messages), JSON.stringify(log), Date.now(), id,
+      JSON.stringify(messages),
+      JSON.stringify(log),
+      Date.now(),
+      id,
     );
   }
 

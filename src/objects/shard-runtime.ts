@@ -13,7 +13,7 @@ export function shardRuntime(env: Env): OrtRuntime {
     throw new InvalidRequestError(
       'BACKEND',
       hostHasWebGpu()
-        ? 'BACKEND=webgpu: onnxruntime-web\'s WebGPU build is not wired into workerd yet; use auto or wasm'
+        ? "BACKEND=webgpu: onnxruntime-web's WebGPU build is not wired into workerd yet; use auto or wasm"
         : `BACKEND=${backendVar(env)} but this host has no WebGPU (navigator.gpu); use auto or wasm`,
       'backend_unavailable',
     );

@@ -16,8 +16,13 @@ export interface ModelLocations {
  * Where the server reads model `name` from: MODEL_URL when set; else the R2 bucket when it holds
  * `<name>/config.json`; else the static assets. One model, one place: its files are never mixed.
  */
-export async function modelSourceFor(name: string, where: ModelLocations): Promise<{ source: ModelSource; from: string }> {
-  if (where.url) return { source: fetchSource(where.fetcher ?? { fetch: (u) => fetch(u) }, where.url), from: where.url };
-  if (where.bucket && (await where.bucket.head(`${name}/config.json`))) return { source: r2Source(where.bucket, name), from: `R2 ${name}/` };
+export async function modelSourceFor(
+  name: string,
+  where: ModelLocations,
+): Promise<{ source: ModelSource; from: string }> {
+  if (where.url)
+    return { source: fetchSource(where.fetcher ?? { fetch: (u) => fetch(u) }, where.url), from: where.url };
+  if (where.bucket && (await where.bucket.head(`${name}/config.json`)))
+    return { source: r2Source(where.bucket, name), from: `R2 ${name}/` };
   return { source: fetchSource(where.assets, `http://models.local/${name}/`), from: `assets ${name}/` };
 }

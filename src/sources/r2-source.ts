@@ -2,7 +2,9 @@ import { readableChunks, type ModelSource } from '../engine/model/model-files.js
 
 /** The part of an R2 bucket binding a model needs (also what miniflare's local R2 gives `wrangler dev`). */
 export interface ObjectBucket {
-  get(key: string): Promise<{ arrayBuffer(): Promise<ArrayBuffer>; body: ReadableStream<Uint8Array>; size: number } | null>;
+  get(
+    key: string,
+  ): Promise<{ arrayBuffer(): Promise<ArrayBuffer>; body: ReadableStream<Uint8Array>; size: number } | null>;
   head(key: string): Promise<unknown>;
 }
 

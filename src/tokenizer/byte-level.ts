@@ -6,8 +6,7 @@
 
 /** BYTE_TO_CHAR[b] is the vocabulary character that stands for byte b. */
 export const BYTE_TO_CHAR: readonly string[] = (() => {
-  const printable = (b: number) =>
-    (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+  const printable = (b: number) => (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
   const table: string[] = new Array(256);
   let shifted = 0;
   for (let b = 0; b < 256; b++) {
@@ -29,7 +28,8 @@ export function byteLevelToBytes(token: string): Uint8Array {
   for (let i = 0; i < token.length; i++) {
     const code = token.charCodeAt(i);
     const b = code < CHAR_TO_BYTE.length ? CHAR_TO_BYTE[code] : -1;
-    if (b < 0) throw new Error(`token ${JSON.stringify(token)} is not a byte-level string (char U+${code.toString(16)})`);
+    if (b < 0)
+      throw new Error(`token ${JSON.stringify(token)} is not a byte-level string (char U+${code.toString(16)})`);
     out[i] = b;
   }
   return out;

@@ -49,7 +49,8 @@ export class TextTokenizer {
     private readonly pieceBytes: (piece: string) => Uint8Array = byteLevelToBytes,
   ) {
     const added = new Map<number, AddedTokenInfo>();
-    for (const [id, token] of hf.get_added_tokens_decoder()) added.set(id, { content: token.content, special: token.special });
+    for (const [id, token] of hf.get_added_tokens_decoder())
+      added.set(id, { content: token.content, special: token.special });
     this.addedTokens = added;
     // HF skips (on decode) special added tokens and any token named in additional_special_tokens.
     const special = new Set([...added].filter(([, t]) => t.special).map(([id]) => id));
@@ -75,7 +76,11 @@ export class TextTokenizer {
   static fromJson(tokenizerJson: unknown, tokenizerConfig: unknown): TextTokenizer {
     if (!isObject(tokenizerJson)) throw new Error('tokenizer.json must be a JSON object');
     const config = isObject(tokenizerConfig) ? tokenizerConfig : {};
-    return new TextTokenizer(new Tokenizer(tokenizerJson, config), config, usesByteFallback(tokenizerJson) ? sentencePieceToBytes : byteLevelToBytes);
+    return new TextTokenizer(
+      new Tokenizer(tokenizerJson, config),
+      config,
+      usesByteFallback(tokenizerJson) ? sentencePieceToBytes : byteLevelToBytes,
+    );
   }
 
   /**
@@ -144,7 +149,8 @@ export class TextTokenizer {
 
   private configTokenId(token: unknown): number | null {
     // tokenizer_config.json spells a token either as its string or as an AddedToken-like object.
-    const content = typeof token === 'string' ? token : isObject(token) && typeof token.content === 'string' ? token.content : null;
+    const content =
+      typeof token === 'string' ? token : isObject(token) && typeof token.content === 'string' ? token.content : null;
     return content === null ? null : (this.hf.token_to_id(content) ?? null);
   }
 }

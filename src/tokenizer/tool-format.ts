@@ -43,7 +43,10 @@ export function toolsPreamble(tools: readonly unknown[]): string {
 }
 
 /** Messages (and tools) rewritten into plain system / user / assistant turns in the format above. */
-export function genericToolMessages(messages: TemplateMessage[], tools: readonly unknown[] | undefined): TemplateMessage[] {
+export function genericToolMessages(
+  messages: TemplateMessage[],
+  tools: readonly unknown[] | undefined,
+): TemplateMessage[] {
   const out: TemplateMessage[] = messages.map((m) => {
     if (m.role === 'tool') return { role: 'user', content: `<tool_response>\n${m.content}\n</tool_response>` };
     if (m.role === 'assistant' && m.tool_calls?.length) {

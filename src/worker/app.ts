@@ -28,7 +28,17 @@ app.route('/', playground);
 
 // Bearer keys guard the API and the metrics. Inbound webhooks (/v1/hooks/*) authenticate by signature
 // instead, so they are not listed here.
-for (const path of ['/v1/models', '/v1/models/*', '/v1/completions', '/v1/chat/*', '/v1/sessions', '/v1/sessions/*', '/v1/jobs/*', '/v1/pool/*', '/metrics']) {
+for (const path of [
+  '/v1/models',
+  '/v1/models/*',
+  '/v1/completions',
+  '/v1/chat/*',
+  '/v1/sessions',
+  '/v1/sessions/*',
+  '/v1/jobs/*',
+  '/v1/pool/*',
+  '/metrics',
+]) {
   app.use(path, requireApiKey);
 }
 

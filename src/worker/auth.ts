@@ -5,7 +5,10 @@ import { ApiError } from './errors.js';
 let devModeLogged = false;
 
 export function apiKeys(env: Env): string[] {
-  return (env.API_KEYS ?? '').split(',').map((k) => k.trim()).filter((k) => k.length > 0);
+  return (env.API_KEYS ?? '')
+    .split(',')
+    .map((k) => k.trim())
+    .filter((k) => k.length > 0);
 }
 
 /** Constant-time comparison, so a key cannot be guessed a byte at a time from response times. */
@@ -32,7 +35,15 @@ export const requireApiKey: MiddlewareHandler<{ Bindings: Env }> = async (c, nex
   }
   const header = c.req.header('authorization') ?? '';
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  if (!m) throw new ApiError(401, 'missing API key: send "Authorization: Bearer <key>"', 'invalid_request_error', null, 'missing_api_key');
-  if (!keys.some((k) => sameKey(k, m[1]))) throw new ApiError(401, 'invalid API key', 'invalid_request_error', null, 'invalid_api_key');
+  if (!m)
+    throw new ApiError(
+      401,
+      'missing API key: send "Authorization: Bearer <key>"',
+      'invalid_request_error',
+      null,
+      'missing_api_key',
+    );
+  if (!keys.some((k) => sameKey(k, m[1])))
+    throw new ApiError(401, 'invalid API key', 'invalid_request_error', null, 'invalid_api_key');
   return next();
 };

@@ -13,7 +13,11 @@ export const STALL_MS = 1000;
 /** A slow drip of bytes cannot hold the answer longer than this. */
 export const TOTAL_MS = 10_000;
 
-export async function discardBody(reader: ReadableStreamDefaultReader<Uint8Array>, stallMs = STALL_MS, totalMs = TOTAL_MS): Promise<void> {
+export async function discardBody(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  stallMs = STALL_MS,
+  totalMs = TOTAL_MS,
+): Promise<void> {
   const deadline = Date.now() + totalMs;
   try {
     for (;;) {

@@ -6,7 +6,13 @@ import { ApiError } from './errors.js';
 export type JsonObject = Record<string, unknown>;
 
 function tooLarge(limit: number): ApiError {
-  return new ApiError(413, `request body is larger than ${limit} bytes`, 'invalid_request_error', null, 'request_too_large');
+  return new ApiError(
+    413,
+    `request body is larger than ${limit} bytes`,
+    'invalid_request_error',
+    null,
+    'request_too_large',
+  );
 }
 
 /**
@@ -56,7 +62,13 @@ export async function readJsonObject(c: Context<{ Bindings: Env }>): Promise<Jso
     parsed = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
   } catch (err) {
     const why = err instanceof Error ? err.message : String(err);
-    throw new ApiError(400, `the request body is not valid JSON: ${why}`, 'invalid_request_error', null, 'invalid_json');
+    throw new ApiError(
+      400,
+      `the request body is not valid JSON: ${why}`,
+      'invalid_request_error',
+      null,
+      'invalid_json',
+    );
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     throw new ApiError(400, 'the request body must be a JSON object', 'invalid_request_error', null, 'invalid_json');

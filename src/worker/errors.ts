@@ -46,11 +46,21 @@ export function handleError(err: Error, c: Context): Response {
   if (err instanceof ApiError) return errorResponse(c, err);
   // The client went away mid-request (its generation was cancelled): nobody reads this answer.
   if (c.req.raw.signal?.aborted) return new Response(null, { status: 499 });
-  if (err instanceof InvalidRequestError) return errorResponse(c, new ApiError(400, err.message, 'invalid_request_error', err.param, err.code));
+  if (err instanceof InvalidRequestError)
+    return errorResponse(c, new ApiError(400, err.message, 'invalid_request_error', err.param, err.code));
   console.error('unhandled error', err);
   return errorResponse(c, new ApiError(500, 'internal error', 'server_error', null, 'internal_error'));
 }
 
 export function notFound(c: Context): Response {
-  return errorResponse(c, new ApiError(404, `no route for ${c.req.method} ${new URL(c.req.url).pathname}`, 'invalid_request_error', null, 'not_found'));
+  return errorResponse(
+    c,
+    new ApiError(
+      404,
+      `no route for ${c.req.method} ${new URL(c.req.url).pathname}`,
+      'invalid_request_error',
+      null,
+      'not_found',
+    ),
+  );
 }

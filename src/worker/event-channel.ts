@@ -31,7 +31,13 @@ export class EventChannel extends RpcTarget {
    */
   [Symbol.dispose](): void {
     if (this.ended) return;
-    const error = { status: 503 as const, type: 'server_error', message: 'the model shard restarted during the generation; retry', param: null, code: 'shard_restarted' };
+    const error = {
+      status: 503 as const,
+      type: 'server_error',
+      message: 'the model shard restarted during the generation; retry',
+      param: null,
+      code: 'shard_restarted',
+    };
     this.queue.push({ type: 'error', error });
     this.close();
   }

@@ -21,7 +21,10 @@ export interface Generation {
  * from the object surface as ApiError. When `signal` (the incoming request's, aborted when its client
  * disconnects) fires, or the events are left early, the channel is abandoned and the object cancels.
  */
-export async function openGeneration(start: (channel: EventChannel) => Promise<RpcResult<unknown>>, signal?: AbortSignal): Promise<Generation> {
+export async function openGeneration(
+  start: (channel: EventChannel) => Promise<RpcResult<unknown>>,
+  signal?: AbortSignal,
+): Promise<Generation> {
   const channel = new EventChannel();
   unwrap(await start(channel));
   const cancel = (): void => channel.abandon();
@@ -31,7 +34,12 @@ export async function openGeneration(start: (channel: EventChannel) => Promise<R
 }
 
 /** Starts `requests` on `shard` (see openGeneration); their completions are indexed request-major. */
-export function startGeneration(env: Env, shard: number, requests: GenerationRequest[], signal?: AbortSignal): Promise<Generation> {
+export function startGeneration(
+  env: Env,
+  shard: number,
+  requests: GenerationRequest[],
+  signal?: AbortSignal,
+): Promise<Generation> {
   const stub = shardStub(env, shard);
   return openGeneration((channel) => stub.generate(requests, channel), signal);
 }

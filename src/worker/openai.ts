@@ -21,7 +21,8 @@ export function responseMeta(prefix: 'chatcmpl' | 'cmpl', model: string): Respon
 export const finishReason = (reason: FinishReason): 'stop' | 'length' => (reason === 'length' ? 'length' : 'stop');
 
 /** As OpenAI: a completion that ended by itself after making tool calls finishes with `tool_calls`. */
-const chatFinish = (reason: FinishReason, calls: number): 'stop' | 'length' | 'tool_calls' => (calls > 0 && reason !== 'length' ? 'tool_calls' : finishReason(reason));
+const chatFinish = (reason: FinishReason, calls: number): 'stop' | 'length' | 'tool_calls' =>
+  calls > 0 && reason !== 'length' ? 'tool_calls' : finishReason(reason);
 
 export interface Usage {
   prompt_tokens: number;
@@ -45,7 +46,12 @@ export function usage(done: DoneWire[], n: number): Usage {
       cached += d.metrics.cachedTokens;
     }
   });
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
+    prompt_tokens_details: { cached_tokens: cached },
+  };
 }
 
 /** A beam search choice's rank score and summed log-probability (beside OpenAI's fields, as vLLM reports them). */
@@ -64,11 +70,20 @@ export interface ChatLogprob {
 const plain = ({ token, logprob, bytes }: WireLogprob) => ({ token, logprob, bytes });
 
 export function chatLogprobs(tokens: TokenWire[]): { content: ChatLogprob[]; refusal: null } {
-  const content = tokens.flatMap((t) => (t.logprob ? [{ ...plain(t.logprob), top_logprobs: t.logprob.top.map(plain) }] : []));
+  const content = tokens.flatMap((t) =>
+    t.logprob ? [{ ...plain(t.logprob), top_logprobs: t.logprob.top.map(plain) }] : [],
+  );
   return { content, refusal: null };
 }
 
-export function chatCompletion(meta: ResponseMeta, tokens: TokenWire[][], done: DoneWire[], n: number, logprobs: boolean, parseTools = false) {
+export function chatCompletion(
+  meta: ResponseMeta,
+  tokens: TokenWire[][],
+  done: DoneWire[],
+  n: number,
+  logprobs: boolean,
+  parseTools = false,
+) {
   return {
     id: meta.id,
     object: 'chat.completion' as const,
@@ -76,7 +91,10 @@ export function chatCompletion(meta: ResponseMeta, tokens: TokenWire[][], done: 
     model: meta.model,
     choices: done.map((d, index) => {
       const { content, calls } = parseTools ? parseToolCalls(d.text) : { content: d.text, calls: [] };
-      const message = calls.length > 0 ? { role: 'assistant' as const, content: content || null, refusal: null, tool_calls: calls } : { role: 'assistant' as const, content, refusal: null };
+      const message =
+        calls.length > 0
+          ? { role: 'assistant' as const, content: content || null, refusal: null, tool_calls: calls }
+          : { role: 'assistant' as const, content, refusal: null };
       return {
         index,
         message,
@@ -91,16 +109,36 @@ export function chatCompletion(meta: ResponseMeta, tokens: TokenWire[][], done: 
 }
 
 export function chatChunk(meta: ResponseMeta, choices: unknown[], extra: Record<string, unknown> = {}) {
-  return { id: meta.id, object: 'chat.completion.chunk' as const, created: meta.created, model: meta.model, system_fingerprint: null, choices, ...extra };
+  return {
+    id: meta.id,
+    object: 'chat.completion.chunk' as const,
+    created: meta.created,
+    model: meta.model,
+    system_fingerprint: null,
+    choices,
+    ...extra,
+  };
 }
 
 /** chat.completion.chunk events: a role chunk per choice, content deltas, a finish chunk per choice, then usage if asked. */
-export async function* chatChunks(events: AsyncIterable<WireEvent>, meta: ResponseMeta, count: number, n: number, includeUsage: boolean, logprobs: boolean, parseTools = false) {
+export async function* chatChunks(
+  events: AsyncIterable<WireEvent>,
+  meta: ResponseMeta,
+  count: number,
+  n: number,
+  includeUsage: boolean,
+  logprobs: boolean,
+  parseTools = false,
+) {
   const extra = includeUsage ? { usage: null } : {};
   // Tool calls stream as OpenAI streams them: per call, a delta with index, id, type and name, then fragments of arguments.
   const parsers = parseTools ? Array.from({ length: count }, () => new ToolCallParser()) : [];
   for (let index = 0; index < count; index++) {
-    yield chatChunk(meta, [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], extra);
+    yield chatChunk(
+      meta,
+      [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+      extra,
+    );
   }
   const done: DoneWire[] = [];
   for await (const event of events) {
@@ -109,14 +147,36 @@ export async function* chatChunks(events: AsyncIterable<WireEvent>, meta: Respon
       const lp = logprobs ? chatLogprobs([event]) : null;
       const parser = parsers[event.index];
       const { content, deltas } = parser ? parser.push(event.text) : { content: event.text, deltas: [] };
-      if (content !== '' || (logprobs && event.logprob)) yield chatChunk(meta, [{ index: event.index, delta: { content }, logprobs: lp, finish_reason: null }], extra);
-      for (const call of deltas) yield chatChunk(meta, [{ index: event.index, delta: { tool_calls: [call] }, logprobs: null, finish_reason: null }], extra);
+      if (content !== '' || (logprobs && event.logprob))
+        yield chatChunk(meta, [{ index: event.index, delta: { content }, logprobs: lp, finish_reason: null }], extra);
+      for (const call of deltas)
+        yield chatChunk(
+          meta,
+          [{ index: event.index, delta: { tool_calls: [call] }, logprobs: null, finish_reason: null }],
+          extra,
+        );
     } else {
       done[event.index] = event;
       const parser = parsers[event.index];
       const rest = parser?.flush() ?? '';
-      if (rest !== '') yield chatChunk(meta, [{ index: event.index, delta: { content: rest }, logprobs: null, finish_reason: null }], extra);
-      yield chatChunk(meta, [{ index: event.index, delta: {}, logprobs: null, finish_reason: chatFinish(event.finishReason, parser?.calls.length ?? 0) }], extra);
+      if (rest !== '')
+        yield chatChunk(
+          meta,
+          [{ index: event.index, delta: { content: rest }, logprobs: null, finish_reason: null }],
+          extra,
+        );
+      yield chatChunk(
+        meta,
+        [
+          {
+            index: event.index,
+            delta: {},
+            logprobs: null,
+            finish_reason: chatFinish(event.finishReason, parser?.calls.length ?? 0),
+          },
+        ],
+        extra,
+      );
     }
   }
   if (includeUsage) yield chatChunk(meta, [], { usage: usage(done, n) });
@@ -147,7 +207,13 @@ export function completionLogprobs(tokens: TokenWire[], startOffset = 0): Comple
   return out;
 }
 
-export function textCompletion(meta: ResponseMeta, tokens: TokenWire[][], done: DoneWire[], n: number, logprobs: boolean) {
+export function textCompletion(
+  meta: ResponseMeta,
+  tokens: TokenWire[][],
+  done: DoneWire[],
+  n: number,
+  logprobs: boolean,
+) {
   return {
     id: meta.id,
     object: 'text_completion' as const,
@@ -166,5 +232,13 @@ export function textCompletion(meta: ResponseMeta, tokens: TokenWire[][], done: 
 }
 
 export function completionChunk(meta: ResponseMeta, choices: unknown[], extra: Record<string, unknown> = {}) {
-  return { id: meta.id, object: 'text_completion' as const, created: meta.created, model: meta.model, system_fingerprint: null, choices, ...extra };
+  return {
+    id: meta.id,
+    object: 'text_completion' as const,
+    created: meta.created,
+    model: meta.model,
+    system_fingerprint: null,
+    choices,
+    ...extra,
+  };
 }

@@ -62,7 +62,8 @@ function optStop(body: JsonObject): string | string[] | undefined {
 function optTokenIds(body: JsonObject, name: string): number[] | undefined {
   if (!present(body, name)) return undefined;
   const v = body[name];
-  if (!Array.isArray(v) || !v.every((x) => typeof x === 'number')) throw badParam(name, `${name} must be an array of integers`);
+  if (!Array.isArray(v) || !v.every((x) => typeof x === 'number'))
+    throw badParam(name, `${name} must be an array of integers`);
   return v as number[];
 }
 
@@ -70,7 +71,8 @@ function optLogitBias(body: JsonObject): Record<string, number> | undefined {
   const bias = optObject(body, 'logit_bias');
   if (bias === undefined) return undefined;
   for (const [key, value] of Object.entries(bias)) {
-    if (typeof value !== 'number') throw badParam('logit_bias', `logit_bias["${key}"] must be a number, got ${kind(value)}`);
+    if (typeof value !== 'number')
+      throw badParam('logit_bias', `logit_bias["${key}"] must be a number, got ${kind(value)}`);
   }
   return bias as Record<string, number>;
 }
@@ -80,7 +82,13 @@ export function checkModel(body: JsonObject, env: Env): string {
   const served = modelName(env);
   const asked = optString(body, 'model');
   if (asked !== undefined && asked !== served) {
-    throw new ApiError(404, `the model '${asked}' does not exist; this service serves '${served}'`, 'invalid_request_error', 'model', 'model_not_found');
+    throw new ApiError(
+      404,
+      `the model '${asked}' does not exist; this service serves '${served}'`,
+      'invalid_request_error',
+      'model',
+      'model_not_found',
+    );
   }
   return served;
 }
@@ -88,7 +96,8 @@ export function checkModel(body: JsonObject, env: Env): string {
 /** `n`: how many choices per prompt. */
 export function choiceCount(body: JsonObject): number {
   const n = optInteger(body, 'n') ?? 1;
-  if (n < 1 || n > MAX_CHOICES) throw badParam('n', `n must be between 1 and ${MAX_CHOICES}, got ${n}`, 'invalid_value');
+  if (n < 1 || n > MAX_CHOICES)
+    throw badParam('n', `n must be between 1 and ${MAX_CHOICES}, got ${n}`, 'invalid_value');
   return n;
 }
 
@@ -116,7 +125,9 @@ function optEarlyStopping(body: JsonObject): boolean | 'never' | undefined {
  * extras (top_k, min_p, repetition_penalty, allowed_token_ids, beam search, structured outputs) and
  * `speculative`.
  */
-export function samplingParams(body: JsonObject): Omit<GenerationRequest, 'prompt' | 'prompt_ids' | 'messages' | 'logprobs' | 'top_logprobs'> {
+export function samplingParams(
+  body: JsonObject,
+): Omit<GenerationRequest, 'prompt' | 'prompt_ids' | 'messages' | 'logprobs' | 'top_logprobs'> {
   const params = {
     max_tokens: optInteger(body, 'max_tokens'),
     temperature: optNumber(body, 'temperature'),
@@ -149,14 +160,20 @@ export function samplingParams(body: JsonObject): Omit<GenerationRequest, 'promp
 export function streamOptions(body: JsonObject): { stream: boolean; includeUsage: boolean } {
   const stream = optBoolean(body, 'stream') ?? false;
   if (stream && (body.use_beam_search === true || present(body, 'beam_width'))) {
-    throw badParam('stream', 'beam search cannot stream: its best sequences are known only when it ends; set stream: false', 'unsupported_parameter');
+    throw badParam(
+      'stream',
+      'beam search cannot stream: its best sequences are known only when it ends; set stream: false',
+      'unsupported_parameter',
+    );
   }
   const options = optObject(body, 'stream_options');
   let includeUsage = false;
   if (options !== undefined) {
-    if (!stream) throw badParam('stream_options', 'stream_options is only allowed when stream is true', 'invalid_value');
+    if (!stream)
+      throw badParam('stream_options', 'stream_options is only allowed when stream is true', 'invalid_value');
     const v = options.include_usage;
-    if (v !== undefined && v !== null && typeof v !== 'boolean') throw badParam('stream_options.include_usage', 'stream_options.include_usage must be a boolean');
+    if (v !== undefined && v !== null && typeof v !== 'boolean')
+      throw badParam('stream_options.include_usage', 'stream_options.include_usage must be a boolean');
     includeUsage = v === true;
   }
   return { stream, includeUsage };
@@ -176,6 +193,7 @@ export function completionPrompts(body: JsonObject): Array<Pick<GenerationReques
   if (v.length === 0) throw badParam('prompt', 'prompt must not be empty', 'invalid_value');
   if (v.every((x) => typeof x === 'number')) return [{ prompt_ids: v as number[] }];
   if (v.every((x) => typeof x === 'string')) return (v as string[]).map((prompt) => ({ prompt }));
-  if (v.every((x) => Array.isArray(x) && x.every((y) => typeof y === 'number'))) return (v as number[][]).map((ids) => ({ prompt_ids: ids }));
+  if (v.every((x) => Array.isArray(x) && x.every((y) => typeof y === 'number')))
+    return (v as number[][]).map((ids) => ({ prompt_ids: ids }));
   throw badParam('prompt', message);
 }

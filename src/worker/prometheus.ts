@@ -25,7 +25,9 @@ export class Exposition {
   histogram(name: string, help: string, samples: Array<[Labels, HistogramSnapshot]>): this {
     this.lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} histogram`);
     for (const [labels, h] of samples) {
-      h.buckets.forEach((le, i) => this.lines.push(`${name}_bucket${labelText({ ...labels, le: num(le) })} ${h.counts[i]}`));
+      h.buckets.forEach((le, i) =>
+        this.lines.push(`${name}_bucket${labelText({ ...labels, le: num(le) })} ${h.counts[i]}`),
+      );
       this.lines.push(`${name}_bucket${labelText({ ...labels, le: '+Inf' })} ${h.count}`);
       this.lines.push(`${name}_sum${labelText(labels)} ${num(h.sum)}`, `${name}_count${labelText(labels)} ${h.count}`);
     }

@@ -14,7 +14,10 @@ export function shardCount(env: Env): number {
   return Math.max(1, Math.floor(intVar(env, 'SHARD_COUNT')));
 }
 
-export function shardStub(env: Env, shard: number): DurableObjectStub<import('../objects/inference-object.js').InferenceObject> {
+export function shardStub(
+  env: Env,
+  shard: number,
+): DurableObjectStub<import('../objects/inference-object.js').InferenceObject> {
   return env.INFERENCE.get(env.INFERENCE.idFromName(`shard-${shard}`));
 }
 

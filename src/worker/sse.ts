@@ -29,7 +29,10 @@ export function sseResponse(chunks: AsyncIterable<unknown>, onCancel?: () => voi
         finished = true;
         // An ApiError (e.g. the session was deleted meanwhile) says what happened; anything else is a bug.
         if (!(err instanceof ApiError)) console.error('stream failed', err);
-        const body = err instanceof ApiError ? err.body : new ApiError(500, 'the generation failed', 'server_error', null, 'internal_error').body;
+        const body =
+          err instanceof ApiError
+            ? err.body
+            : new ApiError(500, 'the generation failed', 'server_error', null, 'internal_error').body;
         controller.enqueue(encoder.encode(`data: ${JSON.stringify(body)}\n\n`));
         controller.close();
       }
@@ -41,6 +44,10 @@ export function sseResponse(chunks: AsyncIterable<unknown>, onCancel?: () => voi
     },
   });
   return new Response(body, {
-    headers: { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' },
+    headers: {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      'x-accel-buffering': 'no',
+    },
   });
 }

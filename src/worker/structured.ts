@@ -15,37 +15,63 @@ export function structuredConstraint(body: JsonObject): Constrained | undefined 
   if (format) found.push(format);
   const so = body.structured_outputs;
   if (so !== undefined && so !== null) {
-    if (typeof so !== 'object' || Array.isArray(so)) throw badParam('structured_outputs', 'structured_outputs must be an object');
-    const keys = Object.keys(so).filter((k) => (so as JsonObject)[k] !== undefined && (so as JsonObject)[k] !== null && (so as JsonObject)[k] !== false);
-    if (keys.length !== 1) throw badParam('structured_outputs', 'structured_outputs takes exactly one of json, regex, choice, grammar, json_object');
+    if (typeof so !== 'object' || Array.isArray(so))
+      throw badParam('structured_outputs', 'structured_outputs must be an object');
+    const keys = Object.keys(so).filter(
+      (k) => (so as JsonObject)[k] !== undefined && (so as JsonObject)[k] !== null && (so as JsonObject)[k] !== false,
+    );
+    if (keys.length !== 1)
+      throw badParam(
+        'structured_outputs',
+        'structured_outputs takes exactly one of json, regex, choice, grammar, json_object',
+      );
     found.push(fromVllm(keys[0], (so as JsonObject)[keys[0]], `structured_outputs.${keys[0]}`));
   }
   for (const legacy of ['json', 'regex', 'choice', 'grammar'] as const) {
     const name = `guided_${legacy}`;
     if (body[name] !== undefined && body[name] !== null) found.push(fromVllm(legacy, body[name], name));
   }
-  if (found.length > 1) throw badParam(found[1].param, `only one structured output constraint per request (${found.map((f) => f.param).join(', ')} were given)`);
+  if (found.length > 1)
+    throw badParam(
+      found[1].param,
+      `only one structured output constraint per request (${found.map((f) => f.param).join(', ')} were given)`,
+    );
   return found[0];
 }
 
 function responseFormat(body: JsonObject): Constrained | undefined {
   const format = body.response_format;
   if (format === undefined || format === null) return undefined;
-  if (typeof format !== 'object' || Array.isArray(format)) throw badParam('response_format', 'response_format must be an object');
+  if (typeof format !== 'object' || Array.isArray(format))
+    throw badParam('response_format', 'response_format must be an object');
   const f = format as JsonObject;
   if (f.type === 'text') return undefined;
   if (f.type === 'json_object') return { spec: { type: 'json_object' }, param: 'response_format' };
   if (f.type === 'json_schema') {
     const js = f.json_schema as JsonObject | undefined;
-    if (typeof js !== 'object' || js === null || Array.isArray(js)) throw badParam('response_format.json_schema', 'response_format.json_schema must be an object with name and schema');
-    if (typeof js.name !== 'string') throw badParam('response_format.json_schema.name', 'response_format.json_schema.name must be a string');
+    if (typeof js !== 'object' || js === null || Array.isArray(js))
+      throw badParam(
+        'response_format.json_schema',
+        'response_format.json_schema must be an object with name and schema',
+      );
+    if (typeof js.name !== 'string')
+      throw badParam('response_format.json_schema.name', 'response_format.json_schema.name must be a string');
     const schema = js.schema ?? {};
     if (typeof schema !== 'boolean' && (typeof schema !== 'object' || schema === null || Array.isArray(schema))) {
-      throw badParam('response_format.json_schema.schema', 'response_format.json_schema.schema must be a JSON schema object');
+      throw badParam(
+        'response_format.json_schema.schema',
+        'response_format.json_schema.schema must be a JSON schema object',
+      );
     }
-    return { spec: { type: 'json_schema', schema: schema as JsonSchema, name: js.name }, param: 'response_format.json_schema.schema' };
+    return {
+      spec: { type: 'json_schema', schema: schema as JsonSchema, name: js.name },
+      param: 'response_format.json_schema.schema',
+    };
   }
-  throw badParam('response_format.type', `response_format.type must be text, json_object or json_schema, got ${JSON.stringify(f.type)}`);
+  throw badParam(
+    'response_format.type',
+    `response_format.type must be text, json_object or json_schema, got ${JSON.stringify(f.type)}`,
+  );
 }
 
 function fromVllm(kind: string, value: unknown, param: string): Constrained {
@@ -53,7 +79,8 @@ function fromVllm(kind: string, value: unknown, param: string): Constrained {
   switch (kind) {
     case 'json': {
       const schema = typeof value === 'string' ? parseJson(value, param) : value;
-      if (typeof schema !== 'boolean' && (typeof schema !== 'object' || schema === null || Array.isArray(schema))) throw badParam(param, `${param} must be a JSON schema (object or JSON text)`);
+      if (typeof schema !== 'boolean' && (typeof schema !== 'object' || schema === null || Array.isArray(schema)))
+        throw badParam(param, `${param} must be a JSON schema (object or JSON text)`);
       spec = { type: 'json_schema', schema: schema as JsonSchema };
       break;
     }
@@ -65,7 +92,8 @@ function fromVllm(kind: string, value: unknown, param: string): Constrained {
       spec = { type: 'regex', pattern: value };
       break;
     case 'choice':
-      if (!Array.isArray(value) || !value.every((v) => typeof v === 'string')) throw badParam(param, `${param} must be an array of strings`);
+      if (!Array.isArray(value) || !value.every((v) => typeof v === 'string'))
+        throw badParam(param, `${param} must be an array of strings`);
       spec = { type: 'choice', choices: value as string[] };
       break;
     case 'grammar':
@@ -73,7 +101,11 @@ function fromVllm(kind: string, value: unknown, param: string): Constrained {
       spec = { type: 'grammar', ebnf: value };
       break;
     default:
-      throw badParam(param, `${param} is not supported (use json, regex, choice, grammar or json_object)`, 'unsupported_parameter');
+      throw badParam(
+        param,
+        `${param} is not supported (use json, regex, choice, grammar or json_object)`,
+        'unsupported_parameter',
+      );
   }
   return { spec, param };
 }

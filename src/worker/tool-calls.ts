@@ -20,7 +20,8 @@ const HEADER = /^\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\
 /** What may close the arguments: the call object's `}`, whitespace, and (part of) the end marker. */
 const TAIL = /\s*\}?\s*$/;
 
-const callId = (): string => `call_${[...crypto.getRandomValues(new Uint8Array(12))].map((b) => b.toString(16).padStart(2, '0')).join('')}`;
+const callId = (): string =>
+  `call_${[...crypto.getRandomValues(new Uint8Array(12))].map((b) => b.toString(16).padStart(2, '0')).join('')}`;
 
 /** Length of the longest suffix of `text` that is a proper prefix of `marker` (text that may yet become it). */
 function partialMarker(text: string, marker: string): number {
@@ -74,7 +75,10 @@ export class ToolCallParser {
         const { index, argsStart } = this.current;
         const body = this.buffer.slice(argsStart, end < 0 ? this.buffer.length : end);
         // Unfinished: hold back what may be the end marker, the call's `}` and the whitespace around it.
-        const safe = end < 0 ? body.slice(0, body.length - partialMarker(body, TOOL_CALL_END)).replace(TAIL, '') : body.replace(TAIL, '');
+        const safe =
+          end < 0
+            ? body.slice(0, body.length - partialMarker(body, TOOL_CALL_END)).replace(TAIL, '')
+            : body.replace(TAIL, '');
         if (safe.length > this.current.sent) {
           const fragment = safe.slice(this.current.sent);
           deltas.push({ index, function: { arguments: fragment } });

@@ -24,19 +24,23 @@ export function toolUse(body: JsonObject): ToolUse {
   const raw = body.tools;
   const choice = body.tool_choice ?? undefined;
   if (raw === undefined || raw === null) {
-    if (choice !== undefined && choice !== 'none') throw badParam('tool_choice', 'tool_choice needs tools', 'invalid_value');
+    if (choice !== undefined && choice !== 'none')
+      throw badParam('tool_choice', 'tool_choice needs tools', 'invalid_value');
     return { tools: undefined, constraint: undefined, parse: false };
   }
-  if (!Array.isArray(raw) || raw.length === 0) throw badParam('tools', 'tools must be a non-empty array of function definitions');
+  if (!Array.isArray(raw) || raw.length === 0)
+    throw badParam('tools', 'tools must be a non-empty array of function definitions');
   const functions = raw.map((tool: unknown, i) => {
     const t = tool as { type?: unknown; function?: { name?: unknown; parameters?: unknown } } | null;
-    if (typeof t !== 'object' || t === null || t.type !== 'function') throw badParam(`tools[${i}].type`, `tools[${i}] must be {"type": "function", "function": {...}}`);
+    if (typeof t !== 'object' || t === null || t.type !== 'function')
+      throw badParam(`tools[${i}].type`, `tools[${i}] must be {"type": "function", "function": {...}}`);
     const fn = t.function;
     if (typeof fn !== 'object' || fn === null || typeof fn.name !== 'string' || !NAME.test(fn.name)) {
       throw badParam(`tools[${i}].function.name`, `tools[${i}].function.name must be 1-64 letters, digits, _ or -`);
     }
     const parameters = fn.parameters ?? { type: 'object', properties: {} };
-    if (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters)) throw badParam(`tools[${i}].function.parameters`, `tools[${i}].function.parameters must be a JSON schema object`);
+    if (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters))
+      throw badParam(`tools[${i}].function.parameters`, `tools[${i}].function.parameters must be a JSON schema object`);
     return { name: fn.name, parameters: parameters as { [key: string]: JsonValue } };
   });
   const parallel = body.parallel_tool_calls ?? true;
@@ -49,12 +53,26 @@ export function toolUse(body: JsonObject): ToolUse {
   else if (typeof choice === 'object' && (choice as JsonObject).type === 'function') {
     const name = ((choice as JsonObject).function as JsonObject | undefined)?.name;
     const fn = functions.find((f) => f.name === name);
-    if (!fn) throw badParam('tool_choice.function.name', `tool_choice names ${JSON.stringify(name)}, which is not among the tools`, 'invalid_value');
+    if (!fn)
+      throw badParam(
+        'tool_choice.function.name',
+        `tool_choice names ${JSON.stringify(name)}, which is not among the tools`,
+        'invalid_value',
+      );
     forced = [fn];
-  } else throw badParam('tool_choice', 'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}', 'invalid_value');
+  } else
+    throw badParam(
+      'tool_choice',
+      'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+      'invalid_value',
+    );
 
   const constraint: Constrained | undefined = forced && {
-    spec: { type: 'tool_calls', parallel: parallel && choice === 'required', tags: forced.map((f) => ({ begin: toolCallPrefix(f.name), schema: f.parameters, end: TOOL_CALL_SUFFIX })) },
+    spec: {
+      type: 'tool_calls',
+      parallel: parallel && choice === 'required',
+      tags: forced.map((f) => ({ begin: toolCallPrefix(f.name), schema: f.parameters, end: TOOL_CALL_SUFFIX })),
+    },
     param: 'tools',
   };
   return { tools: raw as JsonValue[], constraint, parse: true };

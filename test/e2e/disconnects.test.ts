@@ -28,17 +28,26 @@ async function metric(name: string): Promise<number> {
  */
 function stream(i: number, cutAfterChunks?: number): Promise<'ended' | 'cut'> {
   return new Promise((resolve, reject) => {
-    const body = JSON.stringify({ messages: [{ role: 'user', content: `Talk, number ${i}.` }], max_tokens: 400, ignore_eos: true, stream: true });
-    const req = request(`${server.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
-      let chunks = 0;
-      res.on('data', () => {
-        if (cutAfterChunks !== undefined && ++chunks === cutAfterChunks) {
-          req.destroy();
-          resolve('cut');
-        }
-      });
-      res.on('end', () => resolve('ended'));
+    const body = JSON.stringify({
+      messages: [{ role: 'user', content: `Talk, number ${i}.` }],
+      max_tokens: 400,
+      ignore_eos: true,
+      stream: true,
     });
+    const req = request(
+      `${server.url}/v1/chat/completions`,
+      { method: 'POST', headers: { 'content-type': 'application/json' } },
+      (res) => {
+        let chunks = 0;
+        res.on('data', () => {
+          if (cutAfterChunks !== undefined && ++chunks === cutAfterChunks) {
+            req.destroy();
+            resolve('cut');
+          }
+        });
+        res.on('end', () => resolve('ended'));
+      },
+    );
     req.on('error', (err) => (cutAfterChunks !== undefined ? resolve('cut') : reject(err)));
     req.end(body);
   });
@@ -48,7 +57,9 @@ describe('client disconnects', () => {
   it('cut streams cancel quietly, free their blocks, and the service goes on', async () => {
     await stream(-1);
     const before = server.log().length;
-    const outcomes = await Promise.all(Array.from({ length: 24 }, (_, i) => stream(i, i % 3 === 0 ? 1 + ((i * 7) % 4) : undefined)));
+    const outcomes = await Promise.all(
+      Array.from({ length: 24 }, (_, i) => stream(i, i % 3 === 0 ? 1 + ((i * 7) % 4) : undefined)),
+    );
     expect(outcomes.filter((o) => o === 'cut').length).toBe(8);
     const deadline = Date.now() + 15_000;
     while ((await metric('edge_infer_kv_blocks_used')) !== 0 || (await metric('edge_infer_running_requests')) !== 0) {
@@ -58,7 +69,13 @@ describe('client disconnects', () => {
     expect(await stream(100)).toBe('ended');
     await new Promise((resolve) => setTimeout(resolve, 500)); // let the log catch up
     const log = server.log().slice(before);
-    const ours = log.split('\n').filter((l) => /ERROR|error|Uncaught|not disposed/.test(l) && !/Uncaught Error: Network connection lost\.\s*(\S*\[0m)?\s*$/.test(l));
+    const ours = log
+      .split('\n')
+      .filter(
+        (l) =>
+          /ERROR|error|Uncaught|not disposed/.test(l) &&
+          !/Uncaught Error: Network connection lost\.\s*(\S*\[0m)?\s*$/.test(l),
+      );
     expect(ours, log.slice(-3000)).toEqual([]);
   });
 });

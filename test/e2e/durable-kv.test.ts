@@ -25,19 +25,24 @@ interface SessionView {
 }
 
 async function call<T>(server: DevServer, method: string, path: string, body?: unknown): Promise<T> {
-  const res = await fetch(`${server.url}${path}`, { method, body: body === undefined ? undefined : JSON.stringify(body) });
+  const res = await fetch(`${server.url}${path}`, {
+    method,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   const json = (await res.json()) as T;
   if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
   return json;
 }
 
 const BLOCK = 16;
-const openSession = (server: DevServer, system: string) => call<{ id: string }>(server, 'POST', '/v1/sessions', { system }).then((s) => s.id);
+const openSession = (server: DevServer, system: string) =>
+  call<{ id: string }>(server, 'POST', '/v1/sessions', { system }).then((s) => s.id);
 const say = (server: DevServer, id: string, content: string) =>
   call<Reply>(server, 'POST', `/v1/sessions/${id}/messages`, { content, max_tokens: 12, temperature: 0 });
 const view = (server: DevServer, id: string) => call<SessionView>(server, 'GET', `/v1/sessions/${id}`);
 /** Full blocks of what a turn computed: its prompt and reply, less the last sampled token (never fed back). */
-const storedAfter = (r: Reply): number => Math.floor((r.usage.prompt_tokens + r.usage.completion_tokens - 1) / BLOCK) * BLOCK;
+const storedAfter = (r: Reply): number =>
+  Math.floor((r.usage.prompt_tokens + r.usage.completion_tokens - 1) / BLOCK) * BLOCK;
 
 /** Polls until the session's blocks are in storage (they are written just after the reply is sent). */
 async function waitStored(server: DevServer, id: string, tokens: number): Promise<SessionView> {
@@ -57,7 +62,15 @@ async function metric(server: DevServer, name: string, shard: string): Promise<n
   return Number(line.split(' ').at(-1));
 }
 
-const TURNS = ['Hello!', 'What is a token?', 'And a block?', 'Why cache them?', 'Thanks.', 'One more thing.', 'Bye now.'];
+const TURNS = [
+  'Hello!',
+  'What is a token?',
+  'And a block?',
+  'Why cache them?',
+  'Thanks.',
+  'One more thing.',
+  'Bye now.',
+];
 const SYSTEM = 'You are terse.';
 
 describe('durable session KV', () => {
@@ -106,19 +119,30 @@ describe('durable session KV', () => {
     const sessions: { id: string; full: number }[] = [];
     for (let i = 0; i < 50; i++) {
       // The number first, so that no two sessions share a block (shared blocks stay while anyone needs them).
-      const id = await openSession(server, `${i}: you are an assistant. ${'Answer in one short line, exact and plain, without lists. '.repeat(3)}`);
+      const id = await openSession(
+        server,
+        `${i}: you are an assistant. ${'Answer in one short line, exact and plain, without lists. '.repeat(3)}`,
+      );
       await say(server, id, `Hello, number ${i}.`);
       const second = await say(server, id, 'Tell me more.');
       sessions.push({ id, full: storedAfter(second) });
       await waitStored(server, id, storedAfter(second));
-      for (const shard of ['0', '1']) expect(await metric(server, 'edge_infer_kv_store_bytes', shard)).toBeLessThanOrEqual(budget);
+      for (const shard of ['0', '1'])
+        expect(await metric(server, 'edge_infer_kv_store_bytes', shard)).toBeLessThanOrEqual(budget);
     }
-    const views = await Promise.all(sessions.map(async (s) => ({ ...s, shard: s.id.split('.')[0], stored: (await view(server, s.id)).stored_tokens })));
+    const views = await Promise.all(
+      sessions.map(async (s) => ({
+        ...s,
+        shard: s.id.split('.')[0],
+        stored: (await view(server, s.id)).stored_tokens,
+      })),
+    );
     for (const shard of ['0', '1']) {
       const mine = views.filter((v) => v.shard === shard);
       // Oldest first: the fraction of each session's chain still stored never falls from older to newer.
       const kept = mine.map((v) => v.stored / v.full);
-      for (let i = 1; i < kept.length; i++) expect(kept[i], `${shard}: session ${i} of ${kept.length}`).toBeGreaterThanOrEqual(kept[i - 1]);
+      for (let i = 1; i < kept.length; i++)
+        expect(kept[i], `${shard}: session ${i} of ${kept.length}`).toBeGreaterThanOrEqual(kept[i - 1]);
       expect(kept.at(-1)).toBe(1);
     }
     expect(views.filter((v) => v.stored === 0).length).toBeGreaterThan(0); // the budget did evict

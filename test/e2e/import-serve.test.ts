@@ -49,15 +49,26 @@ describe('MODEL=<name> serves an imported model from the local R2 bucket', () =>
     expect(models.data.map((m) => m.id)).toEqual([NAME]);
     const res = await fetch(`${server.url}/v1/chat/completions`, {
       method: 'POST',
-      body: JSON.stringify({ messages: [{ role: 'user', content: PROMPT }], max_tokens: 20, temperature: 0, ignore_eos: true }),
+      body: JSON.stringify({
+        messages: [{ role: 'user', content: PROMPT }],
+        max_tokens: 20,
+        temperature: 0,
+        ignore_eos: true,
+      }),
     });
-    const body = (await res.json()) as { choices: { message: { content: string } }[]; usage: { prompt_tokens: number } };
+    const body = (await res.json()) as {
+      choices: { message: { content: string } }[];
+      usage: { prompt_tokens: number };
+    };
     expect(res.status, JSON.stringify(body)).toBe(200);
 
     const vocab = trainVocab(readFileSync(join(ROOT, 'scripts/tokenizer/corpus.txt'), 'utf8'), 300);
     const prompt = runcEncode(vocab, PROMPT, true);
     const ids = (await loadLlama2cReference(join(dir, 'model.bin'))).greedy(prompt, 20);
-    const tok = TextTokenizer.fromJson(JSON.parse(readFileSync(join(folder, 'tokenizer.json'), 'utf8')), JSON.parse(readFileSync(join(folder, 'tokenizer_config.json'), 'utf8')));
+    const tok = TextTokenizer.fromJson(
+      JSON.parse(readFileSync(join(folder, 'tokenizer.json'), 'utf8')),
+      JSON.parse(readFileSync(join(folder, 'tokenizer_config.json'), 'utf8')),
+    );
     const detok = new IncrementalDetokenizer(tok);
     const expected = ids.map((id) => detok.push(id)).join('') + detok.flush();
     expect(body.usage.prompt_tokens).toBe(prompt.length);
@@ -73,11 +84,16 @@ describe('a model past MEMORY_BUDGET_MB', () => {
   afterAll(() => server?.stop());
 
   it('is refused with a 503 naming the model, its size and the budget; the server goes on answering', async () => {
-    const res = await fetch(`${server.url}/v1/completions`, { method: 'POST', body: JSON.stringify({ prompt: 'Hi', max_tokens: 2 }) });
+    const res = await fetch(`${server.url}/v1/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ prompt: 'Hi', max_tokens: 2 }),
+    });
     const body = (await res.json()) as { error: { message: string; code: string } };
     expect(res.status).toBe(503);
     expect(body.error.code).toBe('model_too_large');
-    expect(body.error.message).toMatch(/^model "stories-e2e" cannot be served: the model does not fit the memory budget: weights \d+\.\d MiB \+ scratch \d+\.\d MiB \+ KV cache 2\.0 MiB = .* > budget 1\.0 MiB/);
+    expect(body.error.message).toMatch(
+      /^model "stories-e2e" cannot be served: the model does not fit the memory budget: weights \d+\.\d MiB \+ scratch \d+\.\d MiB \+ KV cache 2\.0 MiB = .* > budget 1\.0 MiB/,
+    );
     expect((await fetch(`${server.url}/v1/models`)).status).toBe(200);
   });
 });

@@ -31,7 +31,10 @@ async function until(check: () => Promise<boolean>, what: string): Promise<void>
 
 describe('metrics', () => {
   it('exports Prometheus text with the engine and request metrics', async () => {
-    await fetch(`${server.url}/v1/completions`, { method: 'POST', body: JSON.stringify({ model: 'tiny', prompt: 'warm up', max_tokens: 4 }) });
+    await fetch(`${server.url}/v1/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ model: 'tiny', prompt: 'warm up', max_tokens: 4 }),
+    });
     const res = await fetch(`${server.url}/metrics`);
     expect(res.headers.get('content-type')).toMatch(/^text\/plain/);
     const text = await res.text();
@@ -56,8 +59,18 @@ describe('metrics', () => {
     const cancelledBefore = await metric('edge_infer_requests_total', 'finish_reason="cancelled"');
     // A raw socket that is destroyed mid-stream, as a client that goes away does (4 × 2000 tokens take
     // seconds even on tiny, so the disconnect lands while they are generated).
-    const body = JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: 'Talk for a long time.' }], n: 4, max_tokens: 2000, ignore_eos: true, stream: true });
-    const req = request(`${server.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+    const body = JSON.stringify({
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'Talk for a long time.' }],
+      n: 4,
+      max_tokens: 2000,
+      ignore_eos: true,
+      stream: true,
+    });
+    const req = request(`${server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+    });
     const firstChunk = new Promise<void>((resolve, reject) => {
       req.on('response', (res) => res.once('data', () => resolve()));
       req.on('error', reject);

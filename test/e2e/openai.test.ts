@@ -28,7 +28,8 @@ async function sseEvents(res: Response): Promise<string[]> {
   const parser = createParser({ onEvent: (e: EventSourceMessage) => events.push(e.data) });
   const decoder = new TextDecoder();
   const reader = res.body!.getReader();
-  for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) parser.feed(decoder.decode(chunk.value, { stream: true }));
+  for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read())
+    parser.feed(decoder.decode(chunk.value, { stream: true }));
   return events;
 }
 
@@ -39,14 +40,23 @@ describe('official openai client', () => {
   });
 
   it('chat completion, not streamed and streamed, give the same greedy text', async () => {
-    const request = { model: 'tiny', messages: [{ role: 'user' as const, content: 'Tell me a story.' }], max_tokens: 24, temperature: 0 };
+    const request = {
+      model: 'tiny',
+      messages: [{ role: 'user' as const, content: 'Tell me a story.' }],
+      max_tokens: 24,
+      temperature: 0,
+    };
     const whole = await client.chat.completions.create(request);
     expect(whole.object).toBe('chat.completion');
     expect(whole.choices[0].message.role).toBe('assistant');
     expect(whole.usage!.completion_tokens).toBeGreaterThan(0);
     expect(whole.usage!.total_tokens).toBe(whole.usage!.prompt_tokens + whole.usage!.completion_tokens);
 
-    const stream = await client.chat.completions.create({ ...request, stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      ...request,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     let text = '';
     let finish: string | null = null;
     let usage;
@@ -60,7 +70,10 @@ describe('official openai client', () => {
     }
     expect(text).toBe(whole.choices[0].message.content);
     expect(finish).toBe(whole.choices[0].finish_reason);
-    expect(usage).toMatchObject({ prompt_tokens: whole.usage!.prompt_tokens, completion_tokens: whole.usage!.completion_tokens });
+    expect(usage).toMatchObject({
+      prompt_tokens: whole.usage!.prompt_tokens,
+      completion_tokens: whole.usage!.completion_tokens,
+    });
     expect(usage!.prompt_tokens_details?.cached_tokens).toBeGreaterThanOrEqual(0);
   });
 
@@ -69,12 +82,19 @@ describe('official openai client', () => {
     const whole = await client.completions.create(request);
     expect(whole.object).toBe('text_completion');
     let text = '';
-    for await (const chunk of await client.completions.create({ ...request, stream: true })) text += chunk.choices[0]?.text ?? '';
+    for await (const chunk of await client.completions.create({ ...request, stream: true }))
+      text += chunk.choices[0]?.text ?? '';
     expect(text).toBe(whole.choices[0].text);
   });
 
   it('the same seed gives the same sample; n gives n choices', async () => {
-    const request = { model: 'tiny', messages: [{ role: 'user' as const, content: 'Hi' }], max_tokens: 16, temperature: 1, seed: 11 };
+    const request = {
+      model: 'tiny',
+      messages: [{ role: 'user' as const, content: 'Hi' }],
+      max_tokens: 16,
+      temperature: 1,
+      seed: 11,
+    };
     const a = await client.chat.completions.create(request);
     const b = await client.chat.completions.create(request);
     expect(b.choices[0].message.content).toBe(a.choices[0].message.content);
@@ -84,7 +104,11 @@ describe('official openai client', () => {
   });
 
   it('bad parameters are 400s in OpenAI error schema, raised as the client error class', async () => {
-    const bad = client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], top_p: 1.5 });
+    const bad = client.chat.completions.create({
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'x' }],
+      top_p: 1.5,
+    });
     await expect(bad).rejects.toBeInstanceOf(OpenAI.BadRequestError);
     await expect(bad).rejects.toMatchObject({ status: 400, param: 'top_p' });
   });

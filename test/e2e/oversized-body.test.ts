@@ -13,7 +13,11 @@ afterAll(() => server?.stop());
 const chat = { messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 };
 
 async function plainChat(): Promise<number> {
-  const res = await fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(chat) });
+  const res = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(chat),
+  });
   await res.arrayBuffer();
   return res.status;
 }
@@ -55,20 +59,34 @@ describe('oversized bodies', () => {
       let sent = 0;
       // A stream body has no length: fetch sends it chunked.
       const body = new ReadableStream<Uint8Array>({ pull: (c) => (sent++ < 32 ? c.enqueue(chunk) : c.close()) });
-      await expect413(await fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, duplex: 'half' } as RequestInit));
+      await expect413(
+        await fetch(`${server.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body,
+          duplex: 'half',
+        } as RequestInit),
+      );
       expect(await plainChat(), `round ${round}`).toBe(200);
     }
   });
 
   it('a declared Content-Length over the limit with the body sent gets 413 and the next request works', async () => {
     for (let round = 0; round < 3; round++) {
-      await expect413(await fetch(`${server.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: new Uint8Array(3 << 20).fill(32) }));
+      await expect413(
+        await fetch(`${server.url}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: new Uint8Array(3 << 20).fill(32),
+        }),
+      );
       expect(await plainChat(), `round ${round}`).toBe(200);
     }
   });
 
   it('a declared Content-Length the client never sends is answered within seconds, not held', async () => {
-    const head = 'POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000000000000\r\n\r\n';
+    const head =
+      'POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000000000000\r\n\r\n';
     const { status, ms } = await rawStatus(head, JSON.stringify(chat), 10_000);
     expect(status).toBe('HTTP/1.1 413 Payload Too Large');
     expect(ms).toBeLessThan(5000);
@@ -76,7 +94,9 @@ describe('oversized bodies', () => {
   });
 
   it('the hook receiver refuses an oversized body the same way', async () => {
-    await expect413(await fetch(`${server.url}/v1/hooks/any-hook`, { method: 'POST', body: new Uint8Array(2 << 20).fill(32) }));
+    await expect413(
+      await fetch(`${server.url}/v1/hooks/any-hook`, { method: 'POST', body: new Uint8Array(2 << 20).fill(32) }),
+    );
     expect(await plainChat()).toBe(200);
   });
 });

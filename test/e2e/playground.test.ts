@@ -41,12 +41,14 @@ async function sendAndWait(message: string): Promise<void> {
   await page.fill('#input', message);
   await page.click('#send');
   await page.locator('.msg.assistant').nth(replies).waitFor();
-  await page.waitForFunction(() => !(document.getElementById('send') as HTMLButtonElement).disabled, undefined, { timeout: 60_000 });
+  await page.waitForFunction(() => !(document.getElementById('send') as HTMLButtonElement).disabled, undefined, {
+    timeout: 60_000,
+  });
 }
 
 describe('playground', () => {
   it('loads with no console errors and asks for the key', async () => {
-    const res = await page.goto(server.url + '/');
+    const res = await page.goto(`${server.url}/`);
     expect(res?.status()).toBe(200);
     expect(await page.title()).toBe('edge-infer playground');
     await page.waitForLoadState('networkidle');
@@ -66,7 +68,10 @@ describe('playground', () => {
     await page.evaluate(() => {
       const counts: number[] = [];
       (window as unknown as { tokenCounts: number[] }).tokenCounts = counts;
-      new MutationObserver(() => counts.push(document.querySelectorAll('.msg.assistant .tok').length)).observe(document.body, { childList: true, subtree: true });
+      new MutationObserver(() => counts.push(document.querySelectorAll('.msg.assistant .tok').length)).observe(
+        document.body,
+        { childList: true, subtree: true },
+      );
     });
     await sendAndWait('Hello! What can you do?');
     const seen = await page.evaluate(() => (window as unknown as { tokenCounts: number[] }).tokenCounts);
@@ -107,7 +112,9 @@ describe('playground', () => {
     await sendAndWait('Tell me about paged KV caches.');
 
     // The second session's prompt starts with the same system message: its leading blocks are the first's.
-    await expect.poll(async () => Number(await page.locator('#pool').getAttribute('data-shared')), { timeout: 10_000 }).toBeGreaterThan(0);
+    await expect
+      .poll(async () => Number(await page.locator('#pool').getAttribute('data-shared')), { timeout: 10_000 })
+      .toBeGreaterThan(0);
     expect(Number(await text('#pool-shared'))).toBeGreaterThan(0);
     expect(await page.locator('#seqs li.mine').count()).toBe(2);
     expect(await text('#seqs')).toMatch(/\d+ shared/);

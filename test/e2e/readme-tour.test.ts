@@ -22,7 +22,11 @@ interface Block {
 
 /** The tour's blocks, in README order. */
 function tourBlocks(markdown: string): Block[] {
-  return [...markdown.matchAll(/<!-- tour:([\w-]+) -->\n```(\w+)\n([\s\S]*?)\n```/g)].map(([, name, lang, code]) => ({ name, lang, code }));
+  return [...markdown.matchAll(/<!-- tour:([\w-]+) -->\n```(\w+)\n([\s\S]*?)\n```/g)].map(([, name, lang, code]) => ({
+    name,
+    lang,
+    code,
+  }));
 }
 
 const blocks = tourBlocks(readFileSync(`${ROOT}README.md`, 'utf8'));
@@ -62,7 +66,9 @@ afterAll(async () => {
 
 /** The block's code aimed at the test server (and receiver) instead of the tour's fixed ports. */
 function aimed(code: string): string {
-  return code.replaceAll('127.0.0.1:8787', server.url.replace('http://', '')).replaceAll('127.0.0.1:9000', `127.0.0.1:${receiverPort}`);
+  return code
+    .replaceAll('127.0.0.1:8787', server.url.replace('http://', ''))
+    .replaceAll('127.0.0.1:9000', `127.0.0.1:${receiverPort}`);
 }
 
 /** Runs a block as a user would; asynchronously, so the receiver in this process can answer meanwhile. */
@@ -130,7 +136,10 @@ describe("README's tour", () => {
     const text = JSON.parse(m![2]) as string;
     await expect.poll(() => deliveries.length, { timeout: 20_000 }).toBeGreaterThan(0);
     const secretBytes = /Buffer\.from\('([^']+)'\)/.exec(b.code)![1];
-    const payload = new Webhook(`whsec_${Buffer.from(secretBytes).toString('base64')}`).verify(deliveries[0].body, deliveries[0].headers) as {
+    const payload = new Webhook(`whsec_${Buffer.from(secretBytes).toString('base64')}`).verify(
+      deliveries[0].body,
+      deliveries[0].headers,
+    ) as {
       type: string;
       output: { text: string };
     };

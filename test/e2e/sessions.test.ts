@@ -22,7 +22,10 @@ interface Reply {
 }
 
 async function call<T>(method: string, path: string, body?: unknown): Promise<{ status: number; json: T }> {
-  const res = await fetch(`${server.url}${path}`, { method, body: body === undefined ? undefined : JSON.stringify(body) });
+  const res = await fetch(`${server.url}${path}`, {
+    method,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
   return { status: res.status, json: (await res.json()) as T };
 }
 
@@ -34,7 +37,9 @@ describe('sessions', () => {
   const turns: Reply[] = [];
 
   it('five turns: each prefills only the new message (plus template tokens)', async () => {
-    const created = await call<{ id: string; messages: unknown[] }>('POST', '/v1/sessions', { system: 'You are terse.' });
+    const created = await call<{ id: string; messages: unknown[] }>('POST', '/v1/sessions', {
+      system: 'You are terse.',
+    });
     expect(created.status).toBe(201);
     id = created.json.id;
     const contents = ['Hello!', 'What is a token?', 'And a block?', 'Why cache them?', 'Thanks, bye.'];
@@ -49,15 +54,22 @@ describe('sessions', () => {
       const { usage } = turns[t];
       // Everything the previous turn computed comes from the cache: its prompt and its reply, less the
       // last sampled token (never fed back).
-      expect(usage.prompt_tokens_details.cached_tokens, `turn ${t + 1}`).toBe(previous.prompt_tokens + previous.completion_tokens - 1);
+      expect(usage.prompt_tokens_details.cached_tokens, `turn ${t + 1}`).toBe(
+        previous.prompt_tokens + previous.completion_tokens - 1,
+      );
       // What is prefilled: the last sampled token, the previous reply's closing `<|im_end|>\n` when it ended
       // by length, and the new segment `<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n`:
       // at most 22 tokens besides the content's (at most one per byte), never the history before it.
       const prefilled = usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens;
-      expect(prefilled, `turn ${t + 1} prefills only the new user segment`).toBeLessThanOrEqual(new TextEncoder().encode(contents[t]).length + 22);
+      expect(prefilled, `turn ${t + 1} prefills only the new user segment`).toBeLessThanOrEqual(
+        new TextEncoder().encode(contents[t]).length + 22,
+      );
       expect(usage.prompt_tokens_details.cached_tokens).toBeGreaterThan(prefilled);
     }
-    const view = await call<{ messages: { role: string; content: string }[]; tokens: number }>('GET', `/v1/sessions/${id}`);
+    const view = await call<{ messages: { role: string; content: string }[]; tokens: number }>(
+      'GET',
+      `/v1/sessions/${id}`,
+    );
     expect(view.json.messages.map((m) => m.role)).toEqual(['system', ...Array(5).fill(['user', 'assistant']).flat()]);
     expect(view.json.messages.at(-1)!.content).toBe(turns[4].message.content);
   });
@@ -65,14 +77,20 @@ describe('sessions', () => {
   it('a streamed turn uses chat completion chunk framing', async () => {
     const res = await fetch(`${server.url}/v1/sessions/${id}/messages`, {
       method: 'POST',
-      body: JSON.stringify({ content: 'One more?', max_tokens: 8, stream: true, stream_options: { include_usage: true } }),
+      body: JSON.stringify({
+        content: 'One more?',
+        max_tokens: 8,
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
     });
     expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
     const data: string[] = [];
     const parser = createParser({ onEvent: (e) => data.push(e.data) });
     const decoder = new TextDecoder();
     const reader = res.body!.getReader();
-    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) parser.feed(decoder.decode(chunk.value, { stream: true }));
+    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read())
+      parser.feed(decoder.decode(chunk.value, { stream: true }));
     expect(data.at(-1)).toBe('[DONE]');
     const chunks = data.slice(0, -1).map((d) => JSON.parse(d));
     expect(chunks.every((c) => c.object === 'chat.completion.chunk')).toBe(true);
@@ -89,11 +107,17 @@ describe('sessions', () => {
   });
 
   it('a restart of the server loses nothing: the transcript is in storage, the cache is restored from there', async () => {
-    const before = await call<{ messages: unknown[]; tokens: number; stored_tokens: number }>('GET', `/v1/sessions/${id}`);
+    const before = await call<{ messages: unknown[]; tokens: number; stored_tokens: number }>(
+      'GET',
+      `/v1/sessions/${id}`,
+    );
     expect(before.json.stored_tokens).toBeGreaterThan(0);
     await server.stop();
     server = await startDevServer({}, server.persistDir);
-    const after = await call<{ messages: unknown[]; tokens: number; cached_tokens: number }>('GET', `/v1/sessions/${id}`);
+    const after = await call<{ messages: unknown[]; tokens: number; cached_tokens: number }>(
+      'GET',
+      `/v1/sessions/${id}`,
+    );
     expect(after.status).toBe(200);
     expect(after.json.messages).toEqual(before.json.messages);
     expect(after.json.tokens).toBe(before.json.tokens);
@@ -106,7 +130,9 @@ describe('sessions', () => {
     expect(next.json.usage.prompt_tokens_details.cached_tokens).toBeLessThanOrEqual(before.json.tokens);
     expect(next.json.usage.prompt_tokens_details.cached_tokens % 16).toBe(0);
     const again = await say(id, 'Good.');
-    expect(again.json.usage.prompt_tokens_details.cached_tokens).toBe(next.json.usage.prompt_tokens + next.json.usage.completion_tokens - 1);
+    expect(again.json.usage.prompt_tokens_details.cached_tokens).toBe(
+      next.json.usage.prompt_tokens + next.json.usage.completion_tokens - 1,
+    );
   });
 
   it('DELETE frees the session; then it is 404', async () => {
@@ -116,7 +142,8 @@ describe('sessions', () => {
   });
 
   it('a reply cut by a stop string is recorded as the text the user saw, and the session goes on', async () => {
-    const open = async (): Promise<string> => (await call<{ id: string }>('POST', '/v1/sessions', { system: 'Be brief.' })).json.id;
+    const open = async (): Promise<string> =>
+      (await call<{ id: string }>('POST', '/v1/sessions', { system: 'Be brief.' })).json.id;
     const full = await say(await open(), 'Describe the sea.', { max_tokens: 24 });
     const text = full.json.message.content;
     const stop = text.slice(8, 11);
@@ -134,7 +161,9 @@ describe('sessions', () => {
     const created = await call<{ id: string }>('POST', '/v1/sessions', {});
     expect((await call('POST', `/v1/sessions/${created.json.id}/messages`, {})).status).toBe(400);
     expect((await call('POST', `/v1/sessions/${created.json.id}/messages`, { content: 5 })).status).toBe(400);
-    expect((await call('POST', `/v1/sessions/${created.json.id}/messages`, { content: 'hi', temperature: 'hot' })).status).toBe(400);
+    expect(
+      (await call('POST', `/v1/sessions/${created.json.id}/messages`, { content: 'hi', temperature: 'hot' })).status,
+    ).toBe(400);
     expect((await call('POST', '/v1/sessions', { system: 42 })).status).toBe(400);
     expect((await call('GET', '/v1/sessions/0.nothing')).status).toBe(404);
     expect((await say(created.json.id, 'still works')).status).toBe(200);

@@ -11,7 +11,11 @@ beforeAll(async () => {
 afterAll(() => server?.stop());
 
 async function complete(base: string, body: Record<string, unknown>): Promise<{ status: number; json: any }> {
-  const res = await fetch(`${base}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(`${base}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   return { status: res.status, json: await res.json() };
 }
 

@@ -29,20 +29,42 @@ const tools: OpenAI.Chat.Completions.ChatCompletionTool[] = [
     function: {
       name: 'get_weather',
       description: 'Weather for a city',
-      parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 10 }, unit: { enum: ['celsius', 'fahrenheit'] } }, required: ['city', 'unit'], additionalProperties: false },
+      parameters: {
+        type: 'object',
+        properties: { city: { type: 'string', maxLength: 10 }, unit: { enum: ['celsius', 'fahrenheit'] } },
+        required: ['city', 'unit'],
+        additionalProperties: false,
+      },
     },
   },
   {
     type: 'function',
-    function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { type: 'string', maxLength: 6 } }, required: ['zone'], additionalProperties: false } },
+    function: {
+      name: 'get_time',
+      parameters: {
+        type: 'object',
+        properties: { zone: { type: 'string', maxLength: 6 } },
+        required: ['zone'],
+        additionalProperties: false,
+      },
+    },
   },
 ];
-const messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [{ role: 'user', content: 'What is the weather in Paris?' }];
+const messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [
+  { role: 'user', content: 'What is the weather in Paris?' },
+];
 
 describe('structured outputs through the openai client', () => {
   it('chat.completions.parse() with a zod schema gives a parsed object', async () => {
     for (const seed of [1, 2, 3]) {
-      const completion = await client.chat.completions.parse({ model: 'tiny', messages, response_format: zodResponseFormat(Weather, 'weather'), temperature: 1, seed, max_tokens: 200 });
+      const completion = await client.chat.completions.parse({
+        model: 'tiny',
+        messages,
+        response_format: zodResponseFormat(Weather, 'weather'),
+        temperature: 1,
+        seed,
+        max_tokens: 200,
+      });
       const parsed = completion.choices[0].message.parsed;
       expect(parsed, completion.choices[0].message.content ?? '').not.toBeNull();
       expect(Weather.parse(parsed)).toEqual(parsed);
@@ -50,10 +72,24 @@ describe('structured outputs through the openai client', () => {
   });
 
   it("vLLM's structured_outputs: a regex on completions, a choice on chat", async () => {
-    const body = { model: 'tiny', prompt: 'Date:', temperature: 1, seed: 7, max_tokens: 40, n: 4, structured_outputs: { regex: '20[0-9]{2}-(0[1-9]|1[0-2])-[0-3][0-9]' } };
+    const body = {
+      model: 'tiny',
+      prompt: 'Date:',
+      temperature: 1,
+      seed: 7,
+      max_tokens: 40,
+      n: 4,
+      structured_outputs: { regex: '20[0-9]{2}-(0[1-9]|1[0-2])-[0-3][0-9]' },
+    };
     const completion = await client.completions.create(body as unknown as OpenAI.CompletionCreateParamsNonStreaming);
     for (const choice of completion.choices) expect(choice.text).toMatch(/^20[0-9]{2}-(0[1-9]|1[0-2])-[0-3][0-9]$/);
-    const chat = await client.chat.completions.create({ model: 'tiny', messages, temperature: 1, seed: 3, structured_outputs: { choice: ['yes', 'no'] } } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const chat = await client.chat.completions.create({
+      model: 'tiny',
+      messages,
+      temperature: 1,
+      seed: 3,
+      structured_outputs: { choice: ['yes', 'no'] },
+    } as OpenAI.ChatCompletionCreateParamsNonStreaming);
     expect(['yes', 'no']).toContain(chat.choices[0].message.content);
   });
 
@@ -62,7 +98,10 @@ describe('structured outputs through the openai client', () => {
     const res = await fetch(`${server.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: bad } } }),
+      body: JSON.stringify({
+        messages,
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema: bad } },
+      }),
     });
     expect(res.status).toBe(400);
     const { error } = (await res.json()) as { error: { message: string; type: string; param: string; code: string } };
@@ -83,7 +122,16 @@ describe('structured outputs through the openai client', () => {
 
 describe('tool calls through the openai client', () => {
   it('a forced call comes back parsed, with finish_reason tool_calls', async () => {
-    const completion = await client.chat.completions.create({ model: 'tiny', messages, tools, tool_choice: 'required', temperature: 1, seed: 5, max_tokens: 200, parallel_tool_calls: false });
+    const completion = await client.chat.completions.create({
+      model: 'tiny',
+      messages,
+      tools,
+      tool_choice: 'required',
+      temperature: 1,
+      seed: 5,
+      max_tokens: 200,
+      parallel_tool_calls: false,
+    });
     const choice = completion.choices[0];
     expect(choice.finish_reason).toBe('tool_calls');
     expect(choice.message.tool_calls).toHaveLength(1);
@@ -95,7 +143,16 @@ describe('tool calls through the openai client', () => {
   });
 
   it('streams a named call as OpenAI does: id and name first, then fragments of arguments', async () => {
-    const stream = await client.chat.completions.create({ model: 'tiny', messages, tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, temperature: 1, seed: 9, max_tokens: 200, stream: true });
+    const stream = await client.chat.completions.create({
+      model: 'tiny',
+      messages,
+      tools,
+      tool_choice: { type: 'function', function: { name: 'get_weather' } },
+      temperature: 1,
+      seed: 9,
+      max_tokens: 200,
+      stream: true,
+    });
     const deltas: OpenAI.Chat.Completions.ChatCompletionChunk.Choice.Delta.ToolCall[] = [];
     let finish: string | null = null;
     for await (const chunk of stream) {
@@ -116,10 +173,23 @@ describe('tool calls through the openai client', () => {
 
   // With tool_choice auto the model's own tool-call markers are parsed out of what it writes. A random
   // model never writes them by itself, so a regex (vLLM's structured_outputs) steers it into text, then a call.
-  const AUTO = { structured_outputs: { regex: 'Let me check\\.\\n<tool_call>\\n\\{"name": "get_weather", "arguments": \\{"city": "(Paris|Oslo)", "unit": "celsius"\\}\\}\\n</tool_call>' } };
+  const AUTO = {
+    structured_outputs: {
+      regex:
+        'Let me check\\.\\n<tool_call>\\n\\{"name": "get_weather", "arguments": \\{"city": "(Paris|Oslo)", "unit": "celsius"\\}\\}\\n</tool_call>',
+    },
+  };
 
   it('auto: a call the model writes itself is parsed out of its text', async () => {
-    const completion = await client.chat.completions.create({ model: 'tiny', messages, tools, temperature: 1, seed: 3, max_tokens: 200, ...AUTO } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const completion = await client.chat.completions.create({
+      model: 'tiny',
+      messages,
+      tools,
+      temperature: 1,
+      seed: 3,
+      max_tokens: 200,
+      ...AUTO,
+    } as OpenAI.ChatCompletionCreateParamsNonStreaming);
     const choice = completion.choices[0];
     expect(choice.finish_reason).toBe('tool_calls');
     // Whole, the content is trimmed of the blank lines around calls (as vLLM's Hermes parser); streamed, it went out as it came.
@@ -129,8 +199,17 @@ describe('tool calls through the openai client', () => {
     expect(JSON.parse(call.function.arguments)).toMatchObject({ unit: 'celsius' });
   });
 
-  it('auto, streamed: content first, then the call in OpenAI\'s delta shape', async () => {
-    const stream = await client.chat.completions.create({ model: 'tiny', messages, tools, temperature: 1, seed: 3, max_tokens: 200, stream: true, ...AUTO } as OpenAI.ChatCompletionCreateParamsStreaming);
+  it("auto, streamed: content first, then the call in OpenAI's delta shape", async () => {
+    const stream = await client.chat.completions.create({
+      model: 'tiny',
+      messages,
+      tools,
+      temperature: 1,
+      seed: 3,
+      max_tokens: 200,
+      stream: true,
+      ...AUTO,
+    } as OpenAI.ChatCompletionCreateParamsStreaming);
     let content = '';
     let finish: string | null = null;
     const deltas: OpenAI.Chat.Completions.ChatCompletionChunk.Choice.Delta.ToolCall[] = [];
@@ -148,10 +227,22 @@ describe('tool calls through the openai client', () => {
   });
 
   it('a two-round tool conversation: the tool result goes back and the model answers', async () => {
-    const first = await client.chat.completions.create({ model: 'tiny', messages, tools, tool_choice: 'required', temperature: 1, seed: 11, max_tokens: 200 });
+    const first = await client.chat.completions.create({
+      model: 'tiny',
+      messages,
+      tools,
+      tool_choice: 'required',
+      temperature: 1,
+      seed: 11,
+      max_tokens: 200,
+    });
     const assistant = first.choices[0].message;
     expect(assistant.tool_calls?.length).toBeGreaterThan(0);
-    const results: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = assistant.tool_calls!.map((call) => ({ role: 'tool', tool_call_id: call.id, content: JSON.stringify({ temperature: 21 }) }));
+    const results: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = assistant.tool_calls!.map((call) => ({
+      role: 'tool',
+      tool_call_id: call.id,
+      content: JSON.stringify({ temperature: 21 }),
+    }));
     const second = await client.chat.completions.create({
       model: 'tiny',
       messages: [...messages, assistant, ...results],
@@ -171,10 +262,14 @@ describe('tool calls through the openai client', () => {
 describe('metrics', () => {
   it('/metrics carries grammar compile times and cache hits', async () => {
     const body = { model: 'tiny', messages, max_tokens: 20, response_format: { type: 'json_object' } };
-    for (let i = 0; i < 2; i++) await client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    for (let i = 0; i < 2; i++)
+      await client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming);
     const text = await (await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${KEY}` } })).text();
     const total = (name: string): number =>
-      text.split('\n').filter((l) => l.startsWith(`${name}{`)).reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+      text
+        .split('\n')
+        .filter((l) => l.startsWith(`${name}{`))
+        .reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
     expect(text).toContain('# TYPE edge_infer_grammar_compile_seconds histogram');
     expect(total('edge_infer_grammar_compile_seconds_count')).toBeGreaterThan(0);
     expect(total('edge_infer_grammar_cache_hits_total')).toBeGreaterThan(0);
@@ -184,13 +279,28 @@ describe('metrics', () => {
 describe('session turns', () => {
   it('a turn takes response_format; a session default takes vLLM’s choice', async () => {
     const call = async (path: string, body: unknown): Promise<Record<string, unknown>> => {
-      const res = await fetch(`${server.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+      const res = await fetch(`${server.url}${path}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
       expect(res.status, await res.clone().text()).toBeLessThan(300);
       return (await res.json()) as Record<string, unknown>;
     };
-    const session = await call('/v1/sessions', { system: 'Be brief.', defaults: { structured_outputs: { choice: ['left', 'right'] }, temperature: 1 } });
-    const schema = { type: 'object', properties: { n: { type: 'integer', minimum: 1, maximum: 9 } }, required: ['n'], additionalProperties: false };
-    const first = await call(`/v1/sessions/${String(session.id)}/messages`, { content: 'Pick a number.', response_format: { type: 'json_schema', json_schema: { name: 'n', schema } } });
+    const session = await call('/v1/sessions', {
+      system: 'Be brief.',
+      defaults: { structured_outputs: { choice: ['left', 'right'] }, temperature: 1 },
+    });
+    const schema = {
+      type: 'object',
+      properties: { n: { type: 'integer', minimum: 1, maximum: 9 } },
+      required: ['n'],
+      additionalProperties: false,
+    };
+    const first = await call(`/v1/sessions/${String(session.id)}/messages`, {
+      content: 'Pick a number.',
+      response_format: { type: 'json_schema', json_schema: { name: 'n', schema } },
+    });
     const n = (JSON.parse((first.message as { content: string }).content) as { n: number }).n;
     expect(n).toBeGreaterThanOrEqual(1);
     expect(n).toBeLessThanOrEqual(9);

@@ -14,7 +14,11 @@ export interface Arrival {
 export type Result = { tokens: TokenEvent[]; done: DoneEvent };
 
 /** Steps a manual engine, submitting and cancelling requests at the given steps, until all are done. */
-export async function runArrivals(engine: Engine, arrivals: Arrival[], onStep?: (step: number) => void): Promise<Result[]> {
+export async function runArrivals(
+  engine: Engine,
+  arrivals: Arrival[],
+  onStep?: (step: number) => void,
+): Promise<Result[]> {
   const results: Promise<Result>[] = [];
   const controllers: AbortController[] = [];
   const lastArrival = Math.max(...arrivals.map((a) => a.at));

@@ -22,7 +22,9 @@ function safetensors(tensors: { name: string; dtype: Dtype; shape: number[]; dat
   let offset = 0;
   for (const t of tensors) {
     const blob = Buffer.alloc(t.data.length * (t.dtype === 'F32' ? 4 : 2));
-    t.data.forEach((v, i) => (t.dtype === 'F32' ? blob.writeFloatLE(v, i * 4) : blob.writeUInt16LE(bf16Bits(v), i * 2)));
+    t.data.forEach((v, i) =>
+      t.dtype === 'F32' ? blob.writeFloatLE(v, i * 4) : blob.writeUInt16LE(bf16Bits(v), i * 2),
+    );
     header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + blob.length] };
     offset += blob.length;
     blobs.push(blob);
@@ -38,7 +40,13 @@ function safetensors(tensors: { name: string; dtype: Dtype; shape: number[]; dat
  * Writes the folder; returns the weights exactly as stored (bf16-rounded where stored as BF16) in the
  * reference's (in, out) layout, so the reference computes what the checkpoint holds.
  */
-export function writeHfFolder(dir: string, shape: LlamaShape, seed: number, tokenizerFrom: string, shards = 2): Map<string, Tensor> {
+export function writeHfFolder(
+  dir: string,
+  shape: LlamaShape,
+  seed: number,
+  tokenizerFrom: string,
+  shards = 2,
+): Map<string, Tensor> {
   mkdirSync(dir, { recursive: true });
   const weights = makeWeights(shape, seed);
   const stored = new Map<string, Tensor>();
@@ -55,13 +63,21 @@ export function writeHfFolder(dir: string, shape: LlamaShape, seed: number, toke
   const weightMap: Record<string, string> = {};
   const per = Math.ceil(entries.length / shards);
   for (let s = 0; s < shards; s++) {
-    const file = shards === 1 ? 'model.safetensors' : `model-${String(s + 1).padStart(5, '0')}-of-${String(shards).padStart(5, '0')}.safetensors`;
+    const file =
+      shards === 1
+        ? 'model.safetensors'
+        : `model-${String(s + 1).padStart(5, '0')}-of-${String(shards).padStart(5, '0')}.safetensors`;
     const part = entries.slice(s * per, (s + 1) * per);
     for (const e of part) weightMap[e.name] = file;
     writeFileSync(join(dir, file), safetensors(part));
   }
-  if (shards > 1) writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: { total_size: 0 }, weight_map: weightMap }));
+  if (shards > 1)
+    writeFileSync(
+      join(dir, 'model.safetensors.index.json'),
+      JSON.stringify({ metadata: { total_size: 0 }, weight_map: weightMap }),
+    );
   writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...llamaConfigJson(shape), torch_dtype: 'bfloat16' }));
-  for (const f of ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json']) copyFileSync(join(tokenizerFrom, f), join(dir, f));
+  for (const f of ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json'])
+    copyFileSync(join(tokenizerFrom, f), join(dir, f));
   return stored;
 }

@@ -53,8 +53,11 @@ export class LocalHub {
   }
 
   private files(dir: string): string[] {
-    const walk = (d: string): string[] => readdirSync(d).flatMap((n) => (statSync(join(d, n)).isDirectory() ? walk(join(d, n)) : [join(d, n)]));
-    return walk(dir).map((f) => relative(dir, f).split('\\').join('/')).sort();
+    const walk = (d: string): string[] =>
+      readdirSync(d).flatMap((n) => (statSync(join(d, n)).isDirectory() ? walk(join(d, n)) : [join(d, n)]));
+    return walk(dir)
+      .map((f) => relative(dir, f).split('\\').join('/'))
+      .sort();
   }
 
   private handle(req: IncomingMessage, res: ServerResponse): void {
@@ -73,18 +76,31 @@ export class LocalHub {
     const resolve = /^\/([^/]+\/[^/]+)\/resolve\/([^/]+)\/(.+)$/.exec(url.pathname);
     const repoName = api?.[1] ?? resolve?.[1];
     const repo = repoName ? this.repos[repoName] : undefined;
-    if (!repo || !repoName) return send(404, JSON.stringify({ error: 'Repository not found' }), { 'content-type': 'application/json' });
+    if (!repo || !repoName)
+      return send(404, JSON.stringify({ error: 'Repository not found' }), { 'content-type': 'application/json' });
     if (repo.gatedToken && req.headers.authorization !== `Bearer ${repo.gatedToken}`) {
-      return send(401, JSON.stringify({ error: 'Access to model is restricted. You must have access to it and be authenticated to access it.' }), { 'content-type': 'application/json' });
+      return send(
+        401,
+        JSON.stringify({
+          error: 'Access to model is restricted. You must have access to it and be authenticated to access it.',
+        }),
+        { 'content-type': 'application/json' },
+      );
     }
     const sha = LocalHub.sha(repoName);
     const rev = decodeURIComponent((api ?? resolve)![2]);
-    if (rev !== 'main' && rev !== sha) return send(404, JSON.stringify({ error: `Invalid rev id: ${rev}` }), { 'content-type': 'application/json' });
+    if (rev !== 'main' && rev !== sha)
+      return send(404, JSON.stringify({ error: `Invalid rev id: ${rev}` }), { 'content-type': 'application/json' });
     if (api) {
       const siblings = this.files(repo.dir).map((f) => {
         const content = readFileSync(join(repo.dir, f));
         const entry: Record<string, unknown> = { rfilename: f, size: content.length };
-        if (f.endsWith('.onnx')) entry.lfs = { sha256: createHash('sha256').update(content).digest('hex'), size: content.length, pointerSize: 134 };
+        if (f.endsWith('.onnx'))
+          entry.lfs = {
+            sha256: createHash('sha256').update(content).digest('hex'),
+            size: content.length,
+            pointerSize: 134,
+          };
         else entry.blobId = createHash('sha1').update(`blob ${content.length}\0`).update(content).digest('hex');
         return entry;
       });
@@ -100,7 +116,11 @@ export class LocalHub {
     if (file.endsWith('.onnx')) {
       const digest = createHash('sha256').update(content).digest('hex');
       this.blobs.set(digest, content);
-      return send(302, '', { location: `/cdn/${digest}/${encodeURIComponent(file)}`, 'x-linked-etag': `"${digest}"`, 'x-linked-size': String(content.length) });
+      return send(302, '', {
+        location: `/cdn/${digest}/${encodeURIComponent(file)}`,
+        'x-linked-etag': `"${digest}"`,
+        'x-linked-size': String(content.length),
+      });
     }
     this.serveBytes(req, res, file, content);
   }
@@ -124,7 +144,11 @@ export class LocalHub {
       status = 206;
     }
     const cut = this.cutAfter.get(file);
-    res.writeHead(status, { 'content-length': String(body.length), 'accept-ranges': 'bytes', 'content-type': 'application/octet-stream' });
+    res.writeHead(status, {
+      'content-length': String(body.length),
+      'accept-ranges': 'bytes',
+      'content-type': 'application/octet-stream',
+    });
     if (cut !== undefined && cut < body.length) {
       this.cutAfter.delete(file);
       // Send the first `cut` bytes, then drop the connection mid-body.

@@ -20,11 +20,14 @@ export function trainVocab(corpus: string, merges: number): Llama2cTestVocab {
   }
   // Words as SentencePiece sees them: each starts with its space.
   const words = new Map<string, number>();
-  for (const w of (' ' + corpus.replace(/\s+/g, ' ')).split(/(?= )/)) words.set(w, (words.get(w) ?? 0) + 1);
+  for (const w of ` ${corpus.replace(/\s+/g, ' ')}`.split(/(?= )/)) words.set(w, (words.get(w) ?? 0) + 1);
   const charCount = new Map<string, number>();
   for (const [w, n] of words) for (const c of Array.from(w)) charCount.set(c, (charCount.get(c) ?? 0) + n);
   // Leave a few characters out, so byte fallback is exercised on ordinary text too.
-  const chars = [...charCount].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).map(([c]) => c).filter((c) => !'QZ€'.includes(c));
+  const chars = [...charCount]
+    .sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))
+    .map(([c]) => c)
+    .filter((c) => !'QZ€'.includes(c));
   const known = new Set(chars);
   let seqs = [...words].map(([w, n]) => ({ syms: Array.from(w).map((c) => (known.has(c) ? c : null)), n }));
   const learned: string[] = [];
@@ -43,7 +46,8 @@ export function trainVocab(corpus: string, merges: number): Llama2cTestVocab {
       }
     }
     let best: { a: string; b: string; n: number } | undefined;
-    for (const e of pairs.values()) if (!have.has(e.a + e.b) && (!best || e.n > best.n || (e.n === best.n && e.a + e.b < best.a + best.b))) best = e;
+    for (const e of pairs.values())
+      if (!have.has(e.a + e.b) && (!best || e.n > best.n || (e.n === best.n && e.a + e.b < best.a + best.b))) best = e;
     if (!best) break;
     const merged = best.a + best.b;
     learned.push(merged);
@@ -119,8 +123,19 @@ export function writeCheckpoint(path: string, shape: LlamaShape, seq: number, se
     new Float32Array(seq * shape.headDim).fill(0.5), // freq_cis_real + freq_cis_imag (run.c ignores them)
     ...(shape.tieWordEmbeddings ? [] : [outIn('lm_head.weight')]),
   ];
-  const header = Int32Array.of(shape.hiddenSize, shape.intermediateSize, L, shape.numHeads, shape.numKvHeads, shape.tieWordEmbeddings ? shape.vocabSize : -shape.vocabSize, seq);
-  writeFileSync(path, Buffer.concat([Buffer.from(header.buffer), ...parts.map((a) => Buffer.from(a.buffer, a.byteOffset, a.byteLength))]));
+  const header = Int32Array.of(
+    shape.hiddenSize,
+    shape.intermediateSize,
+    L,
+    shape.numHeads,
+    shape.numKvHeads,
+    shape.tieWordEmbeddings ? shape.vocabSize : -shape.vocabSize,
+    seq,
+  );
+  writeFileSync(
+    path,
+    Buffer.concat([Buffer.from(header.buffer), ...parts.map((a) => Buffer.from(a.buffer, a.byteOffset, a.byteLength))]),
+  );
 }
 
 /** run.c's encode(), ported as written: optional BOS (1), dummy prefix " ", code points, byte fallback, merge by best score. */

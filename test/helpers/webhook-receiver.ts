@@ -31,7 +31,8 @@ export async function startWebhookReceiver(): Promise<{ url: string; close(): Pr
     req.on('data', (chunk) => (body += chunk));
     req.on('end', () => {
       const [, kind, key] = (req.url ?? '').split('/');
-      const json = (status: number, value: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
+      const json = (status: number, value: unknown) =>
+        res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
       if (kind === 'control' && req.method === 'POST') {
         const { secret, fail = 0 } = JSON.parse(body) as { secret: string; fail?: number };
         inboxes.set(key, { secret, failures: fail, deliveries: [] });

@@ -1,7 +1,7 @@
 // Reference Llama forward pass (HF LlamaForCausalLM math, see spec/SPEC.md), the oracle the engine is
 // checked against. Deliberately naive, one token at a time, every accumulation in Float64, in the
 // spirit of llama2.c run.c. It shares no code with the engine or the ONNX graph builder.
-import { readOnnxWeights, type Tensor } from './onnx-weights';
+import type { Tensor } from './onnx-weights';
 
 /** The config.json keys the math needs (extra keys are ignored). */
 export interface LlamaConfig {
@@ -60,7 +60,7 @@ function rmsnorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
 function ropeHead(x: Float64Array, off: number, headDim: number, pos: number, theta: number): void {
   const half = headDim / 2;
   for (let j = 0; j < half; j++) {
-    const invFreq = Math.pow(theta, (-2 * j) / headDim);
+    const invFreq = theta ** ((-2 * j) / headDim);
     const angle = pos * invFreq; // cos/sin = cat(angle, angle): element j and j+half share it
     const c = Math.cos(angle);
     const s = Math.sin(angle);
@@ -74,7 +74,7 @@ function ropeHead(x: Float64Array, off: number, headDim: number, pos: number, th
 /** run.c's RoPE over x[off .. off+headDim): pair (2j, 2j+1) rotated by pos * theta^(-2j/headDim). */
 function ropeHeadInterleaved(x: Float64Array, off: number, headDim: number, pos: number, theta: number): void {
   for (let i = 0; i < headDim; i += 2) {
-    const angle = pos * Math.pow(theta, -i / headDim);
+    const angle = pos * theta ** (-i / headDim);
     const c = Math.cos(angle);
     const s = Math.sin(angle);
     const v0 = x[off + i];
@@ -153,15 +153,15 @@ export class LlamaReference {
     for (let l = 0; l < this.nLayers; l++) {
       const p = `model.layers.${l}.`;
       this.layers.push({
-        attnNorm: get(p + 'input_layernorm.weight', [H]),
-        wq: get(p + 'self_attn.q_proj.weight', [H, Q]),
-        wk: get(p + 'self_attn.k_proj.weight', [H, KV]),
-        wv: get(p + 'self_attn.v_proj.weight', [H, KV]),
-        wo: get(p + 'self_attn.o_proj.weight', [Q, H]),
-        mlpNorm: get(p + 'post_attention_layernorm.weight', [H]),
-        wGate: get(p + 'mlp.gate_proj.weight', [H, I]),
-        wUp: get(p + 'mlp.up_proj.weight', [H, I]),
-        wDown: get(p + 'mlp.down_proj.weight', [I, H]),
+        attnNorm: get(`${p}input_layernorm.weight`, [H]),
+        wq: get(`${p}self_attn.q_proj.weight`, [H, Q]),
+        wk: get(`${p}self_attn.k_proj.weight`, [H, KV]),
+        wv: get(`${p}self_attn.v_proj.weight`, [H, KV]),
+        wo: get(`${p}self_attn.o_proj.weight`, [Q, H]),
+        mlpNorm: get(`${p}post_attention_layernorm.weight`, [H]),
+        wGate: get(`${p}mlp.gate_proj.weight`, [H, I]),
+        wUp: get(`${p}mlp.up_proj.weight`, [H, I]),
+        wDown: get(`${p}mlp.down_proj.weight`, [I, H]),
       });
     }
     this.finalNorm = get('model.norm.weight', [H]);

@@ -10,7 +10,9 @@ export async function loadLlama2cReference(path: string): Promise<LlamaReference
   const file = await readFile(path);
   const bytes = new Uint8Array(file.buffer, file.byteOffset, file.byteLength);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const [dim, hidden, layers, heads, kvHeads, signedVocab, seqLen] = [0, 1, 2, 3, 4, 5, 6].map((i) => view.getInt32(i * 4, true));
+  const [dim, hidden, layers, heads, kvHeads, signedVocab, seqLen] = [0, 1, 2, 3, 4, 5, 6].map((i) =>
+    view.getInt32(i * 4, true),
+  );
   const vocab = Math.abs(signedVocab);
   const headSize = dim / heads;
   const kvDim = kvHeads * headSize;
@@ -44,20 +46,21 @@ export async function loadLlama2cReference(path: string): Promise<LlamaReference
   offset += 4 * seqLen * headSize; // freq_cis_real, freq_cis_imag
   for (let l = 0; l < layers; l++) {
     const p = `model.layers.${l}.`;
-    weights.set(p + 'input_layernorm.weight', { dims: [dim], data: attNorm[l] });
-    weights.set(p + 'self_attn.q_proj.weight', { dims: [dim, dim], data: outIn(wq[l], dim, dim) });
-    weights.set(p + 'self_attn.k_proj.weight', { dims: [dim, kvDim], data: outIn(wk[l], kvDim, dim) });
-    weights.set(p + 'self_attn.v_proj.weight', { dims: [dim, kvDim], data: outIn(wv[l], kvDim, dim) });
-    weights.set(p + 'self_attn.o_proj.weight', { dims: [dim, dim], data: outIn(wo[l], dim, dim) });
-    weights.set(p + 'post_attention_layernorm.weight', { dims: [dim], data: ffnNorm[l] });
-    weights.set(p + 'mlp.gate_proj.weight', { dims: [dim, hidden], data: outIn(w1[l], hidden, dim) });
-    weights.set(p + 'mlp.up_proj.weight', { dims: [dim, hidden], data: outIn(w3[l], hidden, dim) });
-    weights.set(p + 'mlp.down_proj.weight', { dims: [hidden, dim], data: outIn(w2[l], dim, hidden) });
+    weights.set(`${p}input_layernorm.weight`, { dims: [dim], data: attNorm[l] });
+    weights.set(`${p}self_attn.q_proj.weight`, { dims: [dim, dim], data: outIn(wq[l], dim, dim) });
+    weights.set(`${p}self_attn.k_proj.weight`, { dims: [dim, kvDim], data: outIn(wk[l], kvDim, dim) });
+    weights.set(`${p}self_attn.v_proj.weight`, { dims: [dim, kvDim], data: outIn(wv[l], kvDim, dim) });
+    weights.set(`${p}self_attn.o_proj.weight`, { dims: [dim, dim], data: outIn(wo[l], dim, dim) });
+    weights.set(`${p}post_attention_layernorm.weight`, { dims: [dim], data: ffnNorm[l] });
+    weights.set(`${p}mlp.gate_proj.weight`, { dims: [dim, hidden], data: outIn(w1[l], hidden, dim) });
+    weights.set(`${p}mlp.up_proj.weight`, { dims: [dim, hidden], data: outIn(w3[l], hidden, dim) });
+    weights.set(`${p}mlp.down_proj.weight`, { dims: [hidden, dim], data: outIn(w2[l], dim, hidden) });
   }
   weights.set('model.norm.weight', { dims: [dim], data: finalNorm });
   const shared = signedVocab > 0;
   if (!shared) weights.set('lm_head.weight', { dims: [dim, vocab], data: outIn(floats(vocab * dim), vocab, dim) });
-  if (offset !== bytes.byteLength) throw new Error(`llama2.c reference loader: ${bytes.byteLength - offset} bytes unread`);
+  if (offset !== bytes.byteLength)
+    throw new Error(`llama2.c reference loader: ${bytes.byteLength - offset} bytes unread`);
   const config: LlamaConfig = {
     hidden_size: dim,
     intermediate_size: hidden,

@@ -11,4 +11,3 @@ export async function loadReference(modelDir: string): Promise<LlamaReference> {
   const model = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   return new LlamaReference(config, readOnnxWeights(model));
 }
-

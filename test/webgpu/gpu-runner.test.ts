@@ -62,9 +62,15 @@ describe.skipIf(!gpu)(`GpuModelRunner: KV kept on the device${skipNote}`, () => 
     const got = await decode(seqs, prompts, STEPS);
     for (let b = 0; b < prompts.length; b++) expect(got[b], `row ${b}`).toEqual(await wasmGreedy(prompts[b], STEPS));
     // Nothing was written to the CPU pool's arrays: the keys and values stayed on the device.
-    expect(pool.keys.every((layer) => layer.every((v) => v === 0)), 'CPU pool untouched').toBe(true);
+    expect(
+      pool.keys.every((layer) => layer.every((v) => v === 0)),
+      'CPU pool untouched',
+    ).toBe(true);
     await runner.syncPoolToCpu();
-    expect(pool.keys[0].some((v) => v !== 0), 'device pool holds the keys').toBe(true);
+    expect(
+      pool.keys[0].some((v) => v !== 0),
+      'device pool holds the keys',
+    ).toBe(true);
     pool.keys.forEach((layer) => layer.fill(0));
     pool.values.forEach((layer) => layer.fill(0));
     for (const kv of seqs) manager.free(kv);
@@ -109,7 +115,7 @@ describe.skipIf(!gpu)(`GpuModelRunner + DeviceSampler: logits sampled where they
     await wasm?.runner.release();
   });
 
-  it('greedy with penalties, and seeded sampling, batched: the wasm engine\'s tokens', async () => {
+  it("greedy with penalties, and seeded sampling, batched: the wasm engine's tokens", async () => {
     const prompts = [randomIds(31, 7, 3, 512), randomIds(32, 18, 3, 512), randomIds(33, 3, 3, 512)];
     const inputs = [
       { temperature: 0, repetition_penalty: 1.3, presence_penalty: 0.5 },
@@ -118,7 +124,9 @@ describe.skipIf(!gpu)(`GpuModelRunner + DeviceSampler: logits sampled where they
     ] satisfies GenerationRequest[];
     const n = 16;
     const seqs = prompts.map(() => manager.create());
-    const states = prompts.map((p, b) => new DeviceSamplerState(resolveSamplingParams(inputs[b], 512), { vocabSize: 512, promptTokenIds: p }));
+    const states = prompts.map(
+      (p, b) => new DeviceSamplerState(resolveSamplingParams(inputs[b], 512), { vocabSize: 512, promptTokenIds: p }),
+    );
     const got: number[][] = prompts.map(() => []);
     let feeds = prompts;
     for (let step = 0; step < n; step++) {

@@ -6,7 +6,8 @@ import type { GpuContext } from '../../src/engine/gpu/device.js';
 export const gpu: GpuContext | null = await nodeGpuContext();
 
 if (!gpu) {
-  if (process.env.EDGE_INFER_REQUIRE_WEBGPU || process.env.CI) throw new Error(`WebGPU is required here (CI or EDGE_INFER_REQUIRE_WEBGPU) but there is ${NO_ADAPTER_MESSAGE}`);
+  if (process.env.EDGE_INFER_REQUIRE_WEBGPU || process.env.CI)
+    throw new Error(`WebGPU is required here (CI or EDGE_INFER_REQUIRE_WEBGPU) but there is ${NO_ADAPTER_MESSAGE}`);
   console.warn(`test/webgpu skipped: ${NO_ADAPTER_MESSAGE}`);
 }
 

@@ -26,7 +26,8 @@ function fillSpecial(a: Float32Array, rand: () => number): void {
   bits[2] = 0x00000001; // smallest denormal
 }
 
-const bitsOf = (a: KvArray | ArrayBuffer): Uint32Array => (a instanceof ArrayBuffer ? new Uint32Array(a) : new Uint32Array(a.buffer, a.byteOffset, a.byteLength / 4));
+const bitsOf = (a: KvArray | ArrayBuffer): Uint32Array =>
+  a instanceof ArrayBuffer ? new Uint32Array(a) : new Uint32Array(a.buffer, a.byteOffset, a.byteLength / 4);
 
 describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, () => {
   let kernels: GpuKernels;
@@ -67,18 +68,30 @@ describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, ()
   }
 
   const storage = (floats: number, init?: Float32Array): GPUBuffer => {
-    const b = device().createBuffer({ size: Math.max(16, floats * 4), usage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST });
+    const b = device().createBuffer({
+      size: Math.max(16, floats * 4),
+      usage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST,
+    });
     if (init) device().queue.writeBuffer(b, 0, init as Float32Array<ArrayBuffer>);
     return b;
   };
 
   it('gather equals PagedSequenceKv.gather bit for bit (partial last blocks, left padding)', async () => {
-    for (const [seed, lengths] of [[1, [7, 13, 1, 4]], [2, [17]], [3, [5, 9, 0, 12, 3]]] as [number, number[]][]) {
+    for (const [seed, lengths] of [
+      [1, [7, 13, 1, 4]],
+      [2, [17]],
+      [3, [5, 9, 0, 12, 3]],
+    ] as [number, number[]][]) {
       const { seqs, gpuPool } = setup(seed, lengths);
       const P = Math.max(...lengths) + 2; // extra slots on the left too
       const rowFloats = shape.numKvHeads * P * shape.headDim;
       const transfer = new KvTransfer(kernels, gpuPool);
-      const rows: KvRowPlacement[] = seqs.map((kv) => ({ blocks: kv.blocks, length: kv.length, offset: P - kv.length, count: 0 }));
+      const rows: KvRowPlacement[] = seqs.map((kv) => ({
+        blocks: kv.blocks,
+        length: kv.length,
+        offset: P - kv.length,
+        count: 0,
+      }));
       const past: KvLayerBuffers[] = Array.from({ length: shape.numLayers }, () => ({
         // Filled with garbage first: the kernel must also write the padding (as zeros).
         keys: storage(seqs.length * rowFloats, new Float32Array(seqs.length * rowFloats).fill(7)),
@@ -91,7 +104,15 @@ describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, ()
       for (let layer = 0; layer < shape.numLayers; layer++) {
         const keys = new Float32Array(seqs.length * rowFloats);
         const values = new Float32Array(seqs.length * rowFloats);
-        seqs.forEach((kv, b) => kv.gather(layer, keys.subarray(b * rowFloats, (b + 1) * rowFloats), values.subarray(b * rowFloats, (b + 1) * rowFloats), P, P - kv.length));
+        seqs.forEach((kv, b) =>
+          kv.gather(
+            layer,
+            keys.subarray(b * rowFloats, (b + 1) * rowFloats),
+            values.subarray(b * rowFloats, (b + 1) * rowFloats),
+            P,
+            P - kv.length,
+          ),
+        );
         const gotKeys = await readBuffer(device(), past[layer].keys, keys.byteLength);
         const gotValues = await readBuffer(device(), past[layer].values, values.byteLength);
         expect(bitsOf(gotKeys), `seed ${seed} layer ${layer} keys`).toEqual(bitsOf(keys));
@@ -119,8 +140,16 @@ describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, ()
       });
       // The device first, from the pool as it is now (reserve may have copied nothing: fresh blocks only).
       const transfer = new KvTransfer(kernels, gpuPool);
-      const rows: KvRowPlacement[] = seqs.map((kv, b) => ({ blocks: kv.blocks, length: kv.length, offset: T - counts[b], count: counts[b] }));
-      const presentBuffers = present.map((p) => ({ keys: storage(p.keys.length, p.keys), values: storage(p.values.length, p.values) }));
+      const rows: KvRowPlacement[] = seqs.map((kv, b) => ({
+        blocks: kv.blocks,
+        length: kv.length,
+        offset: T - counts[b],
+        count: counts[b],
+      }));
+      const presentBuffers = present.map((p) => ({
+        keys: storage(p.keys.length, p.keys),
+        values: storage(p.values.length, p.values),
+      }));
       const encoder = device().createCommandEncoder();
       transfer.encodeScatter(encoder, rows, T, presentBuffers);
       device().queue.submit([encoder.finish()]);
@@ -129,7 +158,14 @@ describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, ()
         seqs.forEach((kv: PagedSequenceKv, b) => {
           const at = b * rowFloats;
           const { keys, values } = present[layer];
-          kv.scatter(layer, keys.subarray(at, at + rowFloats), values.subarray(at, at + rowFloats), T, T - counts[b], counts[b]);
+          kv.scatter(
+            layer,
+            keys.subarray(at, at + rowFloats),
+            values.subarray(at, at + rowFloats),
+            T,
+            T - counts[b],
+            counts[b],
+          );
         });
         const gotKeys = await readBuffer(device(), gpuPool.keys[layer], pool.keys[layer].byteLength);
         const gotValues = await readBuffer(device(), gpuPool.values[layer], pool.values[layer].byteLength);
@@ -148,8 +184,12 @@ describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, ()
     device().queue.submit([encoder.finish()]);
     pool.copyBlock(3, 17);
     for (let layer = 0; layer < shape.numLayers; layer++) {
-      expect(bitsOf(await readBuffer(device(), gpuPool.keys[layer], pool.keys[layer].byteLength))).toEqual(bitsOf(pool.keys[layer]));
-      expect(bitsOf(await readBuffer(device(), gpuPool.values[layer], pool.values[layer].byteLength))).toEqual(bitsOf(pool.values[layer]));
+      expect(bitsOf(await readBuffer(device(), gpuPool.keys[layer], pool.keys[layer].byteLength))).toEqual(
+        bitsOf(pool.keys[layer]),
+      );
+      expect(bitsOf(await readBuffer(device(), gpuPool.values[layer], pool.values[layer].byteLength))).toEqual(
+        bitsOf(pool.values[layer]),
+      );
     }
     gpuPool.destroy();
   });

@@ -54,10 +54,16 @@ describe.skipIf(!gpu)(`sampling kernels on the device${skipNote}`, () => {
       const logits = makeLogits(vocab, rows, vocab);
       logits[vocab + 11] = Infinity; // row 1: +inf is the largest float32, and wins
       const buffer = upload(logits);
-      const got = await sampler(vocab).greedy(buffer, Array.from({ length: rows }, (_, r) => r * vocab));
+      const got = await sampler(vocab).greedy(
+        buffer,
+        Array.from({ length: rows }, (_, r) => r * vocab),
+      );
       buffer.destroy();
       for (let r = 0; r < rows; r++) {
-        const cpu = new TokenSampler(resolveSamplingParams({ temperature: 0, logprobs: true }, vocab), { vocabSize: vocab, promptTokenIds: [] });
+        const cpu = new TokenSampler(resolveSamplingParams({ temperature: 0, logprobs: true }, vocab), {
+          vocabSize: vocab,
+          promptTokenIds: [],
+        });
         const want = cpu.sample(logits.subarray(r * vocab, (r + 1) * vocab));
         expect(got[r].tokenId, `row ${r}`).toBe(want.tokenId);
         expect(Math.abs(got[r].logprob - want.logprob!), `row ${r} logprob`).toBeLessThan(LOGPROB_TOLERANCE);
@@ -68,19 +74,47 @@ describe.skipIf(!gpu)(`sampling kernels on the device${skipNote}`, () => {
   }
 
   const cases: [string, SamplingInput][] = [
-    ['greedy with penalties and bias', { temperature: 0, repetition_penalty: 1.3, frequency_penalty: 0.7, presence_penalty: 0.4, logit_bias: { 9: 5, 12: -3 } }],
+    [
+      'greedy with penalties and bias',
+      {
+        temperature: 0,
+        repetition_penalty: 1.3,
+        frequency_penalty: 0.7,
+        presence_penalty: 0.4,
+        logit_bias: { 9: 5, 12: -3 },
+      },
+    ],
     ['temperature only', { temperature: 1 }],
     ['temperature 0.7, top_k 5', { temperature: 0.7, top_k: 5 }],
     ['top_p 0.8', { temperature: 1.2, top_p: 0.8 }],
     ['top_p 0.5, top_k 3', { temperature: 1, top_p: 0.5, top_k: 3 }],
     ['min_p 0.05', { temperature: 0.9, min_p: 0.05 }],
-    ['everything', { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.02, repetition_penalty: 1.2, frequency_penalty: 0.5, presence_penalty: -0.3, logit_bias: { 2: 4 } }],
+    [
+      'everything',
+      {
+        temperature: 0.8,
+        top_k: 40,
+        top_p: 0.9,
+        min_p: 0.02,
+        repetition_penalty: 1.2,
+        frequency_penalty: 0.5,
+        presence_penalty: -0.3,
+        logit_bias: { 2: 4 },
+      },
+    ],
     ['logprobs with top 5', { temperature: 1, top_p: 0.95, logprobs: true, top_logprobs: 5 }],
     ['allowed_token_ids, greedy', { temperature: 0, allowed_token_ids: [0, 2, 5, 9, 11, 31, 32, 33] }],
-    ['allowed_token_ids, sampled', { temperature: 1.5, allowed_token_ids: [1, 2, 5, 9, 11, 31, 32, 36], logprobs: true }],
+    [
+      'allowed_token_ids, sampled',
+      { temperature: 1.5, allowed_token_ids: [1, 2, 5, 9, 11, 31, 32, 36], logprobs: true },
+    ],
   ];
 
-  for (const [vocab, quantised] of [[37, false], [1000, false], [1000, true]] as const) {
+  for (const [vocab, quantised] of [
+    [37, false],
+    [1000, false],
+    [1000, true],
+  ] as const) {
     it(`sample: the CPU sampler's tokens, seeded, over 6 steps x 4 rows x 10 settings, vocab ${vocab}${quantised ? ', tied logits' : ''}`, async () => {
       const device = sampler(vocab);
       let drawn = 0;
@@ -88,8 +122,14 @@ describe.skipIf(!gpu)(`sampling kernels on the device${skipNote}`, () => {
         const rows = 4;
         const prompt = [1, 4, 9, 16, 25].map((id) => id % vocab);
         const make = (r: number) => resolveSamplingParams({ ...input, seed: 1000 + r }, vocab);
-        const cpu = Array.from({ length: rows }, (_, r) => new TokenSampler(make(r), { vocabSize: vocab, promptTokenIds: prompt }));
-        const gpuStates = Array.from({ length: rows }, (_, r) => new DeviceSamplerState(make(r), { vocabSize: vocab, promptTokenIds: prompt }));
+        const cpu = Array.from(
+          { length: rows },
+          (_, r) => new TokenSampler(make(r), { vocabSize: vocab, promptTokenIds: prompt }),
+        );
+        const gpuStates = Array.from(
+          { length: rows },
+          (_, r) => new DeviceSamplerState(make(r), { vocabSize: vocab, promptTokenIds: prompt }),
+        );
         for (let step = 0; step < 6; step++) {
           const logits = makeLogits(vocab * 100 + step, rows, vocab, quantised);
           // The model's logits buffer holds more than the rows read: starts need not be r * vocab.
@@ -105,8 +145,13 @@ describe.skipIf(!gpu)(`sampling kernels on the device${skipNote}`, () => {
             expect(got[r].tokenId, where).toBe(want.tokenId);
             if (want.logprob !== undefined) {
               expect(Math.abs(got[r].logprob! - want.logprob), `${where} logprob`).toBeLessThan(LOGPROB_TOLERANCE);
-              expect(got[r].topLogprobs!.map((t) => t.tokenId), `${where} top ids`).toEqual(want.topLogprobs!.map((t) => t.tokenId));
-              got[r].topLogprobs!.forEach((t, j) => expect(Math.abs(t.logprob - want.topLogprobs![j].logprob)).toBeLessThan(LOGPROB_TOLERANCE));
+              expect(
+                got[r].topLogprobs!.map((t) => t.tokenId),
+                `${where} top ids`,
+              ).toEqual(want.topLogprobs!.map((t) => t.tokenId));
+              got[r].topLogprobs!.forEach((t, j) =>
+                expect(Math.abs(t.logprob - want.topLogprobs![j].logprob)).toBeLessThan(LOGPROB_TOLERANCE),
+              );
             }
             drawn++;
           }

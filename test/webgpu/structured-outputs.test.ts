@@ -12,7 +12,15 @@ const PATTERN = '[a-z]{3,6}@(foo|bar)\\.(com|org)';
 const SPECS: ConstraintSpec[] = [
   { type: 'regex', pattern: PATTERN },
   { type: 'choice', choices: ['positive', 'negative', 'neutral'] },
-  { type: 'json_schema', schema: { type: 'object', properties: { n: { type: 'integer', minimum: 0, maximum: 99 }, ok: { type: 'boolean' } }, required: ['n', 'ok'], additionalProperties: false } },
+  {
+    type: 'json_schema',
+    schema: {
+      type: 'object',
+      properties: { n: { type: 'integer', minimum: 0, maximum: 99 }, ok: { type: 'boolean' } },
+      required: ['n', 'ok'],
+      additionalProperties: false,
+    },
+  },
 ];
 
 describe.skipIf(!gpu)(`structured outputs on the WebGPU device sampler${skipNote}`, () => {
@@ -35,9 +43,14 @@ describe.skipIf(!gpu)(`structured outputs on the WebGPU device sampler${skipNote
     await wasm?.runner.release();
   });
 
-  it('greedy under a grammar gives the wasm engine\'s text, drawn on the device', async () => {
+  it("greedy under a grammar gives the wasm engine's text, drawn on the device", async () => {
     for (const spec of SPECS) {
-      const request = { prompt: 'Answer:', max_tokens: 60, temperature: 0, constraint: { spec, param: 'response_format' } };
+      const request = {
+        prompt: 'Answer:',
+        max_tokens: 60,
+        temperature: 0,
+        constraint: { spec, param: 'response_format' },
+      };
       const [got, want] = [await collect(webgpu, request), await collect(wasm, request)];
       expect(got.done.text, spec.type).toBe(want.done.text);
       expect(got.done.finishReason).toBe('stop');
@@ -48,7 +61,14 @@ describe.skipIf(!gpu)(`structured outputs on the WebGPU device sampler${skipNote
   });
 
   it('seeded samples at temperature 1 all match the grammar', async () => {
-    const request = { prompt: 'Mail:', n: 8, max_tokens: 60, temperature: 1, seed: 7, constraint: { spec: SPECS[0], param: 'structured_outputs.regex' } };
+    const request = {
+      prompt: 'Mail:',
+      n: 8,
+      max_tokens: 60,
+      temperature: 1,
+      seed: 7,
+      constraint: { spec: SPECS[0], param: 'structured_outputs.regex' },
+    };
     const texts: string[] = [];
     for await (const event of webgpu.generate(request)) if (event.type === 'done') texts.push(event.text);
     expect(texts).toHaveLength(8);

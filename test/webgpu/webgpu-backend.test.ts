@@ -65,7 +65,14 @@ describe.skipIf(!gpu)(`tiny on webgpu${skipNote}`, () => {
   });
 
   it('draws the same seeded samples as wasm, batched', async () => {
-    const request = (seed: number) => ({ prompt: 'Once', max_tokens: 16, temperature: 0.9, top_p: 0.95, seed, ignore_eos: true });
+    const request = (seed: number) => ({
+      prompt: 'Once',
+      max_tokens: 16,
+      temperature: 0.9,
+      top_p: 0.95,
+      seed,
+      ignore_eos: true,
+    });
     const onGpu = await Promise.all([1, 2, 3].map((seed) => collect(webgpu, request(seed))));
     const onWasm = await Promise.all([1, 2, 3].map((seed) => collect(wasm, request(seed))));
     expect(onGpu.map((r) => r.done.tokenIds)).toEqual(onWasm.map((r) => r.done.tokenIds));
@@ -92,9 +99,32 @@ describe.skipIf(!gpu)(`tiny on webgpu${skipNote}`, () => {
     expect((webgpu as unknown as { samplesOnDevice: boolean }).samplesOnDevice).toBe(true);
     const phrase = randomIds(8, 5, 3, webgpu.samplableVocab);
     const requests = [
-      { prompt: 'Once', max_tokens: 10, temperature: 0.8, top_k: 40, presence_penalty: 0.5, seed: 11, n: 2, ignore_eos: true },
-      { prompt_ids: [...phrase, ...phrase], max_tokens: 10, temperature: 0, ignore_eos: true, speculative: { method: 'ngram' as const, num_tokens: 2 } },
-      { prompt: 'Hello', max_tokens: 6, temperature: 0, frequency_penalty: 1, logprobs: true, top_logprobs: 2, ignore_eos: true },
+      {
+        prompt: 'Once',
+        max_tokens: 10,
+        temperature: 0.8,
+        top_k: 40,
+        presence_penalty: 0.5,
+        seed: 11,
+        n: 2,
+        ignore_eos: true,
+      },
+      {
+        prompt_ids: [...phrase, ...phrase],
+        max_tokens: 10,
+        temperature: 0,
+        ignore_eos: true,
+        speculative: { method: 'ngram' as const, num_tokens: 2 },
+      },
+      {
+        prompt: 'Hello',
+        max_tokens: 6,
+        temperature: 0,
+        frequency_penalty: 1,
+        logprobs: true,
+        top_logprobs: 2,
+        ignore_eos: true,
+      },
     ];
     const all = async (e: Engine) =>
       Promise.all(

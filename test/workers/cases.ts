@@ -3,8 +3,21 @@ import type { GenerationRequest } from '../../src/engine/request.js';
 /** Requests run both in Node (global setup) and inside workerd, whose outputs must agree. */
 export const WORKERD_CASES: Record<string, GenerationRequest> = {
   greedy: { prompt: 'Hello', max_tokens: 32, temperature: 0, ignore_eos: true },
-  greedyChat: { messages: [{ role: 'user', content: 'What is the capital of France?' }], max_tokens: 24, temperature: 0, ignore_eos: true },
-  seeded: { prompt: 'Once upon a time', max_tokens: 32, temperature: 0.9, top_k: 50, top_p: 0.95, seed: 7, ignore_eos: true },
+  greedyChat: {
+    messages: [{ role: 'user', content: 'What is the capital of France?' }],
+    max_tokens: 24,
+    temperature: 0,
+    ignore_eos: true,
+  },
+  seeded: {
+    prompt: 'Once upon a time',
+    max_tokens: 32,
+    temperature: 0.9,
+    top_k: 50,
+    top_p: 0.95,
+    seed: 7,
+    ignore_eos: true,
+  },
 };
 
 /** Generated token ids per backend and case. */

@@ -25,8 +25,34 @@ interface FuzzRequest {
 
 // ---- values -----------------------------------------------------------------------------------
 
-const extremeNumber = fc.constantFrom(0, -0, -1, 1.5, 2 ** 31, 2 ** 53, -(2 ** 53), 2 ** 64, 1e308, -1e308, 5e-324, Number.MAX_SAFE_INTEGER + 2);
-const weirdString = fc.constantFrom('', ' ', '\u0000', '\ud800', '\udfff x \ud83d', '\u202e\u200b', '💥'.repeat(50), 'x'.repeat(20_000), '{{', '{% for %}', '__proto__', 'constructor');
+const extremeNumber = fc.constantFrom(
+  0,
+  -0,
+  -1,
+  1.5,
+  2 ** 31,
+  2 ** 53,
+  -(2 ** 53),
+  2 ** 64,
+  1e308,
+  -1e308,
+  5e-324,
+  Number.MAX_SAFE_INTEGER + 2,
+);
+const weirdString = fc.constantFrom(
+  '',
+  ' ',
+  '\u0000',
+  '\ud800',
+  '\udfff x \ud83d',
+  '\u202e\u200b',
+  '💥'.repeat(50),
+  'x'.repeat(20_000),
+  '{{',
+  '{% for %}',
+  '__proto__',
+  'constructor',
+);
 /** Anything JSON can hold, weighted toward what breaks naive validators. */
 const anyJson: fc.Arbitrary<unknown> = fc.oneof(
   fc.jsonValue({ maxDepth: 3 }),
@@ -38,7 +64,11 @@ const smallTokens = fc.integer({ min: 1, max: 6 });
 const text = fc.oneof(fc.string({ maxLength: 40 }), fc.string({ unit: 'binary', maxLength: 20 }), weirdString);
 
 /** What a broken field holds: extreme numbers most often, as they reach the deepest checks. */
-const broken = fc.oneof({ weight: 3, arbitrary: extremeNumber }, { weight: 1, arbitrary: weirdString }, { weight: 2, arbitrary: anyJson });
+const broken = fc.oneof(
+  { weight: 3, arbitrary: extremeNumber },
+  { weight: 1, arbitrary: weirdString },
+  { weight: 2, arbitrary: anyJson },
+);
 
 /**
  * A body grown from a route's schema: plausible values for some of its fields, then, in half the runs,
@@ -47,7 +77,21 @@ const broken = fc.oneof({ weight: 3, arbitrary: extremeNumber }, { weight: 1, ar
 function schemaBody(fields: Record<string, fc.Arbitrary<unknown>>): fc.Arbitrary<Record<string, unknown>> {
   const names = Object.keys(fields);
   return fc
-    .tuple(fc.record(fields, { requiredKeys: [] }), fc.array(fc.tuple(fc.oneof({ weight: 4, arbitrary: fc.constantFrom(...names) }, { weight: 1, arbitrary: fc.string({ maxLength: 8 }) }), broken), { maxLength: 3 }).chain((b) => fc.constantFrom([], b)))
+    .tuple(
+      fc.record(fields, { requiredKeys: [] }),
+      fc
+        .array(
+          fc.tuple(
+            fc.oneof(
+              { weight: 4, arbitrary: fc.constantFrom(...names) },
+              { weight: 1, arbitrary: fc.string({ maxLength: 8 }) },
+            ),
+            broken,
+          ),
+          { maxLength: 3 },
+        )
+        .chain((b) => fc.constantFrom([], b)),
+    )
     .map(([body, broken]) => {
       const out: Record<string, unknown> = { ...body };
       for (const [key, value] of broken) out[key] = value;
@@ -68,11 +112,21 @@ const samplingFields = {
   stop: fc.oneof(text, fc.array(text, { maxLength: 4 })),
   stop_token_ids: fc.array(fc.integer({ min: 0, max: 511 }), { maxLength: 4 }),
   ignore_eos: fc.boolean(),
-  logit_bias: fc.dictionary(fc.integer({ min: 0, max: 511 }).map(String), fc.double({ min: -100, max: 100, noNaN: true }), { maxKeys: 4 }),
+  logit_bias: fc.dictionary(
+    fc.integer({ min: 0, max: 511 }).map(String),
+    fc.double({ min: -100, max: 100, noNaN: true }),
+    { maxKeys: 4 },
+  ),
 };
 
-const contentArb = fc.oneof(text, fc.array(fc.record({ type: fc.constant('text'), text }), { minLength: 1, maxLength: 3 }));
-const messageArb = fc.record({ role: fc.constantFrom('system', 'developer', 'user', 'assistant'), content: contentArb });
+const contentArb = fc.oneof(
+  text,
+  fc.array(fc.record({ type: fc.constant('text'), text }), { minLength: 1, maxLength: 3 }),
+);
+const messageArb = fc.record({
+  role: fc.constantFrom('system', 'developer', 'user', 'assistant'),
+  content: contentArb,
+});
 
 const chatBody = schemaBody({
   messages: fc.array(messageArb, { minLength: 1, maxLength: 4 }),
@@ -86,7 +140,11 @@ const chatBody = schemaBody({
 }).map((b) => ({ messages: [{ role: 'user', content: 'hi' }], ...b }));
 
 const completionBody = schemaBody({
-  prompt: fc.oneof(text, fc.array(text, { minLength: 1, maxLength: 3 }), fc.array(fc.integer({ min: 0, max: 511 }), { minLength: 1, maxLength: 8 })),
+  prompt: fc.oneof(
+    text,
+    fc.array(text, { minLength: 1, maxLength: 3 }),
+    fc.array(fc.integer({ min: 0, max: 511 }), { minLength: 1, maxLength: 8 }),
+  ),
   n: fc.integer({ min: 1, max: 3 }),
   stream: fc.boolean(),
   logprobs: fc.integer({ min: 0, max: 5 }),
@@ -95,13 +153,21 @@ const completionBody = schemaBody({
 
 const defaultsArb = fc.record(samplingFields, { requiredKeys: [] });
 const sessionBody = schemaBody({ system: text, model: fc.constant('tiny'), defaults: defaultsArb });
-const turnBody = schemaBody({ content: contentArb, stream: fc.boolean(), ...samplingFields }).map((b) => ({ content: 'hi', ...b }));
+const turnBody = schemaBody({ content: contentArb, stream: fc.boolean(), ...samplingFields }).map((b) => ({
+  content: 'hi',
+  ...b,
+}));
 
 // Stand-ins a test fills in before the runs (URLs and secrets that must be real to get past validation).
 const live = { callbackUrl: '', hookSecret: '', hookName: 'fuzz-live' };
 
 const hookBody = schemaBody({
-  template: fc.constantFrom('Hi {{ title }}', '{{ a.b.c }}', '{% for x in items %}{{ x }}{% endfor %}', '{{ title | upper }}'),
+  template: fc.constantFrom(
+    'Hi {{ title }}',
+    '{{ a.b.c }}',
+    '{% for x in items %}{{ x }}{% endfor %}',
+    '{{ title | upper }}',
+  ),
   callback_url: fc.constantFrom('CALLBACK', 'CALLBACK', 'http://169.254.169.254/', 'not a url'),
   secret: fc.constantFrom('SECRET', 'SECRET', 'whsec_', 'plain'),
   params: defaultsArb,
@@ -118,7 +184,7 @@ const hookBody = schemaBody({
 /** Big things, made once: each stays under MAX_BODY_BYTES unless it is meant to be over it. */
 const huge = {
   deepArray: '['.repeat(100_000) + ']'.repeat(100_000),
-  deepObject: '{"a":'.repeat(50_000) + '1' + '}'.repeat(50_000),
+  deepObject: `${'{"a":'.repeat(50_000)}1${'}'.repeat(50_000)}`,
   manyMessages: Array.from({ length: 5000 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: 'm' })),
   manyStops: Array.from({ length: 5000 }, (_, i) => `s${i}`),
   manyBias: Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [String(i), 1])),
@@ -126,7 +192,15 @@ const huge = {
   overLimit: ' '.repeat((1 << 20) + 10),
 };
 
-const badUtf8 = fc.constantFrom([0xff], [0xc3, 0x28], [0xe2, 0x82], [0xf0, 0x90, 0x80], [0xed, 0xa0, 0x80], [0xc0, 0xaf], [0xf8, 0x88, 0x80, 0x80, 0x80]);
+const badUtf8 = fc.constantFrom(
+  [0xff],
+  [0xc3, 0x28],
+  [0xe2, 0x82],
+  [0xf0, 0x90, 0x80],
+  [0xed, 0xa0, 0x80],
+  [0xc0, 0xaf],
+  [0xf8, 0x88, 0x80, 0x80, 0x80],
+);
 
 /** Turns a JSON body into what is sent: the JSON, or something near it that is not what it claims. */
 function breakBody(json: unknown): fc.Arbitrary<string | Uint8Array> {
@@ -142,28 +216,63 @@ function breakBody(json: unknown): fc.Arbitrary<string | Uint8Array> {
         return new Uint8Array([...enc.subarray(0, i), ...bytes, ...enc.subarray(i)]);
       }),
     },
-    { weight: 1, arbitrary: fc.constant(text.replace(/"(content|prompt|system|template)":"/, '"$1":"\\ud800\\udc00\\udc00\\ud800')) },
-    { weight: 1, arbitrary: fc.constantFrom(huge.deepArray, huge.deepObject, 'null', '[]', '"x"', '1e999', '', 'a=1&b=2', '\ufeff{}', huge.overLimit) },
+    {
+      weight: 1,
+      arbitrary: fc.constant(
+        text.replace(/"(content|prompt|system|template)":"/, '"$1":"\\ud800\\udc00\\udc00\\ud800'),
+      ),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom(
+        huge.deepArray,
+        huge.deepObject,
+        'null',
+        '[]',
+        '"x"',
+        '1e999',
+        '',
+        'a=1&b=2',
+        '\ufeff{}',
+        huge.overLimit,
+      ),
+    },
   );
 }
 
 /** Extra fields with huge or deeply nested values, merged into a quarter of the plausible bodies. */
 const hugeFields = fc.oneof(
   { weight: 3, arbitrary: fc.constant<Record<string, unknown>>({}) },
-  { weight: 1, arbitrary: fc.constantFrom<Record<string, unknown>>(
-  { messages: huge.manyMessages },
-  { stop: huge.manyStops },
-  { logit_bias: huge.manyBias },
-  { prompt: huge.manyIds },
-  { stop_token_ids: huge.manyIds },
-  { messages: [{ role: 'user', content: JSON.parse('['.repeat(5000) + ']'.repeat(5000)) }] },
-  { defaults: { stop: huge.manyStops, logit_bias: huge.manyBias } },
-  ) },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom<Record<string, unknown>>(
+      { messages: huge.manyMessages },
+      { stop: huge.manyStops },
+      { logit_bias: huge.manyBias },
+      { prompt: huge.manyIds },
+      { stop_token_ids: huge.manyIds },
+      { messages: [{ role: 'user', content: JSON.parse('['.repeat(5000) + ']'.repeat(5000)) }] },
+      { defaults: { stop: huge.manyStops, logit_bias: huge.manyBias } },
+    ),
+  },
 );
 
-const contentType = fc.constantFrom<string | undefined>('application/json', 'application/json', undefined, 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/json; charset=latin1', 'image/png');
+const contentType = fc.constantFrom<string | undefined>(
+  'application/json',
+  'application/json',
+  undefined,
+  'text/plain',
+  'application/x-www-form-urlencoded',
+  'multipart/form-data; boundary=x',
+  'application/json; charset=latin1',
+  'image/png',
+);
 
-function requestFor(method: string, path: fc.Arbitrary<string>, body?: fc.Arbitrary<object>): fc.Arbitrary<FuzzRequest> {
+function requestFor(
+  method: string,
+  path: fc.Arbitrary<string>,
+  body?: fc.Arbitrary<object>,
+): fc.Arbitrary<FuzzRequest> {
   const payload = body
     ? fc.tuple(body, hugeFields).chain(([b, extra]) => breakBody({ ...b, ...extra }))
     : fc.constant(undefined);
@@ -175,7 +284,18 @@ function requestFor(method: string, path: fc.Arbitrary<string>, body?: fc.Arbitr
 }
 
 const idArb = fc.oneof(
-  fc.constantFrom('0.abcdefgh', '1.0123456789abcdef01234567', '999999.abcdefgh', '2.abcdefgh', '-1.abc', '0.', '.', '%00', '0.abcdefgh/../../metrics', '1e3.abcdefgh'),
+  fc.constantFrom(
+    '0.abcdefgh',
+    '1.0123456789abcdef01234567',
+    '999999.abcdefgh',
+    '2.abcdefgh',
+    '-1.abc',
+    '0.',
+    '.',
+    '%00',
+    '0.abcdefgh/../../metrics',
+    '1e3.abcdefgh',
+  ),
   fc.string({ maxLength: 20 }).map(encodeURIComponent),
 );
 
@@ -183,16 +303,28 @@ const idArb = fc.oneof(
 
 function timeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: ReturnType<typeof setTimeout>;
-  return Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`hang: ${what} took over ${ms} ms`)), ms)))]).finally(() => clearTimeout(timer));
+  return Promise.race([
+    promise,
+    new Promise<never>(
+      (_, reject) => (timer = setTimeout(() => reject(new Error(`hang: ${what} took over ${ms} ms`)), ms)),
+    ),
+  ]).finally(() => clearTimeout(timer));
 }
 
 /** Sends `req`, and checks the answer is a 4xx in OpenAI's error schema or a well-formed success. */
 async function exchange(req: FuzzRequest): Promise<{ status: number; json: unknown }> {
   const what = `${req.method} ${req.path}`;
-  const res = await timeout(call(req.path, { method: req.method, headers: req.headers, body: req.body as BodyInit | undefined }), REQUEST_MS, what);
+  const res = await timeout(
+    call(req.path, { method: req.method, headers: req.headers, body: req.body as BodyInit | undefined }),
+    REQUEST_MS,
+    what,
+  );
   const text = await timeout(res.text(), REQUEST_MS, `${what} body`);
   const code = res.status >= 400 ? /"code":"([a-z_]+)"/.exec(text)?.[1] : undefined;
-  tally(`${req.method} ${req.path.replace(/^\/v1\/(sessions|jobs|hooks|models)\/[^/]+/, '/v1/$1/:id')}`, code ? `${res.status} ${code}` : String(res.status));
+  tally(
+    `${req.method} ${req.path.replace(/^\/v1\/(sessions|jobs|hooks|models)\/[^/]+/, '/v1/$1/:id')}`,
+    code ? `${res.status} ${code}` : String(res.status),
+  );
   expect(res.status, `${what} → ${res.status} ${text.slice(0, 300)}`).toBeLessThan(500);
   expect(res.status).toBeGreaterThanOrEqual(200);
   const type = res.headers.get('content-type') ?? '';
@@ -203,7 +335,10 @@ async function exchange(req: FuzzRequest): Promise<{ status: number; json: unkno
     return { status: res.status, json: body };
   }
   if (type.startsWith('text/event-stream')) {
-    const events = text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+    const events = text
+      .split('\n\n')
+      .filter((e) => e.startsWith('data: '))
+      .map((e) => e.slice(6));
     const last = events.at(-1);
     if (last !== '[DONE]') {
       // A stream that fails after it began ends with an error event instead; never a server error.
@@ -232,19 +367,32 @@ function tally(route: string, status: string): void {
 
 async function gauges(): Promise<{ used: number; running: number; queued: number }> {
   const m = await scrape();
-  return { used: total(m, 'edge_infer_kv_blocks_used'), running: total(m, 'edge_infer_running_requests'), queued: total(m, 'edge_infer_queue_depth') };
+  return {
+    used: total(m, 'edge_infer_kv_blocks_used'),
+    running: total(m, 'edge_infer_running_requests'),
+    queued: total(m, 'edge_infer_queue_depth'),
+  };
 }
 
 /** A normal request works, and nothing is left holding KV blocks, running or queued. */
 async function healthy(): Promise<void> {
-  const res = await timeout(call('/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ messages: [{ role: 'user', content: 'ok?' }], max_tokens: 1 }) }), REQUEST_MS, 'health check');
+  const res = await timeout(
+    call('/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'ok?' }], max_tokens: 1 }),
+    }),
+    REQUEST_MS,
+    'health check',
+  );
   expect(res.status, await res.clone().text()).toBe(200);
   await res.arrayBuffer();
   const deadline = Date.now() + 5000;
   for (;;) {
     const now = await gauges();
     if (now.used === baseline.used && now.running === 0 && now.queued === 0) return;
-    if (Date.now() > deadline) expect(now, 'KV gauges back at baseline').toEqual({ used: baseline.used, running: 0, queued: 0 });
+    if (Date.now() > deadline)
+      expect(now, 'KV gauges back at baseline').toEqual({ used: baseline.used, running: 0, queued: 0 });
     await sleep(25);
   }
 }
@@ -277,81 +425,131 @@ async function check(req: FuzzRequest): Promise<void> {
 
 /** Counterexamples can be a megabyte: fast-check prints this short form of them instead. */
 function printable(req: FuzzRequest): FuzzRequest {
-  const body = typeof req.body === 'string' ? req.body : req.body && `bytes ${JSON.stringify([...req.body.subarray(0, 300)])}`;
-  const short = JSON.stringify({ ...req, body: body && (body.length > 600 ? `${body.slice(0, 600)}… (${body.length} chars)` : body) });
+  const body =
+    typeof req.body === 'string' ? req.body : req.body && `bytes ${JSON.stringify([...req.body.subarray(0, 300)])}`;
+  const short = JSON.stringify({
+    ...req,
+    body: body && (body.length > 600 ? `${body.slice(0, 600)}… (${body.length} chars)` : body),
+  });
   return Object.assign(req, { [fc.toStringMethod]: () => short });
 }
 
 const options = { seed: SEED, numRuns: RUNS, endOnFailure: true };
-const property = (arb: fc.Arbitrary<FuzzRequest>, numRuns = RUNS) => fc.assert(fc.asyncProperty(arb.map(printable), check), { ...options, numRuns });
+const property = (arb: fc.Arbitrary<FuzzRequest>, numRuns = RUNS) =>
+  fc.assert(fc.asyncProperty(arb.map(printable), check), { ...options, numRuns });
 
 // ---- the routes ------------------------------------------------------------------------------------
 
 describe(`fuzz every route (seed ${SEED}, ${RUNS}-${2 * RUNS} runs each)`, () => {
   beforeAll(async () => {
-    console.log(`fuzz seed: ${SEED} (FUZZ_SEED=<n> npx vitest run --project workers test/workers/fuzz.test.ts replays another)`);
+    console.log(
+      `fuzz seed: ${SEED} (FUZZ_SEED=<n> npx vitest run --project workers test/workers/fuzz.test.ts replays another)`,
+    );
     live.hookSecret = newSecret();
     live.callbackUrl = (await inbox(live.hookSecret)).url;
-    const put = await call(`/v1/hooks/${live.hookName}`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ template: 'Hi {{ title }}', callback_url: live.callbackUrl, secret: live.hookSecret, params: { max_tokens: 2 } }) });
+    const put = await call(`/v1/hooks/${live.hookName}`, {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        template: 'Hi {{ title }}',
+        callback_url: live.callbackUrl,
+        secret: live.hookSecret,
+        params: { max_tokens: 2 },
+      }),
+    });
     expect(put.status, await put.text()).toBeLessThan(300);
-    const warm = await call('/v1/completions', { method: 'POST', body: JSON.stringify({ prompt: 'warm', max_tokens: 1 }) });
+    const warm = await call('/v1/completions', {
+      method: 'POST',
+      body: JSON.stringify({ prompt: 'warm', max_tokens: 1 }),
+    });
     await warm.arrayBuffer();
     baseline = { used: (await gauges()).used };
   });
 
   afterAll(() => {
-    const lines = [...seen].sort().map(([route, counts]) => `  ${route}: ${[...counts].sort().map(([s, n]) => `${s}×${n}`).join(' ')}`);
+    const lines = [...seen].sort().map(
+      ([route, counts]) =>
+        `  ${route}: ${[...counts]
+          .sort()
+          .map(([s, n]) => `${s}×${n}`)
+          .join(' ')}`,
+    );
     console.log(`fuzz statuses (seed ${SEED}):\n${lines.join('\n')}`);
   });
 
-  it('POST /v1/chat/completions', () => property(requestFor('POST', fc.constant('/v1/chat/completions'), chatBody), 2 * RUNS));
+  it('POST /v1/chat/completions', () =>
+    property(requestFor('POST', fc.constant('/v1/chat/completions'), chatBody), 2 * RUNS));
 
-  it('POST /v1/completions', () => property(requestFor('POST', fc.constant('/v1/completions'), completionBody), 2 * RUNS));
+  it('POST /v1/completions', () =>
+    property(requestFor('POST', fc.constant('/v1/completions'), completionBody), 2 * RUNS));
 
   it('POST /v1/sessions', () => property(requestFor('POST', fc.constant('/v1/sessions'), sessionBody)));
 
   it('POST /v1/sessions/:id/messages (a fresh session each run, deleted after)', async () => {
     await fc.assert(
-      fc.asyncProperty(requestFor('POST', fc.constant('/v1/sessions/SESSION/messages'), turnBody).map(printable), fc.boolean(), async (req, withDefaults) => {
-        const made = await call('/v1/sessions', { method: 'POST', body: JSON.stringify(withDefaults ? { system: 'Fuzz.', defaults: { max_tokens: 3 } } : { defaults: { max_tokens: 3 } }) });
-        const { id } = (await made.json()) as { id: string };
-        try {
-          await exchange({ ...req, path: req.path.replace('SESSION', id) });
-          // The session survived whatever was sent: it still answers a normal turn.
-          const turn = await call(`/v1/sessions/${id}/messages`, { method: 'POST', body: JSON.stringify({ content: 'still there?', max_tokens: 1 }) });
-          expect(turn.status, await turn.clone().text()).toBe(200);
-          await turn.arrayBuffer();
-        } finally {
-          expect((await call(`/v1/sessions/${id}`, { method: 'DELETE' })).status).toBe(200);
-        }
-        await healthy();
-      }),
+      fc.asyncProperty(
+        requestFor('POST', fc.constant('/v1/sessions/SESSION/messages'), turnBody).map(printable),
+        fc.boolean(),
+        async (req, withDefaults) => {
+          const made = await call('/v1/sessions', {
+            method: 'POST',
+            body: JSON.stringify(
+              withDefaults ? { system: 'Fuzz.', defaults: { max_tokens: 3 } } : { defaults: { max_tokens: 3 } },
+            ),
+          });
+          const { id } = (await made.json()) as { id: string };
+          try {
+            await exchange({ ...req, path: req.path.replace('SESSION', id) });
+            // The session survived whatever was sent: it still answers a normal turn.
+            const turn = await call(`/v1/sessions/${id}/messages`, {
+              method: 'POST',
+              body: JSON.stringify({ content: 'still there?', max_tokens: 1 }),
+            });
+            expect(turn.status, await turn.clone().text()).toBe(200);
+            await turn.arrayBuffer();
+          } finally {
+            expect((await call(`/v1/sessions/${id}`, { method: 'DELETE' })).status).toBe(200);
+          }
+          await healthy();
+        },
+      ),
       options,
     );
   });
 
   it('GET and DELETE /v1/sessions/:id, GET /v1/jobs/:id (forged and malformed ids)', () =>
     property(
-      fc.tuple(fc.constantFrom('GET', 'DELETE', 'POST'), fc.constantFrom('/v1/sessions/', '/v1/jobs/'), idArb).map(([method, base, id]) => ({
-        method,
-        path: base + id,
-        headers: {},
-        body: method === 'POST' ? '{}' : undefined,
-      })),
+      fc
+        .tuple(fc.constantFrom('GET', 'DELETE', 'POST'), fc.constantFrom('/v1/sessions/', '/v1/jobs/'), idArb)
+        .map(([method, base, id]) => ({
+          method,
+          path: base + id,
+          headers: {},
+          body: method === 'POST' ? '{}' : undefined,
+        })),
     ));
 
   it('PUT, GET, DELETE /v1/hooks/:name', () =>
     property(
-      fc.tuple(fc.constantFrom('PUT', 'PUT', 'GET', 'DELETE'), fc.oneof(fc.constant('fuzz-hook'), fc.string({ maxLength: 70 }).map(encodeURIComponent))).chain(([method, name]) =>
-        requestFor(method, fc.constant(`/v1/hooks/${name || 'x'}`), method === 'PUT' ? hookBody : undefined),
-      ),
+      fc
+        .tuple(
+          fc.constantFrom('PUT', 'PUT', 'GET', 'DELETE'),
+          fc.oneof(fc.constant('fuzz-hook'), fc.string({ maxLength: 70 }).map(encodeURIComponent)),
+        )
+        .chain(([method, name]) =>
+          requestFor(method, fc.constant(`/v1/hooks/${name || 'x'}`), method === 'PUT' ? hookBody : undefined),
+        ),
     ));
 
   it('POST /v1/hooks/:name (inbound events, signed and not)', () =>
     property(
       fc
         .tuple(
-          requestFor('POST', fc.constantFrom(`/v1/hooks/${live.hookName}`, `/v1/hooks/${live.hookName}`, '/v1/hooks/no-such-hook'), schemaBody({ title: text, items: fc.array(text, { maxLength: 3 }) })),
+          requestFor(
+            'POST',
+            fc.constantFrom(`/v1/hooks/${live.hookName}`, `/v1/hooks/${live.hookName}`, '/v1/hooks/no-such-hook'),
+            schemaBody({ title: text, items: fc.array(text, { maxLength: 3 }) }),
+          ),
           fc.constantFrom('valid', 'valid', 'bad-signature', 'stale', 'none', 'garbage'),
         )
         .map(([req, how]) => {
@@ -364,23 +562,39 @@ describe(`fuzz every route (seed ${SEED}, ${RUNS}-${2 * RUNS} runs each)`, () =>
               ? {}
               : how === 'garbage'
                 ? { 'webhook-id': 'x'.repeat(500), 'webhook-timestamp': '1e400', 'webhook-signature': 'v1,!!! v2,x ,' }
-                : { 'webhook-id': id, 'webhook-timestamp': String(Math.floor(+when / 1000)), 'webhook-signature': how === 'bad-signature' ? 'v1,' + btoa('x'.repeat(32)) : wh.sign(id, when, raw) };
+                : {
+                    'webhook-id': id,
+                    'webhook-timestamp': String(Math.floor(+when / 1000)),
+                    'webhook-signature':
+                      how === 'bad-signature' ? `v1,${btoa('x'.repeat(32))}` : wh.sign(id, when, raw),
+                  };
           // A signed body is sent as the exact text that was signed.
-          return { ...req, headers: { ...req.headers, ...headers }, body: how === 'valid' || how === 'stale' ? raw : req.body };
+          return {
+            ...req,
+            headers: { ...req.headers, ...headers },
+            body: how === 'valid' || how === 'stale' ? raw : req.body,
+          };
         }),
     ));
 
   it('GET /v1/models, /v1/models/:id, /metrics, and unknown routes and methods', () =>
     property(
       fc.oneof(
-        fc.constantFrom('/v1/models', '/metrics', '/', '/v1/models/tiny').map((path) => ({ method: 'GET', path, headers: {} })),
+        fc
+          .constantFrom('/v1/models', '/metrics', '/', '/v1/models/tiny')
+          .map((path) => ({ method: 'GET', path, headers: {} })),
         idArb.map((id) => ({ method: 'GET', path: `/v1/models/${id}`, headers: {} })),
-        fc.tuple(fc.constantFrom('PATCH', 'PUT', 'DELETE', 'OPTIONS', 'POST'), fc.constantFrom('/v1/models', '/metrics', '/v1/chat/completions', '/v1/nope', '/v2', '/v1/jobs')).map(([method, path]) => ({
-          method,
-          path,
-          headers: { 'content-type': 'application/json' },
-          body: method === 'POST' || method === 'PUT' || method === 'PATCH' ? '{}' : undefined,
-        })),
+        fc
+          .tuple(
+            fc.constantFrom('PATCH', 'PUT', 'DELETE', 'OPTIONS', 'POST'),
+            fc.constantFrom('/v1/models', '/metrics', '/v1/chat/completions', '/v1/nope', '/v2', '/v1/jobs'),
+          )
+          .map(([method, path]) => ({
+            method,
+            path,
+            headers: { 'content-type': 'application/json' },
+            body: method === 'POST' || method === 'PUT' || method === 'PATCH' ? '{}' : undefined,
+          })),
       ),
     ));
 });

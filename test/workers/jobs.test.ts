@@ -18,7 +18,9 @@ async function hookWith(params: Record<string, unknown>, fail = 0) {
   const name = hookName('job');
   const secret = newSecret();
   const box = await inbox(secret, fail);
-  expect((await putHook(name, { template: 'Event: {{ event | tojson }}', callback_url: box.url, secret, params })).status).toBe(201);
+  expect(
+    (await putHook(name, { template: 'Event: {{ event | tojson }}', callback_url: box.url, secret, params })).status,
+  ).toBe(201);
   return { name, secret, box };
 }
 
@@ -39,7 +41,12 @@ describe('GET /v1/jobs/:id', () => {
       result: {
         text: expect.any(String),
         finish_reason: expect.stringMatching(/^(stop|length)$/),
-        usage: { prompt_tokens: expect.any(Number), completion_tokens: expect.any(Number), total_tokens: expect.any(Number), prompt_tokens_details: { cached_tokens: expect.any(Number) } },
+        usage: {
+          prompt_tokens: expect.any(Number),
+          completion_tokens: expect.any(Number),
+          total_tokens: expect.any(Number),
+          prompt_tokens_details: { cached_tokens: expect.any(Number) },
+        },
       },
       created_at: expect.any(Number),
       updated_at: expect.any(Number),
@@ -59,7 +66,12 @@ describe('GET /v1/jobs/:id', () => {
     expect(job.status).toBe('delivered');
     expect(job.error).toMatchObject({ code: 'context_length_exceeded' });
     const [delivery] = await box.deliveries();
-    expect(JSON.parse(delivery.body)).toMatchObject({ type: 'generation.failed', job_id, hook: name, error: { code: 'context_length_exceeded' } });
+    expect(JSON.parse(delivery.body)).toMatchObject({
+      type: 'generation.failed',
+      job_id,
+      hook: name,
+      error: { code: 'context_length_exceeded' },
+    });
   });
 });
 

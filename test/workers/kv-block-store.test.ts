@@ -12,7 +12,10 @@ import { KV_STORE_CASES } from '../helpers/kv-store-cases.js';
 let unique = 0;
 
 /** A store over a fresh object's storage (its name is never used by the service's shards). */
-function withStore<T>(budget: number, body: (store: SqlKvBlockStore, storage: DurableObjectStorage) => T | Promise<T>): Promise<T> {
+function withStore<T>(
+  budget: number,
+  body: (store: SqlKvBlockStore, storage: DurableObjectStorage) => T | Promise<T>,
+): Promise<T> {
   const ns = (env as unknown as Env).INFERENCE;
   const stub = ns.get(ns.idFromName(`kv-store-test-${++unique}-${Date.now()}`));
   return runInDurableObject(stub, async (_instance, state) => {
@@ -22,7 +25,8 @@ function withStore<T>(budget: number, body: (store: SqlKvBlockStore, storage: Du
   });
 }
 
-const bytes = (n: number, seed: number): Uint8Array => Uint8Array.from({ length: n }, (_, i) => (i * 31 + seed * 7) & 0xff);
+const bytes = (n: number, seed: number): Uint8Array =>
+  Uint8Array.from({ length: n }, (_, i) => (i * 31 + seed * 7) & 0xff);
 
 describe('SqlKvBlockStore', () => {
   it('round-trips blocks, including ones split into parts', async () => {
@@ -56,7 +60,9 @@ describe('SqlKvBlockStore', () => {
         },
       });
       const cut = new SqlKvBlockStore(dying, (fn) => storage.transactionSync(fn), 16 * 2 ** 20);
-      expect(() => cut.write({ hash: 'torn', parent: '', bytes: bytes(2 * 2 ** 20 + 10, 3) })).toThrow('killed mid-write');
+      expect(() => cut.write({ hash: 'torn', parent: '', bytes: bytes(2 * 2 ** 20 + 10, 3) })).toThrow(
+        'killed mid-write',
+      );
       expect(store.has('torn')).toBe(false);
       expect(storage.sql.exec("SELECT count(*) AS n FROM kv_block_parts WHERE hash = 'torn'").one().n).toBe(0);
       expect(cut.usage()).toMatchObject({ blocks: 0, bytes: 0 });
@@ -65,8 +71,13 @@ describe('SqlKvBlockStore', () => {
 
   it('refuses damaged, torn and mis-sized rows, and deletes them', async () => {
     await withStore(16 * 2 ** 20, (store, storage) => {
-      for (const hash of ['flipped', 'part-gone', 'resized', 'good']) store.write({ hash, parent: '', bytes: bytes(3 * 2 ** 20, hash.length) });
-      const damaged = new Uint8Array(storage.sql.exec<{ bytes: ArrayBuffer }>("SELECT bytes FROM kv_block_parts WHERE hash = 'flipped' AND part = 1").one().bytes);
+      for (const hash of ['flipped', 'part-gone', 'resized', 'good'])
+        store.write({ hash, parent: '', bytes: bytes(3 * 2 ** 20, hash.length) });
+      const damaged = new Uint8Array(
+        storage.sql
+          .exec<{ bytes: ArrayBuffer }>("SELECT bytes FROM kv_block_parts WHERE hash = 'flipped' AND part = 1")
+          .one().bytes,
+      );
       damaged[1000] ^= 0x10;
       storage.sql.exec("UPDATE kv_block_parts SET bytes = ? WHERE hash = 'flipped' AND part = 1", damaged.buffer);
       storage.sql.exec("DELETE FROM kv_block_parts WHERE hash = 'part-gone' AND part = 2");

@@ -42,14 +42,26 @@ describe('GET /v1/pool/{shard}', () => {
   it('refuses unknown shards and callers without the key', async () => {
     await expectError(await call('/v1/pool/99'), 404, 'shard', 'not_found');
     await expectError(await call('/v1/pool/abc'), 404, 'shard', 'not_found');
-    await expectError(await app.fetch(new Request('http://x/v1/pool/0'), { ...env, API_KEYS: 'k1' }), 401, null, 'missing_api_key');
-    const ok = await app.fetch(new Request('http://x/v1/pool/0', { headers: { authorization: 'Bearer k1' } }), { ...env, API_KEYS: 'k1' });
+    await expectError(
+      await app.fetch(new Request('http://x/v1/pool/0'), { ...env, API_KEYS: 'k1' }),
+      401,
+      null,
+      'missing_api_key',
+    );
+    const ok = await app.fetch(new Request('http://x/v1/pool/0', { headers: { authorization: 'Bearer k1' } }), {
+      ...env,
+      API_KEYS: 'k1',
+    });
     expect(ok.status).toBe(200);
     expect(((await ok.json()) as Pool).object).toBe('kv_pool');
   });
 
   it("shows a session's kept blocks under its shortened id, and the steps that computed them", async () => {
-    const session = await postJson<{ id: string }>('/v1/sessions', { system: `Pool picture test ${Date.now()}: a system prompt long enough to fill a block or two of tokens.` }, 201);
+    const session = await postJson<{ id: string }>(
+      '/v1/sessions',
+      { system: `Pool picture test ${Date.now()}: a system prompt long enough to fill a block or two of tokens.` },
+      201,
+    );
     await postJson(`/v1/sessions/${session.id}/messages`, { content: 'Hello', max_tokens: 4, temperature: 0 });
     const shard = Number(session.id.split('.')[0]);
     const res = await call(`/v1/pool/${shard}`);
@@ -74,20 +86,35 @@ describe('GET /v1/pool/{shard}', () => {
 });
 
 describe('session messages with logprobs', () => {
-  const create = async () => (await postJson<{ id: string }>('/v1/sessions', { system: `logprobs ${Date.now()} ${Math.random()}` }, 201)).id;
+  const create = async () =>
+    (await postJson<{ id: string }>('/v1/sessions', { system: `logprobs ${Date.now()} ${Math.random()}` }, 201)).id;
 
   it('reports chat logprobs with top alternatives, streamed and not', async () => {
     const id = await create();
-    const reply = await postJson<{ logprobs: { content: { token: string; logprob: number; top_logprobs: unknown[] }[] }; usage: { completion_tokens: number } }>(
-      `/v1/sessions/${id}/messages`,
-      { content: 'Hi', max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 3 },
-    );
+    const reply = await postJson<{
+      logprobs: { content: { token: string; logprob: number; top_logprobs: unknown[] }[] };
+      usage: { completion_tokens: number };
+    }>(`/v1/sessions/${id}/messages`, {
+      content: 'Hi',
+      max_tokens: 5,
+      temperature: 0,
+      logprobs: true,
+      top_logprobs: 3,
+    });
     expect(reply.logprobs.content.length).toBe(reply.usage.completion_tokens);
     for (const lp of reply.logprobs.content) {
       expect(lp.logprob).toBeLessThanOrEqual(0);
       expect(lp.top_logprobs.length).toBe(3);
     }
-    const { events, done } = await readSse(await post(`/v1/sessions/${id}/messages`, { content: 'Again', max_tokens: 4, stream: true, logprobs: true, top_logprobs: 2 }));
+    const { events, done } = await readSse(
+      await post(`/v1/sessions/${id}/messages`, {
+        content: 'Again',
+        max_tokens: 4,
+        stream: true,
+        logprobs: true,
+        top_logprobs: 2,
+      }),
+    );
     expect(done).toBe(true);
     const withLogprobs = events.filter((e) => e.choices[0]?.logprobs?.content?.length === 1);
     expect(withLogprobs.length).toBeGreaterThan(0);
@@ -96,12 +123,29 @@ describe('session messages with logprobs', () => {
 
   it('without logprobs the reply has none; bad logprobs fields are OpenAI-schema 400s', async () => {
     const id = await create();
-    const plain = await postJson<Record<string, unknown>>(`/v1/sessions/${id}/messages`, { content: 'Hi', max_tokens: 2 });
+    const plain = await postJson<Record<string, unknown>>(`/v1/sessions/${id}/messages`, {
+      content: 'Hi',
+      max_tokens: 2,
+    });
     expect(plain).not.toHaveProperty('logprobs');
-    await expectError(await post(`/v1/sessions/${id}/messages`, { content: 'Hi', top_logprobs: 2 }), 400, 'top_logprobs', 'invalid_value');
+    await expectError(
+      await post(`/v1/sessions/${id}/messages`, { content: 'Hi', top_logprobs: 2 }),
+      400,
+      'top_logprobs',
+      'invalid_value',
+    );
     await expectError(await post(`/v1/sessions/${id}/messages`, { content: 'Hi', logprobs: 'yes' }), 400, 'logprobs');
-    await expectError(await post(`/v1/sessions/${id}/messages`, { content: 'Hi', logprobs: true, top_logprobs: 50 }), 400, 'top_logprobs');
+    await expectError(
+      await post(`/v1/sessions/${id}/messages`, { content: 'Hi', logprobs: true, top_logprobs: 50 }),
+      400,
+      'top_logprobs',
+    );
     // A property of one reply, not a session default.
-    await expectError(await post('/v1/sessions', { defaults: { logprobs: true } }), 400, 'defaults.logprobs', 'unknown_parameter');
+    await expectError(
+      await post('/v1/sessions', { defaults: { logprobs: true } }),
+      400,
+      'defaults.logprobs',
+      'unknown_parameter',
+    );
   });
 });

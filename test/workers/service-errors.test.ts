@@ -5,14 +5,19 @@ import { describe, expect, it } from 'vitest';
 import app from '../../src/worker/app.js';
 import { call, expectError, post, postJson, scrape, total } from './service-helpers.js';
 
-const chat = (extra: Record<string, unknown>) => ({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2, ...extra });
+const chat = (extra: Record<string, unknown>) => ({
+  messages: [{ role: 'user', content: 'Hi' }],
+  max_tokens: 2,
+  ...extra,
+});
 const MiB = 1 << 20;
 
 /** A body of `bytes` spaces sent in chunks, without a Content-Length to refuse it by. */
 const chunkedBody = (bytes: number): ReadableStream<Uint8Array> =>
   new ReadableStream<Uint8Array>({
     start(controller) {
-      for (let left = bytes; left > 0; left -= 300_000) controller.enqueue(new Uint8Array(Math.min(left, 300_000)).fill(32));
+      for (let left = bytes; left > 0; left -= 300_000)
+        controller.enqueue(new Uint8Array(Math.min(left, 300_000)).fill(32));
       controller.close();
     },
   });
@@ -20,7 +25,12 @@ const chunkedBody = (bytes: number): ReadableStream<Uint8Array> =>
 /** Engine gauges that bad input must leave exactly as they were. */
 const gauges = async (): Promise<number[]> => {
   const m = await scrape();
-  return ['edge_infer_kv_blocks_used', 'edge_infer_running_requests', 'edge_infer_queue_depth', 'edge_infer_pinned_sessions'].map((name) => total(m, name));
+  return [
+    'edge_infer_kv_blocks_used',
+    'edge_infer_running_requests',
+    'edge_infer_queue_depth',
+    'edge_infer_pinned_sessions',
+  ].map((name) => total(m, name));
 };
 
 describe('request errors', () => {
@@ -65,9 +75,23 @@ describe('request errors', () => {
     ['tools', chat({ tools: [] })],
     ['tools[0].type', chat({ tools: [{ name: 'f' }] })],
     ['tool_choice', chat({ tool_choice: 'required' })],
-    ['tool_choice.function.name', chat({ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: { type: 'function', function: { name: 'g' } } })],
+    [
+      'tool_choice.function.name',
+      chat({
+        tools: [{ type: 'function', function: { name: 'f' } }],
+        tool_choice: { type: 'function', function: { name: 'g' } },
+      }),
+    ],
     ['response_format.type', chat({ response_format: { type: 'xml' } })],
-    ['response_format.json_schema.schema', chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: { not: {} } } } } } })],
+    [
+      'response_format.json_schema.schema',
+      chat({
+        response_format: {
+          type: 'json_schema',
+          json_schema: { name: 'x', schema: { type: 'object', properties: { a: { not: {} } } } },
+        },
+      }),
+    ],
     ['structured_outputs', chat({ structured_outputs: { regex: 'a', choice: ['b'] } })],
     ['guided_regex', chat({ response_format: { type: 'json_object' }, guided_regex: 'a+' })],
     ['structured_outputs.grammar', chat({ structured_outputs: { grammar: 'root ::= "a" |' } })],
@@ -114,7 +138,12 @@ describe('request errors', () => {
   });
 
   it('a prompt past the context window is context_length_exceeded; logprobs range is named as logprobs in completions', async () => {
-    await expectError(await post('/v1/completions', { prompt: Array(2048).fill(5) }), 400, 'prompt', 'context_length_exceeded');
+    await expectError(
+      await post('/v1/completions', { prompt: Array(2048).fill(5) }),
+      400,
+      'prompt',
+      'context_length_exceeded',
+    );
     await expectError(await post('/v1/completions', { prompt: 'Hi', logprobs: 50 }), 400, 'logprobs');
   });
 
@@ -131,11 +160,21 @@ describe('request errors', () => {
   it('a body over MAX_BODY_BYTES is 413, by Content-Length and by counting a chunked body', async () => {
     const big = JSON.stringify(chat({ padding: 'x'.repeat(MiB) }));
     await expectError(await post('/v1/chat/completions', big), 413, null, 'request_too_large');
-    await expectError(await call('/v1/chat/completions', { method: 'POST', body: chunkedBody(1_500_000) }), 413, null, 'request_too_large');
+    await expectError(
+      await call('/v1/chat/completions', { method: 'POST', body: chunkedBody(1_500_000) }),
+      413,
+      null,
+      'request_too_large',
+    );
   });
 
   it('an inbound webhook (no key needed) is counted too: a chunked oversized body is 413 before it is buffered', async () => {
-    await expectError(await call('/v1/hooks/anything', { method: 'POST', body: chunkedBody(1_500_000) }), 413, null, 'request_too_large');
+    await expectError(
+      await call('/v1/hooks/anything', { method: 'POST', body: chunkedBody(1_500_000) }),
+      413,
+      null,
+      'request_too_large',
+    );
   });
 
   it('none of it changed the engine: no blocks held, nothing running, queued or pinned', async () => {
@@ -152,7 +191,9 @@ describe('overload', () => {
   it('answers 429 when a shard queue is past MAX_QUEUE, and recovers', async () => {
     // 100 requests at once on one shard, 16 at a time in the batch: the queue passes 64.
     const request = { prompt: 'Overload me', max_tokens: 40, ignore_eos: true, temperature: 0 };
-    const statuses = await Promise.all(Array.from({ length: 100 }, () => post('/v1/completions', request).then(async (r) => (await r.text(), r.status))));
+    const statuses = await Promise.all(
+      Array.from({ length: 100 }, () => post('/v1/completions', request).then(async (r) => (await r.text(), r.status))),
+    );
     expect(statuses.filter((s) => s === 429).length).toBeGreaterThan(0);
     expect(statuses.filter((s) => s === 200).length).toBeGreaterThanOrEqual(64);
     expect(statuses.every((s) => s === 200 || s === 429)).toBe(true);
@@ -162,7 +203,8 @@ describe('overload', () => {
 
 describe('auth', () => {
   const withKeys = { ...env, API_KEYS: 'key-one, key-two' };
-  const fetchApp = (path: string, headers: Record<string, string> = {}, vars = withKeys) => app.fetch(new Request(`http://x${path}`, { headers }), vars);
+  const fetchApp = (path: string, headers: Record<string, string> = {}, vars = withKeys) =>
+    app.fetch(new Request(`http://x${path}`, { headers }), vars);
 
   it('with API_KEYS set, requires one of them as a bearer token', async () => {
     await expectError(await fetchApp('/v1/models'), 401, null, 'missing_api_key');
@@ -172,7 +214,11 @@ describe('auth', () => {
     expect((await fetchApp('/v1/models', { authorization: 'Bearer key-one' })).status).toBe(200);
     expect((await fetchApp('/v1/models', { authorization: 'bearer key-two' })).status).toBe(200);
     const res = await app.fetch(
-      new Request('http://x/v1/completions', { method: 'POST', headers: { authorization: 'Bearer nope' }, body: '{"prompt":"Hi"}' }),
+      new Request('http://x/v1/completions', {
+        method: 'POST',
+        headers: { authorization: 'Bearer nope' },
+        body: '{"prompt":"Hi"}',
+      }),
       withKeys,
     );
     await expectError(res, 401);
@@ -180,6 +226,8 @@ describe('auth', () => {
 
   it('with API_KEYS empty (dev mode), accepts every request', async () => {
     expect((await fetchApp('/v1/models', {}, { ...env, API_KEYS: '' })).status).toBe(200);
-    expect((await fetchApp('/v1/models', { authorization: 'Bearer anything' }, { ...env, API_KEYS: ' , ' })).status).toBe(200);
+    expect(
+      (await fetchApp('/v1/models', { authorization: 'Bearer anything' }, { ...env, API_KEYS: ' , ' })).status,
+    ).toBe(200);
   });
 });

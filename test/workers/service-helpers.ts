@@ -11,11 +11,20 @@ export function call(path: string, init: RequestInit = {}): Promise<Response> {
 }
 
 export function post(path: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
-  return call(path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  return call(path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
 }
 
 /** POSTs and returns the JSON body, checking the status first (the body is in the failure message). */
-export async function postJson<T = any>(path: string, body: unknown, status = 200, headers: Record<string, string> = {}): Promise<T> {
+export async function postJson<T = any>(
+  path: string,
+  body: unknown,
+  status = 200,
+  headers: Record<string, string> = {},
+): Promise<T> {
   const res = await post(path, body, headers);
   const text = await res.text();
   expect(res.status, text).toBe(status);
@@ -36,16 +45,24 @@ export async function readSse<T = any>(res: Response): Promise<{ events: T[]; do
     },
   });
   const decoder = new TextDecoder();
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) parser.feed(decoder.decode(chunk, { stream: true }));
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>)
+    parser.feed(decoder.decode(chunk, { stream: true }));
   return { events, done };
 }
 
 /** An OpenAI error body with the given status, type and param. */
-export async function expectError(res: Response, status: number, param?: string | null, code?: string): Promise<{ message: string; type: string; param: string | null; code: string | null }> {
+export async function expectError(
+  res: Response,
+  status: number,
+  param?: string | null,
+  code?: string,
+): Promise<{ message: string; type: string; param: string | null; code: string | null }> {
   const text = await res.text();
   expect(res.status, text).toBe(status);
   expect(res.headers.get('content-type')).toMatch(/^application\/json/);
-  const body = JSON.parse(text) as { error: { message: string; type: string; param: string | null; code: string | null } };
+  const body = JSON.parse(text) as {
+    error: { message: string; type: string; param: string | null; code: string | null };
+  };
   expect(Object.keys(body)).toEqual(['error']);
   expect(Object.keys(body.error).sort()).toEqual(['code', 'message', 'param', 'type']);
   expect(typeof body.error.message).toBe('string');

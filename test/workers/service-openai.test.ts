@@ -10,7 +10,10 @@ describe('GET /v1/models', () => {
   it('lists the served model', async () => {
     const res = await call('/v1/models');
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ object: 'list', data: [{ id: 'tiny', object: 'model', created: expect.any(Number), owned_by: 'edge-infer', backend: 'wasm' }] });
+    expect(await res.json()).toEqual({
+      object: 'list',
+      data: [{ id: 'tiny', object: 'model', created: expect.any(Number), owned_by: 'edge-infer', backend: 'wasm' }],
+    });
     const one = await call('/v1/models/tiny');
     expect(((await one.json()) as { id: string }).id).toBe('tiny');
   });
@@ -18,14 +21,31 @@ describe('GET /v1/models', () => {
 
 describe('POST /v1/chat/completions', () => {
   it('answers in the chat.completion shape with usage', async () => {
-    const body = await postJson('/v1/chat/completions', { model: 'tiny', messages: user('Hi'), max_tokens: 8, ...greedy });
+    const body = await postJson('/v1/chat/completions', {
+      model: 'tiny',
+      messages: user('Hi'),
+      max_tokens: 8,
+      ...greedy,
+    });
     expect(body).toEqual({
       id: expect.stringMatching(/^chatcmpl-/),
       object: 'chat.completion',
       created: expect.any(Number),
       model: 'tiny',
-      choices: [{ index: 0, message: { role: 'assistant', content: expect.any(String), refusal: null }, logprobs: null, finish_reason: 'length' }],
-      usage: { prompt_tokens: expect.any(Number), completion_tokens: 8, total_tokens: expect.any(Number), prompt_tokens_details: { cached_tokens: expect.any(Number) } },
+      choices: [
+        {
+          index: 0,
+          message: { role: 'assistant', content: expect.any(String), refusal: null },
+          logprobs: null,
+          finish_reason: 'length',
+        },
+      ],
+      usage: {
+        prompt_tokens: expect.any(Number),
+        completion_tokens: 8,
+        total_tokens: expect.any(Number),
+        prompt_tokens_details: { cached_tokens: expect.any(Number) },
+      },
       system_fingerprint: null,
     });
     expect(body.usage.total_tokens).toBe(body.usage.prompt_tokens + 8);
@@ -35,29 +55,49 @@ describe('POST /v1/chat/completions', () => {
   it('streams chunks that add up to the non-streamed answer, then usage, then [DONE]', async () => {
     const request = { messages: user('Tell me a story'), max_tokens: 12, ...greedy };
     const whole = await postJson('/v1/chat/completions', request);
-    const { events, done } = await readSse(await post('/v1/chat/completions', { ...request, stream: true, stream_options: { include_usage: true } }));
+    const { events, done } = await readSse(
+      await post('/v1/chat/completions', { ...request, stream: true, stream_options: { include_usage: true } }),
+    );
     expect(done).toBe(true);
-    expect(events.every((e) => e.object === 'chat.completion.chunk' && e.id === events[0].id && e.model === 'tiny')).toBe(true);
-    expect(events[0].choices[0]).toEqual({ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null });
+    expect(
+      events.every((e) => e.object === 'chat.completion.chunk' && e.id === events[0].id && e.model === 'tiny'),
+    ).toBe(true);
+    expect(events[0].choices[0]).toEqual({
+      index: 0,
+      delta: { role: 'assistant', content: '' },
+      logprobs: null,
+      finish_reason: null,
+    });
     const last = events.at(-1);
     expect(last.choices).toEqual([]);
     expect(last.usage).toEqual({ ...whole.usage, prompt_tokens_details: { cached_tokens: expect.any(Number) } });
     const finish = events.at(-2);
     expect(finish.choices).toEqual([{ index: 0, delta: {}, logprobs: null, finish_reason: 'length' }]);
     expect(events.slice(0, -1).every((e) => e.usage === null)).toBe(true);
-    const text = events.slice(1, -2).map((e) => e.choices[0].delta.content).join('');
+    const text = events
+      .slice(1, -2)
+      .map((e) => e.choices[0].delta.content)
+      .join('');
     expect(text).toBe(whole.choices[0].message.content);
   });
 
   it('streams without usage chunks unless asked', async () => {
-    const { events, done } = await readSse(await post('/v1/chat/completions', { messages: user('Hi'), max_tokens: 3, stream: true, ...greedy }));
+    const { events, done } = await readSse(
+      await post('/v1/chat/completions', { messages: user('Hi'), max_tokens: 3, stream: true, ...greedy }),
+    );
     expect(done).toBe(true);
     expect(events.every((e) => !('usage' in e) && e.choices.length === 1)).toBe(true);
     expect(events.at(-1).choices[0].finish_reason).toBe('length');
   });
 
   it('reports cached prompt tokens when a long prompt repeats', async () => {
-    const messages = [{ role: 'system', content: 'You are a terse assistant who answers questions about the weather in one short line.' }, ...user('Rain?')];
+    const messages = [
+      {
+        role: 'system',
+        content: 'You are a terse assistant who answers questions about the weather in one short line.',
+      },
+      ...user('Rain?'),
+    ];
     const first = await postJson('/v1/chat/completions', { messages, max_tokens: 2, ...greedy });
     const second = await postJson('/v1/chat/completions', { messages, max_tokens: 2, ...greedy });
     expect(first.usage.prompt_tokens).toBeGreaterThan(32);
@@ -67,7 +107,13 @@ describe('POST /v1/chat/completions', () => {
   });
 
   it('gives n choices, indexed, choice i seeded with seed + i', async () => {
-    const request = { messages: user('Once upon a time'), max_tokens: 10, temperature: 1.5, seed: 11, ignore_eos: true };
+    const request = {
+      messages: user('Once upon a time'),
+      max_tokens: 10,
+      temperature: 1.5,
+      seed: 11,
+      ignore_eos: true,
+    };
     const both = await postJson('/v1/chat/completions', { ...request, n: 2 });
     expect(both.choices.map((c: { index: number }) => c.index)).toEqual([0, 1]);
     expect(both.usage.completion_tokens).toBe(20);
@@ -78,12 +124,27 @@ describe('POST /v1/chat/completions', () => {
     expect(both.usage.prompt_tokens).toBe(zero.usage.prompt_tokens);
 
     const { events } = await readSse(await post('/v1/chat/completions', { ...request, n: 2, stream: true }));
-    const text = [0, 1].map((i) => events.filter((e) => e.choices[0]?.index === i).map((e) => e.choices[0].delta.content ?? '').join(''));
+    const text = [0, 1].map((i) =>
+      events
+        .filter((e) => e.choices[0]?.index === i)
+        .map((e) => e.choices[0].delta.content ?? '')
+        .join(''),
+    );
     expect(text).toEqual(both.choices.map((c: { message: { content: string } }) => c.message.content));
   });
 
   it('is deterministic for a seed', async () => {
-    const request = { messages: user('Pick a word'), max_tokens: 16, temperature: 1.2, top_k: 40, top_p: 0.95, min_p: 0.01, repetition_penalty: 1.1, seed: 1234, ignore_eos: true };
+    const request = {
+      messages: user('Pick a word'),
+      max_tokens: 16,
+      temperature: 1.2,
+      top_k: 40,
+      top_p: 0.95,
+      min_p: 0.01,
+      repetition_penalty: 1.1,
+      seed: 1234,
+      ignore_eos: true,
+    };
     const a = await postJson('/v1/chat/completions', request);
     const b = await postJson('/v1/chat/completions', request);
     expect(a.choices[0].message.content).toBe(b.choices[0].message.content);
@@ -123,7 +184,16 @@ describe('POST /v1/chat/completions', () => {
 
   it('accepts max_completion_tokens, text content parts and the developer role', async () => {
     const body = await postJson('/v1/chat/completions', {
-      messages: [{ role: 'developer', content: 'Be brief.' }, { role: 'user', content: [{ type: 'text', text: 'Hi ' }, { type: 'text', text: 'there' }] }],
+      messages: [
+        { role: 'developer', content: 'Be brief.' },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Hi ' },
+            { type: 'text', text: 'there' },
+          ],
+        },
+      ],
       max_completion_tokens: 4,
       ...greedy,
     });
@@ -141,25 +211,52 @@ describe('POST /v1/completions', () => {
       created: expect.any(Number),
       model: 'tiny',
       choices: [{ index: 0, text: expect.any(String), logprobs: null, finish_reason: 'length' }],
-      usage: { prompt_tokens: expect.any(Number), completion_tokens: 10, total_tokens: expect.any(Number), prompt_tokens_details: { cached_tokens: expect.any(Number) } },
+      usage: {
+        prompt_tokens: expect.any(Number),
+        completion_tokens: 10,
+        total_tokens: expect.any(Number),
+        prompt_tokens_details: { cached_tokens: expect.any(Number) },
+      },
       system_fingerprint: null,
     });
-    const { events, done } = await readSse(await post('/v1/completions', { ...request, stream: true, stream_options: { include_usage: true } }));
+    const { events, done } = await readSse(
+      await post('/v1/completions', { ...request, stream: true, stream_options: { include_usage: true } }),
+    );
     expect(done).toBe(true);
     expect(events.every((e) => e.object === 'text_completion')).toBe(true);
-    expect(events.slice(0, -1).map((e) => e.choices[0].text).join('')).toBe(body.choices[0].text);
+    expect(
+      events
+        .slice(0, -1)
+        .map((e) => e.choices[0].text)
+        .join(''),
+    ).toBe(body.choices[0].text);
     expect(events.at(-2).choices[0]).toEqual({ index: 0, text: '', logprobs: null, finish_reason: 'length' });
-    expect(events.at(-1)).toMatchObject({ choices: [], usage: { completion_tokens: 10, prompt_tokens: body.usage.prompt_tokens } });
+    expect(events.at(-1)).toMatchObject({
+      choices: [],
+      usage: { completion_tokens: 10, prompt_tokens: body.usage.prompt_tokens },
+    });
   });
 
   it('takes token ids and lists of prompts; choices are indexed prompt-major', async () => {
     const ids = await postJson('/v1/completions', { prompt: [5, 6, 7, 8], max_tokens: 3, ...greedy });
     expect(ids.usage.prompt_tokens).toBe(4);
-    const idBatch = await postJson('/v1/completions', { prompt: [[9, 10, 11], [5, 6, 7, 8]], max_tokens: 3, ...greedy });
+    const idBatch = await postJson('/v1/completions', {
+      prompt: [
+        [9, 10, 11],
+        [5, 6, 7, 8],
+      ],
+      max_tokens: 3,
+      ...greedy,
+    });
     expect(idBatch.choices[1].text).toBe(ids.choices[0].text);
     expect(idBatch.usage.prompt_tokens).toBe(7);
     const single = await postJson('/v1/completions', { prompt: 'General Kenobi', max_tokens: 3, ...greedy });
-    const batch = await postJson('/v1/completions', { prompt: ['Hello there', 'General Kenobi'], n: 2, max_tokens: 3, ...greedy });
+    const batch = await postJson('/v1/completions', {
+      prompt: ['Hello there', 'General Kenobi'],
+      n: 2,
+      max_tokens: 3,
+      ...greedy,
+    });
     expect(batch.choices.map((c: { index: number }) => c.index)).toEqual([0, 1, 2, 3]);
     expect(batch.choices[2].text).toBe(single.choices[0].text);
     expect(batch.choices[3].text).toBe(single.choices[0].text);
@@ -172,7 +269,9 @@ describe('POST /v1/completions', () => {
     expect(Object.keys(lp).sort()).toEqual(['text_offset', 'token_logprobs', 'tokens', 'top_logprobs']);
     expect(lp.tokens).toHaveLength(6);
     expect(lp.token_logprobs).toHaveLength(6);
-    expect(lp.top_logprobs.every((t: Record<string, number>) => Object.keys(t).length >= 1 && Object.keys(t).length <= 2)).toBe(true);
+    expect(
+      lp.top_logprobs.every((t: Record<string, number>) => Object.keys(t).length >= 1 && Object.keys(t).length <= 2),
+    ).toBe(true);
     expect(lp.text_offset[0]).toBe(0);
     expect([...lp.text_offset].sort((a, b) => a - b)).toEqual(lp.text_offset);
     lp.tokens.forEach((t: string, i: number) => expect(lp.top_logprobs[i][t]).toBe(lp.token_logprobs[i]));
@@ -182,10 +281,23 @@ describe('POST /v1/completions', () => {
 describe('beam search and speculative decoding over HTTP', () => {
   it('beam search returns the n best of its beams, best first, with their scores', async () => {
     const request = { prompt: 'Once upon a time', max_tokens: 6, ignore_eos: true };
-    const body = await postJson('/v1/completions', { ...request, use_beam_search: true, best_of: 4, n: 2, length_penalty: 1 });
+    const body = await postJson('/v1/completions', {
+      ...request,
+      use_beam_search: true,
+      best_of: 4,
+      n: 2,
+      length_penalty: 1,
+    });
     expect(body.choices).toHaveLength(2);
     const [first, second] = body.choices;
-    expect(first).toEqual({ index: 0, text: expect.any(String), logprobs: null, finish_reason: 'length', beam_score: expect.any(Number), cumulative_logprob: expect.any(Number) });
+    expect(first).toEqual({
+      index: 0,
+      text: expect.any(String),
+      logprobs: null,
+      finish_reason: 'length',
+      beam_score: expect.any(Number),
+      cumulative_logprob: expect.any(Number),
+    });
     expect(first.beam_score).toBeGreaterThanOrEqual(second.beam_score);
     expect(first.beam_score).toBeCloseTo(first.cumulative_logprob / 6, 6);
     expect(body.usage.completion_tokens).toBe(12);
@@ -195,7 +307,12 @@ describe('beam search and speculative decoding over HTTP', () => {
   });
 
   it('chat with beam search answers non-streamed; streamed it is a 400', async () => {
-    const body = await postJson('/v1/chat/completions', { messages: user('Hi'), max_tokens: 4, use_beam_search: true, beam_width: 3 });
+    const body = await postJson('/v1/chat/completions', {
+      messages: user('Hi'),
+      max_tokens: 4,
+      use_beam_search: true,
+      beam_width: 3,
+    });
     expect(body.choices).toHaveLength(1);
     expect(body.choices[0].beam_score).toEqual(expect.any(Number));
   });
@@ -208,7 +325,10 @@ describe('beam search and speculative decoding over HTTP', () => {
     const fast = await postJson('/v1/completions', { ...request, speculative: { method: 'ngram', num_tokens: 4 } });
     expect(fast.choices[0].text).toBe(plain.choices[0].text);
     const after = await scrape();
-    const total = (m: Map<string, number>, name: string): number => [...m].filter(([k]) => k.startsWith(name)).reduce((sum, [, v]) => sum + v, 0);
-    expect(total(after, 'edge_infer_speculative_proposed_tokens_total')).toBeGreaterThan(total(before, 'edge_infer_speculative_proposed_tokens_total'));
+    const total = (m: Map<string, number>, name: string): number =>
+      [...m].filter(([k]) => k.startsWith(name)).reduce((sum, [, v]) => sum + v, 0);
+    expect(total(after, 'edge_infer_speculative_proposed_tokens_total')).toBeGreaterThan(
+      total(before, 'edge_infer_speculative_proposed_tokens_total'),
+    );
   });
 });

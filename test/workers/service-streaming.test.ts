@@ -18,7 +18,10 @@ async function until(ok: (m: Map<string, number>) => boolean, ms = 10_000): Prom
   }
 }
 
-const cancelled = (m: Map<string, number>) => [...m].filter(([k]) => k.startsWith('edge_infer_requests_total{') && k.includes('finish_reason="cancelled"')).reduce((s, [, v]) => s + v, 0);
+const cancelled = (m: Map<string, number>) =>
+  [...m]
+    .filter(([k]) => k.startsWith('edge_infer_requests_total{') && k.includes('finish_reason="cancelled"'))
+    .reduce((s, [, v]) => s + v, 0);
 
 describe('client disconnect', () => {
   it('cancelling a stream mid-way cancels the request and returns the KV blocks', async () => {
@@ -37,20 +40,32 @@ describe('client disconnect', () => {
     expect(cancelled(after)).toBe(cancelled(before) + 1);
     expect(total(after, 'edge_infer_running_requests')).toBe(0);
     expect(total(after, 'edge_infer_kv_blocks_used')).toBe(total(before, 'edge_infer_kv_blocks_used'));
-    expect(total(after, 'edge_infer_kv_blocks_used') + total(after, 'edge_infer_kv_blocks_free') + total(after, 'edge_infer_kv_blocks_cached_idle')).toBe(
-      total(after, 'edge_infer_kv_blocks_total'),
-    );
+    expect(
+      total(after, 'edge_infer_kv_blocks_used') +
+        total(after, 'edge_infer_kv_blocks_free') +
+        total(after, 'edge_infer_kv_blocks_cached_idle'),
+    ).toBe(total(after, 'edge_infer_kv_blocks_total'));
     // It stopped early: far fewer tokens than the 2000 asked for.
-    expect(total(after, 'edge_infer_generation_tokens_total') - total(before, 'edge_infer_generation_tokens_total')).toBeLessThan(1500);
+    expect(
+      total(after, 'edge_infer_generation_tokens_total') - total(before, 'edge_infer_generation_tokens_total'),
+    ).toBeLessThan(1500);
   });
 
   it('a chat stream with n = 2 cancels both choices', async () => {
     const before = await scrape();
-    const res = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Go on' }], n: 2, max_tokens: 1500, ignore_eos: true, stream: true });
+    const res = await post('/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'Go on' }],
+      n: 2,
+      max_tokens: 1500,
+      ignore_eos: true,
+      stream: true,
+    });
     const reader = res.body!.getReader();
     for (let i = 0; i < 4; i++) await reader.read();
     await reader.cancel();
-    const after = await until((m) => cancelled(m) >= cancelled(before) + 2 && total(m, 'edge_infer_running_requests') === 0);
+    const after = await until(
+      (m) => cancelled(m) >= cancelled(before) + 2 && total(m, 'edge_infer_running_requests') === 0,
+    );
     expect(cancelled(after)).toBe(cancelled(before) + 2);
     expect(total(after, 'edge_infer_kv_blocks_used')).toBe(total(before, 'edge_infer_kv_blocks_used'));
   });
@@ -58,7 +73,9 @@ describe('client disconnect', () => {
   it('aborting a non-streamed request cancels it too', async () => {
     const before = await scrape();
     const abort = new AbortController();
-    const res = call('/v1/completions', { method: 'POST', body: JSON.stringify(long), signal: abort.signal }).catch((e: unknown) => e);
+    const res = call('/v1/completions', { method: 'POST', body: JSON.stringify(long), signal: abort.signal }).catch(
+      (e: unknown) => e,
+    );
     await until((m) => total(m, 'edge_infer_running_requests') >= 1, 5_000);
     abort.abort();
     await res;
@@ -85,7 +102,8 @@ describe('an object that restarts mid-stream', () => {
     }
     let text = '';
     const decoder = new TextDecoder();
-    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) text += decoder.decode(chunk.value, { stream: true });
+    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read())
+      text += decoder.decode(chunk.value, { stream: true });
     expect(text.slice(-400)).toContain('"code":"shard_restarted"');
     expect(text).not.toContain('[DONE]');
   });
@@ -94,7 +112,12 @@ describe('an object that restarts mid-stream', () => {
 describe('GET /metrics', () => {
   it('counts a request with n choices once for its prompt and once per choice for what it generated', async () => {
     const before = await scrape();
-    const body = await postJson('/v1/chat/completions', { messages: [{ role: 'user', content: 'Count me' }], n: 3, max_tokens: 4, ignore_eos: true });
+    const body = await postJson('/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'Count me' }],
+      n: 3,
+      max_tokens: 4,
+      ignore_eos: true,
+    });
     const after = await scrape();
     const delta = (name: string) => total(after, name) - total(before, name);
     expect(delta('edge_infer_prompt_tokens_total')).toBe(body.usage.prompt_tokens);
@@ -103,7 +126,11 @@ describe('GET /metrics', () => {
   });
 
   it('exposes counters, gauges and histograms per shard', async () => {
-    await postJson('/v1/chat/completions', { messages: [{ role: 'user', content: 'Measure me' }], max_tokens: 5, ignore_eos: true });
+    await postJson('/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'Measure me' }],
+      max_tokens: 5,
+      ignore_eos: true,
+    });
     const res = await call('/metrics');
     expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
     const text = await res.text();
@@ -130,7 +157,9 @@ describe('GET /metrics', () => {
     const count = m.get(`edge_infer_time_to_first_token_seconds_count{${labels}}`)!;
     expect(count).toBeGreaterThan(0);
     expect(m.get(`edge_infer_time_to_first_token_seconds_bucket{${labels},le="+Inf"}`)).toBe(count);
-    const buckets = [...m].filter(([k]) => k.startsWith(`edge_infer_time_to_first_token_seconds_bucket{${labels},`)).map(([, v]) => v);
+    const buckets = [...m]
+      .filter(([k]) => k.startsWith(`edge_infer_time_to_first_token_seconds_bucket{${labels},`))
+      .map(([, v]) => v);
     expect([...buckets].sort((a, b) => a - b)).toEqual(buckets);
     expect(m.get(`edge_infer_inter_token_latency_seconds_count{${labels}}`)).toBeGreaterThan(0);
     expect(m.get(`edge_infer_kv_blocks_total{${labels}}`)).toBeGreaterThan(0);

@@ -27,12 +27,21 @@ async function createSession(body: Record<string, unknown> = {}): Promise<string
 }
 
 const say = (id: string, content: string, extra: Record<string, unknown> = {}) =>
-  postJson<{ message: { role: string; content: string }; usage: Usage; finish_reason: string }>(`/v1/sessions/${id}/messages`, { content, ...extra });
+  postJson<{ message: { role: string; content: string }; usage: Usage; finish_reason: string }>(
+    `/v1/sessions/${id}/messages`,
+    { content, ...extra },
+  );
 
 const getSession = async (id: string) => {
   const res = await call(`/v1/sessions/${id}`);
   expect(res.status).toBe(200);
-  return (await res.json()) as { messages: { role: string; content: string }[]; tokens: number; cached_tokens: number; stored_tokens: number; system: string };
+  return (await res.json()) as {
+    messages: { role: string; content: string }[];
+    tokens: number;
+    cached_tokens: number;
+    stored_tokens: number;
+    system: string;
+  };
 };
 
 function shardOf(id: string): DurableObjectStub<InferenceObject> {
@@ -41,11 +50,17 @@ function shardOf(id: string): DurableObjectStub<InferenceObject> {
 }
 
 const engineStats = (id: string): Promise<EngineStats> =>
-  runInDurableObject(shardOf(id), (instance) => (instance as unknown as { loaded: { stats(): EngineStats } }).loaded.stats());
+  runInDurableObject(shardOf(id), (instance) =>
+    (instance as unknown as { loaded: { stats(): EngineStats } }).loaded.stats(),
+  );
 
 describe('sessions', () => {
   it('creates, shows and deletes a session', async () => {
-    const created = await postJson('/v1/sessions', { system: 'Be brief.', model: 'tiny', defaults: { temperature: 0.5, top_k: 5 } }, 201);
+    const created = await postJson(
+      '/v1/sessions',
+      { system: 'Be brief.', model: 'tiny', defaults: { temperature: 0.5, top_k: 5 } },
+      201,
+    );
     expect(created).toMatchObject({
       id: expect.stringMatching(/^\d+\.[0-9a-f]+$/),
       object: 'session',
@@ -69,12 +84,22 @@ describe('sessions', () => {
     await expectError(await post('/v1/sessions', { defaults: { temperature: 'hot' } }), 400, 'defaults.temperature');
     // Values are checked at creation too, not only at the first message.
     await expectError(await post('/v1/sessions', { defaults: { temperature: 5 } }), 400, 'defaults.temperature');
-    await expectError(await post('/v1/sessions', { defaults: { tempreature: 1 } }), 400, 'defaults.tempreature', 'unknown_parameter');
+    await expectError(
+      await post('/v1/sessions', { defaults: { tempreature: 1 } }),
+      400,
+      'defaults.tempreature',
+      'unknown_parameter',
+    );
     await expectError(await post('/v1/sessions', { model: 'gpt-9' }), 404, 'model', 'model_not_found');
     const id = await createSession();
     await expectError(await post(`/v1/sessions/${id}/messages`, {}), 400, 'content');
     await expectError(await post(`/v1/sessions/${id}/messages`, { content: 'hi', top_p: 7 }), 400, 'top_p');
-    await expectError(await post(`/v1/sessions/${id}/messages`, { content: 'hi', messages: [] }), 400, 'messages', 'unknown_parameter');
+    await expectError(
+      await post(`/v1/sessions/${id}/messages`, { content: 'hi', messages: [] }),
+      400,
+      'messages',
+      'unknown_parameter',
+    );
   });
 
   it('five turns: each prefills only the new message and the end of the last reply', async () => {
@@ -109,16 +134,28 @@ describe('sessions', () => {
 
   it('streams a turn in chat.completion.chunk framing, and records it', async () => {
     const id = await createSession();
-    const { events, done } = await readSse(await post(`/v1/sessions/${id}/messages`, { content: 'Stream please', stream: true, stream_options: { include_usage: true } }));
+    const { events, done } = await readSse(
+      await post(`/v1/sessions/${id}/messages`, {
+        content: 'Stream please',
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
+    );
     expect(done).toBe(true);
     expect(events.every((e) => e.object === 'chat.completion.chunk')).toBe(true);
     expect(events[0].choices[0].delta).toEqual({ role: 'assistant', content: '' });
     expect(events.at(-2).choices[0].finish_reason).toMatch(/^(stop|length)$/);
     const usage = events.at(-1).usage as Usage;
     expect(usage.completion_tokens).toBeGreaterThan(0);
-    const text = events.slice(1, -2).map((e) => e.choices[0].delta.content).join('');
+    const text = events
+      .slice(1, -2)
+      .map((e) => e.choices[0].delta.content)
+      .join('');
     const session = await getSession(id);
-    expect(session.messages.slice(1)).toEqual([{ role: 'user', content: 'Stream please' }, { role: 'assistant', content: text }]);
+    expect(session.messages.slice(1)).toEqual([
+      { role: 'user', content: 'Stream please' },
+      { role: 'assistant', content: text },
+    ]);
     // The next turn continues the cache the streamed turn left.
     const next = await say(id, 'And again');
     expect(next.usage.prompt_tokens_details.cached_tokens).toBe(usage.prompt_tokens + usage.completion_tokens - 1);
@@ -126,7 +163,12 @@ describe('sessions', () => {
 
   it('answers 409 to a second message while the first is being answered', async () => {
     const id = await createSession();
-    const first = await post(`/v1/sessions/${id}/messages`, { content: 'A long answer please', stream: true, max_tokens: 400, ignore_eos: true });
+    const first = await post(`/v1/sessions/${id}/messages`, {
+      content: 'A long answer please',
+      stream: true,
+      max_tokens: 400,
+      ignore_eos: true,
+    });
     expect(first.status).toBe(200);
     await expectError(await post(`/v1/sessions/${id}/messages`, { content: 'Me too' }), 409, null, 'session_busy');
     const { done } = await readSse(first);
@@ -140,13 +182,19 @@ describe('sessions', () => {
     const id = await createSession();
     await say(id, 'First');
     const pinnedBefore = (await engineStats(id)).pinnedSessions;
-    const res = await post(`/v1/sessions/${id}/messages`, { content: 'Interrupted', stream: true, max_tokens: 1500, ignore_eos: true });
+    const res = await post(`/v1/sessions/${id}/messages`, {
+      content: 'Interrupted',
+      stream: true,
+      max_tokens: 1500,
+      ignore_eos: true,
+    });
     const reader = res.body!.getReader();
     for (let i = 0; i < 3; i++) expect((await reader.read()).done).toBe(false);
     expect((await call(`/v1/sessions/${id}`, { method: 'DELETE' })).status).toBe(200);
     let rest = '';
     const decoder = new TextDecoder();
-    for (let r = await reader.read(); !r.done; r = await reader.read()) rest += decoder.decode(r.value, { stream: true });
+    for (let r = await reader.read(); !r.done; r = await reader.read())
+      rest += decoder.decode(r.value, { stream: true });
     expect(rest).toContain('"error"');
     expect(rest).not.toContain('[DONE]');
     expect(rest.split('chat.completion.chunk').length).toBeLessThan(1500);
@@ -165,7 +213,12 @@ describe('sessions', () => {
     const stats = await engineStats(id);
     expect(stats.pinnedSessions).toBe(pinned - 1);
     expect(stats.kv.used).toBeLessThan(usedBefore);
-    await expectError(await post(`/v1/sessions/${id}/messages`, { content: 'still there?' }), 404, null, 'session_not_found');
+    await expectError(
+      await post(`/v1/sessions/${id}/messages`, { content: 'still there?' }),
+      404,
+      null,
+      'session_not_found',
+    );
   });
 
   it('survives its object restarting: the transcript is kept and the stored KV blocks are restored, not recomputed', async () => {
@@ -193,7 +246,9 @@ describe('sessions', () => {
     expect(three.usage.prompt_tokens - previousLog).toBeLessThan(80);
     expect(one.usage.prompt_tokens).toBeLessThan(two.usage.prompt_tokens);
     const four = await say(id, 'Turn four');
-    expect(four.usage.prompt_tokens_details.cached_tokens).toBe(three.usage.prompt_tokens + three.usage.completion_tokens - 1);
+    expect(four.usage.prompt_tokens_details.cached_tokens).toBe(
+      three.usage.prompt_tokens + three.usage.completion_tokens - 1,
+    );
     expect((await getSession(id)).messages).toHaveLength(1 + 8);
   });
 });

@@ -23,14 +23,24 @@ const vars = (extra: Partial<Env>): Env => ({ SHARD_COUNT: '2', ...extra }) as E
 describe('shard ids', () => {
   it('an unknown session on a real shard is a 404 without loading the model', async () => {
     await abortAllDurableObjects();
-    await expectError(await post('/v1/sessions/1.0123456789abcdef01234567/messages', { content: 'hi' }), 404, null, 'session_not_found');
+    await expectError(
+      await post('/v1/sessions/1.0123456789abcdef01234567/messages', { content: 'hi' }),
+      404,
+      null,
+      'session_not_found',
+    );
     await expectError(await call('/v1/sessions/1.0123456789abcdef01234567'), 404, null, 'session_not_found');
     await expectError(await call('/v1/jobs/1.0123456789abcdef01234567'), 404, null, 'job_not_found');
     expect(await engineLoaded(1)).toBe(false);
   });
 
   it('an id naming a shard never issued starts no object', async () => {
-    await expectError(await post('/v1/sessions/999999.abcdefgh/messages', { content: 'hi' }), 404, null, 'session_not_found');
+    await expectError(
+      await post('/v1/sessions/999999.abcdefgh/messages', { content: 'hi' }),
+      404,
+      null,
+      'session_not_found',
+    );
     await expectError(await call('/v1/sessions/999999.abcdefgh'), 404, null, 'session_not_found');
     await expectError(await call('/v1/sessions/999999.abcdefgh', { method: 'DELETE' }), 404, null, 'session_not_found');
     await expectError(await call('/v1/jobs/999998.abcdefgh'), 404, null, 'job_not_found');
@@ -42,7 +52,7 @@ describe('shard ids', () => {
     expect(await issuedShard(vars({}), '1.abcdefgh')).toBe(1);
     expect(await issuedShard(vars({}), '2.abcdefgh')).toBeNull();
     expect(await issuedShard(vars({}), 'x.abcdefgh')).toBeNull();
-    expect(await issuedShard(vars({}), (await issueId(vars({}), 1)))).toBe(1);
+    expect(await issuedShard(vars({}), await issueId(vars({}), 1))).toBe(1);
   });
 
   it('a signed id keeps its shard after SHARD_COUNT shrinks; a forged or re-keyed one does not', async () => {

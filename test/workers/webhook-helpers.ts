@@ -3,7 +3,8 @@ import { inject } from 'vitest';
 import { Webhook } from 'standardwebhooks';
 import { call, post } from './service-helpers.js';
 
-export const newSecret = (): string => 'whsec_' + btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32))));
+export const newSecret = (): string =>
+  `whsec_${btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32))))}`;
 
 let counter = 0;
 /** A fresh receiver inbox: deliveries to `url` are checked with `secret`; the first `fail` answer 503 (-1: all). */
@@ -13,7 +14,8 @@ export async function inbox(secret: string, fail = 0): Promise<{ url: string; de
   await fetch(`${base}/control/${key}`, { method: 'POST', body: JSON.stringify({ secret, fail }) });
   return {
     url: `${base}/deliver/${key}`,
-    deliveries: async () => ((await (await fetch(`${base}/control/${key}`)).json()) as { deliveries: Delivery[] }).deliveries,
+    deliveries: async () =>
+      ((await (await fetch(`${base}/control/${key}`)).json()) as { deliveries: Delivery[] }).deliveries,
   };
 }
 
@@ -26,7 +28,12 @@ export interface Delivery {
 }
 
 /** POSTs an event to a hook, signed per Standard Webhooks (by the reference package), at `when`. */
-export function sendEvent(name: string, secret: string, event: unknown, { id = `msg_${crypto.randomUUID()}`, when = new Date() } = {}): Promise<Response> {
+export function sendEvent(
+  name: string,
+  secret: string,
+  event: unknown,
+  { id = `msg_${crypto.randomUUID()}`, when = new Date() } = {},
+): Promise<Response> {
   const body = JSON.stringify(event);
   const headers = {
     'webhook-id': id,
@@ -37,7 +44,11 @@ export function sendEvent(name: string, secret: string, event: unknown, { id = `
 }
 
 export function putHook(name: string, config: Record<string, unknown>): Promise<Response> {
-  return call(`/v1/hooks/${name}`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify(config) });
+  return call(`/v1/hooks/${name}`, {
+    method: 'PUT',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(config),
+  });
 }
 
 export interface JobBody {
@@ -62,7 +73,8 @@ export async function settled(id: string, timeoutMs = 20_000): Promise<JobBody> 
   for (;;) {
     const job = await getJob(id);
     if (job.status === 'delivered' || job.status === 'failed') return job;
-    if (Date.now() > end) throw new Error(`job ${id} still ${job.status} after ${timeoutMs} ms (attempts ${job.attempts})`);
+    if (Date.now() > end)
+      throw new Error(`job ${id} still ${job.status} after ${timeoutMs} ms (attempts ${job.attempts})`);
     await new Promise((r) => setTimeout(r, 25));
   }
 }

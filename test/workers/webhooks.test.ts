@@ -3,7 +3,7 @@
 // the signature with the `standardwebhooks` package. Retries run from the object's alarm.
 import { describe, expect, it } from 'vitest';
 import { call, expectError, postJson } from './service-helpers.js';
-import { getJob, hookName, inbox, newSecret, putHook, sendEvent, settled } from './webhook-helpers.js';
+import { hookName, inbox, newSecret, putHook, sendEvent, settled } from './webhook-helpers.js';
 
 const params = { temperature: 0, max_tokens: 8 };
 const template = 'Summarise the issue "{{ title }}" reported by {{ event.user.name }}.';
@@ -30,7 +30,15 @@ describe('hooks', () => {
   it('configures, shows (without the secret) and deletes a hook', async () => {
     const { name, secret, box } = await setUp();
     const shown = await (await call(`/v1/hooks/${name}`)).json();
-    expect(shown).toMatchObject({ name, object: 'hook', template, callback_url: box.url, params, mode: 'chat', secret_hint: `whsec_…${secret.slice(-4)}` });
+    expect(shown).toMatchObject({
+      name,
+      object: 'hook',
+      template,
+      callback_url: box.url,
+      params,
+      mode: 'chat',
+      secret_hint: `whsec_…${secret.slice(-4)}`,
+    });
     expect(JSON.stringify(shown)).not.toContain(secret.slice(6));
     // PUT again replaces it: 200, not 201.
     expect((await putHook(name, { template: 'Hi {{ title }}', callback_url: box.url, secret })).status).toBe(200);
@@ -42,19 +50,44 @@ describe('hooks', () => {
   it('refuses private, link-local, non-https and malformed callback URLs at PUT', async () => {
     const secret = newSecret();
     for (const url of [
-      'https://10.0.0.7/hook', 'https://172.20.1.1/', 'https://192.168.0.10/', 'https://169.254.169.254/latest/meta-data', 'https://0.0.0.0/',
-      'https://[fd00::1]/', 'https://[fe80::1]/', 'https://[::ffff:10.0.0.1]/', 'https://167772161/', 'http://example.com/hook', 'ftp://example.com/', 'nope',
+      'https://10.0.0.7/hook',
+      'https://172.20.1.1/',
+      'https://192.168.0.10/',
+      'https://169.254.169.254/latest/meta-data',
+      'https://0.0.0.0/',
+      'https://[fd00::1]/',
+      'https://[fe80::1]/',
+      'https://[::ffff:10.0.0.1]/',
+      'https://167772161/',
+      'http://example.com/hook',
+      'ftp://example.com/',
+      'nope',
     ]) {
-      await expectError(await putHook(hookName(), { template, callback_url: url, secret }), 400, 'callback_url', 'invalid_callback_url');
+      await expectError(
+        await putHook(hookName(), { template, callback_url: url, secret }),
+        400,
+        'callback_url',
+        'invalid_callback_url',
+      );
     }
   });
 
   it('refuses a bad secret, template or params', async () => {
     const base = { template, callback_url: 'https://example.com/hook', secret: newSecret() };
     await expectError(await putHook(hookName(), { ...base, secret: 'hunter2' }), 400, 'secret');
-    await expectError(await putHook(hookName(), { ...base, template: '{% for %}' }), 400, 'template', 'invalid_template');
+    await expectError(
+      await putHook(hookName(), { ...base, template: '{% for %}' }),
+      400,
+      'template',
+      'invalid_template',
+    );
     await expectError(await putHook(hookName(), { ...base, params: { temperature: -1 } }), 400, 'params.temperature');
-    await expectError(await putHook(hookName(), { ...base, params: { temprature: 1 } }), 400, 'params.temprature', 'unknown_parameter');
+    await expectError(
+      await putHook(hookName(), { ...base, params: { temprature: 1 } }),
+      400,
+      'params.temprature',
+      'unknown_parameter',
+    );
     await expectError(await putHook(hookName(), { ...base, template: 5 }), 400, 'template');
     await expectError(await putHook('bad name!', base), 400, 'name');
   });
@@ -72,7 +105,12 @@ describe('inbound events', () => {
     expect(deliveries).toHaveLength(1);
     expect(deliveries[0].verified).toBe(true);
     expect(deliveries[0].headers['webhook-id']).toBe(jobId);
-    expect(JSON.parse(deliveries[0].body)).toEqual({ type: 'generation.completed', job_id: jobId, hook: name, output: job.result });
+    expect(JSON.parse(deliveries[0].body)).toEqual({
+      type: 'generation.completed',
+      job_id: jobId,
+      hook: name,
+      output: job.result,
+    });
 
     // The template was rendered over the event: the same prompt sent as a chat message gives the same greedy text.
     const direct = await postJson('/v1/chat/completions', {
@@ -88,8 +126,18 @@ describe('inbound events', () => {
     await expectError(await sendEvent(name, newSecret(), event), 401, null, 'invalid_signature');
     const res = await call(`/v1/hooks/${name}`, { method: 'POST', body: JSON.stringify(event) });
     await expectError(res, 401, null, 'missing_headers');
-    await expectError(await sendEvent(name, secret, event, { when: new Date(Date.now() - 6 * 60_000) }), 401, null, 'timestamp_out_of_range');
-    await expectError(await sendEvent(name, secret, event, { when: new Date(Date.now() + 6 * 60_000) }), 401, null, 'timestamp_out_of_range');
+    await expectError(
+      await sendEvent(name, secret, event, { when: new Date(Date.now() - 6 * 60_000) }),
+      401,
+      null,
+      'timestamp_out_of_range',
+    );
+    await expectError(
+      await sendEvent(name, secret, event, { when: new Date(Date.now() + 6 * 60_000) }),
+      401,
+      null,
+      'timestamp_out_of_range',
+    );
     // Within the window is fine.
     expect((await sendEvent(name, secret, event, { when: new Date(Date.now() - 4 * 60_000) })).status).toBe(202);
   });
@@ -102,7 +150,10 @@ describe('inbound events', () => {
     expect(((await again.json()) as { job_id: string }).job_id).toBe(first);
     await settled(first);
     const later = await sendEvent(name, secret, { other: true }, { id: 'msg_replay' });
-    expect(((await later.json()) as { job_id: string; status: string })).toMatchObject({ job_id: first, status: 'delivered' });
+    expect((await later.json()) as { job_id: string; status: string }).toMatchObject({
+      job_id: first,
+      status: 'delivered',
+    });
     await new Promise((r) => setTimeout(r, 100));
     expect(await box.deliveries()).toHaveLength(1);
   });
@@ -127,7 +178,11 @@ describe('inbound events', () => {
     const job = await settled(jobId);
     expect(job).toMatchObject({ status: 'failed', attempts: 4, last_error: 'callback answered HTTP 503' });
     // The generation itself succeeded: its result is kept even though no delivery landed.
-    expect(job.result).toMatchObject({ text: expect.any(String), finish_reason: expect.stringMatching(/^(stop|length)$/), usage: { completion_tokens: expect.any(Number) } });
+    expect(job.result).toMatchObject({
+      text: expect.any(String),
+      finish_reason: expect.stringMatching(/^(stop|length)$/),
+      usage: { completion_tokens: expect.any(Number) },
+    });
     expect(await box.deliveries()).toHaveLength(4);
   });
 
@@ -138,4 +193,3 @@ describe('inbound events', () => {
     expect(job.result!.text).toBe(direct.choices[0].text);
   });
 });
-

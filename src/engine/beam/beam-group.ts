@@ -49,8 +49,14 @@ export class BeamGroup<S extends { tokens: number[] }> {
     }
     this.reported.set(beam, beamLogprobs(logits, this.sampling));
     if (this.live.some((b) => !this.reported.has(b.beam))) return false;
-    const states = this.live.map((b) => ({ tokens: b.beam.tokens.slice(this.promptLength), cumulativeLogprob: b.cumulativeLogprob }));
-    const choices = this.search.step(states, this.live.map((b) => this.reported.get(b.beam)!));
+    const states = this.live.map((b) => ({
+      tokens: b.beam.tokens.slice(this.promptLength),
+      cumulativeLogprob: b.cumulativeLogprob,
+    }));
+    const choices = this.search.step(
+      states,
+      this.live.map((b) => this.reported.get(b.beam)!),
+    );
     this.reported.clear();
 
     // Forks first, while every parent still ends at the token its logits were computed after.

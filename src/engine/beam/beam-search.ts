@@ -122,7 +122,8 @@ function topContinuations(beams: readonly BeamState[], logprobs: readonly Float6
   const best: BeamChoice[] = [];
   const worse = (a: BeamChoice, b: BeamChoice): boolean =>
     a.cumulativeLogprob < b.cumulativeLogprob ||
-    (a.cumulativeLogprob === b.cumulativeLogprob && (a.parent > b.parent || (a.parent === b.parent && a.token > b.token)));
+    (a.cumulativeLogprob === b.cumulativeLogprob &&
+      (a.parent > b.parent || (a.parent === b.parent && a.token > b.token)));
   beams.forEach((beam, parent) => {
     const row = logprobs[parent];
     for (let token = 0; token < row.length; token++) {

@@ -68,7 +68,12 @@ export class ConstraintCompiler {
   }
 
   compile({ spec, param }: Constrained): CompiledConstraint {
-    if (!this.module) throw new InvalidRequestError(param, 'structured outputs are not available on this runtime', 'unsupported_parameter');
+    if (!this.module)
+      throw new InvalidRequestError(
+        param,
+        'structured outputs are not available on this runtime',
+        'unsupported_parameter',
+      );
     const source = toSource(spec, param);
     const key = constraintKey(spec);
     let compiled = this.cache.get(key);
@@ -81,7 +86,8 @@ export class ConstraintCompiler {
       try {
         compiled = runtime.compile(source);
       } catch (err) {
-        if (err instanceof GrammarSyntaxError) throw new InvalidRequestError(param, `${param}: ${err.message || 'the grammar could not be parsed'}`);
+        if (err instanceof GrammarSyntaxError)
+          throw new InvalidRequestError(param, `${param}: ${err.message || 'the grammar could not be parsed'}`);
         throw err;
       }
       const seconds = (now() - started) / 1000;
@@ -107,7 +113,12 @@ export class ConstraintCompiler {
   private ensureRuntime(): XgrammarRuntime {
     if (this.runtime) return this.runtime;
     const started = now();
-    this.runtime = new XgrammarRuntime(this.module!, grammarVocab(this.tokenizer, this.vocabSize), this.vocabSize, this.eosTokenIds);
+    this.runtime = new XgrammarRuntime(
+      this.module!,
+      grammarVocab(this.tokenizer, this.vocabSize),
+      this.vocabSize,
+      this.eosTokenIds,
+    );
     this.stats.initSeconds = (now() - started) / 1000;
     return this.runtime;
   }
@@ -142,21 +153,47 @@ function toSource(spec: ConstraintSpec, param: string): GrammarSource {
       checkJsonSchema(spec.schema, param);
       return { kind: 'json_schema', schema: JSON.stringify(rewriteForXgrammar(spec.schema, param)) };
     case 'regex':
-      if (typeof spec.pattern !== 'string' || spec.pattern.length === 0) throw new InvalidRequestError(param, `${param} must be a non-empty regular expression`);
+      if (typeof spec.pattern !== 'string' || spec.pattern.length === 0)
+        throw new InvalidRequestError(param, `${param} must be a non-empty regular expression`);
       checkPattern(spec.pattern, param);
-      return { kind: 'structural_tag', json: JSON.stringify({ type: 'structural_tag', format: { type: 'regex', pattern: spec.pattern } }) };
+      return {
+        kind: 'structural_tag',
+        json: JSON.stringify({ type: 'structural_tag', format: { type: 'regex', pattern: spec.pattern } }),
+      };
     case 'choice':
-      if (!Array.isArray(spec.choices) || spec.choices.length === 0 || !spec.choices.every((c) => typeof c === 'string' && c.length > 0)) {
+      if (
+        !Array.isArray(spec.choices) ||
+        spec.choices.length === 0 ||
+        !spec.choices.every((c) => typeof c === 'string' && c.length > 0)
+      ) {
         throw new InvalidRequestError(param, `${param} must be a non-empty array of non-empty strings`);
       }
-      return { kind: 'structural_tag', json: JSON.stringify({ type: 'structural_tag', format: { type: 'or', elements: spec.choices.map((value) => ({ type: 'const_string', value })) } }) };
+      return {
+        kind: 'structural_tag',
+        json: JSON.stringify({
+          type: 'structural_tag',
+          format: { type: 'or', elements: spec.choices.map((value) => ({ type: 'const_string', value })) },
+        }),
+      };
     case 'grammar':
-      if (typeof spec.ebnf !== 'string' || spec.ebnf.trim().length === 0) throw new InvalidRequestError(param, `${param} must be a non-empty EBNF grammar`);
+      if (typeof spec.ebnf !== 'string' || spec.ebnf.trim().length === 0)
+        throw new InvalidRequestError(param, `${param} must be a non-empty EBNF grammar`);
       return { kind: 'ebnf', ebnf: spec.ebnf };
     case 'tool_calls': {
       for (const tag of spec.tags) checkJsonSchema(tag.schema, param);
-      const tags = spec.tags.map((t) => ({ type: 'tag', begin: t.begin, content: { type: 'json_schema', json_schema: rewriteForXgrammar(t.schema, param) }, end: t.end }));
-      const format = { type: 'tags_with_separator', tags, separator: '\n', at_least_one: true, stop_after_first: !spec.parallel };
+      const tags = spec.tags.map((t) => ({
+        type: 'tag',
+        begin: t.begin,
+        content: { type: 'json_schema', json_schema: rewriteForXgrammar(t.schema, param) },
+        end: t.end,
+      }));
+      const format = {
+        type: 'tags_with_separator',
+        tags,
+        separator: '\n',
+        at_least_one: true,
+        stop_after_first: !spec.parallel,
+      };
       return { kind: 'structural_tag', json: JSON.stringify({ type: 'structural_tag', format }) };
     }
   }

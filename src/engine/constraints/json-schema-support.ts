@@ -8,18 +8,45 @@ import { InvalidRequestError } from '../errors.js';
  * that fails its own validation. (Measured against xgrammar 0.1.27; see docs/structured-outputs.md.)
  */
 const ENFORCED = new Set([
-  'type', 'enum', 'const',
-  'properties', 'required', 'additionalProperties',
-  'items', 'prefixItems', 'minItems', 'maxItems',
-  'minLength', 'maxLength', 'pattern',
-  'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum',
-  'anyOf', 'allOf', '$ref', '$defs', 'definitions',
+  'type',
+  'enum',
+  'const',
+  'properties',
+  'required',
+  'additionalProperties',
+  'items',
+  'prefixItems',
+  'minItems',
+  'maxItems',
+  'minLength',
+  'maxLength',
+  'pattern',
+  'minimum',
+  'maximum',
+  'exclusiveMinimum',
+  'exclusiveMaximum',
+  'anyOf',
+  'allOf',
+  '$ref',
+  '$defs',
+  'definitions',
 ]);
 
 /** Keywords that change nothing a validator checks. */
 const ANNOTATIONS = new Set([
-  'title', 'description', 'default', 'examples', 'deprecated', 'readOnly', 'writeOnly',
-  '$schema', '$id', '$comment', '$anchor', 'contentEncoding', 'contentMediaType',
+  'title',
+  'description',
+  'default',
+  'examples',
+  'deprecated',
+  'readOnly',
+  'writeOnly',
+  '$schema',
+  '$id',
+  '$comment',
+  '$anchor',
+  'contentEncoding',
+  'contentMediaType',
 ]);
 
 /** Subschema-holding keywords, by how they hold them. */
@@ -30,7 +57,11 @@ const SCHEMA_ONE = ['items', 'additionalProperties'];
 const TYPES = new Set(['object', 'array', 'string', 'number', 'integer', 'boolean', 'null']);
 
 function refuse(param: string, path: string, message: string): never {
-  throw new InvalidRequestError(param, `${message} (at ${path}); see docs/structured-outputs.md for what is supported`, 'unsupported_schema_feature');
+  throw new InvalidRequestError(
+    param,
+    `${message} (at ${path}); see docs/structured-outputs.md for what is supported`,
+    'unsupported_schema_feature',
+  );
 }
 
 /**
@@ -48,10 +79,17 @@ export function checkJsonSchema(schema: unknown, param: string, path = '#'): voi
     if (!ENFORCED.has(key)) refuse(param, path, `the JSON schema keyword '${key}' is not supported`);
     if (key === 'type') {
       const types = Array.isArray(value) ? value : [value];
-      for (const t of types) if (typeof t !== 'string' || !TYPES.has(t)) throw new InvalidRequestError(param, `'type' must name JSON types, got ${JSON.stringify(value)} (at ${path})`);
+      for (const t of types)
+        if (typeof t !== 'string' || !TYPES.has(t))
+          throw new InvalidRequestError(
+            param,
+            `'type' must name JSON types, got ${JSON.stringify(value)} (at ${path})`,
+          );
     }
-    if (key === 'allOf' && Array.isArray(value) && value.length > 1) refuse(param, path, "the JSON schema keyword 'allOf' is supported with one subschema only");
-    if (key === '$ref' && (typeof value !== 'string' || !value.startsWith('#'))) refuse(param, path, "'$ref' must point inside the schema ('#/...')");
+    if (key === 'allOf' && Array.isArray(value) && value.length > 1)
+      refuse(param, path, "the JSON schema keyword 'allOf' is supported with one subschema only");
+    if (key === '$ref' && (typeof value !== 'string' || !value.startsWith('#')))
+      refuse(param, path, "'$ref' must point inside the schema ('#/...')");
     if (key === 'pattern' && typeof value === 'string') checkPattern(value, param, `${path}/pattern`);
     if ((key === 'enum' && !Array.isArray(value)) || (key === 'required' && !Array.isArray(value))) {
       throw new InvalidRequestError(param, `'${key}' must be an array (at ${path})`);
@@ -60,7 +98,8 @@ export function checkJsonSchema(schema: unknown, param: string, path = '#'): voi
   for (const key of SCHEMA_MAPS) {
     const map = s[key];
     if (map === undefined) continue;
-    if (typeof map !== 'object' || map === null || Array.isArray(map)) throw new InvalidRequestError(param, `'${key}' must be an object (at ${path})`);
+    if (typeof map !== 'object' || map === null || Array.isArray(map))
+      throw new InvalidRequestError(param, `'${key}' must be an object (at ${path})`);
     for (const [name, sub] of Object.entries(map)) checkJsonSchema(sub, param, `${path}/${key}/${escapePointer(name)}`);
   }
   for (const key of SCHEMA_LISTS) {
@@ -79,7 +118,8 @@ export function checkPattern(pattern: string, param: string, path = 'pattern'): 
     [/\(\?<[=!]/, 'lookbehind'],
     [/\\[1-9]|\\k</, 'backreferences'],
   ];
-  for (const [re, what] of unsupported) if (re.test(pattern)) refuse(param, path, `regular expressions with ${what} are not supported`);
+  for (const [re, what] of unsupported)
+    if (re.test(pattern)) refuse(param, path, `regular expressions with ${what} are not supported`);
   try {
     new RegExp(pattern, 'u');
   } catch (err) {
@@ -103,11 +143,18 @@ export function rewriteForXgrammar(schema: unknown, param: string, path = '#'): 
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(schema)) {
     // enum / const / default / examples hold values, not schemas.
-    out[key] = ['enum', 'const', 'default', 'examples'].includes(key) ? value : rewriteForXgrammar(value, param, `${path}/${key}`);
+    out[key] = ['enum', 'const', 'default', 'examples'].includes(key)
+      ? value
+      : rewriteForXgrammar(value, param, `${path}/${key}`);
   }
   const s = schema as Record<string, unknown>;
   if (s.minLength === undefined && s.maxLength === undefined) return out;
-  if (s.pattern !== undefined) refuse(param, path, "'minLength' / 'maxLength' together with 'pattern' are not supported; put the length in the pattern");
+  if (s.pattern !== undefined)
+    refuse(
+      param,
+      path,
+      "'minLength' / 'maxLength' together with 'pattern' are not supported; put the length in the pattern",
+    );
   const min = typeof s.minLength === 'number' ? s.minLength : 0;
   const max = typeof s.maxLength === 'number' ? String(s.maxLength) : '';
   delete out.minLength;

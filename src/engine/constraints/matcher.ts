@@ -49,7 +49,8 @@ export class ConstraintMatcher {
   /** Undoes the last `count` accepted tokens. */
   rollback(count: number): void {
     if (count <= 0) return;
-    if (count > this.accepted.length) throw new RangeError(`cannot roll back ${count} tokens; ${this.accepted.length} were accepted`);
+    if (count > this.accepted.length)
+      throw new RangeError(`cannot roll back ${count} tokens; ${this.accepted.length} were accepted`);
     this.live.Rollback(count);
     this.accepted.length -= count;
   }
@@ -57,7 +58,8 @@ export class ConstraintMatcher {
   /** A matcher in the same state, independent from here on. */
   fork(): ConstraintMatcher {
     const copy = new ConstraintMatcher(this.runtime, this.compiled, this.stopTokenIds);
-    for (const token of this.accepted) if (!copy.accept(token)) throw new Error('grammar matcher fork failed to replay its tokens');
+    for (const token of this.accepted)
+      if (!copy.accept(token)) throw new Error('grammar matcher fork failed to replay its tokens');
     return copy;
   }
 

@@ -38,10 +38,17 @@ export async function createRunner(
   const kernels = await kernelRunner(runtime, onnx, config, options);
   if (kernels) return kernels;
   if (isGpuRuntime(runtime) && options.kvOnDevice !== false) {
-    checkMemoryBudget([{ label: 'weights', bytes: onnx.byteLength }], config, options.kvCacheBytes ?? 64 * 2 ** 20, options.memoryBudgetBytes);
+    checkMemoryBudget(
+      [{ label: 'weights', bytes: onnx.byteLength }],
+      config,
+      options.kvCacheBytes ?? 64 * 2 ** 20,
+      options.memoryBudgetBytes,
+    );
     const kernels = await GpuKernels.create(runtime.gpu.device, runtime.shaders);
     try {
-      return await GpuModelRunner.create(runtime, onnx, config, kernels, { logitsOnDevice: options.sampleOnDevice !== false });
+      return await GpuModelRunner.create(runtime, onnx, config, kernels, {
+        logitsOnDevice: options.sampleOnDevice !== false,
+      });
     } catch (err) {
       if (!(err instanceof UnsupportedOnDevice)) throw err;
     }
@@ -73,7 +80,12 @@ export async function streamedKernelRunner(
 
 function refuseOrFallBack(err: unknown, choice: RunnerChoice, runtime: OrtRuntime): undefined {
   if (!(err instanceof UnsupportedByKernels)) throw err;
-  if (choice === 'kernels') throw new InvalidRequestError('model', `the edge kernels cannot run this model: ${err.message}`, 'unsupported_model');
+  if (choice === 'kernels')
+    throw new InvalidRequestError(
+      'model',
+      `the edge kernels cannot run this model: ${err.message}`,
+      'unsupported_model',
+    );
   console.warn(`edge kernels: ${err.message}; running the graph on onnxruntime (${runtime.name}) instead`);
   return undefined;
 }
@@ -83,11 +95,21 @@ function refuseOrFallBack(err: unknown, choice: RunnerChoice, runtime: OrtRuntim
  * to onnxruntime with a warning saying which graph and why; asked for by name (`runner: 'kernels'`),
  * that is a refusal instead.
  */
-async function kernelRunner(runtime: OrtRuntime, onnx: Uint8Array, config: ModelConfig, options: RunnerOptions): Promise<KernelRunner | undefined> {
+async function kernelRunner(
+  runtime: OrtRuntime,
+  onnx: Uint8Array,
+  config: ModelConfig,
+  options: RunnerOptions,
+): Promise<KernelRunner | undefined> {
   const choice = runtime.runner ?? 'auto';
   if (choice === 'onnxruntime' || isGpuRuntime(runtime)) return undefined;
   if (!runtime.kernels) {
-    if (choice === 'kernels') throw new InvalidRequestError('model', `the ${runtime.name} runtime has no edge kernels module`, 'unsupported_model');
+    if (choice === 'kernels')
+      throw new InvalidRequestError(
+        'model',
+        `the ${runtime.name} runtime has no edge kernels module`,
+        'unsupported_model',
+      );
     return undefined;
   }
   try {
@@ -101,9 +123,20 @@ async function kernelRunner(runtime: OrtRuntime, onnx: Uint8Array, config: Model
  * The KV pool's storage in the runner's own memory (the kernels' linear memory), or undefined: JS arrays.
  * A float16 pool exists on the kernels only; other runners refuse it.
  */
-export function kvStorageFor(runner: PassRunner, shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype = 'fp32'): KvStorage | undefined {
+export function kvStorageFor(
+  runner: PassRunner,
+  shape: KvShape,
+  numBlocks: number,
+  blockSize: number,
+  dtype: KvDtype = 'fp32',
+): KvStorage | undefined {
   if (runner instanceof KernelRunner) return runner.allocateKv(shape, numBlocks, blockSize, dtype);
-  if (dtype !== 'fp32') throw new InvalidRequestError('KV_DTYPE', `a ${dtype} KV cache needs the edge kernels (backend wasm or kernels); ${runnerName(runner)} keeps float32`, 'unsupported_model');
+  if (dtype !== 'fp32')
+    throw new InvalidRequestError(
+      'KV_DTYPE',
+      `a ${dtype} KV cache needs the edge kernels (backend wasm or kernels); ${runnerName(runner)} keeps float32`,
+      'unsupported_model',
+    );
   return undefined;
 }
 

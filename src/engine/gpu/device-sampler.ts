@@ -43,7 +43,13 @@ export class DeviceSamplerState {
    * This step's kernel settings (consumes the draw's random number) and sparse lists. `grammarMask`: the
    * tokens a grammar allows now (structured outputs), bit i of word i >> 5; combined with allowed_token_ids.
    */
-  next(grammarMask?: Int32Array): { settings: ArrayBuffer; bias: [number, number][]; seen: number[]; generated: [number, number][]; allowedMask: Uint32Array | undefined } {
+  next(grammarMask?: Int32Array): {
+    settings: ArrayBuffer;
+    bias: [number, number][];
+    seen: number[];
+    generated: [number, number][];
+    allowedMask: Uint32Array | undefined;
+  } {
     const p = this.params;
     const u = p.temperature === 0 ? 0 : this.rng.nextFloat();
     const settings = new ArrayBuffer(SETTINGS_BYTES);
@@ -75,7 +81,10 @@ export class DeviceSamplerState {
       settings,
       bias: [...p.logitBias],
       seen: p.repetitionPenalty === 1 ? [] : this.seen.distinct,
-      generated: p.frequencyPenalty === 0 && p.presencePenalty === 0 ? [] : this.generated.distinct.map((id) => [id, this.generated.counts[id]]),
+      generated:
+        p.frequencyPenalty === 0 && p.presencePenalty === 0
+          ? []
+          : this.generated.distinct.map((id) => [id, this.generated.counts[id]]),
     };
   }
 
@@ -150,9 +159,17 @@ export class DeviceSampler {
       logits,
       k.upload(settings, STORAGE, 'sample settings'),
       k.upload(new Uint8Array(editData), STORAGE, 'sample edits'),
-      this.kernels.device.createBuffer({ label: 'sample work', size: Math.max(16, rows * this.vocab * 4), usage: STORAGE }),
+      this.kernels.device.createBuffer({
+        label: 'sample work',
+        size: Math.max(16, rows * this.vocab * 4),
+        usage: STORAGE,
+      }),
       this.kernels.device.createBuffer({ label: 'sample out', size: rows * 8, usage: STORAGE | BufferUsage.COPY_SRC }),
-      this.kernels.device.createBuffer({ label: 'sample top', size: rows * MAX_TOP * 8, usage: STORAGE | BufferUsage.COPY_SRC }),
+      this.kernels.device.createBuffer({
+        label: 'sample top',
+        size: rows * MAX_TOP * 8,
+        usage: STORAGE | BufferUsage.COPY_SRC,
+      }),
     ];
     try {
       const encoder = k.device.createCommandEncoder();
@@ -177,7 +194,8 @@ export class DeviceSampler {
           for (let j = 0; j < state.params.topLogprobs && top; j++) {
             const at = (r * MAX_TOP + j) * 8;
             const id = new Uint32Array(top, at, 1)[0];
-            if (id !== 0xffffffff) result.topLogprobs.push({ tokenId: id, logprob: new Float32Array(top, at + 4, 1)[0] });
+            if (id !== 0xffffffff)
+              result.topLogprobs.push({ tokenId: id, logprob: new Float32Array(top, at + 4, 1)[0] });
           }
         }
         return result;
@@ -201,7 +219,11 @@ export class DeviceSampler {
       k.upload(new Uint8Array(params), BufferUsage.UNIFORM, 'greedy params'),
       k.upload(new Uint32Array(rowStarts), STORAGE, 'greedy row starts'),
       logits,
-      k.device.createBuffer({ label: 'greedy out', size: Math.max(16, rows * 8), usage: STORAGE | BufferUsage.COPY_SRC }),
+      k.device.createBuffer({
+        label: 'greedy out',
+        size: Math.max(16, rows * 8),
+        usage: STORAGE | BufferUsage.COPY_SRC,
+      }),
     ];
     try {
       const encoder = k.device.createCommandEncoder();
@@ -212,7 +234,10 @@ export class DeviceSampler {
       pass.end();
       k.device.queue.submit([encoder.finish()]);
       const out = await readBuffer(k.device, buffers[3], rows * 8);
-      return rowStarts.map((_, r) => ({ tokenId: new Uint32Array(out, r * 8, 1)[0], logprob: new Float32Array(out, r * 8 + 4, 1)[0] }));
+      return rowStarts.map((_, r) => ({
+        tokenId: new Uint32Array(out, r * 8, 1)[0],
+        logprob: new Float32Array(out, r * 8 + 4, 1)[0],
+      }));
     } finally {
       for (const b of buffers) if (b !== logits) b.destroy();
     }

@@ -54,6 +54,7 @@ export async function createGpuContext(adapter: GPUAdapter): Promise<GpuContext>
   }
   const device = await adapter.requestDevice({ requiredFeatures, requiredLimits });
   const info = adapter.info;
-  const description = [info?.vendor, info?.architecture, info?.device, info?.description].filter((s) => s).join(' ') || 'unknown adapter';
+  const description =
+    [info?.vendor, info?.architecture, info?.device, info?.description].filter((s) => s).join(' ') || 'unknown adapter';
   return { adapter, device, description };
 }

@@ -21,12 +21,20 @@ export class GpuKvPool {
   ) {
     const bytes = numBlocks * this.blockStride * 4;
     const max = device.limits.maxStorageBufferBindingSize;
-    if (bytes > max) throw new RangeError(`a KV layer of ${bytes} bytes exceeds the device's ${max}-byte storage binding limit; use a smaller kvCacheBytes`);
+    if (bytes > max)
+      throw new RangeError(
+        `a KV layer of ${bytes} bytes exceeds the device's ${max}-byte storage binding limit; use a smaller kvCacheBytes`,
+      );
     const usage = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
-    const make = (kind: string, layer: number) => device.createBuffer({ label: `kv ${kind} layer ${layer}`, size: Math.max(16, bytes), usage });
+    const make = (kind: string, layer: number) =>
+      device.createBuffer({ label: `kv ${kind} layer ${layer}`, size: Math.max(16, bytes), usage });
     this.keys = Array.from({ length: shape.numLayers }, (_, layer) => make('keys', layer));
     this.values = Array.from({ length: shape.numLayers }, (_, layer) => make('values', layer));
-    this.scratch = device.createBuffer({ label: 'kv block scratch', size: this.blockStride * 4, usage: BufferUsage.COPY_SRC | BufferUsage.COPY_DST });
+    this.scratch = device.createBuffer({
+      label: 'kv block scratch',
+      size: this.blockStride * 4,
+      usage: BufferUsage.COPY_SRC | BufferUsage.COPY_DST,
+    });
   }
 
   /** Floats between consecutive blocks (kv_heads * block_size * head_dim). */
@@ -50,7 +58,11 @@ export class GpuKvPool {
   async readBlock(id: number): Promise<Uint8Array> {
     const n = this.blockStride * 4;
     const buffers = this.blockOrder;
-    const staging = this.device.createBuffer({ label: 'kv block read', size: buffers.length * n, usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST });
+    const staging = this.device.createBuffer({
+      label: 'kv block read',
+      size: buffers.length * n,
+      usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST,
+    });
     try {
       const encoder = this.device.createCommandEncoder();
       buffers.forEach((buffer, i) => encoder.copyBufferToBuffer(buffer, id * n, staging, i * n, n));
@@ -65,7 +77,9 @@ export class GpuKvPool {
   /** Writes bytes in that layout into block `id` (queued before any later pass). */
   writeBlock(id: number, bytes: Uint8Array): void {
     const n = this.blockStride * 4;
-    this.blockOrder.forEach((buffer, i) => this.device.queue.writeBuffer(buffer, id * n, bytes as Uint8Array<ArrayBuffer>, i * n, n));
+    this.blockOrder.forEach((buffer, i) =>
+      this.device.queue.writeBuffer(buffer, id * n, bytes as Uint8Array<ArrayBuffer>, i * n, n),
+    );
   }
 
   /** The buffers in the order a stored block holds them: each layer's keys, then its values. */

@@ -59,9 +59,17 @@ export class GpuModelRunner {
     readonly logitsOnDevice: boolean,
   ) {}
 
-  static async create(runtime: OrtRuntime, onnx: Uint8Array, config: ModelConfig, kernels: GpuKernels, options: GpuRunnerOptions = {}): Promise<GpuModelRunner> {
+  static async create(
+    runtime: OrtRuntime,
+    onnx: Uint8Array,
+    config: ModelConfig,
+    kernels: GpuKernels,
+    options: GpuRunnerOptions = {},
+  ): Promise<GpuModelRunner> {
     const logitsOnDevice = options.logitsOnDevice ?? false;
-    const preferredOutputLocation: Record<string, 'gpu-buffer' | 'cpu'> = { logits: logitsOnDevice ? 'gpu-buffer' : 'cpu' };
+    const preferredOutputLocation: Record<string, 'gpu-buffer' | 'cpu'> = {
+      logits: logitsOnDevice ? 'gpu-buffer' : 'cpu',
+    };
     for (let layer = 0; layer < config.numLayers; layer++) {
       preferredOutputLocation[`present.${layer}.key`] = 'gpu-buffer';
       preferredOutputLocation[`present.${layer}.value`] = 'gpu-buffer';
@@ -83,7 +91,9 @@ export class GpuModelRunner {
     }
     if (!io.hasPositionIds || io.kvType !== 'float32' || io.logitsType !== 'float32') {
       await session.release();
-      throw new UnsupportedOnDevice('GpuModelRunner needs float32 KV and logits and a position_ids input; use ModelRunner for this model');
+      throw new UnsupportedOnDevice(
+        'GpuModelRunner needs float32 KV and logits and a position_ids input; use ModelRunner for this model',
+      );
     }
     return new GpuModelRunner(runtime, session, config, kernels, logitsOnDevice);
   }
@@ -146,12 +156,18 @@ export class GpuModelRunner {
       this.sampler ??= new DeviceSampler(this.kernels, vocab);
       const last = out.lastStarts();
       const sampled = draws.length
-        ? await this.sampler.sample(out.buffer, draws.map((d) => last[d.row]), draws.map((d) => d.state), draws.map((d) => d.grammarMask))
+        ? await this.sampler.sample(
+            out.buffer,
+            draws.map((d) => last[d.row]),
+            draws.map((d) => d.state),
+            draws.map((d) => d.grammarMask),
+          )
         : [];
       if (!download) return { logits: undefined, sampled };
       const data = await out.download();
       const size = this.config.vocabSize;
-      const at = (row: number, index: number): Float32Array => data.subarray(out.start(row, index), out.start(row, index) + size);
+      const at = (row: number, index: number): Float32Array =>
+        data.subarray(out.start(row, index), out.start(row, index) + size);
       return { logits: { at, last: (row) => at(row, rows[row].tokens.length - 1) }, sampled };
     } finally {
       out.release();
@@ -169,7 +185,8 @@ export class GpuModelRunner {
     const S = Math.max(...rows.map((r) => r.tokens.length));
     const T = P + S;
     const tables = rows.map(({ kv }) => {
-      if (!(kv instanceof PagedSequenceKv)) throw new TypeError('the GPU runner needs paged sequences (their block tables)');
+      if (!(kv instanceof PagedSequenceKv))
+        throw new TypeError('the GPU runner needs paged sequences (their block tables)');
       return kv.blocks;
     });
     rows.forEach(({ kv, tokens }) => (kv as PagedSequenceKv).checkWritable(tokens.length));
@@ -191,19 +208,29 @@ export class GpuModelRunner {
       const bytes = B * numKvHeads * P * headDim * 4;
       const usage = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
       for (let layer = 0; layer < numLayers; layer++) {
-        past.push({ keys: device.createBuffer({ size: bytes, usage }), values: device.createBuffer({ size: bytes, usage }) });
+        past.push({
+          keys: device.createBuffer({ size: bytes, usage }),
+          values: device.createBuffer({ size: bytes, usage }),
+        });
       }
-      const placement: KvRowPlacement[] = rows.map(({ kv }, b) => ({ blocks: tables[b], length: kv.length, offset: P - kv.length, count: 0 }));
+      const placement: KvRowPlacement[] = rows.map(({ kv }, b) => ({
+        blocks: tables[b],
+        length: kv.length,
+        offset: P - kv.length,
+        count: 0,
+      }));
       transfer.encodeGather(encoder, placement, P, past);
     }
     device.queue.submit([encoder.finish()]);
     for (let layer = 0; layer < numLayers; layer++) {
-      feeds[`past_key_values.${layer}.key`] = P > 0
-        ? Tensor.fromGpuBuffer(past[layer].keys, { dataType: 'float32', dims: pastDims })
-        : new Tensor('float32', new Float32Array(0), pastDims);
-      feeds[`past_key_values.${layer}.value`] = P > 0
-        ? Tensor.fromGpuBuffer(past[layer].values, { dataType: 'float32', dims: pastDims })
-        : new Tensor('float32', new Float32Array(0), pastDims);
+      feeds[`past_key_values.${layer}.key`] =
+        P > 0
+          ? Tensor.fromGpuBuffer(past[layer].keys, { dataType: 'float32', dims: pastDims })
+          : new Tensor('float32', new Float32Array(0), pastDims);
+      feeds[`past_key_values.${layer}.value`] =
+        P > 0
+          ? Tensor.fromGpuBuffer(past[layer].values, { dataType: 'float32', dims: pastDims })
+          : new Tensor('float32', new Float32Array(0), pastDims);
     }
 
     let out: Record<string, OrtTensor>;
@@ -219,10 +246,18 @@ export class GpuModelRunner {
 
     const present: KvLayerBuffers[] = [];
     for (let layer = 0; layer < numLayers; layer++) {
-      present.push({ keys: out[`present.${layer}.key`].gpuBuffer as GPUBuffer, values: out[`present.${layer}.value`].gpuBuffer as GPUBuffer });
+      present.push({
+        keys: out[`present.${layer}.key`].gpuBuffer as GPUBuffer,
+        values: out[`present.${layer}.value`].gpuBuffer as GPUBuffer,
+      });
     }
     const scatter = device.createCommandEncoder({ label: 'kv scatter' });
-    const placement: KvRowPlacement[] = rows.map(({ kv, tokens }, b) => ({ blocks: tables[b], length: kv.length, offset: T - tokens.length, count: tokens.length }));
+    const placement: KvRowPlacement[] = rows.map(({ kv, tokens }, b) => ({
+      blocks: tables[b],
+      length: kv.length,
+      offset: T - tokens.length,
+      count: tokens.length,
+    }));
     transfer.encodeScatter(scatter, placement, T, present);
     device.queue.submit([scatter.finish()]);
     transfer.release();
@@ -239,8 +274,14 @@ export class GpuModelRunner {
   async syncPoolToCpu(): Promise<void> {
     const pool = this.pool!;
     for (let layer = 0; layer < this.config.numLayers; layer++) {
-      pool.keys[layer].set(new Float32Array(await readBuffer(this.kernels.device, this.kvPool!.keys[layer], pool.keys[layer].byteLength)));
-      pool.values[layer].set(new Float32Array(await readBuffer(this.kernels.device, this.kvPool!.values[layer], pool.values[layer].byteLength)));
+      pool.keys[layer].set(
+        new Float32Array(await readBuffer(this.kernels.device, this.kvPool!.keys[layer], pool.keys[layer].byteLength)),
+      );
+      pool.values[layer].set(
+        new Float32Array(
+          await readBuffer(this.kernels.device, this.kvPool!.values[layer], pool.values[layer].byteLength),
+        ),
+      );
     }
   }
 

@@ -15,14 +15,28 @@ export class GpuKernels {
   ) {}
 
   /** Compiles the kernels (all by default); a WGSL error rejects with the compiler's messages. */
-  static async create(device: GPUDevice, source: ShaderSource, names: readonly KernelName[] = KERNEL_NAMES): Promise<GpuKernels> {
+  static async create(
+    device: GPUDevice,
+    source: ShaderSource,
+    names: readonly KernelName[] = KERNEL_NAMES,
+  ): Promise<GpuKernels> {
     const pipelines = new Map<KernelName, GPUComputePipeline>();
     for (const name of names) {
       const module = device.createShaderModule({ label: name, code: await source(name) });
       const info = await module.getCompilationInfo();
       const errors = info.messages.filter((m) => m.type === 'error');
-      if (errors.length) throw new Error(`shaders/${name}.wgsl: ${errors.map((m) => `${m.lineNum}:${m.linePos} ${m.message}`).join('; ')}`);
-      pipelines.set(name, await device.createComputePipelineAsync({ label: name, layout: 'auto', compute: { module, entryPoint: 'main' } }));
+      if (errors.length)
+        throw new Error(
+          `shaders/${name}.wgsl: ${errors.map((m) => `${m.lineNum}:${m.linePos} ${m.message}`).join('; ')}`,
+        );
+      pipelines.set(
+        name,
+        await device.createComputePipelineAsync({
+          label: name,
+          layout: 'auto',
+          compute: { module, entryPoint: 'main' },
+        }),
+      );
     }
     return new GpuKernels(device, pipelines);
   }
@@ -44,7 +58,12 @@ export class GpuKernels {
   /** A buffer holding `data` (rounded up to 16 bytes; WebGPU wants multiples of 4, uniforms 16). */
   upload(data: ArrayBufferView<ArrayBuffer>, usage: GPUBufferUsageFlags, label?: string): GPUBuffer {
     const size = Math.max(16, Math.ceil(data.byteLength / 16) * 16);
-    const buffer = this.device.createBuffer({ label, size, usage: usage | BufferUsage.COPY_DST, mappedAtCreation: true });
+    const buffer = this.device.createBuffer({
+      label,
+      size,
+      usage: usage | BufferUsage.COPY_DST,
+      mappedAtCreation: true,
+    });
     new Uint8Array(buffer.getMappedRange()).set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
     buffer.unmap();
     return buffer;
@@ -59,7 +78,12 @@ export function grid(invocations: number, size = 64): { x: number; y: number } {
 }
 
 /** Copies `bytes` of a GPU buffer back to the CPU (tests and the few values that must come back). */
-export async function readBuffer(device: GPUDevice, source: GPUBuffer, bytes: number, offset = 0): Promise<ArrayBuffer> {
+export async function readBuffer(
+  device: GPUDevice,
+  source: GPUBuffer,
+  bytes: number,
+  offset = 0,
+): Promise<ArrayBuffer> {
   const size = Math.ceil(bytes / 4) * 4;
   const staging = device.createBuffer({ size, usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST });
   try {

@@ -40,15 +40,35 @@ export class KvTransfer {
   ) {}
 
   /** pool -> past_key_values of each layer: (rows, kv_heads, slots, head_dim), zeros outside each row's window. */
-  encodeGather(encoder: GPUCommandEncoder, rows: readonly KvRowPlacement[], slots: number, past: readonly KvLayerBuffers[]): void {
-    this.encode(encoder, 'kv-gather', rows, slots, slots, (layer) => [this.pool.keys[layer], this.pool.values[layer], past[layer].keys, past[layer].values]);
+  encodeGather(
+    encoder: GPUCommandEncoder,
+    rows: readonly KvRowPlacement[],
+    slots: number,
+    past: readonly KvLayerBuffers[],
+  ): void {
+    this.encode(encoder, 'kv-gather', rows, slots, slots, (layer) => [
+      this.pool.keys[layer],
+      this.pool.values[layer],
+      past[layer].keys,
+      past[layer].values,
+    ]);
   }
 
   /** present of each layer ((rows, kv_heads, slots, head_dim)) -> the rows' blocks at positions [length, length + count). */
-  encodeScatter(encoder: GPUCommandEncoder, rows: readonly KvRowPlacement[], slots: number, present: readonly KvLayerBuffers[]): void {
+  encodeScatter(
+    encoder: GPUCommandEncoder,
+    rows: readonly KvRowPlacement[],
+    slots: number,
+    present: readonly KvLayerBuffers[],
+  ): void {
     const maxCount = Math.max(0, ...rows.map((r) => r.count));
     if (maxCount === 0) return;
-    this.encode(encoder, 'kv-scatter', rows, slots, maxCount, (layer) => [present[layer].keys, present[layer].values, this.pool.keys[layer], this.pool.values[layer]]);
+    this.encode(encoder, 'kv-scatter', rows, slots, maxCount, (layer) => [
+      present[layer].keys,
+      present[layer].values,
+      this.pool.keys[layer],
+      this.pool.values[layer],
+    ]);
   }
 
   /** Frees the metadata buffers of the calls so far; call after submitting the encoders. */

@@ -15,12 +15,56 @@ export interface KernelExports {
   matmul_kn_f16(y: number, x: number, w: number, m: number, k: number, n: number): void;
   matmul_nk_f32(y: number, x: number, w: number, m: number, k: number, n: number): void;
   matmul_nk_f16(y: number, x: number, w: number, m: number, k: number, n: number): void;
-  matmul_q(y: number, xq: number, xs: number, w: number, ws: number, m: number, k: number, n: number, bits: number): void;
-  kv_write(kpool: number, vpool: number, table: number, start: number, count: number, k: number, v: number, kvHeads: number, headDim: number, blockSize: number): void;
-  kv_write_f16(kpool: number, vpool: number, table: number, start: number, count: number, k: number, v: number, kvHeads: number, headDim: number, blockSize: number): void;
+  matmul_q(
+    y: number,
+    xq: number,
+    xs: number,
+    w: number,
+    ws: number,
+    m: number,
+    k: number,
+    n: number,
+    bits: number,
+  ): void;
+  kv_write(
+    kpool: number,
+    vpool: number,
+    table: number,
+    start: number,
+    count: number,
+    k: number,
+    v: number,
+    kvHeads: number,
+    headDim: number,
+    blockSize: number,
+  ): void;
+  kv_write_f16(
+    kpool: number,
+    vpool: number,
+    table: number,
+    start: number,
+    count: number,
+    k: number,
+    v: number,
+    kvHeads: number,
+    headDim: number,
+    blockSize: number,
+  ): void;
   attention(
-    out: number, q: number, kpool: number, vpool: number, table: number, start: number, count: number,
-    heads: number, kvHeads: number, headDim: number, blockSize: number, scale: number, scores: number, kvHalf: number,
+    out: number,
+    q: number,
+    kpool: number,
+    vpool: number,
+    table: number,
+    start: number,
+    count: number,
+    heads: number,
+    kvHeads: number,
+    headDim: number,
+    blockSize: number,
+    scale: number,
+    scores: number,
+    kvHalf: number,
   ): void;
 }
 
@@ -95,7 +139,10 @@ export class LinearMemory {
 export const align = (n: number, to: number): number => Math.ceil(n / to) * to;
 
 /** Instantiates the kernels with a fresh memory of `initialBytes` (it grows as weights are placed). */
-export async function instantiateKernels(module: WebAssembly.Module, initialBytes = 2 * PAGE): Promise<{ kernels: KernelExports; memory: LinearMemory }> {
+export async function instantiateKernels(
+  module: WebAssembly.Module,
+  initialBytes = 2 * PAGE,
+): Promise<{ kernels: KernelExports; memory: LinearMemory }> {
   const memory = new WebAssembly.Memory({ initial: Math.ceil(initialBytes / PAGE), maximum: 65536 });
   const instance = await WebAssembly.instantiate(module, { env: { memory } });
   const exports = instance.exports as unknown as KernelExports & { __heap_base: WebAssembly.Global };

@@ -76,11 +76,24 @@ export class KernelRunner {
    * Places the weights of `onnx` (one of our Llama exports) in a fresh linear memory. The footprint is
    * checked against `memoryBudgetBytes` before anything is placed: weights + KV pool + scratch.
    */
-  static async create(module: WebAssembly.Module, onnx: Uint8Array, config: ModelConfig, options: RunnerOptions = {}): Promise<KernelRunner> {
+  static async create(
+    module: WebAssembly.Module,
+    onnx: Uint8Array,
+    config: ModelConfig,
+    options: RunnerOptions = {},
+  ): Promise<KernelRunner> {
     const index = indexInitializers(onnx);
     const weightBytes = measureLlamaWeights(onnx, index, config);
     const scratch = scratchBytes(config, options.maxTokensPerStep ?? 512, options.maxBatchSize ?? 32);
-    checkMemoryBudget([{ label: 'weights', bytes: weightBytes }, { label: 'scratch', bytes: scratch }], config, options.kvCacheBytes ?? 64 * 2 ** 20, options.memoryBudgetBytes);
+    checkMemoryBudget(
+      [
+        { label: 'weights', bytes: weightBytes },
+        { label: 'scratch', bytes: scratch },
+      ],
+      config,
+      options.kvCacheBytes ?? 64 * 2 ** 20,
+      options.memoryBudgetBytes,
+    );
     const { kernels, memory } = await instantiateKernels(module);
     const weights = placeLlamaWeights(onnx, index, config, memory);
     return new KernelRunner(config, kernels, memory, weights);
@@ -91,11 +104,24 @@ export class KernelRunner {
    * read them as they arrive: the file is never held whole, so loading peaks at weights + one chunk. The
    * budget is checked before anything is placed when the source knows the file's size, else as it arrives.
    */
-  static async fromStream(module: WebAssembly.Module, onnx: ByteStream, config: ModelConfig, options: RunnerOptions = {}): Promise<KernelRunner> {
+  static async fromStream(
+    module: WebAssembly.Module,
+    onnx: ByteStream,
+    config: ModelConfig,
+    options: RunnerOptions = {},
+  ): Promise<KernelRunner> {
     const scratch = scratchBytes(config, options.maxTokensPerStep ?? 512, options.maxBatchSize ?? 32);
     const kvBytes = options.kvCacheBytes ?? 64 * 2 ** 20;
     const check = (weights: number, label: string): void =>
-      checkMemoryBudget([{ label, bytes: weights }, { label: 'scratch', bytes: scratch }], config, kvBytes, options.memoryBudgetBytes);
+      checkMemoryBudget(
+        [
+          { label, bytes: weights },
+          { label: 'scratch', bytes: scratch },
+        ],
+        config,
+        kvBytes,
+        options.memoryBudgetBytes,
+      );
     // The weights are nearly all of the file.
     if (onnx.size !== undefined) check(onnx.size, 'weights');
     const { kernels, memory } = await instantiateKernels(module);
@@ -131,7 +157,8 @@ export class KernelRunner {
     this.blockSize = blockSize;
     this.kvHalf = dtype === 'fp16';
     const storage: KvStorage = { keys: [], values: [] };
-    const view = (ptr: number): KvArray => (this.kvHalf ? new Uint16Array(this.memory.memory.buffer, ptr, elements) : this.memory.f32(ptr, elements));
+    const view = (ptr: number): KvArray =>
+      this.kvHalf ? new Uint16Array(this.memory.memory.buffer, ptr, elements) : this.memory.f32(ptr, elements);
     const remake = (): void => {
       for (let layer = 0; layer < shape.numLayers; layer++) {
         storage.keys[layer] = view(this.kvKeys[layer]);
@@ -149,7 +176,8 @@ export class KernelRunner {
     const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize, numLayers } = this.config;
     const k = this.kernels;
     const kvs = rows.map(({ kv }) => {
-      if (!(kv instanceof PagedSequenceKv)) throw new TypeError('the kernel runner needs paged sequences (their block tables)');
+      if (!(kv instanceof PagedSequenceKv))
+        throw new TypeError('the kernel runner needs paged sequences (their block tables)');
       return kv;
     });
     const counts = rows.map((r) => r.tokens.length);
@@ -168,7 +196,7 @@ export class KernelRunner {
     const sin = mem.alloc(M * (headDim / 2) * 4);
     const tableStart: number[] = [];
     const tables = mem.alloc(4 * kvs.reduce((n, kv) => (tableStart.push(n), n + kv.blocks.length), 0));
-    const longest = Math.max(...kvs.map((kv, r) => Math.min(CHUNK, counts[r]) * (starts[r] + counts[r] + 8)));
+    const longest = Math.max(...kvs.map((_kv, r) => Math.min(CHUNK, counts[r]) * (starts[r] + counts[r] + 8)));
     const s = (this.scratch = this.allocScratch(longest));
     const logits = mem.alloc(rows.length * vocabSize * 4); // (rows, vocab)
     const lastRows = mem.alloc(rows.length * H * 4); // (rows, hidden)
@@ -217,8 +245,34 @@ export class KernelRunner {
           const table = tables + tableStart[r] * 4;
           const local = t - c0;
           const write = this.kvHalf ? k.kv_write_f16 : k.kv_write;
-          write(this.kvKeys[layer], this.kvValues[layer], table, start, run, s.k + local * kvOut * 4, s.v + local * kvOut * 4, numKvHeads, headDim, this.blockSize);
-          k.attention(s.ctx + local * qOut * 4, s.q + local * qOut * 4, this.kvKeys[layer], this.kvValues[layer], table, start, run, numHeads, numKvHeads, headDim, this.blockSize, scale, s.scores, this.kvHalf ? 1 : 0);
+          write(
+            this.kvKeys[layer],
+            this.kvValues[layer],
+            table,
+            start,
+            run,
+            s.k + local * kvOut * 4,
+            s.v + local * kvOut * 4,
+            numKvHeads,
+            headDim,
+            this.blockSize,
+          );
+          k.attention(
+            s.ctx + local * qOut * 4,
+            s.q + local * qOut * 4,
+            this.kvKeys[layer],
+            this.kvValues[layer],
+            table,
+            start,
+            run,
+            numHeads,
+            numKvHeads,
+            headDim,
+            this.blockSize,
+            scale,
+            s.scores,
+            this.kvHalf ? 1 : 0,
+          );
           t += run;
         }
         this.quantMemo = undefined;
@@ -290,7 +344,8 @@ export class KernelRunner {
 
   private embed(out: number, id: number): void {
     const { hiddenSize: H, vocabSize } = this.config;
-    if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RangeError(`token id ${id} is outside the vocabulary (${vocabSize})`);
+    if (!Number.isInteger(id) || id < 0 || id >= vocabSize)
+      throw new RangeError(`token id ${id} is outside the vocabulary (${vocabSize})`);
     const e = this.weights.embedding;
     if (e.dtype === 'q8') this.kernels.embed_q8(out, e.ptr, e.scales, id, H);
     else if (e.dtype === 'f16') this.kernels.embed_f16(out, e.ptr, id, H);
@@ -301,7 +356,14 @@ export class KernelRunner {
   private linear(out: number, x: number, rows: number, w: Matrix): void {
     const k = this.kernels;
     if (w.kind === 'dense') {
-      const kernel = w.layout === 'kn' ? (w.dtype === 'f32' ? k.matmul_kn_f32 : k.matmul_kn_f16) : w.dtype === 'f32' ? k.matmul_nk_f32 : k.matmul_nk_f16;
+      const kernel =
+        w.layout === 'kn'
+          ? w.dtype === 'f32'
+            ? k.matmul_kn_f32
+            : k.matmul_kn_f16
+          : w.dtype === 'f32'
+            ? k.matmul_nk_f32
+            : k.matmul_nk_f16;
       kernel(out, x, w.ptr, rows, w.k, w.n);
       return;
     }

@@ -48,7 +48,11 @@ export interface LlamaWeights {
 /** Bytes the weights of `file` take in linear memory; throws UnsupportedByKernels as placing them would. */
 export function measureLlamaWeights(file: Uint8Array, index: Map<string, InitializerRef>, config: ModelConfig): number {
   let top = 0;
-  placeLlamaWeights(file, index, config, { alloc: (size) => ((top += Math.ceil(size / 64) * 64), top), write: () => {}, read: () => new Uint8Array(0) });
+  placeLlamaWeights(file, index, config, {
+    alloc: (size) => ((top += Math.ceil(size / 64) * 64), top),
+    write: () => {},
+    read: () => new Uint8Array(0),
+  });
   return top;
 }
 
@@ -63,7 +67,12 @@ const EMBED = 'model.embed_tokens.weight';
  * `file` null) stay where they are. Refuses (UnsupportedByKernels) any graph whose initializers are not the
  * ones our exporter writes: names, element types and shapes are all checked.
  */
-export function placeLlamaWeights(file: Uint8Array | null, index: Map<string, InitializerRef>, config: ModelConfig, memory: WeightSink): LlamaWeights {
+export function placeLlamaWeights(
+  file: Uint8Array | null,
+  index: Map<string, InitializerRef>,
+  config: ModelConfig,
+  memory: WeightSink,
+): LlamaWeights {
   const refuse = (why: string): never => {
     throw new UnsupportedByKernels(why);
   };
@@ -84,7 +93,8 @@ export function placeLlamaWeights(file: Uint8Array | null, index: Map<string, In
   };
   const find = (name: string): InitializerRef | undefined => index.get(name);
   const shapeIs = (ref: InitializerRef, dims: number[]): void => {
-    if (ref.dims.join(',') !== dims.join(',')) refuse(`initializer ${ref.name} has shape [${ref.dims}], expected [${dims}]`);
+    if (ref.dims.join(',') !== dims.join(','))
+      refuse(`initializer ${ref.name} has shape [${ref.dims}], expected [${dims}]`);
   };
   const vector = (name: string): number => {
     const ref = find(name) ?? refuse(`the graph has no initializer ${name}`);
@@ -96,18 +106,31 @@ export function placeLlamaWeights(file: Uint8Array | null, index: Map<string, In
   const matrix = (name: string, k: number, n: number): Matrix => {
     const dense = find(name);
     if (dense) {
-      if (dense.dataType !== ONNX_FLOAT && dense.dataType !== ONNX_FLOAT16) refuse(`${name} has element type ${dense.dataType}`);
+      if (dense.dataType !== ONNX_FLOAT && dense.dataType !== ONNX_FLOAT16)
+        refuse(`${name} has element type ${dense.dataType}`);
       shapeIs(dense, [k, n]);
-      return { kind: 'dense', dtype: dense.dataType === ONNX_FLOAT ? 'f32' : 'f16', layout: 'kn', ptr: place(dense), k, n };
+      return {
+        kind: 'dense',
+        dtype: dense.dataType === ONNX_FLOAT ? 'f32' : 'f16',
+        layout: 'kn',
+        ptr: place(dense),
+        k,
+        n,
+      };
     }
     return quantMatrix(name, k, n);
   };
   const quantMatrix = (name: string, k: number, n: number): Matrix => {
-    const bits = find(`${name}_Q4`) ? 4 : find(`${name}_Q8`) ? 8 : refuse(`the graph has no initializer ${name} (dense, _Q4 or _Q8): not an edge-infer Llama export`);
+    const bits = find(`${name}_Q4`)
+      ? 4
+      : find(`${name}_Q8`)
+        ? 8
+        : refuse(`the graph has no initializer ${name} (dense, _Q4 or _Q8): not an edge-infer Llama export`);
     const q = find(`${name}_Q${bits}`)!;
     const scales = find(`${name}_scales`) ?? refuse(`${name}_Q${bits} has no ${name}_scales`);
     const blocks = Math.ceil(k / 32);
-    if (q.dataType !== ONNX_UINT8 || scales.dataType !== ONNX_FLOAT) refuse(`${name}'s blocks are not uint8 with float32 scales`);
+    if (q.dataType !== ONNX_UINT8 || scales.dataType !== ONNX_FLOAT)
+      refuse(`${name}'s blocks are not uint8 with float32 scales`);
     shapeIs(q, [n, blocks, bits * 4]);
     shapeIs(scales, [n, blocks]);
     return { kind: 'quant', bits: bits as 4 | 8, ptr: place(q), scales: place(scales), k, n, blocks };
@@ -116,8 +139,12 @@ export function placeLlamaWeights(file: Uint8Array | null, index: Map<string, In
   if (H % 4 !== 0 || headDim % 8 !== 0) refuse(`hidden_size ${H} and head_dim ${headDim} must be multiples of 4 and 8`);
   if (numHeads % numKvHeads !== 0) refuse('num_attention_heads must be a multiple of num_key_value_heads');
   const invFreqRef = find('rope.inv_freq') ?? refuse('the graph has no rope.inv_freq initializer');
-  if (invFreqRef.dataType !== ONNX_FLOAT || invFreqRef.end - invFreqRef.start !== 2 * headDim) refuse('rope.inv_freq is not head_dim / 2 float32 values');
-  const invFreqBytes = invFreqRef.ptr === undefined ? file!.slice(invFreqRef.start, invFreqRef.end) : memory.read(invFreqRef.ptr, 2 * headDim);
+  if (invFreqRef.dataType !== ONNX_FLOAT || invFreqRef.end - invFreqRef.start !== 2 * headDim)
+    refuse('rope.inv_freq is not head_dim / 2 float32 values');
+  const invFreqBytes =
+    invFreqRef.ptr === undefined
+      ? file!.slice(invFreqRef.start, invFreqRef.end)
+      : memory.read(invFreqRef.ptr, 2 * headDim);
   const invFreq = new Float32Array(invFreqBytes.buffer, invFreqBytes.byteOffset, headDim / 2);
 
   const gate0 = find('model.layers.0.mlp.gate_proj.weight') ?? find('model.layers.0.mlp.gate_proj.weight_scales');
@@ -128,12 +155,14 @@ export function placeLlamaWeights(file: Uint8Array | null, index: Map<string, In
   let embedding: Embedding;
   const embed = find(EMBED);
   if (embed) {
-    if (embed.dataType !== ONNX_FLOAT && embed.dataType !== ONNX_FLOAT16) refuse(`${EMBED} has element type ${embed.dataType}`);
+    if (embed.dataType !== ONNX_FLOAT && embed.dataType !== ONNX_FLOAT16)
+      refuse(`${EMBED} has element type ${embed.dataType}`);
     shapeIs(embed, [vocabSize, H]);
     embedding = { dtype: embed.dataType === ONNX_FLOAT ? 'f32' : 'f16', ptr: place(embed) };
   } else {
     const m = quantMatrix(EMBED, H, vocabSize);
-    if (m.kind !== 'quant' || m.bits !== 8 || H % 32 !== 0) refuse('a quantised embedding must be 8-bit blocks over a hidden size that is a multiple of 32');
+    if (m.kind !== 'quant' || m.bits !== 8 || H % 32 !== 0)
+      refuse('a quantised embedding must be 8-bit blocks over a hidden size that is a multiple of 32');
     embedding = { dtype: 'q8', ptr: m.ptr, scales: (m as { scales: number }).scales };
   }
 
@@ -158,7 +187,16 @@ export function placeLlamaWeights(file: Uint8Array | null, index: Map<string, In
 
   let lmHead: Matrix;
   if (!config.tieWordEmbeddings) lmHead = matrix('lm_head.weight', H, vocabSize);
-  else if (embedding.dtype === 'q8') lmHead = { kind: 'quant', bits: 8, ptr: embedding.ptr, scales: embedding.scales, k: H, n: vocabSize, blocks: H / 32 };
+  else if (embedding.dtype === 'q8')
+    lmHead = {
+      kind: 'quant',
+      bits: 8,
+      ptr: embedding.ptr,
+      scales: embedding.scales,
+      k: H,
+      n: vocabSize,
+      blocks: H / 32,
+    };
   else lmHead = { kind: 'dense', dtype: embedding.dtype, layout: 'nk', ptr: embedding.ptr, k: H, n: vocabSize };
 
   return { embedding, layers, norm, lmHead, invFreq, intermediateSize, bytes };

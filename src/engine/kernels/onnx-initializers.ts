@@ -88,7 +88,7 @@ export function indexInitializers(model: Uint8Array): Map<string, InitializerRef
   const m = new Cursor(model, 0, model.length);
   while (!m.done) {
     const tag = m.varint();
-    if (tag !== (7 << 3 | 2)) {
+    if (tag !== ((7 << 3) | 2)) {
       m.skip(tag & 7);
       continue;
     }
@@ -96,7 +96,7 @@ export function indexInitializers(model: Uint8Array): Map<string, InitializerRef
     const g = new Cursor(model, gs, ge);
     while (!g.done) {
       const t = g.varint();
-      if (t === (5 << 3 | 2)) {
+      if (t === ((5 << 3) | 2)) {
         const tensor = readTensor(model, ...g.span());
         out.set(tensor.name, tensor);
       } else g.skip(t & 7);

@@ -86,7 +86,10 @@ class ChunkReader {
  * initializer's name, element type, dims and pointer (`ptr`). Relies on the field order every ONNX writer
  * uses (dims, data_type and name before raw_data); a tensor whose raw_data comes first is refused.
  */
-export async function streamInitializers(source: AsyncIterable<Uint8Array>, sink: StreamSink): Promise<Map<string, InitializerRef>> {
+export async function streamInitializers(
+  source: AsyncIterable<Uint8Array>,
+  sink: StreamSink,
+): Promise<Map<string, InitializerRef>> {
   const r = new ChunkReader(source);
   const out = new Map<string, InitializerRef>();
   while (!(await r.eof())) {
@@ -114,7 +117,8 @@ export async function streamInitializers(source: AsyncIterable<Uint8Array>, sink
         } else if (field === 2 && wire === 0) ref.dataType = await r.varint();
         else if (field === 8 && wire === 2) ref.name = new TextDecoder().decode(await r.bytes(await r.varint()));
         else if (field === 9 && wire === 2) {
-          if (!ref.name) throw new UnsupportedByKernels('an initializer\'s raw_data comes before its name in the ONNX file');
+          if (!ref.name)
+            throw new UnsupportedByKernels("an initializer's raw_data comes before its name in the ONNX file");
           const size = await r.varint();
           const ptr = sink.alloc(size);
           await r.pass(size, (piece, offset) => sink.write(ptr + offset, piece));

@@ -77,7 +77,9 @@ export class BlockPersistence {
         await this.write(this.current);
       } catch (err) {
         this.counts.failedChains++;
-        console.warn(`KV block store: a chain of ${this.current.chain.length} blocks was not stored: ${err instanceof Error ? err.message : String(err)}`);
+        console.warn(
+          `KV block store: a chain of ${this.current.chain.length} blocks was not stored: ${err instanceof Error ? err.message : String(err)}`,
+        );
       }
     }
   }

@@ -42,7 +42,8 @@ export class BlockPool {
     /** Where the bytes live when a runner owns them (the kernels' linear memory); else JS arrays. */
     storage?: { keys: KvArray[]; values: KvArray[] },
   ) {
-    if (!Number.isInteger(numBlocks) || numBlocks < 1) throw new RangeError(`a KV pool needs at least one block, got ${numBlocks}`);
+    if (!Number.isInteger(numBlocks) || numBlocks < 1)
+      throw new RangeError(`a KV pool needs at least one block, got ${numBlocks}`);
     const floats = numBlocks * shape.numKvHeads * blockSize * shape.headDim;
     this.keys = storage?.keys ?? Array.from({ length: shape.numLayers }, () => new Float32Array(floats));
     this.values = storage?.values ?? Array.from({ length: shape.numLayers }, () => new Float32Array(floats));
@@ -143,7 +144,8 @@ export class BlockPool {
 
   /** Overwrites block `id` with bytes readBlock gave (a block restored from the store); a device runner replaces it. */
   writeBlock(id: number, bytes: Uint8Array): void {
-    if (bytes.length !== this.blockBytes) throw new RangeError(`a KV block holds ${this.blockBytes} bytes, got ${bytes.length}`);
+    if (bytes.length !== this.blockBytes)
+      throw new RangeError(`a KV block holds ${this.blockBytes} bytes, got ${bytes.length}`);
     let at = 0;
     for (const part of this.blockParts(id)) {
       part.set(bytes.subarray(at, at + part.length));
@@ -197,13 +199,16 @@ export class BlockPool {
   /** Throws if the bookkeeping is inconsistent; property tests call it after every operation. */
   checkInvariants(): void {
     const { total, used, free, cachedIdle } = this.stats();
-    if (used + free + cachedIdle !== total) throw new Error(`KV blocks leaked: used ${used} + free ${free} + cached ${cachedIdle} != ${total}`);
+    if (used + free + cachedIdle !== total)
+      throw new Error(`KV blocks leaked: used ${used} + free ${free} + cached ${cachedIdle} != ${total}`);
     for (let id = 0; id < this.numBlocks; id++) {
       const c = this.refCounts[id];
       if (c < 0) throw new Error(`KV block ${id} has negative reference count ${c}`);
-      if (c === 0 && this.hashes[id] !== undefined && !this.idle.has(id)) throw new Error(`cached block ${id} is neither held nor idle`);
+      if (c === 0 && this.hashes[id] !== undefined && !this.idle.has(id))
+        throw new Error(`cached block ${id} is neither held nor idle`);
       if (c > 0 && this.idle.has(id)) throw new Error(`held block ${id} is on the idle list`);
     }
-    for (const [hash, id] of this.byHash) if (this.hashes[id] !== hash) throw new Error(`hash index disagrees for block ${id}`);
+    for (const [hash, id] of this.byHash)
+      if (this.hashes[id] !== hash) throw new Error(`hash index disagrees for block ${id}`);
   }
 }

@@ -70,13 +70,16 @@ export interface KvStoreUsage {
  * SHA-256 and only the engine writes them.
  */
 export function blockChecksum(bytes: Uint8Array): string {
-  const words = bytes.byteOffset % 4 === 0 ? new Uint32Array(bytes.buffer, bytes.byteOffset, bytes.length >>> 2) : new Uint32Array(bytes.slice(0, bytes.length & ~3).buffer);
+  const words =
+    bytes.byteOffset % 4 === 0
+      ? new Uint32Array(bytes.buffer, bytes.byteOffset, bytes.length >>> 2)
+      : new Uint32Array(bytes.slice(0, bytes.length & ~3).buffer);
   let a = 0x811c9dc5 ^ bytes.length;
   let b = 0x01000193 ^ Math.imul(bytes.length, 0x9e3779b1);
   for (let i = 0; i < words.length; i++) {
     const w = words[i];
     a = Math.imul(a ^ w, 0x01000193);
-    b = Math.imul(b ^ (w >>> 16 | w << 16), 0x01000193) ^ (a >>> 15);
+    b = Math.imul(b ^ ((w >>> 16) | (w << 16)), 0x01000193) ^ (a >>> 15);
   }
   for (let i = words.length * 4; i < bytes.length; i++) a = Math.imul(a ^ bytes[i], 0x01000193);
   return (a >>> 0).toString(16).padStart(8, '0') + (b >>> 0).toString(16).padStart(8, '0');

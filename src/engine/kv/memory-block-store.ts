@@ -99,7 +99,8 @@ export class MemoryKvBlockStore implements KvBlockStore {
     for (const [hash, entry] of this.blocks) {
       if (parents.has(hash)) continue;
       const pinned = needed.has(hash);
-      if (!victim || (victim[2] && !pinned) || (victim[2] === pinned && entry.lastUsed < victim[1])) victim = [hash, entry.lastUsed, pinned];
+      if (!victim || (victim[2] && !pinned) || (victim[2] === pinned && entry.lastUsed < victim[1]))
+        victim = [hash, entry.lastUsed, pinned];
     }
     if (victim) this.delete(victim[0]);
   }

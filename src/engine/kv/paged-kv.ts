@@ -46,7 +46,14 @@ export class PagedSequenceKv implements SequenceKv {
     }
   }
 
-  scatter(layer: number, keys: Float32Array, values: Float32Array, slots: number, slotOffset: number, count: number): void {
+  scatter(
+    layer: number,
+    keys: Float32Array,
+    values: Float32Array,
+    slots: number,
+    slotOffset: number,
+    count: number,
+  ): void {
     const { blockSize, headStride, blockStride } = this.pool;
     const { numKvHeads, headDim } = this.pool.shape;
     const poolKeys = this.pool.keys[layer];
@@ -55,7 +62,8 @@ export class PagedSequenceKv implements SequenceKv {
       const pos = this.length + done;
       const block = this.blocks[Math.floor(pos / blockSize)];
       if (block === undefined) throw new Error(`no KV block reserved for position ${pos}`);
-      if (!this.pool.isWritable(block)) throw new Error(`KV block ${block} is shared or cached and must not be written`);
+      if (!this.pool.isWritable(block))
+        throw new Error(`KV block ${block} is shared or cached and must not be written`);
       const offset = pos % blockSize;
       const n = Math.min(blockSize - offset, count - done);
       for (let h = 0; h < numKvHeads; h++) {
@@ -81,7 +89,8 @@ export class PagedSequenceKv implements SequenceKv {
     for (let pos = this.length; pos < this.length + count; pos += bs - (pos % bs)) {
       const block = this.blocks[Math.floor(pos / bs)];
       if (block === undefined) throw new Error(`no KV block reserved for position ${pos}`);
-      if (!this.pool.isWritable(block)) throw new Error(`KV block ${block} is shared or cached and must not be written`);
+      if (!this.pool.isWritable(block))
+        throw new Error(`KV block ${block} is shared or cached and must not be written`);
     }
   }
 }
@@ -226,7 +235,8 @@ export class KvCacheManager {
    * first if it is shared or cached).
    */
   truncate(kv: PagedSequenceKv, length: number): void {
-    if (!Number.isInteger(length) || length < 0 || length > kv.length) throw new RangeError(`cannot truncate ${kv.length} positions to ${length}`);
+    if (!Number.isInteger(length) || length < 0 || length > kv.length)
+      throw new RangeError(`cannot truncate ${kv.length} positions to ${length}`);
     const keep = this.blocksFor(length);
     for (let i = kv.blocks.length - 1; i >= keep; i--) this.pool.release(kv.blocks[i]);
     kv.blocks.length = Math.min(kv.blocks.length, keep);

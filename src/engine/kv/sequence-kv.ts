@@ -15,7 +15,14 @@ export interface SequenceKv {
    * Stores `count` new tokens of `layer`, read from slots [slotOffset, slotOffset + count) of the row
    * buffers, at token positions [length, length + count). Takes effect for readers after `advance`.
    */
-  scatter(layer: number, keys: Float32Array, values: Float32Array, slots: number, slotOffset: number, count: number): void;
+  scatter(
+    layer: number,
+    keys: Float32Array,
+    values: Float32Array,
+    slots: number,
+    slotOffset: number,
+    count: number,
+  ): void;
   /** Marks `count` scattered tokens (in every layer) as stored. */
   advance(count: number): void;
 }

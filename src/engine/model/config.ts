@@ -40,7 +40,15 @@ function idList(v: unknown): number[] {
  * (batch, num_key_value_heads, past, head_dim)) and a config.json that states those sizes. Others
  * (sliding-window caches, recurrent state, encoder-decoders) are refused by name.
  */
-export const SUPPORTED_MODEL_TYPES: readonly string[] = ['llama', 'mistral', 'qwen2', 'qwen3', 'phi3', 'gemma', 'granite'];
+export const SUPPORTED_MODEL_TYPES: readonly string[] = [
+  'llama',
+  'mistral',
+  'qwen2',
+  'qwen3',
+  'phi3',
+  'gemma',
+  'granite',
+];
 
 /** Reads `config.json` (and optionally `generation_config.json`) into a ModelConfig. */
 export function parseModelConfig(config: Json, generationConfig: Json = {}): ModelConfig {
@@ -51,7 +59,11 @@ export function parseModelConfig(config: Json, generationConfig: Json = {}): Mod
       'unsupported_model',
     );
   }
-  if (typeof config.sliding_window === 'number' && config.use_sliding_window !== false && config.sliding_window < positiveInt(config, 'max_position_embeddings')) {
+  if (
+    typeof config.sliding_window === 'number' &&
+    config.use_sliding_window !== false &&
+    config.sliding_window < positiveInt(config, 'max_position_embeddings')
+  ) {
     throw new InvalidRequestError(
       'model',
       `config.json: sliding_window ${config.sliding_window} is shorter than the context (${config.max_position_embeddings}); the paged KV cache keeps every position`,

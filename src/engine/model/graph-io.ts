@@ -32,16 +32,24 @@ export function describeGraphIo(runtime: OrtRuntime, session: OrtSession, config
     throw new InvalidRequestError('model', `the model's ONNX graph cannot be served: ${message}`, 'unsupported_model');
   };
   const types = new Map<string, string>();
-  for (const m of [...session.inputMetadata, ...session.outputMetadata]) types.set(m.name, m.isTensor ? m.type : 'non-tensor');
+  for (const m of [...session.inputMetadata, ...session.outputMetadata])
+    types.set(m.name, m.isTensor ? m.type : 'non-tensor');
   const inputs = new Set(session.inputNames);
   const outputs = new Set(session.outputNames);
   const known = new Set(['input_ids', 'attention_mask', 'position_ids']);
   for (let i = 0; i < config.numLayers; i++) known.add(`past_key_values.${i}.key`).add(`past_key_values.${i}.value`);
-  for (const name of inputs) if (!known.has(name)) refuse(`input ${name} is not one the engine feeds (input_ids, attention_mask, position_ids, past_key_values.{0..${config.numLayers - 1}}.key|value)`);
+  for (const name of inputs)
+    if (!known.has(name))
+      refuse(
+        `input ${name} is not one the engine feeds (input_ids, attention_mask, position_ids, past_key_values.{0..${config.numLayers - 1}}.key|value)`,
+      );
   for (const name of ['input_ids', 'attention_mask']) if (!inputs.has(name)) refuse(`it has no ${name} input`);
   for (let i = 0; i < config.numLayers; i++) {
     for (const kind of ['key', 'value']) {
-      if (!inputs.has(`past_key_values.${i}.${kind}`)) refuse(`it has no past_key_values.${i}.${kind} input (num_hidden_layers is ${config.numLayers} in config.json; exports without a KV cache cannot be served)`);
+      if (!inputs.has(`past_key_values.${i}.${kind}`))
+        refuse(
+          `it has no past_key_values.${i}.${kind} input (num_hidden_layers is ${config.numLayers} in config.json; exports without a KV cache cannot be served)`,
+        );
       if (!outputs.has(`present.${i}.${kind}`)) refuse(`it has no present.${i}.${kind} output`);
     }
   }
@@ -55,7 +63,10 @@ export function describeGraphIo(runtime: OrtRuntime, session: OrtSession, config
     kvType: kvType as FloatType,
     logitsType: logitsType as FloatType,
     hasPositionIds: inputs.has('position_ids'),
-    kvTensor: kvType === 'float16' ? (data, dims) => new Tensor('float16', toHalf(data), dims) : (data, dims) => new Tensor('float32', data, dims),
+    kvTensor:
+      kvType === 'float16'
+        ? (data, dims) => new Tensor('float16', toHalf(data), dims)
+        : (data, dims) => new Tensor('float32', data, dims),
     floats: (tensor) => {
       if (tensor.type === 'float32') return tensor.data as Float32Array;
       if (tensor.type === 'float16') return fromHalf(tensor.data as Uint16Array);

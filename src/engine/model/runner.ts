@@ -76,7 +76,12 @@ export class ModelRunner {
     readonly io: GraphIo,
   ) {}
 
-  static async create(runtime: OrtRuntime, onnx: Uint8Array, config: ModelConfig, options: RunnerOptions = {}): Promise<ModelRunner> {
+  static async create(
+    runtime: OrtRuntime,
+    onnx: Uint8Array,
+    config: ModelConfig,
+    options: RunnerOptions = {},
+  ): Promise<ModelRunner> {
     const { session, io } = await loadSession(runtime, onnx, config, options);
     return new ModelRunner(runtime, session, config, io);
   }
@@ -98,7 +103,11 @@ export class ModelRunner {
     if (this.io.hasPositionIds) feeds.position_ids = new Tensor('int64', positionIds, [B, S]);
     const carried = this.carried;
     this.carried = undefined;
-    const reuse = carried !== undefined && carried.slots === P && carried.kvs.length === B && rows.every((r, b) => r.kv === carried.kvs[b] && r.kv.length === carried.lengths[b]);
+    const reuse =
+      carried !== undefined &&
+      carried.slots === P &&
+      carried.kvs.length === B &&
+      rows.every((r, b) => r.kv === carried.kvs[b] && r.kv.length === carried.lengths[b]);
     const pastRow = numKvHeads * P * headDim;
     for (let layer = 0; layer < numLayers; layer++) {
       if (reuse) {
@@ -124,14 +133,22 @@ export class ModelRunner {
       const values = this.io.floats(out[`present.${layer}.value`]);
       rows.forEach(({ kv, tokens }, b) => {
         const at = b * presentRow;
-        kv.scatter(layer, keys.subarray(at, at + presentRow), values.subarray(at, at + presentRow), T, T - tokens.length, tokens.length);
+        kv.scatter(
+          layer,
+          keys.subarray(at, at + presentRow),
+          values.subarray(at, at + presentRow),
+          T,
+          T - tokens.length,
+          tokens.length,
+        );
       });
     }
     for (const { kv, tokens } of rows) kv.advance(tokens.length);
     // Rows that all fed S tokens leave no padding between their past and new slots: present is contiguous.
     if (rows.every((r) => r.tokens.length === S)) {
       const presents: Record<string, OrtTensor> = {}; // not the logits: a long prefill's are hundreds of MB
-      for (let layer = 0; layer < numLayers; layer++) for (const kind of ['key', 'value']) presents[`present.${layer}.${kind}`] = out[`present.${layer}.${kind}`];
+      for (let layer = 0; layer < numLayers; layer++)
+        for (const kind of ['key', 'value']) presents[`present.${layer}.${kind}`] = out[`present.${layer}.${kind}`];
       this.carried = { kvs: rows.map((r) => r.kv), lengths: rows.map((r) => r.kv.length), slots: T, out: presents };
     }
 

@@ -8,7 +8,9 @@ import type { InferenceSession, Tensor } from 'onnxruntime-common';
 export interface OrtRuntime {
   /** Human-readable backend name for metrics and logs, e.g. `cpu`, `wasm`, `webgpu`. */
   readonly name: string;
-  readonly InferenceSession: { create(bytes: Uint8Array, options?: InferenceSession.SessionOptions): Promise<InferenceSession> };
+  readonly InferenceSession: {
+    create(bytes: Uint8Array, options?: InferenceSession.SessionOptions): Promise<InferenceSession>;
+  };
   readonly Tensor: typeof Tensor;
   /** Execution providers to ask for when creating a session. */
   readonly executionProviders: InferenceSession.SessionOptions['executionProviders'];

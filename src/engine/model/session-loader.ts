@@ -29,7 +29,13 @@ export interface FootprintPart {
 }
 
 /** Refuses a model whose footprint (its parts and the KV pool) exceeds the budget, saying what would fit. */
-export function checkMemoryBudget(parts: readonly FootprintPart[], config: ModelConfig, kvCacheBytes: number, budgetBytes: number | undefined, perToken = kvBytesPerToken(config)): void {
+export function checkMemoryBudget(
+  parts: readonly FootprintPart[],
+  config: ModelConfig,
+  kvCacheBytes: number,
+  budgetBytes: number | undefined,
+  perToken = kvBytesPerToken(config),
+): void {
   const fixed = parts.reduce((n, p) => n + p.bytes, 0);
   if (budgetBytes === undefined || fixed + kvCacheBytes <= budgetBytes) return;
   const room = budgetBytes - fixed;
@@ -55,7 +61,10 @@ export function onnxruntimeFootprint(runtime: OrtRuntime, fileBytes: number, hal
   if (runtime.name !== 'wasm') return [{ label: 'weights', bytes: fileBytes }];
   return [
     { label: 'weights', bytes: fileBytes },
-    { label: `onnxruntime-web (110 MiB + ${halfWeights ? '5.5' : '2.5'}x the weights)`, bytes: 110 * MiB + fileBytes * (halfWeights ? 5.5 : 2.5) },
+    {
+      label: `onnxruntime-web (110 MiB + ${halfWeights ? '5.5' : '2.5'}x the weights)`,
+      bytes: 110 * MiB + fileBytes * (halfWeights ? 5.5 : 2.5),
+    },
   ];
 }
 
@@ -63,8 +72,18 @@ export function onnxruntimeFootprint(runtime: OrtRuntime, fileBytes: number, hal
  * Creates the ONNX session for a model and reads its I/O. A graph the runtime cannot build (an operator
  * or opset it lacks, a malformed file) is refused with the runtime's reason, as an InvalidRequestError.
  */
-export async function loadSession(runtime: OrtRuntime, onnx: Uint8Array, config: ModelConfig, options: SessionOptions = {}): Promise<{ session: OrtSession; io: GraphIo }> {
-  checkMemoryBudget(onnxruntimeFootprint(runtime, onnx.byteLength, options.dtype === 'fp16'), config, options.kvCacheBytes ?? 64 * MiB, options.memoryBudgetBytes);
+export async function loadSession(
+  runtime: OrtRuntime,
+  onnx: Uint8Array,
+  config: ModelConfig,
+  options: SessionOptions = {},
+): Promise<{ session: OrtSession; io: GraphIo }> {
+  checkMemoryBudget(
+    onnxruntimeFootprint(runtime, onnx.byteLength, options.dtype === 'fp16'),
+    config,
+    options.kvCacheBytes ?? 64 * MiB,
+    options.memoryBudgetBytes,
+  );
   let session: OrtSession;
   try {
     session = await runtime.InferenceSession.create(onnx, {
@@ -74,7 +93,11 @@ export async function loadSession(runtime: OrtRuntime, onnx: Uint8Array, config:
     });
   } catch (err) {
     const reason = err instanceof Error ? err.message : String(err);
-    throw new InvalidRequestError('model', `the ${runtime.name} backend cannot run the model's ONNX graph: ${reason}`, 'unsupported_model');
+    throw new InvalidRequestError(
+      'model',
+      `the ${runtime.name} backend cannot run the model's ONNX graph: ${reason}`,
+      'unsupported_model',
+    );
   }
   try {
     return { session, io: describeGraphIo(runtime, session, config) };

@@ -3,7 +3,8 @@ import type { ModelSource } from './model-files.js';
 /** Bytes per piece: each is hashed natively (WebCrypto), and the digest is taken over the pieces' digests. */
 const PIECE = 4 * 2 ** 20;
 
-const hex = (digest: ArrayBuffer): string => [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
+const hex = (digest: ArrayBuffer): string =>
+  [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
 
 /**
  * A digest of a file's bytes however they arrive: SHA-256 of each 4 MiB piece, then SHA-256 of those

@@ -100,16 +100,25 @@ function resolveLogitBias(v: unknown, vocabSize: number): Map<number, number> {
   const bias = new Map<number, number>();
   if (v === undefined || v === null) return bias;
   if (typeof v !== 'object' || Array.isArray(v)) {
-    throw new InvalidRequestError('logit_bias', `logit_bias must be an object mapping token ids to numbers, got ${describe(v)}`);
+    throw new InvalidRequestError(
+      'logit_bias',
+      `logit_bias must be an object mapping token ids to numbers, got ${describe(v)}`,
+    );
   }
   const entries = v instanceof Map ? [...v.entries()] : Object.entries(v as Record<string, unknown>);
   for (const [key, value] of entries) {
     const id = typeof key === 'number' ? key : TOKEN_ID_KEY.test(String(key)) ? Number(key) : NaN;
     if (!Number.isSafeInteger(id) || id < 0 || id >= vocabSize) {
-      throw new InvalidRequestError('logit_bias', `logit_bias key ${JSON.stringify(String(key))} is not a token id in [0, ${vocabSize})`);
+      throw new InvalidRequestError(
+        'logit_bias',
+        `logit_bias key ${JSON.stringify(String(key))} is not a token id in [0, ${vocabSize})`,
+      );
     }
     if (typeof value !== 'number' || !Number.isFinite(value) || value < -MAX_LOGIT_BIAS || value > MAX_LOGIT_BIAS) {
-      throw new InvalidRequestError('logit_bias', `logit_bias[${id}] must be a number in [-100, 100], got ${describe(value)}`);
+      throw new InvalidRequestError(
+        'logit_bias',
+        `logit_bias[${id}] must be a number in [-100, 100], got ${describe(value)}`,
+      );
     }
     if (value !== 0) bias.set(id, value);
   }
@@ -119,11 +128,17 @@ function resolveLogitBias(v: unknown, vocabSize: number): Map<number, number> {
 function resolveAllowedTokenIds(v: unknown, vocabSize: number): Set<number> | undefined {
   if (v === undefined || v === null) return undefined;
   if (!Array.isArray(v) || v.length === 0) {
-    throw new InvalidRequestError('allowed_token_ids', `allowed_token_ids must be a non-empty array of token ids, got ${describe(v)}`);
+    throw new InvalidRequestError(
+      'allowed_token_ids',
+      `allowed_token_ids must be a non-empty array of token ids, got ${describe(v)}`,
+    );
   }
   v.forEach((id: unknown, i) => {
     if (typeof id !== 'number' || !Number.isSafeInteger(id) || id < 0 || id >= vocabSize) {
-      throw new InvalidRequestError('allowed_token_ids', `allowed_token_ids[${i}] = ${describe(id)} is not a token id in [0, ${vocabSize})`);
+      throw new InvalidRequestError(
+        'allowed_token_ids',
+        `allowed_token_ids[${i}] = ${describe(id)} is not a token id in [0, ${vocabSize})`,
+      );
     }
   });
   return new Set(v as number[]);
@@ -181,7 +196,8 @@ export function resolveSamplingParams(input: SamplingInput, vocabSize: number): 
   const logprobs = logprobsRaw === true;
 
   const topLogprobs = integer(input, 'top_logprobs', DEFAULT_SAMPLING.topLogprobs);
-  if (topLogprobs < 0 || topLogprobs > MAX_TOP_LOGPROBS) outOfRange('top_logprobs', topLogprobs, `[0, ${MAX_TOP_LOGPROBS}]`);
+  if (topLogprobs < 0 || topLogprobs > MAX_TOP_LOGPROBS)
+    outOfRange('top_logprobs', topLogprobs, `[0, ${MAX_TOP_LOGPROBS}]`);
   if (topLogprobs > 0 && !logprobs) {
     throw new InvalidRequestError('top_logprobs', 'top_logprobs needs logprobs: true');
   }

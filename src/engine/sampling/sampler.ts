@@ -109,7 +109,12 @@ export class TokenSampler {
    * normalise(max(0, p - q)). Either way the token is distributed exactly as sample() would draw it.
    * Records the token like sample().
    */
-  verify(logits: Float32Array, proposed: number, draft?: Float64Array, mask?: Int32Array): SampledToken & { accepted: boolean } {
+  verify(
+    logits: Float32Array,
+    proposed: number,
+    draft?: Float64Array,
+    mask?: Int32Array,
+  ): SampledToken & { accepted: boolean } {
     this.mask = mask;
     const work = this.process(logits);
     if (this.params.temperature === 0) {

@@ -8,7 +8,10 @@ export class TokenCounts {
   /** Ids with a count > 0, in first-seen order. */
   readonly distinct: number[] = [];
 
-  constructor(readonly vocabSize: number, ids: Iterable<number> = []) {
+  constructor(
+    readonly vocabSize: number,
+    ids: Iterable<number> = [],
+  ) {
     this.counts = new Uint32Array(vocabSize);
     for (const id of ids) this.add(id);
   }

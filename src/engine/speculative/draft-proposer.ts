@@ -76,7 +76,10 @@ export class DraftModelProposer {
    * reserves room for this step's passes, releasing the caches of sequences not speculating this step
    * (preempted, or between turns) if it must; undefined when there is still no room (no proposals then).
    */
-  private prepare({ id, tokens, count, sampling, seed }: DraftRequest, busy: ReadonlySet<number>): DraftState | undefined {
+  private prepare(
+    { id, tokens, count, sampling, seed }: DraftRequest,
+    busy: ReadonlySet<number>,
+  ): DraftState | undefined {
     let state = this.states.get(id);
     if (!state) {
       state = { kv: this.kv.create(), held: [], sampler: new DraftSampler(sampling, seed, this.samplableVocab) };

@@ -1,5 +1,14 @@
 import type { SamplingParams } from '../sampling/params.js';
-import { applyAllowedTokens, applyLogitBias, copySanitized, applyMinP, applyTemperature, applyTopK, applyTopP, argmax } from '../sampling/processors.js';
+import {
+  applyAllowedTokens,
+  applyLogitBias,
+  copySanitized,
+  applyMinP,
+  applyTemperature,
+  applyTopK,
+  applyTopP,
+  argmax,
+} from '../sampling/processors.js';
 import { Xoshiro128 } from '../sampling/rng.js';
 
 /** A draft token and, when sampling, the distribution q it was drawn from (what verification needs). */

@@ -30,11 +30,17 @@ export interface DraftTarget {
   runner: RunnerOptions;
 }
 
-
 /** Loads the draft model and its KV pool; refuses one that does not read and write the target's token ids. */
-export async function loadDraftModel(runtime: OrtRuntime, draft: DraftModelOptions, target: DraftTarget): Promise<DraftModelProposer> {
+export async function loadDraftModel(
+  runtime: OrtRuntime,
+  draft: DraftModelOptions,
+  target: DraftTarget,
+): Promise<DraftModelProposer> {
   const files = await loadModelFiles(draft.source, draft.dtype ?? 'fp32');
-  if (files.config.vocabSize !== target.config.vocabSize || JSON.stringify(files.tokenizerJson.model) !== JSON.stringify(target.tokenizerModel)) {
+  if (
+    files.config.vocabSize !== target.config.vocabSize ||
+    JSON.stringify(files.tokenizerJson.model) !== JSON.stringify(target.tokenizerModel)
+  ) {
     throw new InvalidRequestError('draft', "the draft model must share the target model's tokenizer and vocabulary");
   }
   if (files.config.maxPositionEmbeddings < target.config.maxPositionEmbeddings) {
@@ -55,7 +61,11 @@ export async function loadDraftModel(runtime: OrtRuntime, draft: DraftModelOptio
     );
   }
   // The target's session already passed the budget; the draft's own check would count only itself.
-  const runner = await ModelRunner.create(runtime, files.onnx, files.config, { ...target.runner, memoryBudgetBytes: undefined, kvCacheBytes: kvBytes });
+  const runner = await ModelRunner.create(runtime, files.onnx, files.config, {
+    ...target.runner,
+    memoryBudgetBytes: undefined,
+    kvCacheBytes: kvBytes,
+  });
   const numBlocks = Math.floor(kvBytes / (target.blockSize * perToken));
   if (numBlocks < 1) throw new RangeError('the draft kvCacheBytes is too small for one KV block');
   const kv = new KvCacheManager(new BlockPool(files.config, numBlocks, target.blockSize), `draft:${target.modelId}`);

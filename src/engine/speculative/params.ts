@@ -31,12 +31,24 @@ export function resolveSpeculativeParams(
   const unknown = Object.keys(rest)[0];
   if (unknown !== undefined) throw new InvalidRequestError(`${name}.${unknown}`, `unknown field ${name}.${unknown}`);
   if (typeof method !== 'string' || !(SPECULATIVE_METHODS as readonly string[]).includes(method)) {
-    throw new InvalidRequestError(`${name}.method`, `${name}.method must be "ngram" or "draft", got ${JSON.stringify(method)}`);
+    throw new InvalidRequestError(
+      `${name}.method`,
+      `${name}.method must be "ngram" or "draft", got ${JSON.stringify(method)}`,
+    );
   }
   if (method === 'draft' && !hasDraftModel) {
-    throw new InvalidRequestError(`${name}.method`, 'no draft model is loaded here; use "ngram" (prompt lookup), or load one (DRAFT_MODEL, --draft-model)', 'draft_model_unavailable');
+    throw new InvalidRequestError(
+      `${name}.method`,
+      'no draft model is loaded here; use "ngram" (prompt lookup), or load one (DRAFT_MODEL, --draft-model)',
+      'draft_model_unavailable',
+    );
   }
-  if (typeof numTokens !== 'number' || !Number.isSafeInteger(numTokens) || numTokens < 1 || numTokens > MAX_SPECULATIVE_TOKENS) {
+  if (
+    typeof numTokens !== 'number' ||
+    !Number.isSafeInteger(numTokens) ||
+    numTokens < 1 ||
+    numTokens > MAX_SPECULATIVE_TOKENS
+  ) {
     throw new InvalidRequestError(
       `${name}.num_tokens`,
       `${name}.num_tokens must be an integer in [1, ${MAX_SPECULATIVE_TOKENS}], got ${JSON.stringify(numTokens)}`,

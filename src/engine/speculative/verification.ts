@@ -21,7 +21,11 @@ export function settleProposals(
       events.push(sequence.onLogits(at(accepted)));
       break;
     }
-    const { event, accepted: stands } = sequence.onProposal(at(accepted), proposal.tokens[accepted], proposal.q[accepted]);
+    const { event, accepted: stands } = sequence.onProposal(
+      at(accepted),
+      proposal.tokens[accepted],
+      proposal.q[accepted],
+    );
     verified++;
     events.push(event);
     if (!stands) break;

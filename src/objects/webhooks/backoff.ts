@@ -28,7 +28,10 @@ export function retryDelayBounds(failed: number, policy: RetryPolicy): [number, 
 }
 
 /** Reads the policy from the worker's vars (strings), falling back to the defaults for missing or bad values. */
-export function retryPolicyFromEnv(env: { WEBHOOK_RETRY_BASE_MS?: unknown; WEBHOOK_MAX_ATTEMPTS?: unknown }): RetryPolicy {
+export function retryPolicyFromEnv(env: {
+  WEBHOOK_RETRY_BASE_MS?: unknown;
+  WEBHOOK_MAX_ATTEMPTS?: unknown;
+}): RetryPolicy {
   const int = (v: unknown, fallback: number, min: number): number => {
     const n = typeof v === 'number' ? v : typeof v === 'string' && v.trim() !== '' ? Number(v) : NaN;
     return Number.isSafeInteger(n) && n >= min ? n : fallback;

@@ -54,7 +54,8 @@ export function checkCallbackUrl(raw: unknown, policy: CallbackUrlPolicy): Callb
   if (loopback) {
     return policy.allowLoopback ? { ok: true, url } : refuse('callback_url must not point at a loopback address');
   }
-  if (url.protocol !== 'https:') return refuse('callback_url must be an https URL (http is allowed for loopback in dev only)');
+  if (url.protocol !== 'https:')
+    return refuse('callback_url must be an https URL (http is allowed for loopback in dev only)');
 
   if (host.startsWith('[')) {
     const groups = parseIpv6(host.slice(1, -1));
@@ -106,7 +107,7 @@ function blockedV4(ip: number): string | null {
   if (ip >>> 24 === 127) return 'loopback';
   for (const [base, bits, why] of BLOCKED_V4) {
     const mask = bits === 0 ? 0 : (~0 << (32 - bits)) >>> 0;
-    if (((ip & mask) >>> 0) === ((parseIpv4(base)! & mask) >>> 0)) return why;
+    if ((ip & mask) >>> 0 === (parseIpv4(base)! & mask) >>> 0) return why;
   }
   return null;
 }
@@ -120,7 +121,7 @@ export function parseIpv6(text: string): number[] | null {
   if (quad) {
     const v4 = parseIpv4(quad[1]);
     if (v4 === null) return null;
-    body = text.slice(0, quad.index) + `${(v4 >>> 16).toString(16)}:${(v4 & 0xffff).toString(16)}`;
+    body = `${text.slice(0, quad.index)}${(v4 >>> 16).toString(16)}:${(v4 & 0xffff).toString(16)}`;
   }
   const halves = body.split('::');
   if (halves.length > 2) return null;

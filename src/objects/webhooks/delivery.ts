@@ -22,16 +22,29 @@ export async function deliver(
   signer: WebhookSigner,
   { timeoutMs = DELIVERY_TIMEOUT_MS, userAgent = 'edge-infer-webhooks/1' } = {},
 ): Promise<DeliveryOutcome> {
-  const headers = { ...(await signer.headers(messageId, body)), 'content-type': 'application/json', 'user-agent': userAgent };
+  const headers = {
+    ...(await signer.headers(messageId, body)),
+    'content-type': 'application/json',
+    'user-agent': userAgent,
+  };
   try {
-    const res = await fetch(url, { method: 'POST', headers, body, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
+    const res = await fetch(url, {
+      method: 'POST',
+      headers,
+      body,
+      redirect: 'manual',
+      signal: AbortSignal.timeout(timeoutMs),
+    });
     // The body is not needed, but must be consumed or cancelled to free the connection.
     await res.body?.cancel();
     if (res.status >= 200 && res.status < 300) return { ok: true, status: res.status };
     return { ok: false, status: res.status, error: `callback answered HTTP ${res.status}` };
   } catch (err) {
     const name = err instanceof Error ? err.name : '';
-    const error = name === 'TimeoutError' ? `callback did not answer within ${timeoutMs} ms` : `callback unreachable: ${String(err instanceof Error ? err.message : err)}`;
+    const error =
+      name === 'TimeoutError'
+        ? `callback did not answer within ${timeoutMs} ms`
+        : `callback unreachable: ${String(err instanceof Error ? err.message : err)}`;
     return { ok: false, error };
   }
 }

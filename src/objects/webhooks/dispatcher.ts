@@ -52,7 +52,8 @@ export class WebhookDispatcher {
   async onAlarm(): Promise<void> {
     const work: Promise<void>[] = [];
     for (const job of this.jobs.unfinished()) if (!this.generating.has(job.id)) work.push(this.run(job.id));
-    for (const job of this.jobs.dueDeliveries(Date.now())) if (!this.delivering.has(job.id)) work.push(this.attempt(job.id));
+    for (const job of this.jobs.dueDeliveries(Date.now()))
+      if (!this.delivering.has(job.id)) work.push(this.attempt(job.id));
     await Promise.allSettled(work);
     await this.reschedule();
   }
@@ -75,14 +76,22 @@ export class WebhookDispatcher {
 
   private async generate(job: Job): Promise<{ result: JobOutput } | { error: JobError }> {
     const request: GenerationRequest =
-      job.mode === 'chat' ? { ...job.params, messages: [{ role: 'user', content: job.prompt }] } : { ...job.params, prompt: job.prompt };
+      job.mode === 'chat'
+        ? { ...job.params, messages: [{ role: 'user', content: job.prompt }] }
+        : { ...job.params, prompt: job.prompt };
     let done: DoneEvent | undefined;
     try {
       const engine = await this.shard.engine();
       for await (const event of engine.generate(request)) if (event.type === 'done') done = event;
     } catch (err) {
-      if (err instanceof InvalidRequestError) return { error: { message: err.message, code: err.code, param: err.param } };
-      return { error: { message: `generation failed: ${err instanceof Error ? err.message : String(err)}`, code: 'generation_failed' } };
+      if (err instanceof InvalidRequestError)
+        return { error: { message: err.message, code: err.code, param: err.param } };
+      return {
+        error: {
+          message: `generation failed: ${err instanceof Error ? err.message : String(err)}`,
+          code: 'generation_failed',
+        },
+      };
     }
     if (!done) return { error: { message: 'generation ended without a result', code: 'generation_failed' } };
     this.shard.metrics.finished(done);
@@ -107,7 +116,7 @@ export class WebhookDispatcher {
     this.delivering.add(jobId);
     try {
       const job = this.jobs.get(jobId);
-      if (!job || job.status !== 'delivering') return;
+      if (job?.status !== 'delivering') return;
       const hook = this.hooks.get(job.hook);
       if (!hook) return this.jobs.attemptFailed(jobId, `hook '${job.hook}' was deleted`, null);
       // Checked again at delivery: the policy may have tightened since the hook was configured.
@@ -150,5 +159,10 @@ export class WebhookDispatcher {
 function payload(job: Job): DeliveryPayload {
   return job.result
     ? { type: 'generation.completed', job_id: job.id, hook: job.hook, output: job.result }
-    : { type: 'generation.failed', job_id: job.id, hook: job.hook, error: job.error ?? { message: 'no result', code: null } };
+    : {
+        type: 'generation.failed',
+        job_id: job.id,
+        hook: job.hook,
+        error: job.error ?? { message: 'no result', code: null },
+      };
 }

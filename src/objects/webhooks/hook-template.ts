@@ -36,7 +36,8 @@ export function checkTemplate(source: unknown): string | null {
 
 /** Renders the template over an event; throws Error with a readable message when rendering fails. */
 export function renderHookTemplate(source: string, event: unknown, hook: string): string {
-  const spread = typeof event === 'object' && event !== null && !Array.isArray(event) ? (event as Record<string, unknown>) : {};
+  const spread =
+    typeof event === 'object' && event !== null && !Array.isArray(event) ? (event as Record<string, unknown>) : {};
   let text: string;
   try {
     text = compile(source).render({ ...spread, event, hook });
@@ -44,6 +45,7 @@ export function renderHookTemplate(source: string, event: unknown, hook: string)
     throw new Error(`the hook's template failed on this event: ${err instanceof Error ? err.message : String(err)}`);
   }
   if (text.trim() === '') throw new Error("the hook's template rendered an empty prompt for this event");
-  if (text.length > MAX_RENDERED_CHARS) throw new Error(`the rendered prompt is longer than ${MAX_RENDERED_CHARS} characters`);
+  if (text.length > MAX_RENDERED_CHARS)
+    throw new Error(`the rendered prompt is longer than ${MAX_RENDERED_CHARS} characters`);
   return text;
 }

@@ -61,7 +61,14 @@ export class HookStore {
       `INSERT INTO hooks (name, template, callback_url, secret, params, mode, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT(name) DO UPDATE SET template = excluded.template, callback_url = excluded.callback_url, secret = excluded.secret,
          params = excluded.params, mode = excluded.mode, updated_at = excluded.updated_at`,
-      name, config.template, config.callback_url, config.secret, JSON.stringify(config.params), config.mode, now, now,
+      name,
+      config.template,
+      config.callback_url,
+      config.secret,
+      JSON.stringify(config.params),
+      config.mode,
+      now,
+      now,
     );
     return { hook: this.get(name)!, created: existing === undefined };
   }

@@ -28,7 +28,13 @@ export interface AcceptedEvent {
   duplicate: boolean;
 }
 
-const notFound = (what: string, code: string): ServiceError => ({ status: 404, type: 'invalid_request_error', message: what, param: null, code });
+const notFound = (what: string, code: string): ServiceError => ({
+  status: 404,
+  type: 'invalid_request_error',
+  message: what,
+  param: null,
+  code,
+});
 
 export class Webhooks {
   constructor(
@@ -71,7 +77,9 @@ export class Webhooks {
   }
 
   deleteHook(name: string): RpcResult<{ name: string; object: 'hook'; deleted: true }> {
-    return this.hooks.delete(name) ? ok({ name, object: 'hook', deleted: true }) : fail(notFound(`no hook '${name}'`, 'hook_not_found'));
+    return this.hooks.delete(name)
+      ? ok({ name, object: 'hook', deleted: true })
+      : fail(notFound(`no hook '${name}'`, 'hook_not_found'));
   }
 
   /**
@@ -79,7 +87,12 @@ export class Webhooks {
    * webhook-id seen before answers its earlier job; otherwise the template is rendered over the event
    * and a job is queued under `jobId` and started.
    */
-  async receive(name: string, headers: Record<string, string>, body: string, jobId: string): Promise<RpcResult<AcceptedEvent>> {
+  async receive(
+    name: string,
+    headers: Record<string, string>,
+    body: string,
+    jobId: string,
+  ): Promise<RpcResult<AcceptedEvent>> {
     const hook = this.hooks.get(name);
     if (!hook) return fail(notFound(`no hook '${name}'`, 'hook_not_found'));
     let webhookId: string;

@@ -57,7 +57,10 @@ export class WebhookSigner {
   static async fromSecret(secret: string): Promise<WebhookSigner> {
     const parsed = parseSecret(secret);
     if ('error' in parsed) throw new TypeError(parsed.error);
-    const key = await crypto.subtle.importKey('raw', parsed.key, { name: 'HMAC', hash: 'SHA-256' }, false, ['sign', 'verify']);
+    const key = await crypto.subtle.importKey('raw', parsed.key, { name: 'HMAC', hash: 'SHA-256' }, false, [
+      'sign',
+      'verify',
+    ]);
     return new WebhookSigner(key);
   }
 
@@ -70,21 +73,32 @@ export class WebhookSigner {
   /** The three headers of an outbound message sent now (or at `nowMs`). */
   async headers(id: string, body: string, nowMs = Date.now()): Promise<WebhookHeaders> {
     const timestamp = Math.floor(nowMs / 1000);
-    return { 'webhook-id': id, 'webhook-timestamp': String(timestamp), 'webhook-signature': await this.sign(id, timestamp, body) };
+    return {
+      'webhook-id': id,
+      'webhook-timestamp': String(timestamp),
+      'webhook-signature': await this.sign(id, timestamp, body),
+    };
   }
 
   /**
    * Checks an inbound message: headers present, timestamp within the tolerance, and one of the
    * space-separated `v1,` signatures valid. Throws WebhookVerificationError; returns the message id.
    */
-  async verify(headers: Headers | Record<string, string | undefined>, body: string, nowMs = Date.now()): Promise<string> {
+  async verify(
+    headers: Headers | Record<string, string | undefined>,
+    body: string,
+    nowMs = Date.now(),
+  ): Promise<string> {
     const get = (name: string): string | null =>
       headers instanceof Headers ? headers.get(name) : (headers[name] ?? null);
     const id = get('webhook-id');
     const timestamp = get('webhook-timestamp');
     const signatures = get('webhook-signature');
     if (!id || !timestamp || !signatures) {
-      throw new WebhookVerificationError('missing_headers', 'webhook-id, webhook-timestamp and webhook-signature headers are required');
+      throw new WebhookVerificationError(
+        'missing_headers',
+        'webhook-id, webhook-timestamp and webhook-signature headers are required',
+      );
     }
     if (!/^\d{1,12}$/.test(timestamp)) {
       throw new WebhookVerificationError('invalid_timestamp', 'webhook-timestamp must be integer unix seconds');

@@ -6,7 +6,16 @@ import { badParam } from '../errors.js';
 import { toolUse } from '../tools.js';
 import { collect, startGeneration } from '../generation.js';
 import { chatChunks, chatCompletion, responseMeta } from '../openai.js';
-import { checkModel, chatMessages, choiceCount, optBoolean, optInteger, refuseUnsupported, samplingParams, streamOptions } from '../params.js';
+import {
+  checkModel,
+  chatMessages,
+  choiceCount,
+  optBoolean,
+  optInteger,
+  refuseUnsupported,
+  samplingParams,
+  streamOptions,
+} from '../params.js';
 import { shardForPrompt } from '../routing.js';
 import { sseResponse } from '../sse.js';
 
@@ -24,9 +33,15 @@ chat.post('/', async (c) => {
   const { stream, includeUsage } = streamOptions(body);
   const logprobs = optBoolean(body, 'logprobs') ?? false;
   const topLogprobs = optInteger(body, 'top_logprobs');
-  if (topLogprobs !== undefined && !logprobs) throw badParam('top_logprobs', 'top_logprobs requires logprobs: true', 'invalid_value');
+  if (topLogprobs !== undefined && !logprobs)
+    throw badParam('top_logprobs', 'top_logprobs requires logprobs: true', 'invalid_value');
   const sampling = samplingParams(body);
-  if (sampling.constraint && tools.constraint) throw badParam('tool_choice', `a forced tool call cannot be combined with ${sampling.constraint.param}`, 'invalid_value');
+  if (sampling.constraint && tools.constraint)
+    throw badParam(
+      'tool_choice',
+      `a forced tool call cannot be combined with ${sampling.constraint.param}`,
+      'invalid_value',
+    );
   const constraint = sampling.constraint ?? tools.constraint;
   const maxCompletionTokens = optInteger(body, 'max_completion_tokens');
   if (maxCompletionTokens !== undefined) sampling.max_tokens = maxCompletionTokens;
@@ -39,10 +54,19 @@ chat.post('/', async (c) => {
     ...(tools.tools ? { tools: tools.tools } : {}),
   };
   // n completions of one prompt: the engine prefills it once and forks the cache (seeds seed, seed + 1, ...).
-  const generation = await startGeneration(c.env, shardForPrompt(c.env, routingText(messages)), [{ ...request, n }], c.req.raw.signal);
+  const generation = await startGeneration(
+    c.env,
+    shardForPrompt(c.env, routingText(messages)),
+    [{ ...request, n }],
+    c.req.raw.signal,
+  );
   const meta = responseMeta('chatcmpl', model);
 
-  if (stream) return sseResponse(chatChunks(generation.events, meta, n, n, includeUsage, logprobs, tools.parse), generation.cancel);
+  if (stream)
+    return sseResponse(
+      chatChunks(generation.events, meta, n, n, includeUsage, logprobs, tools.parse),
+      generation.cancel,
+    );
   const { tokens, done } = await collect(generation, n);
   return c.json(chatCompletion(meta, tokens, done, n, logprobs, tools.parse));
 });

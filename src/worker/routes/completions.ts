@@ -4,8 +4,26 @@ import type { Env } from '../../env.js';
 import { readJsonObject } from '../body.js';
 import { ApiError, badParam } from '../errors.js';
 import { collect, startGeneration, type DoneWire, type Generation } from '../generation.js';
-import { completionChunk, completionLogprobs, finishReason, responseMeta, textCompletion, usage, type ResponseMeta } from '../openai.js';
-import { MAX_CHOICES, checkModel, choiceCount, completionPrompts, optBoolean, optInteger, refuseUnsupported, samplingParams, streamOptions } from '../params.js';
+import {
+  completionChunk,
+  completionLogprobs,
+  finishReason,
+  responseMeta,
+  textCompletion,
+  usage,
+  type ResponseMeta,
+} from '../openai.js';
+import {
+  MAX_CHOICES,
+  checkModel,
+  choiceCount,
+  completionPrompts,
+  optBoolean,
+  optInteger,
+  refuseUnsupported,
+  samplingParams,
+  streamOptions,
+} from '../params.js';
 import { shardForPrompt } from '../routing.js';
 import { sseResponse } from '../sse.js';
 
@@ -16,35 +34,62 @@ completions.post('/', async (c) => {
   const body = await readJsonObject(c);
   const model = checkModel(body, c.env);
   refuseUnsupported(body, ['suffix']);
-  if (optBoolean(body, 'echo')) throw badParam('echo', 'echo is not supported by this service', 'unsupported_parameter');
+  if (optBoolean(body, 'echo'))
+    throw badParam('echo', 'echo is not supported by this service', 'unsupported_parameter');
 
   const prompts = completionPrompts(body);
   const n = choiceCount(body);
-  if (prompts.length * n > MAX_CHOICES) throw badParam('n', `prompts × n must be at most ${MAX_CHOICES}`, 'invalid_value');
+  if (prompts.length * n > MAX_CHOICES)
+    throw badParam('n', `prompts × n must be at most ${MAX_CHOICES}`, 'invalid_value');
   const { stream, includeUsage } = streamOptions(body);
   // Legacy logprobs: an integer, the number of alternatives per token (0 = just the chosen token's).
   const logprobs = optInteger(body, 'logprobs');
   const sampling = samplingParams(body);
 
   // Each prompt's n completions come from one prefill and copy-on-write forks of its cache.
-  const requests = prompts.map((p): GenerationRequest => ({ ...p, ...sampling, n, ...(logprobs !== undefined ? { logprobs: true, top_logprobs: logprobs } : {}) }));
+  const requests = prompts.map(
+    (p): GenerationRequest => ({
+      ...p,
+      ...sampling,
+      n,
+      ...(logprobs !== undefined ? { logprobs: true, top_logprobs: logprobs } : {}),
+    }),
+  );
   const choices = requests.length * n;
   const first = prompts[0];
   const shard = shardForPrompt(c.env, first.prompt ?? first.prompt_ids!.join(','));
   const generation = await startGeneration(c.env, shard, requests, c.req.raw.signal).catch((err: unknown) => {
     // The engine knows this parameter as top_logprobs; here it is called logprobs.
-    if (err instanceof ApiError && err.param === 'top_logprobs') throw new ApiError(err.status, err.message.replaceAll('top_logprobs', 'logprobs'), err.type, 'logprobs', err.code);
+    if (err instanceof ApiError && err.param === 'top_logprobs')
+      throw new ApiError(
+        err.status,
+        err.message.replaceAll('top_logprobs', 'logprobs'),
+        err.type,
+        'logprobs',
+        err.code,
+      );
     throw err;
   });
   const meta = responseMeta('cmpl', model);
 
-  if (stream) return sseResponse(completionChunks(generation, meta, choices, n, includeUsage, logprobs !== undefined), generation.cancel);
+  if (stream)
+    return sseResponse(
+      completionChunks(generation, meta, choices, n, includeUsage, logprobs !== undefined),
+      generation.cancel,
+    );
   const { tokens, done } = await collect(generation, choices);
   return c.json(textCompletion(meta, tokens, done, n, logprobs !== undefined));
 });
 
 /** text_completion chunks: text deltas per choice, a finish chunk per choice, then usage if asked. */
-async function* completionChunks(generation: Generation, meta: ResponseMeta, count: number, n: number, includeUsage: boolean, logprobs: boolean) {
+async function* completionChunks(
+  generation: Generation,
+  meta: ResponseMeta,
+  count: number,
+  n: number,
+  includeUsage: boolean,
+  logprobs: boolean,
+) {
   const extra = includeUsage ? { usage: null } : {};
   const offsets = new Array<number>(count).fill(0);
   const done: DoneWire[] = [];
@@ -57,7 +102,11 @@ async function* completionChunks(generation: Generation, meta: ResponseMeta, cou
       yield completionChunk(meta, [{ index: event.index, text: event.text, logprobs: lp, finish_reason: null }], extra);
     } else {
       done[event.index] = event;
-      yield completionChunk(meta, [{ index: event.index, text: '', logprobs: null, finish_reason: finishReason(event.finishReason) }], extra);
+      yield completionChunk(
+        meta,
+        [{ index: event.index, text: '', logprobs: null, finish_reason: finishReason(event.finishReason) }],
+        extra,
+      );
     }
   }
   if (includeUsage) yield completionChunk(meta, [], { usage: usage(done, n) });

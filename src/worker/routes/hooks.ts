@@ -29,7 +29,12 @@ hooks.on(['PUT', 'GET', 'DELETE'], '/:name', requireApiKey);
 
 hooks.put('/:name', async (c) => {
   const name = c.req.param('name');
-  if (!NAME.test(name)) throw badParam('name', 'hook names are 1-64 characters of letters, digits, _ . - (starting with a letter or digit)', 'invalid_value');
+  if (!NAME.test(name))
+    throw badParam(
+      'name',
+      'hook names are 1-64 characters of letters, digits, _ . - (starting with a letter or digit)',
+      'invalid_value',
+    );
   const body = await readJsonObject(c);
   const result = unwrap(await stubFor(c.env, name).putHook(name, hookInput(body)));
   return c.json(result.hook, result.created ? 201 : 200);
@@ -55,7 +60,9 @@ hooks.post('/:name', async (c) => {
     if (v !== undefined) headers[h] = v;
   }
   const shard = shardForName(c.env, name);
-  const accepted = unwrap(await shardStub(c.env, shard).receiveHookEvent(name, headers, body, await issueId(c.env, shard)));
+  const accepted = unwrap(
+    await shardStub(c.env, shard).receiveHookEvent(name, headers, body, await issueId(c.env, shard)),
+  );
   // A replayed webhook-id is answered with the job it created the first time.
   return c.json({ job_id: accepted.job_id, object: 'job', status: accepted.status }, accepted.duplicate ? 200 : 202);
 });
@@ -63,15 +70,18 @@ hooks.post('/:name', async (c) => {
 /** The hook configuration's JSON types; values (secret, URL, template, params) are checked by the object. */
 function hookInput(body: JsonObject): HookInput {
   for (const key of Object.keys(body)) {
-    if (!['template', 'callback_url', 'secret', 'params', 'mode'].includes(key)) throw badParam(key, `unknown parameter '${key}'`, 'unknown_parameter');
+    if (!['template', 'callback_url', 'secret', 'params', 'mode'].includes(key))
+      throw badParam(key, `unknown parameter '${key}'`, 'unknown_parameter');
   }
   for (const key of ['template', 'callback_url', 'secret']) {
     if (typeof body[key] !== 'string') throw badParam(key, `${key} is required and must be a string`);
   }
   const params = body.params ?? {};
-  if (typeof params !== 'object' || params === null || Array.isArray(params)) throw badParam('params', 'params must be an object of sampling parameters');
+  if (typeof params !== 'object' || params === null || Array.isArray(params))
+    throw badParam('params', 'params must be an object of sampling parameters');
   const mode = body.mode ?? 'chat';
-  if (mode !== 'chat' && mode !== 'completion') throw badParam('mode', "mode must be 'chat' or 'completion'", 'invalid_value');
+  if (mode !== 'chat' && mode !== 'completion')
+    throw badParam('mode', "mode must be 'chat' or 'completion'", 'invalid_value');
   return {
     template: body.template as string,
     callback_url: body.callback_url as string,

@@ -9,13 +9,20 @@ const models = new Hono<{ Bindings: Env }>();
 const CREATED = 1_767_225_600; // 2026-01-01T00:00:00Z
 
 // `backend` (an extra field, as vLLM adds its own): what the shards run the model on, wasm or webgpu.
-const card = (id: string, env: Env) => ({ id, object: 'model' as const, created: CREATED, owned_by: 'edge-infer', backend: serviceBackend(env) });
+const card = (id: string, env: Env) => ({
+  id,
+  object: 'model' as const,
+  created: CREATED,
+  owned_by: 'edge-infer',
+  backend: serviceBackend(env),
+});
 
 models.get('/', (c) => c.json({ object: 'list', data: [card(modelName(c.env), c.env)] }));
 
 models.get('/:id', (c) => {
   const id = c.req.param('id');
-  if (id !== modelName(c.env)) throw new ApiError(404, `the model '${id}' does not exist`, 'invalid_request_error', 'model', 'model_not_found');
+  if (id !== modelName(c.env))
+    throw new ApiError(404, `the model '${id}' does not exist`, 'invalid_request_error', 'model', 'model_not_found');
   return c.json(card(id, c.env));
 });
 

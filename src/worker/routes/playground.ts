@@ -11,7 +11,8 @@ import page from '../playground/index.html';
 const playground = new Hono<{ Bindings: Env }>();
 
 // The page only calls this origin; inline script and style are its own (one file, no build step).
-const CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+const CSP =
+  "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 playground.get('/', (c) => {
   // Whether to ask for a key before calling anything (a 401 would tell the same; this just spares the round trip).

@@ -13,7 +13,13 @@ pool.get('/:shard', async (c) => {
   const given = c.req.param('shard');
   const shard = /^\d{1,6}$/.test(given) ? Number(given) : NaN;
   if (!(shard < shardCount(c.env))) {
-    throw new ApiError(404, `no shard '${given}': shards are 0 to ${shardCount(c.env) - 1}`, 'invalid_request_error', 'shard', 'not_found');
+    throw new ApiError(
+      404,
+      `no shard '${given}': shards are 0 to ${shardCount(c.env) - 1}`,
+      'invalid_request_error',
+      'shard',
+      'not_found',
+    );
   }
   const view = await shardStub(c.env, shard).pool();
   // A live picture: never served from a cache.

@@ -21,16 +21,34 @@ const sessions = new Hono<{ Bindings: Env }>();
 
 /** Sampling fields a session keeps as defaults and a message may override. */
 export const SAMPLING_FIELDS = [
-  'max_tokens', 'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'frequency_penalty', 'presence_penalty',
-  'repetition_penalty', 'seed', 'stop', 'stop_token_ids', 'ignore_eos', 'logit_bias',
+  'max_tokens',
+  'max_completion_tokens',
+  'temperature',
+  'top_p',
+  'top_k',
+  'min_p',
+  'frequency_penalty',
+  'presence_penalty',
+  'repetition_penalty',
+  'seed',
+  'stop',
+  'stop_token_ids',
+  'ignore_eos',
+  'logit_bias',
   // Structured outputs (docs/structured-outputs.md): a session default or one turn's constraint.
-  'response_format', 'structured_outputs', 'guided_json', 'guided_regex', 'guided_choice', 'guided_grammar',
+  'response_format',
+  'structured_outputs',
+  'guided_json',
+  'guided_regex',
+  'guided_choice',
+  'guided_grammar',
 ];
 
 /** Sampling fields of `body` (type-checked), refusing any field not in `allowed`: a typo should not pass silently. */
 export function sessionSampling(body: JsonObject, allowed: string[], where = ''): SamplingFields {
   for (const key of Object.keys(body)) {
-    if (!allowed.includes(key)) throw badParam(`${where}${key}`, `unknown parameter '${where}${key}'`, 'unknown_parameter');
+    if (!allowed.includes(key))
+      throw badParam(`${where}${key}`, `unknown parameter '${where}${key}'`, 'unknown_parameter');
   }
   try {
     const sampling: SamplingFields = samplingParams(body);
@@ -39,7 +57,8 @@ export function sessionSampling(body: JsonObject, allowed: string[], where = '')
     return sampling;
   } catch (err) {
     // A nested field is named by its path (defaults.temperature), as the unknown ones above are.
-    if (err instanceof ApiError && where) throw new ApiError(err.status, err.message, err.type, `${where}${err.param ?? ''}`, err.code);
+    if (err instanceof ApiError && where)
+      throw new ApiError(err.status, err.message, err.type, `${where}${err.param ?? ''}`, err.code);
     throw err;
   }
 }
@@ -53,36 +72,54 @@ async function stubFor(env: Env, id: string) {
 sessions.post('/', async (c) => {
   const body = await readJsonObject(c);
   for (const key of Object.keys(body)) {
-    if (!['system', 'model', 'defaults'].includes(key)) throw badParam(key, `unknown parameter '${key}'`, 'unknown_parameter');
+    if (!['system', 'model', 'defaults'].includes(key))
+      throw badParam(key, `unknown parameter '${key}'`, 'unknown_parameter');
   }
   checkModel(body, c.env);
   const system = optString(body, 'system');
   const given = body.defaults ?? {};
-  if (typeof given !== 'object' || given === null || Array.isArray(given)) throw badParam('defaults', 'defaults must be an object of sampling parameters');
+  if (typeof given !== 'object' || given === null || Array.isArray(given))
+    throw badParam('defaults', 'defaults must be an object of sampling parameters');
   const defaults = sessionSampling(given as JsonObject, SAMPLING_FIELDS, 'defaults.');
   // Sessions with the same system prompt share a shard, and so its cached blocks; the rest spread out.
-  const shard = system !== undefined ? hash32(`system\n${system}`) % shardCount(c.env) : Math.floor(Math.random() * shardCount(c.env));
-  const session = unwrap(await shardStub(c.env, shard).createSession(await issueId(c.env, shard), { system, defaults }));
+  const shard =
+    system !== undefined
+      ? hash32(`system\n${system}`) % shardCount(c.env)
+      : Math.floor(Math.random() * shardCount(c.env));
+  const session = unwrap(
+    await shardStub(c.env, shard).createSession(await issueId(c.env, shard), { system, defaults }),
+  );
   return c.json(session, 201);
 });
 
-sessions.get('/:id', async (c) => c.json(unwrap(await (await stubFor(c.env, c.req.param('id'))).getSession(c.req.param('id')))));
+sessions.get('/:id', async (c) =>
+  c.json(unwrap(await (await stubFor(c.env, c.req.param('id'))).getSession(c.req.param('id')))),
+);
 
-sessions.delete('/:id', async (c) => c.json(unwrap(await (await stubFor(c.env, c.req.param('id'))).deleteSession(c.req.param('id')))));
+sessions.delete('/:id', async (c) =>
+  c.json(unwrap(await (await stubFor(c.env, c.req.param('id'))).deleteSession(c.req.param('id')))),
+);
 
 sessions.post('/:id/messages', async (c) => {
   const id = c.req.param('id');
   const stub = await stubFor(c.env, id);
   const body = await readJsonObject(c);
   const content = messageContent(body.content);
-  const rest = Object.fromEntries(Object.entries(body).filter(([k]) => !['content', 'stream', 'stream_options', 'logprobs', 'top_logprobs'].includes(k)));
+  const rest = Object.fromEntries(
+    Object.entries(body).filter(
+      ([k]) => !['content', 'stream', 'stream_options', 'logprobs', 'top_logprobs'].includes(k),
+    ),
+  );
   // logprobs belong to one reply, so they are a message's field and never a session default.
   const { logprobs, fields } = logprobParams(body);
   const overrides = { ...sessionSampling(rest, SAMPLING_FIELDS), ...fields };
   const { stream, includeUsage } = streamOptions(body);
   const model = checkModel({}, c.env);
 
-  const { events, cancel } = await openGeneration((channel) => stub.sessionMessage(id, content, overrides, channel), c.req.raw.signal);
+  const { events, cancel } = await openGeneration(
+    (channel) => stub.sessionMessage(id, content, overrides, channel),
+    c.req.raw.signal,
+  );
   const meta = responseMeta('chatcmpl', model);
   if (stream) return sseResponse(chatChunks(events, meta, 1, 1, includeUsage, logprobs), cancel);
 
@@ -110,7 +147,8 @@ sessions.post('/:id/messages', async (c) => {
 /** The user message: a non-empty string, or OpenAI text parts (read as chat messages' are: chat-messages.ts). */
 function messageContent(v: unknown): string {
   if (v === undefined) throw badParam('content', 'content is required');
-  if ((typeof v === 'string' || Array.isArray(v)) && v.length === 0) throw badParam('content', 'content must not be empty', 'invalid_value');
+  if ((typeof v === 'string' || Array.isArray(v)) && v.length === 0)
+    throw badParam('content', 'content must not be empty', 'invalid_value');
   return contentText(v, 'content');
 }
 

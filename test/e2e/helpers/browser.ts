@@ -10,7 +10,16 @@ export const CHROMIUM = '/usr/bin/chromium';
  * Flags for a quiet, offline, throw-away browser: no sandbox (CI runs as root), no GPU, and none of the
  * background traffic (updates, sync, QUIC probes) a fresh profile would otherwise start.
  */
-const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
 
 export interface Browser {
   context: BrowserContext;

@@ -22,7 +22,18 @@ export interface DevServer {
 export async function startDevServer(vars: Record<string, string> = {}, persistDir?: string): Promise<DevServer> {
   const port = await freePort();
   const dir = persistDir ?? mkdtempSync(join(tmpdir(), 'edge-infer-e2e-'));
-  const args = ['wrangler', 'dev', '--ip', '127.0.0.1', '--port', String(port), '--inspector-port', String(await freePort()), '--persist-to', dir];
+  const args = [
+    'wrangler',
+    'dev',
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--inspector-port',
+    String(await freePort()),
+    '--persist-to',
+    dir,
+  ];
   for (const [name, value] of Object.entries(vars)) args.push('--var', `${name}:${value}`);
   const child: ChildProcess = spawn('npx', args, {
     cwd: ROOT,

@@ -1,4 +1,11 @@
-import xgrammar, { type XgBinding, type XgCompiledGrammar, type XgGrammar, type XgGrammarCompiler, type XgGrammarMatcher, type XgTokenizerInfo } from './xgrammar-glue.js';
+import xgrammar, {
+  type XgBinding,
+  type XgCompiledGrammar,
+  type XgGrammar,
+  type XgGrammarCompiler,
+  type XgGrammarMatcher,
+  type XgTokenizerInfo,
+} from './xgrammar-glue.js';
 
 /** A grammar xgrammar refused (bad regex, bad EBNF, a schema its converter cannot read): the client's fault. */
 export class GrammarSyntaxError extends Error {
@@ -54,7 +61,14 @@ export class XgrammarRuntime {
     this.parse(source);
     switch (source.kind) {
       case 'json_schema':
-        return this.compiler.CompileJSONSchema(source.schema, false, undefined, { first: ', ', second: ': ' }, true, undefined);
+        return this.compiler.CompileJSONSchema(
+          source.schema,
+          false,
+          undefined,
+          { first: ', ', second: ': ' },
+          true,
+          undefined,
+        );
       case 'structural_tag':
         return this.compiler.CompileStructuralTag(source.json);
       case 'ebnf': {
@@ -73,7 +87,16 @@ export class XgrammarRuntime {
     this.probeMessages = [];
     let grammar: XgGrammar;
     try {
-      if (source.kind === 'json_schema') grammar = this.probe.Grammar.FromJSONSchema(source.schema, false, undefined, { first: ', ', second: ': ' }, true, undefined, false);
+      if (source.kind === 'json_schema')
+        grammar = this.probe.Grammar.FromJSONSchema(
+          source.schema,
+          false,
+          undefined,
+          { first: ', ', second: ': ' },
+          true,
+          undefined,
+          false,
+        );
       else if (source.kind === 'structural_tag') grammar = this.probe.Grammar.FromStructuralTag(source.json);
       else grammar = this.probe.Grammar.FromEBNF(source.ebnf, 'root');
     } catch (err) {

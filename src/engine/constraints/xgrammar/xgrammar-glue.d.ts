@@ -17,7 +17,14 @@ export interface XgTokenizerInfo extends XgHandle {
   GetVocabSize(): number;
 }
 export interface XgGrammarCompiler extends XgHandle {
-  CompileJSONSchema(schema: string, anyWhitespace: boolean, indent: number | undefined, separators: { first: string; second: string } | undefined, strictMode: boolean, maxWhitespaceCnt: number | undefined): XgCompiledGrammar;
+  CompileJSONSchema(
+    schema: string,
+    anyWhitespace: boolean,
+    indent: number | undefined,
+    separators: { first: string; second: string } | undefined,
+    strictMode: boolean,
+    maxWhitespaceCnt: number | undefined,
+  ): XgCompiledGrammar;
   CompileBuiltinJSONGrammar(): XgCompiledGrammar;
   CompileGrammar(grammar: XgGrammar): XgCompiledGrammar;
   CompileStructuralTag(json: string): XgCompiledGrammar;
@@ -35,12 +42,31 @@ export interface XgBinding {
   vecIntToView(vector: XgVectorInt): Int32Array;
   Grammar: {
     FromEBNF(ebnf: string, rootRule: string): XgGrammar;
-    FromJSONSchema(schema: string, anyWhitespace: boolean, indent: number | undefined, separators: { first: string; second: string } | undefined, strictMode: boolean, maxWhitespaceCnt: number | undefined, printConverted: boolean): XgGrammar;
+    FromJSONSchema(
+      schema: string,
+      anyWhitespace: boolean,
+      indent: number | undefined,
+      separators: { first: string; second: string } | undefined,
+      strictMode: boolean,
+      maxWhitespaceCnt: number | undefined,
+      printConverted: boolean,
+    ): XgGrammar;
     FromStructuralTag(json: string): XgGrammar;
   };
-  TokenizerInfo: new (vocab: XgHandle, vocabType: string, vocabSize: number, stopTokenIds: XgVectorInt | undefined, prependSpace: boolean) => XgTokenizerInfo;
+  TokenizerInfo: new (
+    vocab: XgHandle,
+    vocabType: string,
+    vocabSize: number,
+    stopTokenIds: XgVectorInt | undefined,
+    prependSpace: boolean,
+  ) => XgTokenizerInfo;
   GrammarCompiler: new (info: XgTokenizerInfo, maxThreads: number, cacheEnabled: boolean) => XgGrammarCompiler;
-  GrammarMatcher: new (compiled: XgCompiledGrammar, overrideStopTokens: XgVectorInt | undefined, terminateWithoutStopToken: boolean, maxRollbackTokens: number) => XgGrammarMatcher;
+  GrammarMatcher: new (
+    compiled: XgCompiledGrammar,
+    overrideStopTokens: XgVectorInt | undefined,
+    terminateWithoutStopToken: boolean,
+    maxRollbackTokens: number,
+  ) => XgGrammarMatcher;
 }
 
 declare const xgrammar: {
