@@ -1,6 +1,14 @@
-/** Vars `npm start` takes from the environment: the model's, never the whole environment (it may hold HF_TOKEN). */
+/**
+ * Vars `npm start` takes from the environment: the model's and the engine's, never the whole environment (it
+ * may hold HF_TOKEN). MODEL_NAME is MODEL's older spelling; BACKEND picks the runner.
+ */
 export const MODEL_ENV_VARS = [
   'MODEL',
+  'MODEL_NAME',
+  'BACKEND',
+  'SHARD_COUNT',
+  'MAX_BATCH',
+  'KV_STORE_MB',
   'MODEL_DTYPE',
   'MODEL_URL',
   'MEMORY_BUDGET_MB',

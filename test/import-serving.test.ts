@@ -101,5 +101,9 @@ describe('model:upload and npm start arguments', () => {
       'API_KEYS:k',
     ]);
     expect(startArgs({}, ['--port', '9000'])).toEqual(['dev', '--ip', '127.0.0.1', '--port', '9000']);
+    // The runner and the older model spelling too: a fallback asked away must reach the server.
+    expect(startArgs({ BACKEND: 'kernels', MODEL_NAME: 'm', SHARD_COUNT: '1' }, [])).toEqual(
+      expect.arrayContaining(['BACKEND:kernels', 'MODEL_NAME:m', 'SHARD_COUNT:1']),
+    );
   });
 });
