@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import type { Engine, EngineOptions } from '../src/engine/engine.js';
 import { CapacityError } from '../src/engine/errors.js';
 import type { GenerationRequest } from '../src/engine/request.js';
-import type { DoneEvent } from '../src/engine/sequence.js';
+import type { DoneEvent } from '../src/engine/sequence-output.js';
 import { runArrivals, type Arrival } from './helpers/arrivals.js';
 import { collect, loadEngine, maxAbsDiff, randomIds, SUITE_BACKEND } from './helpers/engines.js';
 

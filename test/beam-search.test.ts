@@ -5,7 +5,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine/engine.js';
 import { InvalidRequestError } from '../src/engine/errors.js';
 import type { GenerationRequest } from '../src/engine/request.js';
-import type { DoneEvent } from '../src/engine/sequence.js';
+import type { DoneEvent } from '../src/engine/sequence-output.js';
 import { runArrivals } from './helpers/arrivals.js';
 import { loadEngine, modelDir, randomIds, SUITE_BACKEND } from './helpers/engines.js';
 import type { LlamaReference } from './reference/llama-reference.js';

@@ -20,7 +20,7 @@ import { directorySource } from '../src/sources/directory-source.js';
 import { argmax, collect, modelDir } from './helpers/engines.js';
 import { fromHalfBits, toHalfBits } from '../scripts/model/fp16.js';
 import { loadReference } from './reference/load-reference.js';
-import type { ModelRunner } from '../src/engine/model/runner.js';
+import type { OnnxRunner } from '../src/engine/onnx/onnx-runner.js';
 
 let dir: string;
 beforeAll(() => void (dir = mkdtempSync(join(tmpdir(), 'onnx-export-'))));
@@ -79,7 +79,7 @@ describe('an export-like graph: fp16 KV inputs/outputs and fp16 logits (model_fp
         kvCacheBytes: 4 << 20,
       });
       try {
-        expect((engine.runner as ModelRunner).io).toMatchObject({
+        expect((engine.runner as OnnxRunner).io).toMatchObject({
           kvType: 'float16',
           logitsType: 'float16',
           hasPositionIds: true,
@@ -127,7 +127,7 @@ describe('an export that takes no position_ids (positions counted from attention
     const out = folder('no-position-ids', 'model.onnx', toBytes(encodeModel(graph)));
     const engine = await Engine.load(await nodeRuntime('cpu'), directorySource(out), { kvCacheBytes: 4 << 20 });
     try {
-      expect((engine.runner as ModelRunner).io.hasPositionIds).toBe(false);
+      expect((engine.runner as OnnxRunner).io.hasPositionIds).toBe(false);
       const ref = await loadReference(modelDir('tiny'));
       const prompts = [
         engine.tokenizer.encode('Hello'),

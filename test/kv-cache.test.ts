@@ -6,7 +6,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { BlockPool } from '../src/engine/kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from '../src/engine/kv/paged-kv.js';
-import type { KvShape } from '../src/engine/kv/sequence-kv.js';
+import type { KvShape } from '../src/engine/kv/block-pool.js';
 
 const SHAPE: KvShape = { numLayers: 2, numKvHeads: 2, headDim: 3 };
 const BLOCK = 4;

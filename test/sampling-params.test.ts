@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { InvalidRequestError } from '../src/engine/errors.js';
-import { DEFAULT_SAMPLING, resolveSamplingParams, type SamplingInput } from '../src/engine/sampling/params.js';
+import { DEFAULT_SAMPLING, resolveSamplingParams, type SamplingInput } from '../src/engine/sampling/sampling-params.js';
 
 const VOCAB = 100;
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_SAMPLING, resolveSamplingParams, type SamplingInput } from '../src/engine/sampling/params.js';
+import { DEFAULT_SAMPLING, resolveSamplingParams, type SamplingInput } from '../src/engine/sampling/sampling-params.js';
 import { randomSeed, Xoshiro128 } from '../src/engine/sampling/rng.js';
 import { TokenSampler } from '../src/engine/sampling/sampler.js';
 

@@ -1,5 +1,5 @@
 // The engine's time per decode step outside the model pass, measured from outside (the engine has no
-// timing hooks of its own): Engine.step, ModelRunner.forward and the ONNX session's run are wrapped on
+// timing hooks of its own): Engine.step, OnnxRunner.forward and the ONNX session's run are wrapped on
 // the instances for the length of one measurement, then restored.
 //   step period  = from one step's start to the next's (everything the loop does per token)
 //   model        = session.run: the ONNX graph, including the runtime copying tensors in and out; on the edge

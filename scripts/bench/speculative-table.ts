@@ -1,4 +1,4 @@
-import type { SpeculativeParams } from '../../src/engine/speculative/params.js';
+import type { SpeculativeParams } from '../../src/engine/speculative/speculative-params.js';
 
 // The speculation bench's results and table, apart from the bench itself (which loads models).
 export interface SpeculationCase {

@@ -13,7 +13,7 @@ import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Engine } from '../../src/engine/engine.js';
 import type { GenerationRequest } from '../../src/engine/request.js';
-import type { SpeculativeParams } from '../../src/engine/speculative/params.js';
+import type { SpeculativeParams } from '../../src/engine/speculative/speculative-params.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { MODELS_DIR } from '../ensure-models.js';
 import { nodeRuntime, type NodeBackend } from '../lib/runtimes.js';

@@ -1,6 +1,6 @@
 // webgpu versus wasm: aggregate greedy decode tokens/s of the same model on onnxruntime-web's WASM
-// (ModelRunner), its WebGPU EP with the KV cache crossing to the CPU each step (ModelRunner), and the
-// WebGPU EP with the KV cache kept on the device (GpuModelRunner: our gather / scatter kernels), and
+// (OnnxRunner), its WebGPU EP with the KV cache crossing to the CPU each step (OnnxRunner), and the
+// WebGPU EP with the KV cache kept on the device (GpuRunner: our gather / scatter kernels), and
 // that plus the logits kept there too, the token picked by our fused argmax (greedy.wgsl). All
 // four are loaded at once and each run measures them side by side in rotating order; the table gives
 // medians over runs and ratios to wasm taken run by run. On lavapipe (a CPU pretending to be a GPU) the
@@ -14,12 +14,13 @@ import { parseArgs } from 'node:util';
 import { nodeShaderSource, webGpuRuntimeForNode } from '../../src/backends/ort-webgpu-node.js';
 import { webWasmRuntimeForNode } from '../../src/backends/ort-web-node.js';
 import { DeviceSampler } from '../../src/engine/gpu/device-sampler.js';
-import { GpuModelRunner } from '../../src/engine/gpu/gpu-runner.js';
-import { GpuKernels } from '../../src/engine/gpu/kernels.js';
+import { GpuRunner } from '../../src/engine/gpu/gpu-runner.js';
+import { WgslKernels } from '../../src/engine/gpu/wgsl-kernels.js';
 import { BlockPool } from '../../src/engine/kv/block-pool.js';
 import { KvCacheManager } from '../../src/engine/kv/paged-kv.js';
 import { loadModelFiles } from '../../src/engine/model/model-files.js';
-import { ModelRunner, type StepLogits, type StepRow } from '../../src/engine/model/runner.js';
+import { OnnxRunner } from '../../src/engine/onnx/onnx-runner.js';
+import type { StepLogits, StepRow } from '../../src/engine/runners/model-runner.js';
 import { argmax } from '../../src/engine/sampling/processors.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { median } from './stats.js';
@@ -72,18 +73,18 @@ export async function runWebGpuBench(
   const files = await loadModelFiles(directorySource(o.model), 'fp32');
   const blocks = Math.max(...o.batches) * Math.ceil((o.promptTokens + o.decodeTokens + 1) / 16) + 4;
   const manager = () => new KvCacheManager(new BlockPool(files.config, blocks, 16), 'bench');
-  const wasmRunner = await ModelRunner.create(webWasmRuntimeForNode(), files.onnx, files.config);
+  const wasmRunner = await OnnxRunner.create(webWasmRuntimeForNode(), files.onnx, files.config);
   const gpuRuntime = await webGpuRuntimeForNode();
-  const gpuCpuKv = await ModelRunner.create(gpuRuntime, files.onnx, files.config);
-  const kernels = await GpuKernels.create(gpuRuntime.gpu.device, nodeShaderSource, [
+  const gpuCpuKv = await OnnxRunner.create(gpuRuntime, files.onnx, files.config);
+  const kernels = await WgslKernels.create(gpuRuntime.gpu.device, nodeShaderSource, [
     'kv-gather',
     'kv-scatter',
     'greedy',
   ]);
-  const gpuDeviceKv = await GpuModelRunner.create(gpuRuntime, files.onnx, files.config, kernels);
+  const gpuDeviceKv = await GpuRunner.create(gpuRuntime, files.onnx, files.config, kernels);
   const deviceManager = manager();
   gpuDeviceKv.attachPool(deviceManager.pool);
-  const gpuAll = await GpuModelRunner.create(gpuRuntime, files.onnx, files.config, kernels, { logitsOnDevice: true });
+  const gpuAll = await GpuRunner.create(gpuRuntime, files.onnx, files.config, kernels, { logitsOnDevice: true });
   const allManager = manager();
   gpuAll.attachPool(allManager.pool);
   const sampler = new DeviceSampler(kernels, files.config.vocabSize);

@@ -20,5 +20,5 @@ export const env = { wasm: {} };
 
 /** The runtime a kernels-only build hands the engine. */
 export function absentOrt(): OrtRuntime {
-  return { name: 'wasm', InferenceSession, Tensor, executionProviders: ['wasm'] };
+  return { name: 'wasm', InferenceSession, Tensor, executionProviders: ['wasm'], hasOnnxruntime: false };
 }

@@ -4,7 +4,7 @@ import { dirname } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
 import { createGpuContext, platformGpu, requestGpuAdapter, type GpuContext } from '../engine/gpu/device.js';
-import type { ShaderSource } from '../engine/gpu/kernels.js';
+import type { ShaderSource } from '../engine/gpu/wgsl-kernels.js';
 import { webGpuRuntime, type WebGpuRuntime } from './ort-webgpu.js';
 import { xgrammarModule } from './xgrammar-node.js';
 

@@ -13,55 +13,38 @@ import { SessionCaches } from './kv/session-caches.js';
 import { snapshotPool, type PoolSnapshot, type SequenceBlocks } from './kv/pool-snapshot.js';
 import { StepHistory, type StepRecord } from './step-history.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
-import { loadModelMeta, onnxFileFor, readOnnx, type ModelDtype, type ModelSource } from './model/model-files.js';
+import { loadModelMeta, onnxFileFor, type ModelDtype, type ModelSource } from './model/model-files.js';
 import { digestingSource } from './model/weights-digest.js';
-import {
-  createRunner,
-  attachKvPool,
-  kvStorageFor,
-  runnerName,
-  streamedKernelRunner,
-  type PassRunner,
-} from './gpu/create-runner.js';
-import { GpuModelRunner } from './gpu/gpu-runner.js';
-import { KernelRunner, type KvDtype } from './kernels/kernel-runner.js';
-import type { RunnerOptions, StepLogits } from './model/runner.js';
+import { loadRunner, type RunnerOptions } from './runners/create-runner.js';
+import type { ModelRunner, StepLogits } from './runners/model-runner.js';
+import { resolveEngineLimits, type EngineLimits } from './defaults.js';
+import type { KvDtype } from './kv/block-pool.js';
 import type { SampledToken } from './sampling/sampler.js';
 import type { OrtRuntime } from './model/runtime.js';
 import { resolveRequest, type GenerationRequest, type ResolvedRequest } from './request.js';
 import { Scheduler } from './scheduler.js';
-import { Sequence, type GenerationEvent, type TokenEvent } from './sequence.js';
+import { SequenceOutput, type GenerationEvent, type TokenEvent } from './sequence-output.js';
 import { loadDraftModel, type DraftModelOptions } from './speculative/load-draft.js';
-import type { SpeculativeParams } from './speculative/params.js';
+import type { SpeculativeParams } from './speculative/speculative-params.js';
 import { Speculator, type Proposal } from './speculative/speculator.js';
 import { settleProposals } from './speculative/verification.js';
-import { NO_LOGITS, streamGroup, type EngineRequest, type RequestGroup, type ScheduledRow } from './engine-request.js';
+import { NO_LOGITS, streamGroup, type Sequence, type RequestGroup, type ScheduledRow } from './sequence.js';
 import { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { renderChat } from '../tokenizer/chat-template.js';
 import { ConstraintCompiler } from './constraints/compiler.js';
 
-export interface EngineOptions extends RunnerOptions {
+export interface EngineOptions extends Partial<EngineLimits>, Omit<RunnerOptions, keyof EngineLimits> {
   dtype?: ModelDtype;
   /** Name the model is served under; also part of every prefix-cache block hash. */
   modelId?: string;
-  /** Bytes of KV cache; the block pool gets as many blocks as fit. Default 64 MiB. */
-  kvCacheBytes?: number;
   /** The KV cache's element type: fp32 (default), or fp16 for twice the tokens per byte (edge kernels only). */
   kvDtype?: KvDtype;
-  /** Tokens per KV block. Default 16. */
-  blockSize?: number;
-  /** Sequences in one model pass. Default 32. */
-  maxBatchSize?: number;
-  /** Tokens computed in one pass (decodes + prefill chunks). Default 512. */
-  maxTokensPerStep?: number;
   /** Run the engine loop by itself whenever there is work (default). Off, the owner calls step(). */
   autoRun?: boolean;
   /** A draft model for speculative decoding (method `draft`): same tokenizer, its own KV pool. */
   draft?: DraftModelOptions;
   /** Speculation for requests that do not ask for any (a server default). */
   speculative?: SpeculativeParams;
-  /** On WebGPU: draw tokens on the device, so only ids (and asked-for logprobs) come back. Default true. */
-  sampleOnDevice?: boolean;
   /**
    * Durable storage for full KV blocks: finished sequences' blocks are written there by storeKv(), and
    * a prefix the pool has lost is restored from there instead of prefilled. The weights file is then
@@ -81,9 +64,6 @@ export interface GenerateOptions {
   session?: string;
 }
 
-const DEFAULT_KV_CACHE_BYTES = 64 * 2 ** 20;
-const DEFAULT_BLOCK_SIZE = 16;
-
 /**
  * A loaded model serving many requests at once: tokenizer and chat template, the ONNX runner, a paged
  * KV cache and a continuous-batching scheduler. Each step admits waiting requests, runs one batched
@@ -92,8 +72,8 @@ const DEFAULT_BLOCK_SIZE = 16;
  */
 export class Engine {
   readonly kv: KvCacheManager;
-  private readonly scheduler: Scheduler<EngineRequest>;
-  private readonly active = new Set<EngineRequest>();
+  private readonly scheduler: Scheduler<Sequence>;
+  private readonly active = new Set<Sequence>();
   private readonly sessions: SessionCaches;
   private readonly persistence: BlockPersistence | undefined;
   private nextId = 1;
@@ -120,8 +100,9 @@ export class Engine {
     readonly config: ModelConfig,
     readonly tokenizer: TextTokenizer,
     private readonly chatTemplate: { template: string; config: Record<string, unknown> },
-    readonly runner: PassRunner,
+    readonly runner: ModelRunner,
     readonly backend: string,
+    limits: EngineLimits,
     private readonly options: EngineOptions,
     private readonly speculator: Speculator,
     cacheIdentity: string,
@@ -133,34 +114,24 @@ export class Engine {
       Math.min(config.vocabSize, tokenizer.vocabSize),
       config.eosTokenIds,
     );
-    this.maxBatchSize = options.maxBatchSize ?? 32;
-    const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
+    this.maxBatchSize = limits.maxBatchSize;
+    const { blockSize } = limits;
     const kvDtype = options.kvDtype ?? 'fp32';
-    if (kvDtype !== 'fp32' && kvDtype !== 'fp16')
-      throw new InvalidRequestError(
-        'KV_DTYPE',
-        `the KV cache's element type must be fp32 or fp16, got ${JSON.stringify(kvDtype)}`,
-        'unsupported_model',
-      );
     this.kvBytesPerToken = kvBytesPerToken(config, kvDtype === 'fp16' ? 2 : 4);
-    const numBlocks = Math.floor((options.kvCacheBytes ?? DEFAULT_KV_CACHE_BYTES) / (blockSize * this.kvBytesPerToken));
+    const numBlocks = Math.floor(limits.kvCacheBytes / (blockSize * this.kvBytesPerToken));
     if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
-    this.kv = new KvCacheManager(
-      new BlockPool(config, numBlocks, blockSize, kvStorageFor(runner, config, numBlocks, blockSize, kvDtype)),
-      cacheIdentity,
-    );
-    // On WebGPU the pool's bytes live on the device; the CPU pool keeps the bookkeeping.
-    attachKvPool(runner, this.kv.pool);
+    const storage = runner.createKvStorage(config, numBlocks, blockSize, kvDtype);
+    this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize, storage), cacheIdentity);
+    runner.attachPool(this.kv.pool);
     if (options.kvStore) {
       options.kvStore.open(cacheIdentity, blockSize);
       this.kv.restoreFrom(options.kvStore);
       this.persistence = new BlockPersistence(this.kv.pool, options.kvStore);
     }
     this.sessions = new SessionCaches(this.kv);
-    const limits = { maxBatchSize: this.maxBatchSize, maxTokensPerStep: options.maxTokensPerStep ?? 512 };
     this.scheduler = new Scheduler(
       this.kv,
-      limits,
+      { maxBatchSize: limits.maxBatchSize, maxTokensPerStep: limits.maxTokensPerStep },
       () => this.sessions.releaseOldest(),
       (seq) => (seq.session === undefined ? undefined : this.sessions.take(seq.session, seq.tokens)),
     );
@@ -168,32 +139,35 @@ export class Engine {
 
   static async load(runtime: OrtRuntime, source: ModelSource, options: EngineOptions = {}): Promise<Engine> {
     const dtype = options.dtype ?? 'fp32';
+    const limits = resolveEngineLimits(options);
+    const kvDtype = options.kvDtype ?? 'fp32';
+    if (kvDtype !== 'fp32' && kvDtype !== 'fp16')
+      throw new InvalidRequestError(
+        'KV_DTYPE',
+        `the KV cache's element type must be fp32 or fp16, got ${JSON.stringify(kvDtype)}`,
+        'unsupported_model',
+      );
     const digesting = options.kvStore ? digestingSource(source, onnxFileFor(dtype)) : undefined;
     source = digesting?.source ?? source;
     const files = await loadModelMeta(source);
     const tokenizer = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
-    // The edge kernels take the weights as they stream in; other runners (or a graph the kernels do not
-    // cover) get the file whole.
-    const streamed = await streamedKernelRunner(runtime, source, dtype, files.config, options);
-    const onnx = streamed ? undefined : await readOnnx(source, dtype);
-    const runner = streamed ?? (await createRunner(runtime, onnx!, files.config, options));
+    const { runner, weightBytes } = await loadRunner(runtime, source, dtype, files.config, { ...options, ...limits });
     const template = files.tokenizerConfig.chat_template;
     if (typeof template !== 'string')
       throw new InvalidRequestError('model', 'tokenizer_config.json has no chat_template');
     const chat = { template, config: files.tokenizerConfig };
+    const modelId = options.modelId ?? 'default';
     const draft = options.draft
       ? await loadDraftModel(runtime, options.draft, {
           config: files.config,
           tokenizerModel: files.tokenizerJson.model,
           samplableVocab: Math.min(files.config.vocabSize, tokenizer.vocabSize),
-          modelId: options.modelId ?? 'default',
-          weightBytes: streamed ? streamed.weights.bytes : onnx!.byteLength,
-          kvCacheBytes: options.kvCacheBytes ?? DEFAULT_KV_CACHE_BYTES,
-          blockSize: options.blockSize ?? DEFAULT_BLOCK_SIZE,
-          runner: options,
+          modelId,
+          weightBytes,
+          limits,
+          intraOpNumThreads: options.intraOpNumThreads,
         })
       : undefined;
-    const modelId = options.modelId ?? 'default';
     // Everything that changes a block's bytes names it, so a stored block is never restored into an engine it does not fit.
     const identity = [
       KV_FORMAT_VERSION,
@@ -201,9 +175,9 @@ export class Engine {
       dtype,
       digesting ? await digesting.digest() : '',
       JSON.stringify(files.rawConfig),
-      options.kvDtype ?? 'fp32',
-      options.blockSize ?? DEFAULT_BLOCK_SIZE,
-      runner instanceof GpuModelRunner ? 'device' : runnerName(runner),
+      kvDtype,
+      limits.blockSize,
+      runner.kvIdentity,
       runtime.name,
     ].join('\u0000');
     const cacheIdentity = `${modelId}:${sha256Hex(new TextEncoder().encode(identity))}`;
@@ -214,6 +188,7 @@ export class Engine {
       chat,
       runner,
       runtime.name,
+      limits,
       options,
       new Speculator(draft),
       cacheIdentity,
@@ -223,7 +198,7 @@ export class Engine {
 
   /** On WebGPU, tokens are drawn by our kernels where the logits are (see runPass). */
   private get samplesOnDevice(): boolean {
-    return this.runner instanceof GpuModelRunner && this.runner.logitsOnDevice;
+    return this.runner.deviceSampling !== undefined;
   }
 
   /** Token ids the model can be asked to generate: those both the model and the tokenizer know. */
@@ -263,7 +238,7 @@ export class Engine {
       throw new InvalidRequestError('use_beam_search', 'a session turn cannot use beam search');
     const group: RequestGroup = { events: new EventQueue(), cancelRequested: false, expectedDone: resolved.n };
     // Beam search starts from one sequence and forks it into beams as the search goes.
-    const sequences = Array.from({ length: resolved.beam ? 1 : resolved.n }, (_, index): EngineRequest => {
+    const sequences = Array.from({ length: resolved.beam ? 1 : resolved.n }, (_, index): Sequence => {
       const seed = resolved.sampling.seed;
       const own =
         index === 0 || seed === undefined
@@ -273,7 +248,7 @@ export class Engine {
         id: this.nextId++,
         tokens: [...resolved.promptIds],
         kv: this.kv.create(),
-        sequence: new Sequence(
+        output: new SequenceOutput(
           own,
           this.tokenizer,
           this.samplableVocab,
@@ -315,18 +290,18 @@ export class Engine {
 
   /** One engine step: retire cancelled requests, schedule, propose, run one batched pass, sample and stream. */
   async step(): Promise<void> {
-    for (const req of this.active) {
-      if (!req.group.cancelRequested) continue;
-      if (req.group.beams) this.endBeamSearch(req.group, req.sequence, true);
-      else if (!req.sequence.finished) {
-        req.sequence.cancel();
-        this.retire(req);
+    for (const seq of this.active) {
+      if (!seq.group.cancelRequested) continue;
+      if (seq.group.beams) this.endBeamSearch(seq.group, seq.output, true);
+      else if (!seq.output.finished) {
+        seq.output.cancel();
+        this.retire(seq);
       }
     }
     const plan = this.scheduler.schedule();
     for (const { seq, cachedTokens } of plan.admitted) {
       this.counters.prefixHitTokens += cachedTokens;
-      if (!seq.admitted) seq.sequence.cachedTokens = cachedTokens;
+      if (!seq.admitted) seq.output.cachedTokens = cachedTokens;
       seq.admitted = true;
     }
     if (plan.rows.length === 0) return;
@@ -341,42 +316,40 @@ export class Engine {
     this.counters.lastStepTokens = plan.rows.reduce((n, r) => n + r.tokens.length, 0);
     this.stepHistory.push({ step: this.counters.steps, batch: plan.rows.length, tokens: this.counters.lastStepTokens });
 
-    plan.rows.forEach(({ seq: req, samples }, i) => {
+    plan.rows.forEach(({ seq, samples }, i) => {
       // Gone during this loop: a beam the search dropped when a sibling's logits completed its step.
-      if (!this.active.has(req)) return;
-      const decode = samples && fed[i] === 1 && starts[i] >= req.sequence.request.promptIds.length;
+      if (!this.active.has(seq)) return;
+      const decode = samples && fed[i] === 1 && starts[i] >= seq.output.request.promptIds.length;
       if (!decode) this.counters.prefillTokens += fed[i];
       const proposal = proposals[i];
-      if (proposal) return this.verify(req, proposal, (j) => logits.at(i, fed[i] - 1 + j), starts[i] + fed[i]);
-      this.kv.commit(req.kv, req.tokens);
-      if (!samples || req.sequence.finished) return;
+      if (proposal) return this.verify(seq, proposal, (j) => logits.at(i, fed[i] - 1 + j), starts[i] + fed[i]);
+      this.kv.commit(seq.kv, seq.tokens);
+      if (!samples || seq.output.finished) return;
       // A beam the search continued earlier in this loop has a token this pass did not compute.
-      if (req.group.beams)
-        return req.kv.length === req.tokens.length ? this.onBeamLogits(req, logits.last(i)) : undefined;
+      if (seq.group.beams)
+        return seq.kv.length === seq.tokens.length ? this.onBeamLogits(seq, logits.last(i)) : undefined;
       // The prompt is prefilled: siblings fork its cache now and sample from the same logits.
-      const forks = req.forks.splice(0).map((child) => this.startFork(req, child));
-      for (const seq of [req, ...forks]) this.sample(seq, drawn.get(seq) ?? logits.last(i));
+      const forks = seq.forks.splice(0).map((child) => this.startFork(seq, child));
+      for (const sibling of [seq, ...forks]) this.sample(sibling, drawn.get(sibling) ?? logits.last(i));
     });
   }
 
   /** Proposals for the rows the scheduler gave room to speculate (undefined for the others). */
-  private async propose(rows: readonly { seq: EngineRequest; lookahead: number }[]): Promise<(Proposal | undefined)[]> {
-    const speculating = rows.flatMap((row, i) =>
-      row.lookahead > 0 && row.seq.sequence.request.speculative ? [i] : [],
-    );
+  private async propose(rows: readonly { seq: Sequence; lookahead: number }[]): Promise<(Proposal | undefined)[]> {
+    const speculating = rows.flatMap((row, i) => (row.lookahead > 0 && row.seq.output.request.speculative ? [i] : []));
     const out: (Proposal | undefined)[] = rows.map(() => undefined);
     if (speculating.length === 0) return out;
     const proposals = await this.speculator.propose(
       speculating.map((i) => {
         const { seq, lookahead } = rows[i];
-        const { speculative, sampling } = seq.sequence.request;
+        const { speculative, sampling } = seq.output.request;
         return {
           id: seq.id,
           tokens: seq.tokens,
           count: lookahead,
           params: speculative!,
           sampling,
-          seed: seq.sequence.seed,
+          seed: seq.output.seed,
         };
       }),
     );
@@ -389,14 +362,14 @@ export class Engine {
    * and j proposals), streams the tokens that stand plus the one the target gives after them, and drops
    * the rejected positions from the cache.
    */
-  private verify(req: EngineRequest, proposal: Proposal, at: (j: number) => Float32Array, settledLength: number): void {
-    const { events, accepted, verified } = settleProposals(req.sequence, proposal, at);
-    for (const event of events) this.emitToken(req, event);
+  private verify(seq: Sequence, proposal: Proposal, at: (j: number) => Float32Array, settledLength: number): void {
+    const { events, accepted, verified } = settleProposals(seq.output, proposal, at);
+    for (const event of events) this.emitToken(seq, event);
     this.counters.proposedTokens += verified;
     this.counters.acceptedTokens += accepted;
-    this.kv.truncate(req.kv, settledLength + accepted);
-    this.kv.commit(req.kv, req.tokens);
-    if (req.sequence.finished) this.retire(req);
+    this.kv.truncate(seq.kv, settledLength + accepted);
+    this.kv.commit(seq.kv, seq.tokens);
+    if (seq.output.finished) this.retire(seq);
   }
 
   /**
@@ -407,27 +380,27 @@ export class Engine {
   private async runPass(
     rows: readonly ScheduledRow[],
     proposals: readonly (Proposal | undefined)[],
-  ): Promise<{ logits: StepLogits; drawn: Map<EngineRequest, SampledToken> }> {
+  ): Promise<{ logits: StepLogits; drawn: Map<Sequence, SampledToken> }> {
     const passRows = rows.map((r) => ({ kv: r.seq.kv, tokens: r.tokens }));
-    const drawn = new Map<EngineRequest, SampledToken>();
-    if (!(this.runner instanceof GpuModelRunner && this.samplesOnDevice))
-      return { logits: await this.runner.forward(passRows), drawn };
-    const sampling = rows.map((r, i) => r.samples && !r.seq.sequence.finished && proposals[i] === undefined);
+    const drawn = new Map<Sequence, SampledToken>();
+    const device = this.runner.deviceSampling;
+    if (!device) return { logits: await this.runner.forward(passRows), drawn };
+    const sampling = rows.map((r, i) => r.samples && !r.seq.output.finished && proposals[i] === undefined);
     // A row and the forks that will branch from it (n > 1) each draw from the row's logits.
     const draws = rows.flatMap((r, i) =>
       (sampling[i] ? [r.seq, ...r.seq.forks] : [])
-        .filter((seq) => seq.sequence.deviceSampler)
+        .filter((seq) => seq.output.deviceSampler)
         .map((seq) => ({ row: i, seq })),
     );
     const needLogits = rows.some(
-      (r, i) => (sampling[i] || proposals[i]) && (r.seq.group.beams || !r.seq.sequence.deviceSampler || proposals[i]),
+      (r, i) => (sampling[i] || proposals[i]) && (r.seq.group.beams || !r.seq.output.deviceSampler || proposals[i]),
     );
-    const out = await this.runner.forwardAndSample(
+    const out = await device.forwardAndSample(
       passRows,
       draws.map(({ row, seq }) => ({
         row,
-        state: seq.sequence.deviceSampler!,
-        grammarMask: seq.sequence.grammarMask(),
+        state: seq.output.deviceSampler!,
+        grammarMask: seq.output.grammarMask(),
       })),
       this.samplableVocab,
       needLogits,
@@ -436,31 +409,31 @@ export class Engine {
     return { logits: out.logits ?? NO_LOGITS, drawn };
   }
 
-  private sample(req: EngineRequest, from: Float32Array | SampledToken): void {
-    this.emitToken(req, from instanceof Float32Array ? req.sequence.onLogits(from) : req.sequence.onSampled(from));
-    if (req.sequence.finished) this.retire(req);
+  private sample(seq: Sequence, from: Float32Array | SampledToken): void {
+    this.emitToken(seq, from instanceof Float32Array ? seq.output.onLogits(from) : seq.output.onSampled(from));
+    if (seq.output.finished) this.retire(seq);
   }
 
-  private emitToken(req: EngineRequest, event: TokenEvent): void {
+  private emitToken(seq: Sequence, event: TokenEvent): void {
     this.counters.generatedTokens++;
-    req.tokens.push(event.tokenId);
-    req.group.events.push(event);
-    const speculative = req.sequence.request.speculative;
+    seq.tokens.push(event.tokenId);
+    seq.group.events.push(event);
+    const speculative = seq.output.request.speculative;
     // Proposals past max_tokens would be verified for nothing; one token always comes from the pass itself.
     if (speculative)
-      req.lookahead = Math.max(
+      seq.lookahead = Math.max(
         0,
-        Math.min(speculative.numTokens, req.sequence.request.maxTokens - req.sequence.outputIds.length - 1),
+        Math.min(speculative.numTokens, seq.output.request.maxTokens - seq.output.outputIds.length - 1),
       );
   }
 
-  private onBeamLogits(beam: EngineRequest, logits: Float32Array): void {
+  private onBeamLogits(beam: Sequence, logits: Float32Array): void {
     const group = beam.group;
-    if (group.beams!.onLogits(beam, logits)) this.endBeamSearch(group, beam.sequence, false);
+    if (group.beams!.onLogits(beam, logits)) this.endBeamSearch(group, beam.output, false);
   }
 
   /** Emits the best candidates (or, cancelled, one cancelled completion) and drops every live beam. */
-  private endBeamSearch(group: RequestGroup, sequence: Sequence, cancelled: boolean): void {
+  private endBeamSearch(group: RequestGroup, sequence: SequenceOutput, cancelled: boolean): void {
     const beams = group.beams!;
     beams.abandon();
     if (cancelled) {
@@ -480,11 +453,11 @@ export class Engine {
   }
 
   /**
-   * A new beam sharing `parent`'s cache copy-on-write (and its Sequence, which beams use only for the
+   * A new beam sharing `parent`'s cache copy-on-write (and its SequenceOutput, which beams use only for the
    * request and the clock), running beside it, or queued behind it if `parent` was preempted.
    */
-  private forkBeam(parent: EngineRequest): EngineRequest {
-    const child: EngineRequest = {
+  private forkBeam(parent: Sequence): Sequence {
+    const child: Sequence = {
       ...parent,
       id: this.nextId++,
       kv: this.kv.fork(parent.kv),
@@ -497,41 +470,41 @@ export class Engine {
     return child;
   }
 
-  private dropSequence(req: EngineRequest): void {
-    this.scheduler.remove(req);
-    this.speculator.release(req.id);
-    this.active.delete(req);
+  private dropSequence(seq: Sequence): void {
+    this.scheduler.remove(seq);
+    this.speculator.release(seq.id);
+    this.active.delete(seq);
   }
 
   /** A sibling takes a copy-on-write share of every block of `parent` and runs from here on its own. */
-  private startFork(parent: EngineRequest, child: EngineRequest): EngineRequest {
+  private startFork(parent: Sequence, child: Sequence): Sequence {
     child.kv = this.kv.fork(parent.kv);
     child.tokens = [...parent.tokens];
     child.admitted = true;
-    child.sequence.cachedTokens = parent.sequence.cachedTokens;
+    child.output.cachedTokens = parent.output.cachedTokens;
     this.scheduler.adopt(child);
     return child;
   }
 
   /** Takes a finished (or cancelled) request out of the batch at once, freeing its blocks or pinning them for its session. */
-  private retire(req: EngineRequest): void {
-    const chain = [...req.kv.hashes];
+  private retire(seq: Sequence): void {
+    const chain = [...seq.kv.hashes];
     // A cancel that arrived during the last pass (a session being deleted) keeps nothing either.
-    const kept = req.session !== undefined && req.sequence.finishReason !== 'cancelled' && !req.group.cancelRequested;
+    const kept = seq.session !== undefined && seq.output.finishReason !== 'cancelled' && !seq.group.cancelRequested;
     if (kept) {
-      this.scheduler.detach(req);
-      this.sessions.keep(req.session!, req.kv, req.tokens);
+      this.scheduler.detach(seq);
+      this.sessions.keep(seq.session!, seq.kv, seq.tokens);
     } else {
-      this.scheduler.remove(req);
+      this.scheduler.remove(seq);
     }
     // A session turn that did not finish leaves the session as it was, in storage too (it may be being deleted).
-    if (req.session === undefined || kept) this.persistence?.enqueue(chain, req.session, kept);
-    this.speculator.release(req.id);
-    this.active.delete(req);
-    req.group.events.push(req.sequence.done());
+    if (seq.session === undefined || kept) this.persistence?.enqueue(chain, seq.session, kept);
+    this.speculator.release(seq.id);
+    this.active.delete(seq);
+    seq.group.events.push(seq.output.done());
     // Siblings that never forked (cancelled before the prompt was prefilled) end with it.
-    for (const child of req.forks.splice(0)) {
-      child.sequence.cancel();
+    for (const child of seq.forks.splice(0)) {
+      child.output.cancel();
       this.retire(child);
     }
   }
@@ -579,10 +552,10 @@ export class Engine {
     } catch (err) {
       // A failed pass is a bug or a broken runtime: every request in flight learns of it, none hangs.
       const error = err instanceof Error ? err : new Error(String(err));
-      for (const req of this.active) {
-        this.scheduler.remove(req);
-        this.speculator.release(req.id);
-        req.group.events.push(error);
+      for (const seq of this.active) {
+        this.scheduler.remove(seq);
+        this.speculator.release(seq.id);
+        seq.group.events.push(error);
       }
       this.active.clear();
     } finally {
@@ -600,13 +573,13 @@ export class Engine {
    * waiting, and session caches kept between turns), and the last steps' batch sizes. For pictures and tests.
    */
   poolSnapshot(): PoolSnapshot & { maxBatchSize: number; steps: StepRecord[] } {
-    const key = (req: EngineRequest): string => req.session ?? `request-${req.id}`;
+    const key = (seq: Sequence): string => seq.session ?? `request-${seq.id}`;
     const sequences: SequenceBlocks[] = [];
-    const row = (req: EngineRequest, state: SequenceBlocks['state']): void => {
-      sequences.push({ key: key(req), state, tokens: req.kv.length, blocks: [...req.kv.blocks] });
+    const row = (seq: Sequence, state: SequenceBlocks['state']): void => {
+      sequences.push({ key: key(seq), state, tokens: seq.kv.length, blocks: [...seq.kv.blocks] });
     };
-    for (const req of this.scheduler.running) row(req, 'running');
-    for (const req of this.scheduler.waiting) row(req, 'waiting');
+    for (const seq of this.scheduler.running) row(seq, 'running');
+    for (const seq of this.scheduler.waiting) row(seq, 'waiting');
     for (const { session, kv } of this.sessions.entries())
       sequences.push({ key: session, state: 'kept', tokens: kv.length, blocks: [...kv.blocks] });
     return {
@@ -632,8 +605,7 @@ export class Engine {
       queueDepth: this.scheduler.waiting.length,
       pinnedSessions: this.sessions.size,
       running: this.scheduler.running.length,
-      runner: runnerName(this.runner),
-      ...(this.runner instanceof KernelRunner ? { wasmMemoryBytes: this.runner.memoryBytes } : {}),
+      ...this.runner.stats(),
       ...(this.speculator.hasDraftModel ? { draftKv: this.speculator.draftPoolStats() } : {}),
       ...(this.persistence
         ? {

@@ -1,7 +1,7 @@
 import { CapacityError, InvalidRequestError } from './errors.js';
-import { resolveBeamParams, type BeamParams } from './beam/params.js';
-import { resolveSamplingParams, type SamplingParams } from './sampling/params.js';
-import { resolveSpeculativeParams, type SpeculativeParams } from './speculative/params.js';
+import { resolveBeamParams, type BeamParams } from './beam/beam-params.js';
+import { resolveSamplingParams, type SamplingParams } from './sampling/sampling-params.js';
+import { resolveSpeculativeParams, type SpeculativeParams } from './speculative/speculative-params.js';
 import { validateStops } from './stop-strings.js';
 import type { CompiledConstraint } from './constraints/compiler.js';
 import type { Constrained, JsonValue } from './constraints/spec.js';

@@ -1,218 +1,59 @@
-import type { RequestMetrics } from './metrics.js';
-import { RequestClock } from './metrics.js';
-import type { ResolvedRequest } from './request.js';
-import { DeviceSamplerState } from './gpu/device-sampler.js';
-import { TokenSampler, type SampledToken } from './sampling/sampler.js';
-import { StopStringMatcher } from './stop-strings.js';
-import type { ConstraintMatcher } from './constraints/matcher.js';
-import type { TextTokenizer } from '../tokenizer/tokenizer.js';
-import { IncrementalDetokenizer } from '../tokenizer/incremental-detokenizer.js';
+import type { BeamGroup } from './beam/beam-group.js';
+import type { EventQueue } from './event-queue.js';
+import type { PagedSequenceKv } from './kv/paged-kv.js';
+import type { StepLogits } from './runners/model-runner.js';
+import type { SchedulableSequence, ScheduledStep } from './scheduler.js';
+import type { GenerationEvent, SequenceOutput } from './sequence-output.js';
 
-export type FinishReason = 'stop' | 'length' | 'cancelled';
+export type ScheduledRow = ScheduledStep<Sequence>['rows'][number];
 
-export interface TopLogprob {
-  tokenId: number;
-  logprob: number;
+/** The n sequences (or the beams) of one request, which share one event stream. */
+export interface RequestGroup {
+  events: EventQueue<GenerationEvent | Error>;
+  cancelRequested: boolean;
+  /** Done events the stream waits for: n, or as many candidates as a beam search returns. */
+  expectedDone: number;
+  /** Set for beam search: its live beams are this group's sequences. */
+  beams?: BeamGroup<Sequence>;
 }
 
-/** One generated token, with the text it completed (possibly '', when bytes or a stop string are held back). */
-export interface TokenEvent {
-  type: 'token';
-  /** Which of the request's `n` completions this belongs to. */
-  index: number;
-  tokenId: number;
-  text: string;
-  logprob?: number;
-  topLogprobs?: TopLogprob[];
+/** A sequence inside the engine: what the scheduler sees, plus its lifecycle. */
+export interface Sequence extends SchedulableSequence {
+  tokens: number[];
+  kv: PagedSequenceKv;
+  output: SequenceOutput;
+  group: RequestGroup;
+  /** Siblings (n > 1) that fork from this sequence's cache once its prompt is prefilled. */
+  forks: Sequence[];
+  admitted: boolean;
+  session: string | undefined;
+  /** Proposals wanted per step (speculative decoding); 0 for none. */
+  lookahead: number;
+  /** The request group, for beams (which advance together); undefined otherwise. */
+  cohort: RequestGroup | undefined;
 }
 
-export interface DoneEvent {
-  type: 'done';
-  index: number;
-  finishReason: FinishReason;
-  /** What ended a `stop` finish (as vLLM's stop_reason): the stop token's id, `'string'` for a stop string, else null. */
-  stopReason: number | 'string' | null;
-  /** Beam search only: this candidate's rank score (cumulativeLogprob / length^α) and summed log-probability. */
-  beam?: { score: number; cumulativeLogprob: number };
-  /** Speculative decoding only: tokens proposed to the target, and how many it accepted. */
-  speculation?: { proposedTokens: number; acceptedTokens: number };
-  /** The whole completion: exactly the concatenation of the token events' texts. */
-  text: string;
-  promptIds: number[];
-  tokenIds: number[];
-  metrics: RequestMetrics;
-}
+/** Logits of a pass whose every row was sampled on the device: nothing may read them. */
+export const NO_LOGITS: StepLogits = {
+  at: () => {
+    throw new Error('these logits stayed on the device');
+  },
+  last: () => {
+    throw new Error('these logits stayed on the device');
+  },
+};
 
-export type GenerationEvent = TokenEvent | DoneEvent;
-
-/**
- * The life of one request from its first sampled token to its finish: sampling, incremental
- * detokenisation, stop strings and stop tokens, max_tokens, metrics. It does not run the model; the
- * engine feeds it the logits after each of its steps.
- */
-export class Sequence {
-  readonly outputIds: number[] = [];
-  finishReason: FinishReason | null = null;
-  private stopReason: number | 'string' | null = null;
-  private text = '';
-  /** Exactly one of these: the CPU sampler, or the state of a sampler on the device (sampled by the engine). */
-  private readonly sampler: TokenSampler | undefined;
-  readonly deviceSampler: DeviceSamplerState | undefined;
-  private readonly detokenizer: IncrementalDetokenizer;
-  private readonly stopMatcher: StopStringMatcher;
-  /** Structured outputs: where this completion stands in its grammar (undefined = unconstrained). */
-  private readonly grammar: ConstraintMatcher | undefined;
-  private readonly clock = new RequestClock();
-  cachedTokens = 0;
-  /** Speculative proposals verified for this sequence, and how many stood. */
-  readonly speculation = { proposedTokens: 0, acceptedTokens: 0 };
-
-  constructor(
-    readonly request: ResolvedRequest,
-    private readonly tokenizer: TextTokenizer,
-    /** Ids from here up exist in the model but not in the tokenizer: never sampled. */
-    private readonly samplableVocab: number,
-    /** Which of the request's `n` completions this is. */
-    readonly index = 0,
-    /** Sample on the device (WebGPU): the engine draws with `deviceSampler` and calls onSampled(). */
-    onDevice = false,
-  ) {
-    const samplerOptions = { vocabSize: samplableVocab, promptTokenIds: request.promptIds };
-    if (onDevice) this.deviceSampler = new DeviceSamplerState(request.sampling, samplerOptions);
-    else this.sampler = new TokenSampler(request.sampling, samplerOptions);
-    this.detokenizer = new IncrementalDetokenizer(tokenizer, { skipSpecialTokens: true });
-    this.stopMatcher = new StopStringMatcher(request.stops);
-    this.grammar = request.constraint?.matcher([...request.stopTokenIds]);
-  }
-
-  get finished(): boolean {
-    return this.finishReason !== null;
-  }
-
-  /** Samples the next token from the logits after this sequence's last token, and advances its state. */
-  onLogits(logits: Float32Array): TokenEvent {
-    return this.emit(this.cpuSampler.sample(this.samplable(logits), this.grammar?.nextMask()));
-  }
-
-  /** The tokens this sequence's grammar allows next (structured outputs), for a device draw; undefined when unconstrained. */
-  grammarMask(): Int32Array | undefined {
-    return this.grammar?.nextMask();
-  }
-
-  /** Advances the state with a token its device sampler drew (which recorded it for the penalties). */
-  onSampled(sampled: SampledToken): TokenEvent {
-    return this.emit(sampled);
-  }
-
-  private get cpuSampler(): TokenSampler {
-    if (!this.sampler) throw new Error('this sequence samples on the device');
-    return this.sampler;
-  }
-
-  /**
-   * Settles one speculative proposal against the target's logits at its position (see TokenSampler.verify)
-   * and advances the state with whichever token stands: the proposal, or the token drawn in its place.
-   */
-  onProposal(logits: Float32Array, proposed: number, draft?: Float64Array): { event: TokenEvent; accepted: boolean } {
-    const verdict = this.cpuSampler.verify(this.samplable(logits), proposed, draft, this.grammar?.nextMask());
-    this.speculation.proposedTokens++;
-    if (verdict.accepted) this.speculation.acceptedTokens++;
-    return { event: this.emit(verdict), accepted: verdict.accepted };
-  }
-
-  /** The seed the sampler uses, so proposers can draw reproducibly from a stream of their own. */
-  get seed(): number {
-    return (this.sampler ?? this.deviceSampler)!.seed;
-  }
-
-  private samplable(logits: Float32Array): Float32Array {
-    return logits.length > this.samplableVocab ? logits.subarray(0, this.samplableVocab) : logits;
-  }
-
-  private emit(sampled: SampledToken): TokenEvent {
-    const tokenId = sampled.tokenId;
-    // The sampler drew from the grammar's mask, so this holds unless that contract broke.
-    if (this.grammar && !this.grammar.accept(tokenId))
-      throw new Error(`token ${tokenId} violates the request's grammar`);
-    this.outputIds.push(tokenId);
-    this.clock.token();
-
-    let text = '';
-    if (this.request.stopTokenIds.has(tokenId)) {
-      this.stopReason = tokenId;
-      text = this.close('stop');
-    } else {
-      const { emit, stopped } = this.stopMatcher.push(this.detokenizer.push(tokenId));
-      text = emit;
-      if (stopped) {
-        this.finishReason = 'stop';
-        this.stopReason = 'string';
-      }
-      // A grammar that is complete and admits no stop token (ignore_eos) ends the completion itself.
-      else if (this.grammar?.terminated) text += this.close('stop');
-      else if (this.outputIds.length >= this.request.maxTokens) text += this.close('length');
+/** A request's events until it has sent every done event it owes; leaving early calls `cancel`. */
+export async function* streamGroup(group: RequestGroup, cancel: () => void): AsyncGenerator<GenerationEvent> {
+  let done = 0;
+  try {
+    while (done < group.expectedDone) {
+      const event = await group.events.next();
+      if (event instanceof Error) throw event;
+      if (event.type === 'done') done++;
+      yield event;
     }
-    if (this.finishReason !== null) this.grammar?.dispose();
-    this.text += text;
-    const event: TokenEvent = { type: 'token', index: this.index, tokenId, text };
-    if (sampled.logprob !== undefined) event.logprob = sampled.logprob;
-    if (sampled.topLogprobs) event.topLogprobs = sampled.topLogprobs;
-    return event;
-  }
-
-  /** Ends the sequence early (its client went away). */
-  cancel(): void {
-    this.finishReason ??= 'cancelled';
-    this.grammar?.dispose();
-  }
-
-  done(): DoneEvent {
-    return {
-      type: 'done',
-      index: this.index,
-      finishReason: this.finishReason ?? 'cancelled',
-      stopReason: this.stopReason,
-      text: this.text,
-      promptIds: this.request.promptIds,
-      tokenIds: [...this.outputIds],
-      metrics: this.clock.metrics(this.request.promptIds.length, this.cachedTokens),
-      ...(this.request.speculative ? { speculation: { ...this.speculation } } : {}),
-    };
-  }
-
-  /**
-   * The done event of a completion chosen elsewhere (a beam search candidate), detokenised as its stream
-   * would have been: a final stop token adds no text.
-   */
-  doneWith(tokenIds: number[], finishReason: 'stop' | 'length', beam: DoneEvent['beam'], index: number): DoneEvent {
-    this.grammar?.dispose(); // beams carry matchers of their own (BeamGroup)
-    const last = tokenIds[tokenIds.length - 1];
-    const stopped = finishReason === 'stop' && this.request.stopTokenIds.has(last);
-    const detokenizer = new IncrementalDetokenizer(this.tokenizer, { skipSpecialTokens: true });
-    let text = '';
-    for (const id of stopped ? tokenIds.slice(0, -1) : tokenIds) text += detokenizer.push(id);
-    text += detokenizer.flush();
-    const metrics = this.clock.metrics(this.request.promptIds.length, this.cachedTokens);
-    // Nothing streams before the search ends, so the first token arrives with the last.
-    metrics.completionTokens = tokenIds.length;
-    metrics.ttftMs = metrics.totalMs;
-    return {
-      type: 'done',
-      index,
-      finishReason,
-      stopReason: stopped ? last : null,
-      beam,
-      text,
-      promptIds: this.request.promptIds,
-      tokenIds,
-      metrics,
-    };
-  }
-
-  /** Finishes and releases text held back for an unfinished character or a possible stop string. */
-  private close(reason: FinishReason): string {
-    this.finishReason = reason;
-    const { emit, stopped } = this.stopMatcher.push(this.detokenizer.flush());
-    return stopped ? emit : emit + this.stopMatcher.flush();
+  } finally {
+    if (done < group.expectedDone) cancel();
   }
 }

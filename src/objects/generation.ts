@@ -1,7 +1,7 @@
 import type { Engine, GenerateOptions } from '../engine/engine.js';
 import type { GenerationRequest } from '../engine/request.js';
-import type { DoneEvent, FinishReason, GenerationEvent, TopLogprob } from '../engine/sequence.js';
-import type { RequestMetrics } from '../engine/metrics.js';
+import type { DoneEvent, FinishReason, GenerationEvent, TopLogprob } from '../engine/sequence-output.js';
+import type { RequestMetrics } from '../engine/request-metrics.js';
 import type { ServiceMetrics } from './metrics.js';
 import type { ServiceError } from './rpc-error.js';
 

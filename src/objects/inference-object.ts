@@ -2,7 +2,7 @@ import { DurableObject } from 'cloudflare:workers';
 import { Engine } from '../engine/engine.js';
 import type { ModelDtype } from '../engine/model/model-files.js';
 import type { GenerationRequest } from '../engine/request.js';
-import { resolveSpeculativeParams } from '../engine/speculative/params.js';
+import { resolveSpeculativeParams } from '../engine/speculative/speculative-params.js';
 import { intVar, kvDtypeVar, kvStoreBytesVar, modelName, speculativeVar, type Env } from '../env.js';
 import type { KvBlockStore } from '../engine/kv/block-store.js';
 import { SqlKvBlockStore } from './kv-block-store.js';

@@ -1,5 +1,5 @@
 import type { EngineStats } from '../engine/engine-stats.js';
-import type { DoneEvent } from '../engine/sequence.js';
+import type { DoneEvent } from '../engine/sequence-output.js';
 import type { KvStoreUsage } from '../engine/kv/block-store.js';
 
 /** A cumulative histogram as Prometheus exposes it: counts per upper bound (`le`), plus sum and count. */

@@ -10,7 +10,7 @@
  * ChatML's markers.
  */
 import type { Engine } from '../engine/engine.js';
-import type { DoneEvent } from '../engine/sequence.js';
+import type { DoneEvent } from '../engine/sequence-output.js';
 import type { ChatMessage } from '../engine/request.js';
 
 export interface TurnFormat {

@@ -8,7 +8,7 @@
  */
 import type { Engine } from '../engine/engine.js';
 import type { GenerationRequest } from '../engine/request.js';
-import type { DoneEvent } from '../engine/sequence.js';
+import type { DoneEvent } from '../engine/sequence-output.js';
 import { runGeneration, type EventSink } from './generation.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { replyIds, turnFormat, userTurnIds } from './session-turns.js';

@@ -1,4 +1,4 @@
-import type { FinishReason } from '../engine/sequence.js';
+import type { FinishReason } from '../engine/sequence-output.js';
 import type { WireEvent, WireLogprob } from '../objects/generation.js';
 import { ApiError } from './errors.js';
 import type { DoneWire, TokenWire } from './generation.js';

@@ -1,6 +1,6 @@
 import type { Engine } from '../../src/engine/engine.js';
 import type { GenerationRequest } from '../../src/engine/request.js';
-import type { DoneEvent, TokenEvent } from '../../src/engine/sequence.js';
+import type { DoneEvent, TokenEvent } from '../../src/engine/sequence-output.js';
 import { collect } from './engines.js';
 
 export interface Arrival {

@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Engine, type EngineOptions } from '../../src/engine/engine.js';
 import type { GenerationRequest } from '../../src/engine/request.js';
-import type { DoneEvent, TokenEvent } from '../../src/engine/sequence.js';
+import type { DoneEvent, TokenEvent } from '../../src/engine/sequence-output.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { nodeRuntime, type NodeBackend } from '../../scripts/lib/runtimes.js';
 

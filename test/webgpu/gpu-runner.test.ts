@@ -1,4 +1,4 @@
-// The WebGPU runner with the KV cache on the device (GpuModelRunner: gather / scatter with our kernels,
+// The WebGPU runner with the KV cache on the device (GpuRunner: gather / scatter with our kernels,
 // ORT inputs from GPU buffers, present.* left on the GPU): greedy tokens equal wasm's, token for token,
 // for a batch of sequences of different lengths decoding together, with blocks of 4 tokens so every
 // sequence spans partial and full blocks, and through a copy-on-write fork whose shared partial block
@@ -9,28 +9,28 @@ import { nodeShaderSource, webGpuRuntimeForNode } from '../../src/backends/ort-w
 import type { Engine } from '../../src/engine/engine.js';
 import type { GenerationRequest } from '../../src/engine/request.js';
 import { DeviceSampler, DeviceSamplerState } from '../../src/engine/gpu/device-sampler.js';
-import { GpuModelRunner } from '../../src/engine/gpu/gpu-runner.js';
-import { GpuKernels } from '../../src/engine/gpu/kernels.js';
+import { GpuRunner } from '../../src/engine/gpu/gpu-runner.js';
+import { WgslKernels } from '../../src/engine/gpu/wgsl-kernels.js';
 import { BlockPool } from '../../src/engine/kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from '../../src/engine/kv/paged-kv.js';
 import { loadModelFiles } from '../../src/engine/model/model-files.js';
-import { resolveSamplingParams } from '../../src/engine/sampling/params.js';
+import { resolveSamplingParams } from '../../src/engine/sampling/sampling-params.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { argmax, collect, loadEngine, modelDir, randomIds } from '../helpers/engines.js';
 import { gpu, skipNote } from './gpu.js';
 
 const STEPS = 20;
 
-describe.skipIf(!gpu)(`GpuModelRunner: KV kept on the device${skipNote}`, () => {
-  let runner: GpuModelRunner;
+describe.skipIf(!gpu)(`GpuRunner: KV kept on the device${skipNote}`, () => {
+  let runner: GpuRunner;
   let manager: KvCacheManager;
   let pool: BlockPool;
   let wasm: Engine;
   beforeAll(async () => {
     const runtime = await webGpuRuntimeForNode();
     const files = await loadModelFiles(directorySource(modelDir('tiny')), 'fp32');
-    const kernels = await GpuKernels.create(runtime.gpu.device, nodeShaderSource, ['kv-gather', 'kv-scatter']);
-    runner = await GpuModelRunner.create(runtime, files.onnx, files.config, kernels);
+    const kernels = await WgslKernels.create(runtime.gpu.device, nodeShaderSource, ['kv-gather', 'kv-scatter']);
+    runner = await GpuRunner.create(runtime, files.onnx, files.config, kernels);
     pool = new BlockPool(files.config, 64, 4);
     manager = new KvCacheManager(pool, 'tiny');
     runner.attachPool(pool);
@@ -95,16 +95,16 @@ describe.skipIf(!gpu)(`GpuModelRunner: KV kept on the device${skipNote}`, () => 
   });
 });
 
-describe.skipIf(!gpu)(`GpuModelRunner + DeviceSampler: logits sampled where they are${skipNote}`, () => {
-  let runner: GpuModelRunner;
+describe.skipIf(!gpu)(`GpuRunner + DeviceSampler: logits sampled where they are${skipNote}`, () => {
+  let runner: GpuRunner;
   let sampler: DeviceSampler;
   let manager: KvCacheManager;
   let wasm: Engine;
   beforeAll(async () => {
     const runtime = await webGpuRuntimeForNode();
     const files = await loadModelFiles(directorySource(modelDir('tiny')), 'fp32');
-    const kernels = await GpuKernels.create(runtime.gpu.device, nodeShaderSource);
-    runner = await GpuModelRunner.create(runtime, files.onnx, files.config, kernels, { logitsOnDevice: true });
+    const kernels = await WgslKernels.create(runtime.gpu.device, nodeShaderSource);
+    runner = await GpuRunner.create(runtime, files.onnx, files.config, kernels, { logitsOnDevice: true });
     manager = new KvCacheManager(new BlockPool(files.config, 64, 16), 'tiny');
     runner.attachPool(manager.pool);
     sampler = new DeviceSampler(kernels, files.config.vocabSize);

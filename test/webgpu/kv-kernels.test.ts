@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { BlockPool, type KvArray } from '../../src/engine/kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from '../../src/engine/kv/paged-kv.js';
 import { GpuKvPool } from '../../src/engine/gpu/gpu-kv-pool.js';
-import { GpuKernels, readBuffer } from '../../src/engine/gpu/kernels.js';
+import { WgslKernels, readBuffer } from '../../src/engine/gpu/wgsl-kernels.js';
 import { KvTransfer, type KvLayerBuffers, type KvRowPlacement } from '../../src/engine/gpu/kv-transfer.js';
 import { nodeShaderSource } from '../../src/backends/ort-webgpu-node.js';
 import { mulberry32 } from '../helpers/prng.js';
@@ -30,10 +30,10 @@ const bitsOf = (a: KvArray | ArrayBuffer): Uint32Array =>
   a instanceof ArrayBuffer ? new Uint32Array(a) : new Uint32Array(a.buffer, a.byteOffset, a.byteLength / 4);
 
 describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, () => {
-  let kernels: GpuKernels;
+  let kernels: WgslKernels;
   const device = (): GPUDevice => gpu!.device;
   beforeAll(async () => {
-    kernels = await GpuKernels.create(device(), nodeShaderSource, ['kv-gather', 'kv-scatter']);
+    kernels = await WgslKernels.create(device(), nodeShaderSource, ['kv-gather', 'kv-scatter']);
   });
 
   /** A pool with random contents and sequences of the given lengths over scattered blocks. */

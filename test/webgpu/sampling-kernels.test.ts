@@ -7,9 +7,9 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { nodeShaderSource } from '../../src/backends/ort-webgpu-node.js';
 import { DeviceSampler, DeviceSamplerState } from '../../src/engine/gpu/device-sampler.js';
-import { GpuKernels } from '../../src/engine/gpu/kernels.js';
+import { WgslKernels } from '../../src/engine/gpu/wgsl-kernels.js';
 import { BufferUsage } from '../../src/engine/gpu/usage.js';
-import { resolveSamplingParams, type SamplingInput } from '../../src/engine/sampling/params.js';
+import { resolveSamplingParams, type SamplingInput } from '../../src/engine/sampling/sampling-params.js';
 import { TokenSampler } from '../../src/engine/sampling/sampler.js';
 import { mulberry32 } from '../helpers/prng.js';
 import { gpu, skipNote } from './gpu.js';
@@ -38,7 +38,7 @@ function makeLogits(seed: number, rows: number, vocab: number, quantised = false
 describe.skipIf(!gpu)(`sampling kernels on the device${skipNote}`, () => {
   let sampler: (vocab: number) => DeviceSampler;
   beforeAll(async () => {
-    const kernels = await GpuKernels.create(gpu!.device, nodeShaderSource, ['greedy', 'sample']);
+    const kernels = await WgslKernels.create(gpu!.device, nodeShaderSource, ['greedy', 'sample']);
     sampler = (vocab) => new DeviceSampler(kernels, vocab);
   });
 

@@ -80,7 +80,7 @@ describe.skipIf(!gpu)(`tiny on webgpu${skipNote}`, () => {
   });
 
   it('keeps its KV cache on the device, and speculation and beam search on it give the wasm tokens', async () => {
-    expect(webgpu.runner.constructor.name).toBe('GpuModelRunner');
+    expect(webgpu.runner.constructor.name).toBe('GpuRunner');
     const phrase = randomIds(5, 6, 3, webgpu.samplableVocab);
     const base = { prompt_ids: [...phrase, ...phrase, ...phrase], max_tokens: 12, temperature: 0, ignore_eos: true };
     const speculated = await collect(webgpu, { ...base, speculative: { method: 'ngram', num_tokens: 3 } });

@@ -1,4 +1,4 @@
-import type { SamplingParams } from '../sampling/params.js';
+import type { SamplingParams } from '../sampling/sampling-params.js';
 import { beamLogprobs, type BeamHypothesis, type BeamSearch } from './beam-search.js';
 import { applyTokenBitmask, type ConstraintMatcher } from '../constraints/matcher.js';
 

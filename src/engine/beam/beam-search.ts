@@ -1,7 +1,7 @@
-import type { SamplingParams } from '../sampling/params.js';
+import type { SamplingParams } from '../sampling/sampling-params.js';
 import { logSumExp } from '../sampling/logprobs.js';
 import { applyAllowedTokens, applyLogitBias, copySanitized } from '../sampling/processors.js';
-import type { BeamParams } from './params.js';
+import type { BeamParams } from './beam-params.js';
 
 /** A live beam as the search sees it: what it generated and its summed log-probability. */
 export interface BeamState {

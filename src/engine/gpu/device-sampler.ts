@@ -1,9 +1,9 @@
-import type { SamplingParams } from '../sampling/params.js';
+import type { SamplingParams } from '../sampling/sampling-params.js';
 import { randomSeed, Xoshiro128 } from '../sampling/rng.js';
 import type { SampledToken } from '../sampling/sampler.js';
 import { TokenCounts } from '../sampling/token-counts.js';
-import type { GpuKernels } from './kernels.js';
-import { readBuffer } from './kernels.js';
+import type { WgslKernels } from './wgsl-kernels.js';
+import { readBuffer } from './wgsl-kernels.js';
 import { BufferUsage } from './usage.js';
 
 /**
@@ -17,7 +17,7 @@ import { BufferUsage } from './usage.js';
  *
  * In the engine: a Sequence sampling on the device holds a DeviceSamplerState instead of a TokenSampler;
  * after each pass the engine draws every such row's token with one DeviceSampler.sample() call
- * (GpuModelRunner.forwardAndSample) and hands the results to the sequences (Sequence.onSampled).
+ * (GpuRunner.forwardAndSample) and hands the results to the sequences (Sequence.onSampled).
  */
 export class DeviceSamplerState {
   readonly seed: number;
@@ -101,7 +101,7 @@ const STORAGE = BufferUsage.STORAGE;
 
 export class DeviceSampler {
   constructor(
-    private readonly kernels: GpuKernels,
+    private readonly kernels: WgslKernels,
     /** Logits per row in the buffer (the model's vocab_size). */
     private readonly vocab: number,
   ) {}

@@ -1,5 +1,5 @@
 import { BufferUsage, MAP_MODE_READ } from './usage.js';
-import type { KvShape } from '../kv/sequence-kv.js';
+import type { KvShape } from '../kv/block-pool.js';
 
 /**
  * The block pool's storage on the device: per layer, keys and values each (num_blocks, kv_heads,

@@ -1,19 +1,26 @@
-import type { BlockPool } from '../kv/block-pool.js';
-import { PagedSequenceKv } from '../kv/paged-kv.js';
+import type { BlockPool, KvDtype, KvStorage } from '../kv/block-pool.js';
 import type { ModelConfig } from '../model/config.js';
-import { describeGraphIo, type GraphIo } from '../model/graph-io.js';
-import { stepInputs, type StepLogits, type StepRow } from '../model/runner.js';
+import type {
+  DeviceDraw,
+  DeviceSampling,
+  ModelRunner,
+  RunnerStats,
+  StepLogits,
+  StepRow,
+} from '../runners/model-runner.js';
+import { describeGraphIo, type GraphIo } from '../onnx/graph-io.js';
+import { refuseHalfKv, stepInputs } from '../onnx/onnx-runner.js';
 import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
 import type { SampledToken } from '../sampling/sampler.js';
-import { DeviceSampler, type DeviceSamplerState } from './device-sampler.js';
+import { DeviceSampler } from './device-sampler.js';
 import { GpuKvPool } from './gpu-kv-pool.js';
-import { readBuffer, type GpuKernels } from './kernels.js';
+import { readBuffer, type WgslKernels } from './wgsl-kernels.js';
 import { KvTransfer, type KvLayerBuffers, type KvRowPlacement } from './kv-transfer.js';
 import { BufferUsage } from './usage.js';
 
 /**
  * The model runner of the WebGPU backend with the KV cache kept on the device. Same forward() contract
- * and batch layout as ModelRunner (see its comment), but each pass
+ * and batch layout as OnnxRunner (see its comment), but each pass
  *   1. gathers every layer's past_key_values from the device block pool with our kernel into fresh
  *      device buffers, handed to ORT with Tensor.fromGpuBuffer;
  *   2. runs the session with present.* left on the device (preferredOutputLocation 'gpu-buffer');
@@ -42,10 +49,14 @@ export interface GpuRunnerOptions {
   logitsOnDevice?: boolean;
 }
 
-/** The graph is one ModelRunner can run but this runner cannot (fp16 KV, no position_ids). */
+/** The graph is one OnnxRunner can run but this runner cannot (fp16 KV, no position_ids). */
 export class UnsupportedOnDevice extends Error {}
 
-export class GpuModelRunner {
+export class GpuRunner implements ModelRunner, DeviceSampling {
+  readonly name = 'onnxruntime';
+  /** The pool's bytes come from the device's own gather, attention and scatter. */
+  readonly kvIdentity = 'device';
+
   private sampler: DeviceSampler | undefined;
   private pool: BlockPool | undefined;
   private kvPool: GpuKvPool | undefined;
@@ -55,7 +66,7 @@ export class GpuModelRunner {
     private readonly runtime: OrtRuntime,
     private readonly session: OrtSession,
     readonly config: ModelConfig,
-    private readonly kernels: GpuKernels,
+    private readonly kernels: WgslKernels,
     readonly logitsOnDevice: boolean,
   ) {}
 
@@ -63,9 +74,9 @@ export class GpuModelRunner {
     runtime: OrtRuntime,
     onnx: Uint8Array,
     config: ModelConfig,
-    kernels: GpuKernels,
+    kernels: WgslKernels,
     options: GpuRunnerOptions = {},
-  ): Promise<GpuModelRunner> {
+  ): Promise<GpuRunner> {
     const logitsOnDevice = options.logitsOnDevice ?? false;
     const preferredOutputLocation: Record<string, 'gpu-buffer' | 'cpu'> = {
       logits: logitsOnDevice ? 'gpu-buffer' : 'cpu',
@@ -81,7 +92,7 @@ export class GpuModelRunner {
       logSeverityLevel: 3, // ORT's warning that shape ops run on the CPU is by design
     });
     // Our kernels move float32 KV and the feeds below name position_ids: graphs with fp16 KV I/O or
-    // without position_ids (some Hugging Face exports, which ModelRunner converts) are not handled here yet.
+    // without position_ids (some Hugging Face exports, which OnnxRunner converts) are not handled here yet.
     let io: GraphIo;
     try {
       io = describeGraphIo(runtime, session, config);
@@ -92,10 +103,24 @@ export class GpuModelRunner {
     if (!io.hasPositionIds || io.kvType !== 'float32' || io.logitsType !== 'float32') {
       await session.release();
       throw new UnsupportedOnDevice(
-        'GpuModelRunner needs float32 KV and logits and a position_ids input; use ModelRunner for this model',
+        'GpuRunner needs float32 KV and logits and a position_ids input; use OnnxRunner for this model',
       );
     }
-    return new GpuModelRunner(runtime, session, config, kernels, logitsOnDevice);
+    return new GpuRunner(runtime, session, config, kernels, logitsOnDevice);
+  }
+
+  /** Tokens are drawn where the logits are, when the runner keeps them there. */
+  get deviceSampling(): DeviceSampling | undefined {
+    return this.logitsOnDevice ? this : undefined;
+  }
+
+  /** The CPU pool keeps plain arrays for its bookkeeping; the bytes live on the device (attachPool). */
+  createKvStorage(_shape: unknown, _blocks: number, _blockSize: number, dtype: KvDtype): KvStorage | undefined {
+    return refuseHalfKv(dtype);
+  }
+
+  stats(): RunnerStats {
+    return { runner: 'onnxruntime' };
   }
 
   /** Puts the bytes of `pool`'s blocks on the device and routes its block copies there. */
@@ -147,7 +172,7 @@ export class GpuModelRunner {
    */
   async forwardAndSample(
     rows: readonly StepRow[],
-    draws: readonly { row: number; state: DeviceSamplerState; grammarMask?: Int32Array }[],
+    draws: readonly DeviceDraw[],
     vocab: number,
     download: boolean,
   ): Promise<{ logits: StepLogits | undefined; sampled: SampledToken[] }> {
@@ -184,12 +209,8 @@ export class GpuModelRunner {
     const P = Math.max(...rows.map((r) => r.kv.length));
     const S = Math.max(...rows.map((r) => r.tokens.length));
     const T = P + S;
-    const tables = rows.map(({ kv }) => {
-      if (!(kv instanceof PagedSequenceKv))
-        throw new TypeError('the GPU runner needs paged sequences (their block tables)');
-      return kv.blocks;
-    });
-    rows.forEach(({ kv, tokens }) => (kv as PagedSequenceKv).checkWritable(tokens.length));
+    const tables = rows.map(({ kv }) => kv.blocks);
+    for (const { kv, tokens } of rows) kv.checkWritable(tokens.length);
 
     const { inputIds, positionIds, attentionMask } = stepInputs(rows, P, S);
     const Tensor = this.runtime.Tensor;

@@ -1,6 +1,6 @@
 import type { OrtRuntime } from '../model/runtime.js';
 import type { GpuContext } from './device.js';
-import type { ShaderSource } from './kernels.js';
+import type { ShaderSource } from './wgsl-kernels.js';
 
 /**
  * An ORT runtime on WebGPU, as the engine sees it: sessions run on `gpu.device`, the device our own

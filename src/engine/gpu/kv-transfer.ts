@@ -1,6 +1,6 @@
 import { BufferUsage } from './usage.js';
 import type { GpuKvPool } from './gpu-kv-pool.js';
-import { grid, type GpuKernels } from './kernels.js';
+import { grid, type WgslKernels } from './wgsl-kernels.js';
 
 /**
  * Where one batch row's tokens sit: its block table, how many tokens it has stored, and the window of
@@ -35,7 +35,7 @@ export class KvTransfer {
   private readonly transient: GPUBuffer[] = [];
 
   constructor(
-    private readonly kernels: GpuKernels,
+    private readonly kernels: WgslKernels,
     private readonly pool: GpuKvPool,
   ) {}
 

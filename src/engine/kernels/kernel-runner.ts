@@ -1,26 +1,15 @@
-import { PagedSequenceKv } from '../kv/paged-kv.js';
-import type { KvArray } from '../kv/block-pool.js';
-import type { KvShape } from '../kv/sequence-kv.js';
+import type { EngineLimits } from '../defaults.js';
+import type { KvArray, KvDtype, KvShape, KvStorage } from '../kv/block-pool.js';
 import type { ModelConfig } from '../model/config.js';
 import type { ByteStream } from '../model/model-files.js';
-import type { RunnerOptions, StepLogits, StepRow } from '../model/runner.js';
+import type { MemoryBudget } from '../runners/memory-budget.js';
+import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../runners/model-runner.js';
 import { align, instantiateKernels, type KernelExports, type LinearMemory } from './edge-kernels.js';
-import { checkMemoryBudget } from '../model/session-loader.js';
-import { measureLlamaWeights, placeLlamaWeights, type LlamaWeights, type Matrix } from './llama-weights.js';
-import { indexInitializers } from './onnx-initializers.js';
+import { placeLlamaWeights, type LlamaWeights, type Matrix } from './llama-weights.js';
 import { streamInitializers } from './onnx-stream.js';
 
 /** Tokens whose activations are in scratch at once: bounds scratch memory whatever the pass's size. */
 const CHUNK = 32;
-
-/** The KV pool's per-layer arrays, views into linear memory (remade in place when the memory grows). */
-export interface KvStorage {
-  keys: KvArray[];
-  values: KvArray[];
-}
-
-/** Element type of the KV pool: float32, or float16 (half the bytes per token; KV_DTYPE). */
-export type KvDtype = 'fp32' | 'fp16';
 
 /** Pointers of one chunk's activations (float32 unless noted), sized for CHUNK rows. */
 interface Scratch {
@@ -53,7 +42,11 @@ interface Scratch {
  * own row. So a sequence's logits are bit-identical alone or in any batch, and whether its past came
  * from the prefix cache or from its own prefill.
  */
-export class KernelRunner {
+export class KernelRunner implements ModelRunner {
+  readonly name = 'kernels';
+  readonly kvIdentity = 'kernels';
+  readonly deviceSampling = undefined;
+
   private kvKeys: number[] = [];
   private kvValues: number[] = [];
   private blockSize = 0;
@@ -73,33 +66,6 @@ export class KernelRunner {
   ) {}
 
   /**
-   * Places the weights of `onnx` (one of our Llama exports) in a fresh linear memory. The footprint is
-   * checked against `memoryBudgetBytes` before anything is placed: weights + KV pool + scratch.
-   */
-  static async create(
-    module: WebAssembly.Module,
-    onnx: Uint8Array,
-    config: ModelConfig,
-    options: RunnerOptions = {},
-  ): Promise<KernelRunner> {
-    const index = indexInitializers(onnx);
-    const weightBytes = measureLlamaWeights(onnx, index, config);
-    const scratch = scratchBytes(config, options.maxTokensPerStep ?? 512, options.maxBatchSize ?? 32);
-    checkMemoryBudget(
-      [
-        { label: 'weights', bytes: weightBytes },
-        { label: 'scratch', bytes: scratch },
-      ],
-      config,
-      options.kvCacheBytes ?? 64 * 2 ** 20,
-      options.memoryBudgetBytes,
-    );
-    const { kernels, memory } = await instantiateKernels(module);
-    const weights = placeLlamaWeights(onnx, index, config, memory);
-    return new KernelRunner(config, kernels, memory, weights);
-  }
-
-  /**
    * Streams `onnx` into a fresh linear memory, each initializer's bytes written where the kernels will
    * read them as they arrive: the file is never held whole, so loading peaks at weights + one chunk. The
    * budget is checked before anything is placed when the source knows the file's size, else as it arrives.
@@ -108,20 +74,14 @@ export class KernelRunner {
     module: WebAssembly.Module,
     onnx: ByteStream,
     config: ModelConfig,
-    options: RunnerOptions = {},
+    { limits, budget }: { limits: EngineLimits; budget: MemoryBudget },
   ): Promise<KernelRunner> {
-    const scratch = scratchBytes(config, options.maxTokensPerStep ?? 512, options.maxBatchSize ?? 32);
-    const kvBytes = options.kvCacheBytes ?? 64 * 2 ** 20;
+    const scratch = scratchBytes(config, limits.maxTokensPerStep, limits.maxBatchSize);
     const check = (weights: number, label: string): void =>
-      checkMemoryBudget(
-        [
-          { label, bytes: weights },
-          { label: 'scratch', bytes: scratch },
-        ],
-        config,
-        kvBytes,
-        options.memoryBudgetBytes,
-      );
+      budget.check([
+        { label, bytes: weights },
+        { label: 'scratch', bytes: scratch },
+      ]);
     // The weights are nearly all of the file.
     if (onnx.size !== undefined) check(onnx.size, 'weights');
     const { kernels, memory } = await instantiateKernels(module);
@@ -137,6 +97,13 @@ export class KernelRunner {
     return new KernelRunner(config, kernels, memory, placeLlamaWeights(null, index, config, memory));
   }
 
+  stats(): RunnerStats {
+    return { runner: 'kernels', wasmMemoryBytes: this.memory.bytes };
+  }
+
+  /** The KV pool lives in linear memory (createKvStorage); nothing mirrors it. */
+  attachPool(): void {}
+
   /** Bytes of linear memory now (weights + KV pool + scratch + the kernels' own stack and data). */
   get memoryBytes(): number {
     return this.memory.bytes;
@@ -146,7 +113,7 @@ export class KernelRunner {
    * Places the engine's KV block pool in linear memory: per layer, keys and values (numBlocks, kv_heads,
    * blockSize, head_dim) float32 or float16, the layout BlockPool describes. Returns the views BlockPool holds.
    */
-  allocateKv(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype = 'fp32'): KvStorage {
+  createKvStorage(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): KvStorage {
     if (this.kvKeys.length) throw new Error('the KV pool is already allocated');
     const elements = numBlocks * shape.numKvHeads * blockSize * shape.headDim;
     const bytes = dtype === 'fp16' ? 2 : 4;
@@ -172,14 +139,10 @@ export class KernelRunner {
   }
 
   async forward(rows: readonly StepRow[]): Promise<StepLogits> {
-    if (!this.kvKeys.length) throw new Error('allocateKv() before the first pass');
+    if (!this.kvKeys.length) throw new Error('createKvStorage() before the first pass');
     const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize, numLayers } = this.config;
     const k = this.kernels;
-    const kvs = rows.map(({ kv }) => {
-      if (!(kv instanceof PagedSequenceKv))
-        throw new TypeError('the kernel runner needs paged sequences (their block tables)');
-      return kv;
-    });
+    const kvs = rows.map(({ kv }) => kv);
     const counts = rows.map((r) => r.tokens.length);
     const starts = kvs.map((kv) => kv.length);
     kvs.forEach((kv, r) => kv.checkWritable(counts[r]));

@@ -1,6 +1,20 @@
-import type { KvShape } from './sequence-kv.js';
+/** Shape of one layer's cached keys (or values) for one token: kv_heads vectors of head_dim floats. */
+export interface KvShape {
+  numLayers: number;
+  numKvHeads: number;
+  headDim: number;
+}
 
 export type KvArray = Float32Array | Uint16Array;
+
+/** Element type of the KV pool: float32, or float16 (half the bytes per token; KV_DTYPE). */
+export type KvDtype = 'fp32' | 'fp16';
+
+/** The pool's per-layer arrays when a runner owns their memory (views into the kernels' linear memory). */
+export interface KvStorage {
+  keys: KvArray[];
+  values: KvArray[];
+}
 
 /** How full the pool is; `free + used + cachedIdle === total` always. */
 export interface BlockPoolStats {
@@ -40,7 +54,7 @@ export class BlockPool {
     readonly numBlocks: number,
     readonly blockSize: number,
     /** Where the bytes live when a runner owns them (the kernels' linear memory); else JS arrays. */
-    storage?: { keys: KvArray[]; values: KvArray[] },
+    storage?: KvStorage,
   ) {
     if (!Number.isInteger(numBlocks) || numBlocks < 1)
       throw new RangeError(`a KV pool needs at least one block, got ${numBlocks}`);

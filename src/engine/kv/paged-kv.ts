@@ -1,6 +1,5 @@
 import type { BlockPool } from './block-pool.js';
 import { blockHash, ROOT_HASH } from './block-hash.js';
-import type { SequenceKv } from './sequence-kv.js';
 
 /** Where matchPrefix finds full blocks the pool has lost (the durable block store). */
 export interface BlockSource {
@@ -22,7 +21,7 @@ export interface RestoreCounters {
  * One sequence's view of the block pool: its block table (token position p lives in block
  * blocks[floor(p / blockSize)] at offset p % blockSize). Created and resized only by KvCacheManager.
  */
-export class PagedSequenceKv implements SequenceKv {
+export class PagedSequenceKv {
   length = 0;
   readonly blocks: number[] = [];
   /** Prefix hashes of this sequence's leading full blocks (blocks[i] is cached under hashes[i]). */
@@ -30,6 +29,11 @@ export class PagedSequenceKv implements SequenceKv {
 
   constructor(private readonly pool: BlockPool) {}
 
+  /**
+   * For runners that feed an ONNX graph a batch of past_key_values (onnxruntime): copies the `length`
+   * stored tokens of `layer` into slots [slotOffset, slotOffset + length) of one batch row's buffers,
+   * (kv_heads, slots, head_dim) float32. The kernels read the blocks in place instead.
+   */
   gather(layer: number, keys: Float32Array, values: Float32Array, slots: number, slotOffset: number): void {
     const { blockSize, headStride, blockStride } = this.pool;
     const { numKvHeads, headDim } = this.pool.shape;
@@ -46,6 +50,11 @@ export class PagedSequenceKv implements SequenceKv {
     }
   }
 
+  /**
+   * The other way (onnxruntime's `present` outputs): stores `count` new tokens of `layer` from slots
+   * [slotOffset, slotOffset + count) of one batch row's buffers at positions [length, length + count).
+   * Readers see them after advance().
+   */
   scatter(
     layer: number,
     keys: Float32Array,
@@ -76,6 +85,7 @@ export class PagedSequenceKv implements SequenceKv {
     }
   }
 
+  /** Marks `count` written tokens (in every layer) as stored. */
   advance(count: number): void {
     this.length += count;
   }

@@ -25,6 +25,8 @@ export interface OrtRuntime {
    * `kernels`: structured outputs and forced tool calls. Absent: those requests are refused.
    */
   readonly grammar?: WebAssembly.Module;
+  /** False in a build without onnxruntime-web (kernels-only): a graph the kernels refuse cannot fall back. */
+  readonly hasOnnxruntime?: boolean;
   /** `kernels`: our kernels or an error saying why not; `onnxruntime`: never the kernels; `auto` (default): kernels where they cover the graph. */
   readonly runner?: RunnerChoice;
 }

@@ -17,7 +17,7 @@
  * If nothing survives (impossible for validated params, guarded anyway), greedy on the raw logits.
  * The chosen token is then recorded for the penalties of the following steps.
  */
-import type { SamplingParams } from './params.js';
+import type { SamplingParams } from './sampling-params.js';
 import {
   applyAllowedTokens,
   applyFrequencyPresencePenalties,

@@ -1,7 +1,7 @@
 import type { BlockPoolStats } from '../kv/block-pool.js';
 import type { KvCacheManager, PagedSequenceKv } from '../kv/paged-kv.js';
-import type { ModelRunner } from '../model/runner.js';
-import type { SamplingParams } from '../sampling/params.js';
+import type { ModelRunner } from '../runners/model-runner.js';
+import type { SamplingParams } from '../sampling/sampling-params.js';
 import { DraftSampler, type DraftToken } from './draft-sampler.js';
 
 /** One sequence asking the draft model for proposals this step. */

@@ -1,4 +1,4 @@
-import type { SamplingParams } from '../sampling/params.js';
+import type { SamplingParams } from '../sampling/sampling-params.js';
 import {
   applyAllowedTokens,
   applyLogitBias,

@@ -3,8 +3,9 @@ import { BlockPool } from '../kv/block-pool.js';
 import { KvCacheManager } from '../kv/paged-kv.js';
 import { kvBytesPerToken, type ModelConfig } from '../model/config.js';
 import { loadModelFiles, type ModelDtype, type ModelSource } from '../model/model-files.js';
-import { ModelRunner, type RunnerOptions } from '../model/runner.js';
-import { mib } from '../model/session-loader.js';
+import type { EngineLimits } from '../defaults.js';
+import { OnnxRunner } from '../onnx/onnx-runner.js';
+import { mib } from '../runners/memory-budget.js';
 import type { OrtRuntime } from '../model/runtime.js';
 import { DraftModelProposer } from './draft-proposer.js';
 
@@ -23,11 +24,10 @@ export interface DraftTarget {
   tokenizerModel: unknown;
   samplableVocab: number;
   modelId: string;
-  /** The target's ONNX bytes and KV pool: with the draft's they must fit runner.memoryBudgetBytes. */
+  /** The target's weights file and KV pool: with the draft's they must fit limits.memoryBudgetBytes. */
   weightBytes: number;
-  kvCacheBytes: number;
-  blockSize: number;
-  runner: RunnerOptions;
+  limits: EngineLimits;
+  intraOpNumThreads?: number;
 }
 
 /** Loads the draft model and its KV pool; refuses one that does not read and write the target's token ids. */
@@ -50,24 +50,23 @@ export async function loadDraftModel(
     );
   }
   const perToken = kvBytesPerToken(files.config);
-  const kvBytes = draft.kvCacheBytes ?? Math.floor((target.kvCacheBytes / kvBytesPerToken(target.config)) * perToken);
-  const budget = target.runner.memoryBudgetBytes;
-  const total = target.weightBytes + target.kvCacheBytes + files.onnx.byteLength + kvBytes;
+  const { kvCacheBytes, blockSize, memoryBudgetBytes: budget } = target.limits;
+  const kvBytes = draft.kvCacheBytes ?? Math.floor((kvCacheBytes / kvBytesPerToken(target.config)) * perToken);
+  const total = target.weightBytes + kvCacheBytes + files.onnx.byteLength + kvBytes;
   if (budget !== undefined && total > budget) {
     throw new InvalidRequestError(
       'draft',
-      `the model and its draft do not fit the memory budget: ${mib(target.weightBytes + target.kvCacheBytes)} + draft weights ${mib(files.onnx.byteLength)} + draft KV cache ${mib(kvBytes)} = ${mib(total)} > ${mib(budget)}`,
+      `the model and its draft do not fit the memory budget: ${mib(target.weightBytes + kvCacheBytes)} + draft weights ${mib(files.onnx.byteLength)} + draft KV cache ${mib(kvBytes)} = ${mib(total)} > ${mib(budget)}`,
       'model_too_large',
     );
   }
-  // The target's session already passed the budget; the draft's own check would count only itself.
-  const runner = await ModelRunner.create(runtime, files.onnx, files.config, {
-    ...target.runner,
-    memoryBudgetBytes: undefined,
-    kvCacheBytes: kvBytes,
+  // Checked above with the target's weights: the draft's runner is onnxruntime on the whole file.
+  const runner = await OnnxRunner.create(runtime, files.onnx, files.config, {
+    intraOpNumThreads: target.intraOpNumThreads,
   });
-  const numBlocks = Math.floor(kvBytes / (target.blockSize * perToken));
+  const numBlocks = Math.floor(kvBytes / (blockSize * perToken));
   if (numBlocks < 1) throw new RangeError('the draft kvCacheBytes is too small for one KV block');
-  const kv = new KvCacheManager(new BlockPool(files.config, numBlocks, target.blockSize), `draft:${target.modelId}`);
+  const storage = runner.createKvStorage(files.config, numBlocks, blockSize, 'fp32');
+  const kv = new KvCacheManager(new BlockPool(files.config, numBlocks, blockSize, storage), `draft:${target.modelId}`);
   return new DraftModelProposer(runner, kv, target.samplableVocab);
 }

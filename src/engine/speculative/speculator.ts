@@ -1,8 +1,8 @@
 import type { BlockPoolStats } from '../kv/block-pool.js';
-import type { SamplingParams } from '../sampling/params.js';
+import type { SamplingParams } from '../sampling/sampling-params.js';
 import type { DraftModelProposer } from './draft-proposer.js';
 import { NgramProposer } from './ngram-proposer.js';
-import type { SpeculativeParams } from './params.js';
+import type { SpeculativeParams } from './speculative-params.js';
 
 /** Tokens proposed to follow a sequence, for the target to verify in its next pass. */
 export interface Proposal {

@@ -1,15 +1,15 @@
-import type { Sequence, TokenEvent } from '../sequence.js';
+import type { SequenceOutput, TokenEvent } from '../sequence-output.js';
 import type { Proposal } from './speculator.js';
 
 /**
  * Settles a row's proposals against the target's logits: `at(j)` is the distribution after the row's
- * last settled token and j proposals. Proposals are judged in order (Sequence.onProposal) until one is
+ * last settled token and j proposals. Proposals are judged in order (SequenceOutput.onProposal) until one is
  * replaced or the sequence finishes; when all stand, the target's own next token comes free. Returns
  * the tokens that now stand, in order, how many proposals were accepted, and how many were judged
  * (those past a finish, e.g. after a stop token that stood, never are).
  */
 export function settleProposals(
-  sequence: Sequence,
+  sequence: SequenceOutput,
   proposal: Proposal,
   at: (j: number) => Float32Array,
 ): { events: TokenEvent[]; accepted: number; verified: number } {

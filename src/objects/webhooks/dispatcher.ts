@@ -7,7 +7,7 @@
  */
 import { InvalidRequestError } from '../../engine/errors.js';
 import type { GenerationRequest } from '../../engine/request.js';
-import type { DoneEvent } from '../../engine/sequence.js';
+import type { DoneEvent } from '../../engine/sequence-output.js';
 import type { Job, JobError, JobOutput, JobStore } from '../jobs.js';
 import type { ShardContext } from '../shard-context.js';
 import { retryDelayMs, type RetryPolicy } from './backoff.js';

@@ -1,30 +1,15 @@
-import type { ModelConfig } from './config.js';
+import { InvalidRequestError } from '../errors.js';
+import type { KvDtype, KvStorage } from '../kv/block-pool.js';
+import type { PagedSequenceKv } from '../kv/paged-kv.js';
+import type { ModelConfig } from '../model/config.js';
+import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../runners/model-runner.js';
 import type { GraphIo } from './graph-io.js';
-import type { OrtRuntime, OrtSession, OrtTensor } from './runtime.js';
+import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
 import { loadSession, type SessionOptions } from './session-loader.js';
-import type { SequenceKv } from '../kv/sequence-kv.js';
-
-/** One sequence in a model pass: the tokens it feeds now, and the cache holding everything before them. */
-export interface StepRow {
-  kv: SequenceKv;
-  /** New tokens, at positions kv.length, kv.length + 1, ... (non-empty). */
-  tokens: readonly number[];
-}
-
-/** What a pass produced: next-token logits for every fed token of every row. */
-export interface StepLogits {
-  /** Logits after row `row`'s token `index` (index into that row's `tokens`), vocab_size floats. */
-  at(row: number, index: number): Float32Array;
-  /** Logits after each row's last fed token. */
-  last(row: number): Float32Array;
-}
-
-/** Threads, memory budget (weights + KV pool): see session-loader.ts; the batch limits size scratch. */
-export type RunnerOptions = SessionOptions & { maxTokensPerStep?: number; maxBatchSize?: number };
 
 /**
  * The id, position and mask inputs of one pass in the layout below (P = longest past, S = most new
- * tokens): ids and positions (batch, S), the attention mask (batch, P + S). Shared by both runners.
+ * tokens): ids and positions (batch, S), the attention mask (batch, P + S). Shared by OnnxRunner and GpuRunner.
  */
 export function stepInputs(
   rows: readonly StepRow[],
@@ -54,19 +39,25 @@ export function stepInputs(
  *
  * Layout of one batch row in time (P = longest past, S = most new tokens, T = P + S):
  *   slots [0, P - p)         padding (mask 0)
- *   slots [P - p, P)         this row's p cached tokens, gathered from its SequenceKv
+ *   slots [P - p, P)         this row's p cached tokens, gathered from its paged cache
  *   slots [P, P + S - s)     padding new tokens (mask 0, id 0, position 0)
  *   slots [P + S - s, T)     this row's s new tokens, positions p .. p + s - 1
  * The graph's causal rule (key j visible to query i iff j <= P + i) then lets each real query see
  * exactly its own past and earlier new tokens, and the new keys come back at [P + S - s, T).
  */
-export class ModelRunner {
+export class OnnxRunner implements ModelRunner {
+  readonly name = 'onnxruntime';
+  readonly kvIdentity = 'onnxruntime';
+  readonly deviceSampling = undefined;
+
   /**
    * The last pass's `present` tensors, which are the next pass's `past` exactly when the same rows come
    * back each having fed the same number of tokens (steady decode): then the gather is skipped. The pool
    * stays the memory of record (every pass still scatters into it); this is a copy of what it holds.
    */
-  private carried: { kvs: SequenceKv[]; lengths: number[]; slots: number; out: Record<string, OrtTensor> } | undefined;
+  private carried:
+    | { kvs: PagedSequenceKv[]; lengths: number[]; slots: number; out: Record<string, OrtTensor> }
+    | undefined;
 
   private constructor(
     private readonly runtime: OrtRuntime,
@@ -80,10 +71,21 @@ export class ModelRunner {
     runtime: OrtRuntime,
     onnx: Uint8Array,
     config: ModelConfig,
-    options: RunnerOptions = {},
-  ): Promise<ModelRunner> {
+    options: SessionOptions = {},
+  ): Promise<OnnxRunner> {
     const { session, io } = await loadSession(runtime, onnx, config, options);
-    return new ModelRunner(runtime, session, config, io);
+    return new OnnxRunner(runtime, session, config, io);
+  }
+
+  /** onnxruntime computes in float32 KV: the pool is plain JS arrays, gathered into each pass's inputs. */
+  createKvStorage(_shape: unknown, _blocks: number, _blockSize: number, dtype: KvDtype): KvStorage | undefined {
+    return refuseHalfKv(dtype);
+  }
+
+  attachPool(): void {}
+
+  stats(): RunnerStats {
+    return { runner: 'onnxruntime' };
   }
 
   async forward(rows: readonly StepRow[]): Promise<StepLogits> {
@@ -164,4 +166,15 @@ export class ModelRunner {
     this.carried = undefined;
     await this.session.release();
   }
+}
+
+/** onnxruntime's runners keep float32 KV; a float16 pool exists on the edge kernels only. */
+export function refuseHalfKv(dtype: KvDtype): undefined {
+  if (dtype !== 'fp32')
+    throw new InvalidRequestError(
+      'KV_DTYPE',
+      `a ${dtype} KV cache needs the edge kernels (backend wasm or kernels); onnxruntime keeps float32`,
+      'unsupported_model',
+    );
+  return undefined;
 }

@@ -8,7 +8,7 @@ export type ShaderSource = (name: KernelName) => Promise<string>;
 export const KERNEL_NAMES = ['kv-gather', 'kv-scatter', 'greedy', 'sample'] as const;
 export type KernelName = (typeof KERNEL_NAMES)[number];
 
-export class GpuKernels {
+export class WgslKernels {
   private constructor(
     readonly device: GPUDevice,
     private readonly pipelines: Map<KernelName, GPUComputePipeline>,
@@ -19,7 +19,7 @@ export class GpuKernels {
     device: GPUDevice,
     source: ShaderSource,
     names: readonly KernelName[] = KERNEL_NAMES,
-  ): Promise<GpuKernels> {
+  ): Promise<WgslKernels> {
     const pipelines = new Map<KernelName, GPUComputePipeline>();
     for (const name of names) {
       const module = device.createShaderModule({ label: name, code: await source(name) });
@@ -38,7 +38,7 @@ export class GpuKernels {
         }),
       );
     }
-    return new GpuKernels(device, pipelines);
+    return new WgslKernels(device, pipelines);
   }
 
   pipeline(name: KernelName): GPUComputePipeline {

@@ -1,0 +1,92 @@
+import { InvalidRequestError } from '../errors.js';
+import type { EngineLimits } from '../defaults.js';
+import { isGpuRuntime } from '../gpu/gpu-runtime.js';
+import { GpuRunner, UnsupportedOnDevice } from '../gpu/gpu-runner.js';
+import { WgslKernels } from '../gpu/wgsl-kernels.js';
+import { KernelRunner } from '../kernels/kernel-runner.js';
+import { UnsupportedByKernels } from '../kernels/llama-weights.js';
+import type { ModelConfig } from '../model/config.js';
+import { readOnnx, streamOnnx, type ModelDtype, type ModelSource } from '../model/model-files.js';
+import type { OrtRuntime } from '../model/runtime.js';
+import { OnnxRunner } from '../onnx/onnx-runner.js';
+import { MemoryBudget, onnxruntimeFootprint } from './memory-budget.js';
+import type { ModelRunner } from './model-runner.js';
+
+/** What sizes a runner (the engine's limits) and how onnxruntime runs. */
+export interface RunnerOptions extends EngineLimits {
+  /** Threads for one op (onnxruntime-node's native CPU backend only). */
+  intraOpNumThreads?: number;
+  /** On WebGPU: keep the KV pool on the device (default), or use the plain onnxruntime runner. */
+  kvOnDevice?: boolean;
+  /** On WebGPU: draw tokens where the logits are (default true). */
+  sampleOnDevice?: boolean;
+}
+
+/** A loaded runner, and the bytes of the weights file it read (for a draft model's budget). */
+export interface LoadedRunner {
+  runner: ModelRunner;
+  weightBytes: number;
+}
+
+/**
+ * The one place that chooses and builds a runner, and checks it against the memory budget:
+ * - our kernels on a `wasm` runtime that carries them (unless `runner: 'onnxruntime'`), the weights
+ *   streamed straight into their linear memory; a graph they do not cover falls back to onnxruntime with
+ *   a warning naming what is missing, or is refused when the kernels were asked for by name or the build
+ *   has no onnxruntime (kernels-only);
+ * - on WebGPU, the runner that keeps the KV pool on the device where the graph allows it;
+ * - else onnxruntime (node or web) on the whole file.
+ */
+export async function loadRunner(
+  runtime: OrtRuntime,
+  source: ModelSource,
+  dtype: ModelDtype,
+  config: ModelConfig,
+  options: RunnerOptions,
+): Promise<LoadedRunner> {
+  const budget = new MemoryBudget(config, options.kvCacheBytes, options.memoryBudgetBytes);
+  const choice = runtime.runner ?? 'auto';
+  const gpu = isGpuRuntime(runtime);
+  if (choice === 'kernels' && (gpu || !runtime.kernels))
+    throw new InvalidRequestError(
+      'model',
+      `the ${runtime.name} runtime has no edge kernels module; use backend wasm or kernels`,
+      'unsupported_model',
+    );
+  if (choice !== 'onnxruntime' && !gpu && runtime.kernels) {
+    try {
+      const runner = await KernelRunner.fromStream(runtime.kernels, await streamOnnx(source, dtype), config, {
+        limits: options,
+        budget,
+      });
+      return { runner, weightBytes: runner.weights.bytes };
+    } catch (err) {
+      if (!(err instanceof UnsupportedByKernels)) throw err;
+      if (choice === 'kernels' || runtime.hasOnnxruntime === false) {
+        const why = choice === 'kernels' ? '' : ' (this build has no onnxruntime-web to fall back on)';
+        throw new InvalidRequestError(
+          'model',
+          `the edge kernels cannot run this model: ${err.message}${why}`,
+          'unsupported_model',
+        );
+      }
+      console.warn(`edge kernels: ${err.message}; running the graph on onnxruntime (${runtime.name}) instead`);
+    }
+  }
+  const onnx = await readOnnx(source, dtype);
+  if (gpu && options.kvOnDevice !== false) {
+    budget.check([{ label: 'weights', bytes: onnx.byteLength }]);
+    const kernels = await WgslKernels.create(runtime.gpu.device, runtime.shaders);
+    try {
+      const runner = await GpuRunner.create(runtime, onnx, config, kernels, {
+        logitsOnDevice: options.sampleOnDevice !== false,
+      });
+      return { runner, weightBytes: onnx.byteLength };
+    } catch (err) {
+      if (!(err instanceof UnsupportedOnDevice)) throw err;
+    }
+  }
+  budget.check(onnxruntimeFootprint(runtime.name, onnx.byteLength, dtype === 'fp16'));
+  const runner = await OnnxRunner.create(runtime, onnx, config, { intraOpNumThreads: options.intraOpNumThreads });
+  return { runner, weightBytes: onnx.byteLength };
+}

@@ -1,0 +1,76 @@
+import type { BlockPool, KvDtype, KvShape, KvStorage } from '../kv/block-pool.js';
+import type { PagedSequenceKv } from '../kv/paged-kv.js';
+import type { ModelConfig } from '../model/config.js';
+import type { SampledToken } from '../sampling/sampler.js';
+import type { DeviceSamplerState } from '../gpu/device-sampler.js';
+
+/** One sequence in a model pass: the tokens it feeds now, and its paged cache holding everything before them. */
+export interface StepRow {
+  kv: PagedSequenceKv;
+  /** New tokens, at positions kv.length, kv.length + 1, ... (non-empty). */
+  tokens: readonly number[];
+}
+
+/** What a pass produced: next-token logits for every fed token of every row. */
+export interface StepLogits {
+  /** Logits after row `row`'s token `index` (index into that row's `tokens`), vocab_size floats. */
+  at(row: number, index: number): Float32Array;
+  /** Logits after each row's last fed token. */
+  last(row: number): Float32Array;
+}
+
+/** Which implementation runs the passes: our WebAssembly kernels, or onnxruntime (on the runtime's backend). */
+export type RunnerName = 'kernels' | 'onnxruntime';
+
+/** A runner's figures for the engine's stats (and so /metrics). */
+export interface RunnerStats {
+  runner: RunnerName;
+  /** The kernels' linear memory (weights, KV pool, scratch); absent where the engine cannot see the memory. */
+  wasmMemoryBytes?: number;
+}
+
+/** One token to draw where the logits are: from row `row`'s last logits, with this sampler state. */
+export interface DeviceDraw {
+  row: number;
+  state: DeviceSamplerState;
+  grammarMask?: Int32Array;
+}
+
+/** Drawing tokens where the logits are (WebGPU): only ids, and the logits only when asked, come back. */
+export interface DeviceSampling {
+  forwardAndSample(
+    rows: readonly StepRow[],
+    draws: readonly DeviceDraw[],
+    vocab: number,
+    download: boolean,
+  ): Promise<{ logits: StepLogits | undefined; sampled: SampledToken[] }>;
+}
+
+/**
+ * What the engine knows of a runner, and all it knows: as vLLM's engine core sees only its executor. The
+ * engine owns the block pool's bookkeeping; the runner says where the pool's bytes live, computes passes
+ * over it, and may draw tokens itself. Implementations: KernelRunner (our WebAssembly kernels), OnnxRunner
+ * (onnxruntime-node / -web), GpuRunner (onnxruntime's WebGPU EP with the pool on the device).
+ */
+export interface ModelRunner {
+  readonly config: ModelConfig;
+  readonly name: RunnerName;
+  /**
+   * Besides the weights, what decides the bytes a KV block holds: part of the durable KV store's cache
+   * identity, so a block is never restored into a runner that would have computed other bytes.
+   */
+  readonly kvIdentity: string;
+  /** Present where tokens are drawn on the device; the engine then samples through it. */
+  readonly deviceSampling: DeviceSampling | undefined;
+  /**
+   * Storage for the engine's block pool in the runner's own memory, or undefined for plain JS arrays.
+   * Refuses (InvalidRequestError) a KV dtype it cannot compute with.
+   */
+  createKvStorage(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): KvStorage | undefined;
+  /** The pool, once built: a runner that mirrors it elsewhere (the GPU) follows its copies and restores. */
+  attachPool(pool: BlockPool): void;
+  /** One batched pass: every row's new tokens attend to its cache, are written into it, and give logits. */
+  forward(rows: readonly StepRow[]): Promise<StepLogits>;
+  stats(): RunnerStats;
+  release(): Promise<void>;
+}
