@@ -1,4 +1,4 @@
-// Deterministic test-model generator: writes a Hugging Face style Llama folder (SPEC.md "Model folder").
+// Deterministic test-model generator: writes a Hugging Face style Llama folder (docs/models.md "Model folder layout").
 //
 //   npx tsx scripts/model-make.ts --preset <tiny|tiny-untied|bench-135m> --out <dir> [--seed N]
 //                                 [--dtype fp32|fp16|int8|q4|all]

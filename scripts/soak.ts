@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { freePort } from './lib/free-port.js';
-import { startServer, type Server } from './soak/server.js';
+import { startDevServer, type DevServer } from './lib/dev-server.js';
 import { client, emptyCounts, type Context, type Session } from './soak/traffic.js';
 
 const { values } = parseArgs({
@@ -73,7 +73,9 @@ async function main(): Promise<void> {
   console.log(
     `soak: ${clients} clients for ${minutes} min (at most ${maxRequests} requests) against npm start on 127.0.0.1:${port}, seed ${values.seed}`,
   );
-  let server: Server = await startServer(port, persist, serverLog);
+  // `npm start` as a user runs it, on a port of its own, storage kept across the restart.
+  const start = () => startDevServer({}, persist, { via: 'npm-start', port, onLine: serverLog, readyWithinMs: 90_000 });
+  let server: DevServer = await start();
   const counts = emptyCounts();
   const sessions: Session[] = [];
   let restarting = false;
@@ -94,7 +96,7 @@ async function main(): Promise<void> {
     restarting = true;
     console.log(`soak: restarting the server at ${((Date.now() - started) / 1000).toFixed(0)} s`);
     await server.stop();
-    server = await startServer(port, persist, serverLog);
+    server = await start();
     // Streams cut by the restart still answer for a moment; the window closes a little after it is up.
     await new Promise((resolve) => setTimeout(resolve, 2000));
     restarting = false;

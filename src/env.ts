@@ -39,6 +39,8 @@ export interface Env {
   SPECULATIVE?: string;
   /** The draft model's folder name (found like MODEL), for `speculative.method: "draft"`. */
   DRAFT_MODEL?: string;
+  /** `false` frees whitespace between JSON tokens in constrained outputs (vLLM's option); default true. */
+  DISABLE_ANY_WHITESPACE?: string;
 }
 
 declare global {
@@ -81,6 +83,11 @@ export function modelName(env: Env): string {
 
 export function boolVar(env: Env, name: 'ALLOW_LOOPBACK_CALLBACKS'): boolean {
   return env[name]?.trim().toLowerCase() === 'true';
+}
+
+/** DISABLE_ANY_WHITESPACE: only an explicit `false` frees JSON whitespace by default. */
+export function anyJsonWhitespaceVar(env: Env): boolean {
+  return env.DISABLE_ANY_WHITESPACE?.trim().toLowerCase() === 'false';
 }
 
 /**

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadWllama, nonUtf8TokenIds } from '../scripts/bench/wllama-node.js';
 import { DEFAULT_SEED } from '../scripts/model-make.js';
 import { quantizeQ4_0, quantizeQ8_0 } from '../scripts/model/ggml-quants.js';
-import { fromHalfBits } from '../scripts/model/fp16.js';
+import { halfValue } from '../src/engine/model/half.js';
 import { presetGgufInput, writeLlamaGguf, type GgufType } from '../scripts/model/gguf-writer.js';
 import { PRESETS } from '../scripts/model/presets.js';
 import { TextTokenizer } from '../src/tokenizer/tokenizer.js';
@@ -91,7 +91,7 @@ function dequantize(type: 'Q8_0' | 'Q4_0', blocks: Uint8Array, n: number): Float
   const size = type === 'Q8_0' ? 34 : 18;
   for (let b = 0; b < n / 32; b++) {
     const o = b * size;
-    const d = fromHalfBits(blocks[o] | (blocks[o + 1] << 8));
+    const d = halfValue(blocks[o] | (blocks[o + 1] << 8));
     for (let j = 0; j < 32; j++) {
       if (type === 'Q8_0') out[b * 32 + j] = d * ((blocks[o + 2 + j] << 24) >> 24);
       else out[b * 32 + j] = d * (j < 16 ? (blocks[o + 2 + j] & 15) - 8 : (blocks[o + 2 + j - 16] >> 4) - 8);
@@ -183,7 +183,7 @@ describe('GGUF layout', () => {
     const x = Float32Array.from({ length: 32 }, (_, j) => (j === 20 ? -4 : (j % 8) * 0.5 - 2));
     const q4 = new Uint8Array(18);
     quantizeQ4_0(x, q4);
-    expect(fromHalfBits(q4[0] | (q4[1] << 8))).toBe(0.5);
+    expect(halfValue(q4[0] | (q4[1] << 8))).toBe(0.5);
     expect(q4[2 + 4] & 15).toBe(((4 % 8) * 0.5 - 2) / 0.5 + 8); // element 4 in the low nibble of byte 4
     expect(q4[2 + 4] >> 4).toBe(0); // element 20 = -4 -> -8 + 8 in the high nibble
     expect(dequantize('Q4_0', q4, 32)).toEqual(x);

@@ -7,7 +7,7 @@ import * as ortNode from 'onnxruntime-node';
 import * as ortWeb from 'onnxruntime-web';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeModel } from '../scripts/model-make.js';
-import { fromHalfBits, toHalfBits } from '../scripts/model/fp16.js';
+import { halfValue, halfBits } from '../src/engine/model/half.js';
 import { buildLlamaModel } from '../scripts/model/llama-graph.js';
 import { encodeModel, toBytes } from '../scripts/model/onnx-proto-writer.js';
 import { PRESETS, type LlamaShape } from '../scripts/model/presets.js';
@@ -159,11 +159,11 @@ describe('model folder', () => {
 describe('weight formats', () => {
   it('converts float16 with round-to-nearest-even', () => {
     for (const v of [0, 1, -2.5, 65504, 6.1e-5, 1e-7, 0.1, 1 + 2 ** -11, 1 + 3 * 2 ** -11]) {
-      const back = fromHalfBits(toHalfBits(v));
+      const back = halfValue(halfBits(v));
       expect(Math.abs(back - v)).toBeLessThanOrEqual(Math.max(Math.abs(v) * 2 ** -11, 2 ** -25));
     }
-    expect(toHalfBits(1 + 2 ** -11)).toBe(0x3c00); // tie -> even
-    expect(toHalfBits(1 + 3 * 2 ** -11)).toBe(0x3c02);
+    expect(halfBits(1 + 2 ** -11)).toBe(0x3c00); // tie -> even
+    expect(halfBits(1 + 3 * 2 ** -11)).toBe(0x3c02);
   });
 
   it('quantises within half a step per block, padding K to the block size', () => {

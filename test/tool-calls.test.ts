@@ -4,7 +4,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine/engine.js';
 import { parseToolCalls, ToolCallParser, type ToolCallDelta } from '../src/worker/tool-calls.js';
 import { toolCallText, TOOL_CALL_SUFFIX, toolCallPrefix } from '../src/tokenizer/tool-format.js';
-import { loadEngine } from './helpers/engines.js';
+import type { JsonObject } from '../src/worker/body.js';
+import { withRequestWhitespace } from '../src/worker/structured.js';
+import { toolUse } from '../src/worker/tools.js';
+import { collect, loadEngine } from './helpers/engines.js';
 
 const call = (name: string, args: string): string => toolCallText(name, args);
 
@@ -82,5 +85,92 @@ describe('grammar matcher', () => {
     expect(() => m.rollback(99)).toThrow(RangeError);
     m.dispose();
     fork.dispose();
+  });
+});
+
+describe('forced tool calls are compact JSON, so a small model finishes them', () => {
+  // The e2e suite's tools: bounded strings, so only whitespace could run on (and did: 2 of 6 finished).
+  const tools = [
+    {
+      type: 'function',
+      function: {
+        name: 'get_weather',
+        parameters: {
+          type: 'object',
+          properties: { city: { type: 'string', maxLength: 10 }, unit: { enum: ['celsius', 'fahrenheit'] } },
+          required: ['city', 'unit'],
+          additionalProperties: false,
+        },
+      },
+    },
+    {
+      type: 'function',
+      function: {
+        name: 'get_time',
+        parameters: {
+          type: 'object',
+          properties: { zone: { type: 'string', maxLength: 6 } },
+          required: ['zone'],
+          additionalProperties: false,
+        },
+      },
+    },
+  ];
+  const named = { type: 'function', function: { name: 'get_weather' } };
+  let engine: Engine;
+  beforeAll(async () => {
+    // Our kernels: the same bits on every CPU, so seeded samples are the same everywhere.
+    engine = await loadEngine('kernels');
+  });
+  afterAll(async () => {
+    await engine.runner.release();
+  });
+
+  const forced = async (body: Record<string, unknown>, seed: number) => {
+    const use = toolUse({ tools, ...body } as unknown as JsonObject);
+    const constraint = withRequestWhitespace(use.constraint, body as JsonObject);
+    const request = {
+      messages: [{ role: 'user' as const, content: 'What is the weather in Paris?' }],
+      tools: use.tools,
+      constraint,
+      temperature: 1,
+      max_tokens: 120,
+      seed,
+    };
+    return (await collect(engine, request)).done;
+  };
+  const outsideStrings = (json: string): string => json.replace(/"(?:[^"\\]|\\.)*"/g, '""');
+
+  it('named or required, temperature 1, max_tokens 120: every call finishes with valid compact arguments', async () => {
+    const bodies = [{ tool_choice: named }, { tool_choice: 'required', parallel_tool_calls: false }];
+    for (const body of bodies) {
+      for (const seed of [1, 2, 3]) {
+        const done = await forced(body, seed);
+        expect(done.finishReason).toBe('stop');
+        const { calls } = parseToolCalls(done.text);
+        expect(calls).toHaveLength(1);
+        const args = JSON.parse(calls[0].function.arguments);
+        expect(typeof args.city === 'string' || typeof args.zone === 'string').toBe(true);
+        expect(outsideStrings(calls[0].function.arguments)).not.toMatch(/\s/);
+      }
+    }
+  });
+
+  it("disable_any_whitespace: false frees whitespace between the arguments' tokens again", () => {
+    const prefix = `${toolCallPrefix('get_weather')}{`;
+    const allowsSpace = (body: Record<string, unknown>): boolean => {
+      const use = toolUse({ tools, tool_choice: named } as unknown as JsonObject);
+      const constraint = withRequestWhitespace(use.constraint, body as JsonObject)!;
+      const m = engine.constraints.compile(constraint).matcher([2]);
+      for (const t of engine.tokenizer.encode(prefix)) expect(m.accept(t)).toBe(true);
+      m.nextMask();
+      const space = engine.tokenizer.encode(' ');
+      const allowed = space.length === 1 && m.allows(space[0]);
+      m.dispose();
+      return allowed;
+    };
+    expect(allowsSpace({})).toBe(false);
+    expect(allowsSpace({ structured_outputs: { disable_any_whitespace: false } })).toBe(true);
+    expect(allowsSpace({ structured_outputs: { disable_any_whitespace: true } })).toBe(false);
   });
 });

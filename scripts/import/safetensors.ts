@@ -4,7 +4,7 @@
 // ({"weight_map": {name: file}}). Tensors are returned as float32 (F32, F16 and BF16 are read).
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { fromHalfBits } from '../model/fp16.js';
+import { halfValue } from '../../src/engine/model/half.js';
 
 export interface FloatTensor {
   dims: number[];
@@ -74,7 +74,7 @@ export class SafetensorsFile {
     const dv = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
     const data = new Float32Array(count);
     if (e.dtype === 'F32') for (let i = 0; i < count; i++) data[i] = dv.getFloat32(i * 4, true);
-    else if (e.dtype === 'F16') for (let i = 0; i < count; i++) data[i] = fromHalfBits(dv.getUint16(i * 2, true));
+    else if (e.dtype === 'F16') for (let i = 0; i < count; i++) data[i] = halfValue(dv.getUint16(i * 2, true));
     else {
       // bfloat16 is the top half of a float32.
       const u32 = new Uint32Array(data.buffer);

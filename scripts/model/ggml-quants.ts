@@ -2,7 +2,7 @@
 // quantize_row_q8_0_ref / quantize_row_q4_0_ref) write them, for the GGUF writer. Blocks of 32 along a
 // row (ggml's ne0). Arithmetic is rounded to float32 at each step like the C code, so for the same input
 // the bytes match what llama.cpp's own quantizer produces.
-import { toHalfBits } from './fp16.js';
+import { halfBits } from '../../src/engine/model/half.js';
 
 export const QK = 32;
 /** Bytes per block: f16 scale + 32 int8. */
@@ -23,7 +23,7 @@ export function quantizeQ8_0(src: Float32Array, out: Uint8Array, offset = 0): vo
     for (let j = 0; j < QK; j++) amax = Math.max(amax, Math.abs(src[b + j]));
     const d = f(amax / 127);
     const id = d ? f(1 / d) : 0;
-    view.setUint16(o, toHalfBits(d), true);
+    view.setUint16(o, halfBits(d), true);
     for (let j = 0; j < QK; j++) view.setInt8(o + 2 + j, roundf(f(src[b + j] * id)));
   }
 }
@@ -45,7 +45,7 @@ export function quantizeQ4_0(src: Float32Array, out: Uint8Array, offset = 0): vo
     }
     const d = f(max / -8);
     const id = d ? f(1 / d) : 0;
-    view.setUint16(o, toHalfBits(d), true);
+    view.setUint16(o, halfBits(d), true);
     // (int8_t)(x + 8.5f) truncates; x*id lies in [-8, 8], so this is round-half-up then a clamp to 15.
     const nibble = (x: number): number => Math.min(15, Math.trunc(f(f(x * id) + 8.5)));
     for (let j = 0; j < QK / 2; j++) out[o + 2 + j] = nibble(src[b + j]) | (nibble(src[b + j + QK / 2]) << 4);

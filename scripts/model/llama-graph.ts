@@ -1,4 +1,4 @@
-// Llama decoder graph (HF Optimum I/O, see SPEC.md "ONNX graph I/O") from standard opset-17 ops,
+// Llama decoder graph (HF Optimum I/O, docs/models.md "Model folder layout") from standard opset-17 ops,
 // plus com.microsoft MatMulNBits in the quantised variants.
 //
 // Op list (per model): Shape, Sub, Squeeze, Range, Unsqueeze, Less, Not, Cast, And, Where (mask);

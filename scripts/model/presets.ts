@@ -1,4 +1,4 @@
-// Model presets from SPEC.md ("Presets") and the config.json they produce.
+// Model presets (docs/models.md, "Making models") and the config.json they produce.
 
 export type PresetName = 'tiny' | 'tiny-untied' | 'tiny-draft' | 'tiny-copy' | 'bench-135m' | 'bench-135m-copy';
 export const PRESET_NAMES: readonly PresetName[] = [

@@ -11,7 +11,7 @@
 //         8-bit as in int8 (the usual choice for 4-bit exports: the output projection is the most
 //         error-sensitive matrix, and sharing it with the Gather keeps one copy).
 import { int, type GraphBuilder } from './graph-builder.js';
-import { toHalfArray } from './fp16.js';
+import { toHalf } from '../../src/engine/model/half.js';
 import { DataType } from './onnx-proto-writer.js';
 import type { LlamaShape } from './presets.js';
 import {
@@ -85,7 +85,7 @@ function denseOps(
     let out: string;
     if (dtype === 'fp32') out = g.initializer({ name, dataType: DataType.FLOAT, dims: t.dims, data: t.data });
     else {
-      g.initializer({ name, dataType: DataType.FLOAT16, dims: t.dims, data: toHalfArray(t.data) });
+      g.initializer({ name, dataType: DataType.FLOAT16, dims: t.dims, data: toHalf(t.data) });
       out = g.op('Cast', [name], { name: `${name}_f32`, attrs: { to: int(DataType.FLOAT) } });
     }
     refs.set(name, out);

@@ -39,6 +39,11 @@ export interface EngineOptions extends Partial<EngineLimits>, Omit<RunnerOptions
   modelId?: string;
   /** The KV cache's element type: fp32 (default), or fp16 for twice the tokens per byte (edge kernels only). */
   kvDtype?: KvDtype;
+  /**
+   * JSON constraints (response formats, tool-call arguments) leave whitespace free unless a request says
+   * otherwise. Default false: no free whitespace (see constraints/spec.ts).
+   */
+  anyJsonWhitespace?: boolean;
   /** Run the engine loop by itself whenever there is work (default). Off, the owner calls step(). */
   autoRun?: boolean;
   /** A draft model for speculative decoding (method `draft`): same tokenizer, its own KV pool. */
@@ -113,6 +118,7 @@ export class Engine {
       tokenizer,
       Math.min(config.vocabSize, tokenizer.vocabSize),
       config.eosTokenIds,
+      options.anyJsonWhitespace,
     );
     this.maxBatchSize = limits.maxBatchSize;
     const { blockSize } = limits;

@@ -3,7 +3,15 @@ import { Engine } from '../engine/engine.js';
 import type { ModelDtype } from '../engine/model/model-files.js';
 import type { GenerationRequest } from '../engine/request.js';
 import { resolveSpeculativeParams } from '../engine/speculative/speculative-params.js';
-import { intVar, kvDtypeVar, kvStoreBytesVar, modelName, speculativeVar, type Env } from '../env.js';
+import {
+  anyJsonWhitespaceVar,
+  intVar,
+  kvDtypeVar,
+  kvStoreBytesVar,
+  modelName,
+  speculativeVar,
+  type Env,
+} from '../env.js';
 import type { KvBlockStore } from '../engine/kv/block-store.js';
 import { SqlKvBlockStore } from './kv-block-store.js';
 import { InvalidRequestError } from '../engine/errors.js';
@@ -74,6 +82,7 @@ export class InferenceObject extends DurableObject<Env> {
       kvDtype: kvDtypeVar(this.env),
       memoryBudgetBytes: intVar(this.env, 'MEMORY_BUDGET_MB') * 2 ** 20,
       maxBatchSize: intVar(this.env, 'MAX_BATCH'),
+      anyJsonWhitespace: anyJsonWhitespaceVar(this.env),
       kvStore: this.kvStore,
     });
   }

@@ -9,6 +9,24 @@ import { badParam } from './errors.js';
  * `guided_grammar` are accepted too. At most one source per request. Shapes are checked here; what the
  * grammar engine cannot enforce is the engine's to refuse (400, naming the keyword).
  */
+const WHITESPACE = 'disable_any_whitespace';
+
+/**
+ * vLLM's `structured_outputs.disable_any_whitespace`: false frees whitespace between JSON tokens (in
+ * response formats and tool-call arguments), true keeps it fixed; absent, the server's default
+ * (DISABLE_ANY_WHITESPACE, true unless set). Other constraints ignore it.
+ */
+export function withRequestWhitespace(constraint: Constrained | undefined, body: JsonObject): Constrained | undefined {
+  const so = body.structured_outputs as JsonObject | undefined | null;
+  const value = so?.[WHITESPACE];
+  if (value === undefined || value === null || !constraint) return constraint;
+  if (typeof value !== 'boolean')
+    throw badParam(`structured_outputs.${WHITESPACE}`, `structured_outputs.${WHITESPACE} must be a boolean`);
+  const { spec } = constraint;
+  if (spec.type !== 'json_object' && spec.type !== 'json_schema' && spec.type !== 'tool_calls') return constraint;
+  return { ...constraint, spec: { ...spec, anyWhitespace: !value } };
+}
+
 export function structuredConstraint(body: JsonObject): Constrained | undefined {
   const found: Constrained[] = [];
   const format = responseFormat(body);
@@ -18,14 +36,19 @@ export function structuredConstraint(body: JsonObject): Constrained | undefined 
     if (typeof so !== 'object' || Array.isArray(so))
       throw badParam('structured_outputs', 'structured_outputs must be an object');
     const keys = Object.keys(so).filter(
-      (k) => (so as JsonObject)[k] !== undefined && (so as JsonObject)[k] !== null && (so as JsonObject)[k] !== false,
+      (k) =>
+        k !== WHITESPACE &&
+        (so as JsonObject)[k] !== undefined &&
+        (so as JsonObject)[k] !== null &&
+        (so as JsonObject)[k] !== false,
     );
-    if (keys.length !== 1)
+    // disable_any_whitespace alone qualifies response_format or a forced tool call.
+    if (keys.length > 1 || (keys.length === 0 && (so as JsonObject)[WHITESPACE] === undefined))
       throw badParam(
         'structured_outputs',
         'structured_outputs takes exactly one of json, regex, choice, grammar, json_object',
       );
-    found.push(fromVllm(keys[0], (so as JsonObject)[keys[0]], `structured_outputs.${keys[0]}`));
+    if (keys.length === 1) found.push(fromVllm(keys[0], (so as JsonObject)[keys[0]], `structured_outputs.${keys[0]}`));
   }
   for (const legacy of ['json', 'regex', 'choice', 'grammar'] as const) {
     const name = `guided_${legacy}`;
@@ -36,7 +59,7 @@ export function structuredConstraint(body: JsonObject): Constrained | undefined 
       found[1].param,
       `only one structured output constraint per request (${found.map((f) => f.param).join(', ')} were given)`,
     );
-  return found[0];
+  return withRequestWhitespace(found[0], body);
 }
 
 function responseFormat(body: JsonObject): Constrained | undefined {

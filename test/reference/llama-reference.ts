@@ -1,4 +1,4 @@
-// Reference Llama forward pass (HF LlamaForCausalLM math, see spec/SPEC.md), the oracle the engine is
+// Reference Llama forward pass (HF LlamaForCausalLM math), the oracle the engine is
 // checked against. Deliberately naive, one token at a time, every accumulation in Float64, in the
 // spirit of llama2.c run.c. It shares no code with the engine or the ONNX graph builder.
 import type { Tensor } from './onnx-weights';

@@ -55,6 +55,8 @@ export class ConstraintCompiler {
     private readonly tokenizer: TextTokenizer,
     private readonly vocabSize: number,
     private readonly eosTokenIds: readonly number[],
+    /** Whether JSON constraints leave whitespace free when a request does not say (server default: no). */
+    private readonly anyWhitespace = false,
   ) {}
 
   /** A copy of the counters (safe to send over RPC). */
@@ -67,14 +69,14 @@ export class ConstraintCompiler {
     return this.module !== undefined;
   }
 
-  compile({ spec, param }: Constrained): CompiledConstraint {
+  compile({ spec: asked, param }: Constrained): CompiledConstraint {
     if (!this.module)
       throw new InvalidRequestError(
         param,
         'structured outputs are not available on this runtime',
         'unsupported_parameter',
       );
-    const source = toSource(spec, param);
+    const spec = withWhitespace(asked, this.anyWhitespace);
     const key = constraintKey(spec);
     let compiled = this.cache.get(key);
     if (compiled) {
@@ -84,7 +86,7 @@ export class ConstraintCompiler {
       const runtime = this.ensureRuntime();
       const started = now();
       try {
-        compiled = runtime.compile(source);
+        compiled = runtime.compile(toSource(spec, param, runtime));
       } catch (err) {
         if (err instanceof GrammarSyntaxError)
           throw new InvalidRequestError(param, `${param}: ${err.message || 'the grammar could not be parsed'}`);
@@ -145,13 +147,23 @@ export function grammarVocab(tokenizer: TextTokenizer, vocabSize: number): strin
   return vocab;
 }
 
-function toSource(spec: ConstraintSpec, param: string): GrammarSource {
+/** The spec with its JSON whitespace decided (the request's choice, else the server's), so the cache key says it. */
+function withWhitespace(spec: ConstraintSpec, anyByDefault: boolean): ConstraintSpec {
+  if (spec.type !== 'json_object' && spec.type !== 'json_schema' && spec.type !== 'tool_calls') return spec;
+  return { ...spec, anyWhitespace: spec.anyWhitespace ?? anyByDefault };
+}
+
+function toSource(spec: ConstraintSpec, param: string, runtime: XgrammarRuntime): GrammarSource {
   switch (spec.type) {
     case 'json_object':
-      return { kind: 'json_schema', schema: '{"type":"object"}' };
+      return { kind: 'json_schema', schema: '{"type":"object"}', anyWhitespace: spec.anyWhitespace === true };
     case 'json_schema':
       checkJsonSchema(spec.schema, param);
-      return { kind: 'json_schema', schema: JSON.stringify(rewriteForXgrammar(spec.schema, param)) };
+      return {
+        kind: 'json_schema',
+        schema: JSON.stringify(rewriteForXgrammar(spec.schema, param)),
+        anyWhitespace: spec.anyWhitespace === true,
+      };
     case 'regex':
       if (typeof spec.pattern !== 'string' || spec.pattern.length === 0)
         throw new InvalidRequestError(param, `${param} must be a non-empty regular expression`);
@@ -181,12 +193,13 @@ function toSource(spec: ConstraintSpec, param: string): GrammarSource {
       return { kind: 'ebnf', ebnf: spec.ebnf };
     case 'tool_calls': {
       for (const tag of spec.tags) checkJsonSchema(tag.schema, param);
-      const tags = spec.tags.map((t) => ({
-        type: 'tag',
-        begin: t.begin,
-        content: { type: 'json_schema', json_schema: rewriteForXgrammar(t.schema, param) },
-        end: t.end,
-      }));
+      const tags = spec.tags.map((t) => {
+        const schema = rewriteForXgrammar(t.schema, param);
+        const content = spec.anyWhitespace
+          ? { type: 'json_schema', json_schema: schema }
+          : { type: 'grammar', grammar: runtime.compactJsonEbnf(JSON.stringify(schema)) };
+        return { type: 'tag', begin: t.begin, content, end: t.end };
+      });
       const format = {
         type: 'tags_with_separator',
         tags,

@@ -172,13 +172,7 @@ export class DeviceSampler {
       }),
     ];
     try {
-      const encoder = k.device.createCommandEncoder();
-      const pass = encoder.beginComputePass({ label: 'sample' });
-      pass.setPipeline(k.pipeline('sample'));
-      pass.setBindGroup(0, k.bind('sample', buffers));
-      pass.dispatchWorkgroups(rows);
-      pass.end();
-      k.device.queue.submit([encoder.finish()]);
+      k.dispatch('sample', buffers, rows);
       const wantTop = states.some((s) => s.params.logprobs && s.params.topLogprobs > 0);
       const [out, top] = await Promise.all([
         readBuffer(k.device, buffers[6], rows * 8),
@@ -226,13 +220,7 @@ export class DeviceSampler {
       }),
     ];
     try {
-      const encoder = k.device.createCommandEncoder();
-      const pass = encoder.beginComputePass({ label: 'greedy' });
-      pass.setPipeline(k.pipeline('greedy'));
-      pass.setBindGroup(0, k.bind('greedy', buffers));
-      pass.dispatchWorkgroups(rows);
-      pass.end();
-      k.device.queue.submit([encoder.finish()]);
+      k.dispatch('greedy', buffers, rows);
       const out = await readBuffer(k.device, buffers[3], rows * 8);
       return rowStarts.map((_, r) => ({
         tokenId: new Uint32Array(out, r * 8, 1)[0],

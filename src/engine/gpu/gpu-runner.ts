@@ -18,20 +18,6 @@ import { readBuffer, type WgslKernels } from './wgsl-kernels.js';
 import { KvTransfer, type KvLayerBuffers, type KvRowPlacement } from './kv-transfer.js';
 import { BufferUsage } from './usage.js';
 
-/**
- * The model runner of the WebGPU backend with the KV cache kept on the device. Same forward() contract
- * and batch layout as OnnxRunner (see its comment), but each pass
- *   1. gathers every layer's past_key_values from the device block pool with our kernel into fresh
- *      device buffers, handed to ORT with Tensor.fromGpuBuffer;
- *   2. runs the session with present.* left on the device (preferredOutputLocation 'gpu-buffer');
- *   3. scatters the new keys and values from ORT's present buffers into their blocks with our kernel.
- * Keys and values never cross to the CPU; only the logits come back (or, with `logitsOnDevice`, not even
- * those: the device sampler reads them where they are).
- *
- * The CPU BlockPool keeps doing the bookkeeping (reference counts, prefix hashes, free list); attach it
- * with attachPool() before the first pass. Its copy-on-write copies are then done on the device, at
- * the start of the next pass (the only reader or writer of KV bytes); its own float arrays go unused.
- */
 /** Logits left on the device: row r's logits after its token i start at float `start(r, i)` of `buffer`. */
 export interface DeviceStepLogits {
   readonly buffer: GPUBuffer;
@@ -52,6 +38,20 @@ export interface GpuRunnerOptions {
 /** The graph is one OnnxRunner can run but this runner cannot (fp16 KV, no position_ids). */
 export class UnsupportedOnDevice extends Error {}
 
+/**
+ * The model runner of the WebGPU backend with the KV cache kept on the device. Same forward() contract
+ * and batch layout as OnnxRunner (see its comment), but each pass
+ *   1. gathers every layer's past_key_values from the device block pool with our kernel into fresh
+ *      device buffers, handed to ORT with Tensor.fromGpuBuffer;
+ *   2. runs the session with present.* left on the device (preferredOutputLocation 'gpu-buffer');
+ *   3. scatters the new keys and values from ORT's present buffers into their blocks with our kernel.
+ * Keys and values never cross to the CPU; only the logits come back (or, with `logitsOnDevice`, not even
+ * those: the device sampler reads them where they are).
+ *
+ * The CPU BlockPool keeps doing the bookkeeping (reference counts, prefix hashes, free list); attach it
+ * with attachPool() before the first pass. Its copy-on-write copies are then done on the device, at
+ * the start of the next pass (the only reader or writer of KV bytes); its own float arrays go unused.
+ */
 export class GpuRunner implements ModelRunner, DeviceSampling {
   readonly name = 'onnxruntime';
   /** The pool's bytes come from the device's own gather, attention and scatter. */

@@ -101,12 +101,11 @@ export class KvTransfer {
     const rowsBuffer = k.upload(rowInfo, STORAGE, `${kernel} rows`);
     const tablesBuffer = k.upload(new Uint32Array(tables.length ? tables : [0]), STORAGE, `${kernel} tables`);
     this.transient.push(paramsBuffer, rowsBuffer, tablesBuffer);
-    const pass = encoder.beginComputePass({ label: kernel });
-    pass.setPipeline(k.pipeline(kernel));
-    for (let layer = 0; layer < numLayers; layer++) {
-      pass.setBindGroup(0, k.bind(kernel, [paramsBuffer, rowsBuffer, tablesBuffer, ...layerBuffers(layer)]));
-      pass.dispatchWorkgroups(x, y);
-    }
-    pass.end();
+    const layers = Array.from({ length: numLayers }, (_, layer) => ({
+      buffers: [paramsBuffer, rowsBuffer, tablesBuffer, ...layerBuffers(layer)],
+      x,
+      y,
+    }));
+    k.encode(encoder, kernel, layers);
   }
 }

@@ -55,6 +55,28 @@ export class WgslKernels {
     });
   }
 
+  /** One compute pass of `name` into `encoder`: a dispatch of (x, y) workgroups per group of bound buffers. */
+  encode(
+    encoder: GPUCommandEncoder,
+    name: KernelName,
+    dispatches: readonly { buffers: readonly GPUBuffer[]; x: number; y?: number }[],
+  ): void {
+    const pass = encoder.beginComputePass({ label: name });
+    pass.setPipeline(this.pipeline(name));
+    for (const { buffers, x, y } of dispatches) {
+      pass.setBindGroup(0, this.bind(name, buffers));
+      pass.dispatchWorkgroups(x, y ?? 1);
+    }
+    pass.end();
+  }
+
+  /** Runs one dispatch of `name` over `buffers` now: encoded, submitted. */
+  dispatch(name: KernelName, buffers: readonly GPUBuffer[], x: number, y = 1): void {
+    const encoder = this.device.createCommandEncoder({ label: name });
+    this.encode(encoder, name, [{ buffers, x, y }]);
+    this.device.queue.submit([encoder.finish()]);
+  }
+
   /** A buffer holding `data` (rounded up to 16 bytes; WebGPU wants multiples of 4, uniforms 16). */
   upload(data: ArrayBufferView<ArrayBuffer>, usage: GPUBufferUsageFlags, label?: string): GPUBuffer {
     const size = Math.max(16, Math.ceil(data.byteLength / 16) * 16);

@@ -1,16 +1,4 @@
 /**
- * Durable storage for full KV blocks, so a cache outlives the engine that computed it (an evicted or
- * restarted Durable Object restores a session's history instead of prefilling it again).
- *
- * A full block is immutable and named by its chained prefix hash, which is salted with the cache
- * identity (model, weights digest, dtype, KV dtype, block size, runner): equal names mean equal bytes,
- * so a block is stored once however many sessions and requests share it. Bytes are opaque here: the
- * pool's own layout (BlockPool.readBlock), fp32 or fp16 as the pool holds them.
- *
- * Reads are synchronous because restoring happens while the scheduler admits a request (the object's
- * SQLite is synchronous); writes happen after a generation has sent its last event, never on the token path.
- */
-/**
  * Part of every cache identity. Bump it whenever a change to the kernels, a runner or the pool's layout
  * changes the bytes of a block computed from the same weights: stored blocks of the old code are then
  * dropped instead of restored.
@@ -24,6 +12,18 @@ export interface StoredBlock {
   bytes: Uint8Array;
 }
 
+/**
+ * Durable storage for full KV blocks, so a cache outlives the engine that computed it (an evicted or
+ * restarted Durable Object restores a session's history instead of prefilling it again).
+ *
+ * A full block is immutable and named by its chained prefix hash, which is salted with the cache
+ * identity (model, weights digest, dtype, KV dtype, block size, runner): equal names mean equal bytes,
+ * so a block is stored once however many sessions and requests share it. Bytes are opaque here: the
+ * pool's own layout (BlockPool.readBlock), fp32 or fp16 as the pool holds them.
+ *
+ * Reads are synchronous because restoring happens while the scheduler admits a request (the object's
+ * SQLite is synchronous); writes happen after a generation has sent its last event, never on the token path.
+ */
 export interface KvBlockStore {
   /**
    * Binds the store to one cache identity before first use. Blocks stored under any other identity

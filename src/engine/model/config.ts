@@ -83,7 +83,8 @@ export function parseModelConfig(config: Json, generationConfig: Json = {}): Mod
     headDim,
     vocabSize: positiveInt(config, 'vocab_size'),
     maxPositionEmbeddings: positiveInt(config, 'max_position_embeddings'),
-    tieWordEmbeddings: config.tie_word_embeddings !== false,
+    // Hugging Face's LlamaConfig default: untied unless config.json says tied.
+    tieWordEmbeddings: config.tie_word_embeddings === true,
     eosTokenIds: eos,
     bosTokenId: typeof config.bos_token_id === 'number' ? config.bos_token_id : undefined,
     rmsNormEps: typeof config.rms_norm_eps === 'number' && config.rms_norm_eps > 0 ? config.rms_norm_eps : 1e-6,

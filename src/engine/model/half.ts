@@ -5,24 +5,22 @@
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
 
+/** The value of one half, exactly (every half is a float32, and a double). */
+export function halfValue(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1;
+  const exp = (h >>> 10) & 0x1f;
+  const mant = h & 0x3ff;
+  if (exp === 0) return sign * mant * 2 ** -24;
+  if (exp === 0x1f) return mant ? NaN : sign * Infinity;
+  return sign * (1 + mant / 1024) * 2 ** (exp - 15);
+}
+
 /** Every half's float32 value (256 KiB), built on first use: decoding is then one lookup per element. */
 let table: Float32Array | undefined;
 function halfTable(): Float32Array {
   if (table) return table;
   table = new Float32Array(65536);
-  for (let h = 0; h < 65536; h++) {
-    const sign = h & 0x8000 ? -1 : 1;
-    const exp = (h >>> 10) & 0x1f;
-    const mant = h & 0x3ff;
-    table[h] =
-      exp === 0
-        ? sign * mant * 2 ** -24
-        : exp === 0x1f
-          ? mant
-            ? NaN
-            : sign * Infinity
-          : sign * (1 + mant / 1024) * 2 ** (exp - 15);
-  }
+  for (let h = 0; h < 65536; h++) table[h] = halfValue(h);
   return table;
 }
 

@@ -50,17 +50,6 @@ export async function* readableChunks(stream: ReadableStream<Uint8Array>): Async
  * (q4f16: 4-bit weights with fp16 activations and KV; uint8 / quantized: 8-bit dynamic quantisation; bnb4).
  */
 export type ModelDtype = 'fp32' | 'fp16' | 'int8' | 'q4' | 'q4f16' | 'uint8' | 'quantized' | 'bnb4';
-export const MODEL_DTYPES: readonly ModelDtype[] = [
-  'fp32',
-  'fp16',
-  'int8',
-  'q4',
-  'q4f16',
-  'uint8',
-  'quantized',
-  'bnb4',
-];
-
 /** File name of each variant inside `onnx/`, as transformers.js names them. */
 export function onnxFileFor(dtype: ModelDtype): string {
   return dtype === 'fp32' ? 'onnx/model.onnx' : `onnx/model_${dtype}.onnx`;

@@ -3,6 +3,7 @@ import type { ChatMessage, GenerationRequest } from '../../engine/request.js';
 import type { Env } from '../../env.js';
 import { readJsonObject } from '../body.js';
 import { badParam } from '../errors.js';
+import { withRequestWhitespace } from '../structured.js';
 import { toolUse } from '../tools.js';
 import { collect, startGeneration } from '../generation.js';
 import { chatChunks, chatCompletion, responseMeta } from '../openai.js';
@@ -42,7 +43,7 @@ chat.post('/', async (c) => {
       `a forced tool call cannot be combined with ${sampling.constraint.param}`,
       'invalid_value',
     );
-  const constraint = sampling.constraint ?? tools.constraint;
+  const constraint = sampling.constraint ?? withRequestWhitespace(tools.constraint, body);
   const maxCompletionTokens = optInteger(body, 'max_completion_tokens');
   if (maxCompletionTokens !== undefined) sampling.max_tokens = maxCompletionTokens;
 

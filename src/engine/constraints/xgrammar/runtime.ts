@@ -14,9 +14,15 @@ export class GrammarSyntaxError extends Error {
 
 /** What to build a grammar from, in xgrammar's own terms. */
 export type GrammarSource =
-  | { kind: 'json_schema'; schema: string }
+  /** anyWhitespace: any run of whitespace between JSON tokens; else one space after `,` and `:`, none elsewhere. */
+  | { kind: 'json_schema'; schema: string; anyWhitespace: boolean }
   | { kind: 'structural_tag'; json: string }
   | { kind: 'ebnf'; ebnf: string };
+
+/** JSON's separators when whitespace is not free: `, ` and `: ` (as JSON.stringify(v, null, 1) minus newlines). */
+const SPACED = { first: ', ', second: ': ' };
+/** No whitespace at all. */
+const COMPACT = { first: ',', second: ':' };
 
 /**
  * xgrammar (WebAssembly, vendored from @mlc-ai/web-xgrammar) driven synchronously, for one tokenizer.
@@ -63,9 +69,9 @@ export class XgrammarRuntime {
       case 'json_schema':
         return this.compiler.CompileJSONSchema(
           source.schema,
-          false,
+          source.anyWhitespace,
           undefined,
-          { first: ', ', second: ': ' },
+          source.anyWhitespace ? undefined : SPACED,
           true,
           undefined,
         );
@@ -82,7 +88,16 @@ export class XgrammarRuntime {
     }
   }
 
-  private parse(source: GrammarSource): void {
+  /**
+   * The EBNF of JSON valid against `schema` with no whitespace at all (`{"a":1,"b":[2,3]}`): what a
+   * structural tag takes as a `grammar` format, so tool-call arguments are compact JSON. Converted on the
+   * probe, so a schema xgrammar cannot read is a GrammarSyntaxError, not an aborted main instance.
+   */
+  compactJsonEbnf(schema: string): string {
+    return this.parse({ kind: 'json_schema', schema, anyWhitespace: false }, COMPACT);
+  }
+
+  private parse(source: GrammarSource, separators = SPACED): string {
     this.probe ??= xgrammar.instantiateSync(this.module, (m) => this.probeMessages.push(m));
     this.probeMessages = [];
     let grammar: XgGrammar;
@@ -90,9 +105,9 @@ export class XgrammarRuntime {
       if (source.kind === 'json_schema')
         grammar = this.probe.Grammar.FromJSONSchema(
           source.schema,
-          false,
+          source.anyWhitespace,
           undefined,
-          { first: ', ', second: ': ' },
+          source.anyWhitespace ? undefined : separators,
           true,
           undefined,
           false,
@@ -107,7 +122,11 @@ export class XgrammarRuntime {
         .join('; ');
       throw new GrammarSyntaxError(reason || (err instanceof Error ? err.message : String(err)));
     }
-    grammar.delete();
+    try {
+      return grammar.ToString();
+    } finally {
+      grammar.delete();
+    }
   }
 
   /** A matcher for `compiled`. With no stop tokens, it ends as soon as the grammar is complete. */
