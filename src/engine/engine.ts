@@ -334,29 +334,34 @@ export class Engine {
     const proposals = await this.propose(plan.rows);
     const starts = plan.rows.map((r) => r.seq.kv.length);
     const fed = plan.rows.map((r) => r.tokens.length);
-    plan.rows.forEach((row, i) => row.tokens.push(...(proposals[i]?.tokens ?? [])));
+    for (const [i, row] of plan.rows.entries()) row.tokens.push(...(proposals[i]?.tokens ?? []));
     const { logits, drawn } = await this.runPass(plan.rows, proposals);
     this.counters.steps++;
     this.counters.lastBatchSize = plan.rows.length;
     this.counters.lastStepTokens = plan.rows.reduce((n, r) => n + r.tokens.length, 0);
     this.stepHistory.push({ step: this.counters.steps, batch: plan.rows.length, tokens: this.counters.lastStepTokens });
 
-    plan.rows.forEach(({ seq: req, samples }, i) => {
+    for (const [i, { seq: req, samples }] of plan.rows.entries()) {
       // Gone during this loop: a beam the search dropped when a sibling's logits completed its step.
-      if (!this.active.has(req)) return;
+      if (!this.active.has(req)) continue;
       const decode = samples && fed[i] === 1 && starts[i] >= req.sequence.request.promptIds.length;
       if (!decode) this.counters.prefillTokens += fed[i];
       const proposal = proposals[i];
-      if (proposal) return this.verify(req, proposal, (j) => logits.at(i, fed[i] - 1 + j), starts[i] + fed[i]);
+      if (proposal) {
+        this.verify(req, proposal, (j) => logits.at(i, fed[i] - 1 + j), starts[i] + fed[i]);
+        continue;
+      }
       this.kv.commit(req.kv, req.tokens);
-      if (!samples || req.sequence.finished) return;
+      if (!samples || req.sequence.finished) continue;
       // A beam the search continued earlier in this loop has a token this pass did not compute.
-      if (req.group.beams)
-        return req.kv.length === req.tokens.length ? this.onBeamLogits(req, logits.last(i)) : undefined;
+      if (req.group.beams) {
+        if (req.kv.length === req.tokens.length) this.onBeamLogits(req, logits.last(i));
+        continue;
+      }
       // The prompt is prefilled: siblings fork its cache now and sample from the same logits.
       const forks = req.forks.splice(0).map((child) => this.startFork(req, child));
       for (const seq of [req, ...forks]) this.sample(seq, drawn.get(seq) ?? logits.last(i));
-    });
+    }
   }
 
   /** Proposals for the rows the scheduler gave room to speculate (undefined for the others). */
@@ -380,7 +385,7 @@ export class Engine {
         };
       }),
     );
-    speculating.forEach((i, k) => (out[i] = proposals[k]));
+    for (const [k, i] of speculating.entries()) out[i] = proposals[k];
     return out;
   }
 
@@ -432,7 +437,7 @@ export class Engine {
       this.samplableVocab,
       needLogits,
     );
-    draws.forEach(({ seq }, k) => drawn.set(seq, out.sampled[k]));
+    for (const [k, { seq }] of draws.entries()) drawn.set(seq, out.sampled[k]);
     return { logits: out.logits ?? NO_LOGITS, drawn };
   }
 

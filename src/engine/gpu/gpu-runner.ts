@@ -189,7 +189,7 @@ export class GpuModelRunner {
         throw new TypeError('the GPU runner needs paged sequences (their block tables)');
       return kv.blocks;
     });
-    rows.forEach(({ kv, tokens }) => (kv as PagedSequenceKv).checkWritable(tokens.length));
+    for (const { kv, tokens } of rows) (kv as PagedSequenceKv).checkWritable(tokens.length);
 
     const { inputIds, positionIds, attentionMask } = stepInputs(rows, P, S);
     const Tensor = this.runtime.Tensor;
