@@ -43,7 +43,9 @@ export async function startDevServer(vars: Record<string, string> = {}, persistD
   });
   // The last 256 KiB of wrangler's output, for failure messages (a runaway log must not exhaust the string).
   let output = '';
-  const keep = (d: Buffer): void => void (output = (output + d.toString()).slice(-256 * 1024));
+  const keep = (d: Buffer): void => {
+    output = (output + d.toString()).slice(-256 * 1024);
+  };
   child.stdout!.on('data', keep);
   child.stderr!.on('data', keep);
   const url = `http://127.0.0.1:${port}`;
