@@ -93,6 +93,7 @@ describe('plot', () => {
     ];
     const svg = decodePlotSvg(backends, 'title');
     expect(svg.startsWith('<svg')).toBe(true);
+    expect(svg).toContain('<title>title</title>');
     expect(svg.match(/<path /g)).toHaveLength(3);
     expect(svg).toContain('int8 cpu');
     expect(svg).toContain('fp32 wasm');

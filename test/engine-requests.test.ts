@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine/engine.js';
 import { InvalidRequestError } from '../src/engine/errors.js';
 import type { GenerationRequest } from '../src/engine/request.js';
+import type { DoneEvent } from '../src/engine/sequence-output.js';
 import { collect, loadEngine, randomIds, SUITE_BACKEND } from './helpers/engines.js';
 
 let engine: Engine;
@@ -144,7 +145,7 @@ describe('cancellation', () => {
       { prompt: 'Abort me', max_tokens: 200, temperature: 0, ignore_eos: true },
       { signal: controller.signal },
     );
-    let done;
+    let done: DoneEvent | undefined;
     let count = 0;
     for await (const event of events) {
       if (event.type === 'token' && ++count === 2) controller.abort();

@@ -32,20 +32,26 @@ interface ReadTensor {
 function readGguf(bytes: Uint8Array): { meta: Map<string, unknown>; tensors: ReadTensor[]; dataStart: number } {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let pos = 0;
-  const u32 = (): number => ((pos += 4), view.getUint32(pos - 4, true));
-  const u64 = (): number => ((pos += 8), Number(view.getBigUint64(pos - 8, true)));
+  /** Moves past the next n bytes and returns where they start. */
+  const skip = (n: number): number => {
+    pos += n;
+    return pos - n;
+  };
+  const u32 = (): number => view.getUint32(skip(4), true);
+  const u64 = (): number => Number(view.getBigUint64(skip(8), true));
   const str = (): string => {
     const n = u64();
-    return new TextDecoder().decode(bytes.subarray(pos, (pos += n)));
+    const at = skip(n);
+    return new TextDecoder().decode(bytes.subarray(at, at + n));
   };
   const value = (type: number): unknown => {
     switch (type) {
       case 4:
         return u32();
       case 5:
-        return ((pos += 4), view.getInt32(pos - 4, true));
+        return view.getInt32(skip(4), true);
       case 6:
-        return ((pos += 4), view.getFloat32(pos - 4, true));
+        return view.getFloat32(skip(4), true);
       case 7:
         return bytes[pos++] === 1;
       case 8:

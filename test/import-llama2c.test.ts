@@ -82,9 +82,8 @@ describe('llama2.c tokenizer -> tokenizer.json', () => {
       scores: Float32Array.from([...vocab.scores, -1, -2, -3, -4]),
     });
     const model = (files.tokenizerJson as { model: { vocab: Record<string, number> } }).model;
-    names.forEach((name, i) =>
-      expect(Object.getOwnPropertyDescriptor(model.vocab, name)?.value).toBe(vocab.pieces.length + i),
-    );
+    for (const [i, name] of names.entries())
+      expect(Object.getOwnPropertyDescriptor(model.vocab, name)?.value).toBe(vocab.pieces.length + i);
   });
 
   it('chat prompts start with BOS as run.c does; decoding gives the text back, streamed or not', () => {

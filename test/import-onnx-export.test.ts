@@ -22,7 +22,9 @@ import { loadReference } from './reference/load-reference.js';
 import type { OnnxRunner } from '../src/engine/onnx/onnx-runner.js';
 
 let dir: string;
-beforeAll(() => void (dir = mkdtempSync(join(tmpdir(), 'onnx-export-'))));
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'onnx-export-'));
+});
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** A copy of models/tiny's config and tokenizer files with `onnx/<file>` = the given graph bytes. */
@@ -140,7 +142,7 @@ describe('an export that takes no position_ids (positions counted from attention
       const results = await Promise.all(
         prompts.map((p) => collect(engine, { prompt_ids: p, max_tokens: 16, temperature: 0, ignore_eos: true })),
       );
-      results.forEach(({ done }, i) => expect(done.tokenIds).toEqual(ref.greedy(prompts[i], 16)));
+      for (const [i, { done }] of results.entries()) expect(done.tokenIds).toEqual(ref.greedy(prompts[i], 16));
     } finally {
       await engine.runner.release();
     }

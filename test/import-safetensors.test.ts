@@ -17,7 +17,9 @@ import { LlamaReference } from './reference/llama-reference.js';
 
 const STEPS = 16;
 let dir: string;
-beforeAll(() => void (dir = mkdtempSync(join(tmpdir(), 'hf-import-'))));
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'hf-import-'));
+});
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** Teacher-forced: worst |engine - reference| and relative RMS error of the logits over STEPS steps. */

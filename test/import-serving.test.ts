@@ -14,7 +14,9 @@ import { modelSourceFor } from '../src/sources/model-source.js';
 import { collect, loadEngine, modelDir } from './helpers/engines.js';
 
 let dir: string;
-beforeAll(() => void (dir = mkdtempSync(join(tmpdir(), 'serving-'))));
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'serving-'));
+});
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe('MODEL_URL: the model folder from any HTTP server', () => {

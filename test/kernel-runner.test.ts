@@ -76,7 +76,7 @@ describe('kernel runner', () => {
       try {
         engine.kv.reserve(kv, prompt.length + 1);
         await engine.runner.forward([{ kv, tokens: prompt }]);
-        neighbours.forEach((n, i) => engine.kv.reserve(extra[i], n.length));
+        for (const [i, n] of neighbours.entries()) engine.kv.reserve(extra[i], n.length);
         const logits = await engine.runner.forward([
           ...neighbours.map((tokens, i) => ({ kv: extra[i], tokens })),
           { kv, tokens: [42] },
@@ -240,7 +240,7 @@ describe('a float16 KV cache (KV_DTYPE fp16)', () => {
     const prompt = randomIds(8, 40, 3, half.samplableVocab);
     const last = async (engine: Engine, rows: number[][]): Promise<Float32Array[]> => {
       const kvs = rows.map(() => engine.kv.create());
-      rows.forEach((r, i) => engine.kv.reserve(kvs[i], r.length));
+      for (const [i, r] of rows.entries()) engine.kv.reserve(kvs[i], r.length);
       const out = await engine.runner.forward(rows.map((tokens, i) => ({ kv: kvs[i], tokens })));
       const logits = rows.map((_, i) => out.last(i).slice());
       for (const kv of kvs) engine.kv.free(kv);

@@ -159,9 +159,8 @@ describe('block-quantised matrix kernels', () => {
         const block = Array.from({ length: 32 }, (_, i) => (b * 32 + i < kk ? x[r * kk + b * 32 + i] : 0));
         const absmax = Math.max(...block.map(Math.abs));
         expect(s[r * 3 + b]).toBe(Math.fround(absmax / 127));
-        block.forEach((v, i) =>
-          expect(Math.abs(q[(r * 3 + b) * 32 + i] - (v * 127) / absmax)).toBeLessThanOrEqual(0.5 + 1e-4),
-        );
+        for (const [i, v] of block.entries())
+          expect(Math.abs(q[(r * 3 + b) * 32 + i] - (v * 127) / absmax)).toBeLessThanOrEqual(0.5 + 1e-4);
       }
   });
 

@@ -77,14 +77,23 @@ const maxAbsDiff = (a: Float32Array, b: Float32Array) => a.reduce((m, x, i) => M
 const relRms = (a: Float32Array, ref: Float32Array) => {
   let e = 0;
   let r = 0;
-  ref.forEach((x, i) => ((e += (a[i] - x) ** 2), (r += x * x)));
+  for (const [i, x] of ref.entries()) {
+    e += (a[i] - x) ** 2;
+    r += x * x;
+  }
   return Math.sqrt(e / r);
 };
 const argmaxGap = (l: Float32Array) => {
   let best = -Infinity;
   let second = -Infinity;
   let id = -1;
-  l.forEach((x, i) => (x > best ? ((second = best), (best = x), (id = i)) : x > second && (second = x)));
+  for (const [i, x] of l.entries()) {
+    if (x > best) {
+      second = best;
+      best = x;
+      id = i;
+    } else if (x > second) second = x;
+  }
   return { id, gap: best - second };
 };
 

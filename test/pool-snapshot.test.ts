@@ -14,7 +14,7 @@ function checkCounts(s: PoolSnapshot): void {
   expect(count('u') + count('p')).toBe(s.used);
   expect(count('f')).toBe(s.free);
   expect(count('i')).toBe(s.cachedIdle);
-  s.states.split('').forEach((c, id) => expect(c === 'u' || c === 'p').toBe(s.refs[id] > 0));
+  for (const [id, c] of s.states.split('').entries()) expect(c === 'u' || c === 'p').toBe(s.refs[id] > 0);
 }
 
 describe('Engine.poolSnapshot', () => {

@@ -205,7 +205,7 @@ describe('logprobs', () => {
       .sort((a, b) => b.logprob - a.logprob)
       .slice(0, 5);
     expect(out.topLogprobs!.map((t) => t.tokenId)).toEqual(best.map((t) => t.tokenId));
-    out.topLogprobs!.forEach((t, i) => expect(t.logprob).toBeCloseTo(best[i].logprob, 10));
+    for (const [i, t] of out.topLogprobs!.entries()) expect(t.logprob).toBeCloseTo(best[i].logprob, 10);
   });
 
   it('top_logprobs sort by logprob, then id; absent without logprobs; [] for 0', () => {

@@ -133,9 +133,6 @@ describe('greedy speculation equals greedy without it', () => {
 
 describe('sampled speculation is distributed as the target', () => {
   let ref: LlamaReference;
-  beforeAll(async () => {
-    ref = await loadReference(modelDir('tiny'));
-  });
 
   const PRESENCE = 0.8;
   let bias: Record<number, number> = {};
@@ -179,7 +176,10 @@ describe('sampled speculation is distributed as the target', () => {
     for (const [key, p] of expected) {
       const bin: [number, number] = [observed.get(key) ?? 0, total * p];
       if (bin[1] >= 5) bins.push(bin);
-      else (pooled[0] += bin[0]), (pooled[1] += bin[1]);
+      else {
+        pooled[0] += bin[0];
+        pooled[1] += bin[1];
+      }
     }
     if (pooled[1] > 0) bins.push(pooled);
     const stat = bins.reduce((sum, [o, e]) => sum + (o - e) ** 2 / e, 0);
@@ -201,7 +201,8 @@ describe('sampled speculation is distributed as the target', () => {
   // tokens to occur in the context: those missing are put in front until the top 3 after it all occur.
   let prompt = randomIds(21, 120, 3, 512);
   let sampling: GenerationRequest;
-  beforeAll(() => {
+  beforeAll(async () => {
+    ref = await loadReference(modelDir('tiny'));
     // A bias that lifts the 4th most likely first token into play, so logit_bias shapes p.
     ref.reset();
     const first = ref.forward(prompt, 0).at(-1)!;

@@ -11,6 +11,20 @@ interface BpeJson {
   added_tokens: { id: number; content: string; special: boolean }[];
 }
 const json512 = files512.tokenizerJson as BpeJson;
+
+/** What the shape test reads of tokenizer.json and tokenizer_config.json beyond the BPE model itself. */
+interface HfTokenizerJson extends BpeJson {
+  version: string;
+  normalizer: unknown;
+  pre_tokenizer: unknown;
+  decoder: { type: string };
+  post_processor: { type: string };
+  model: BpeJson['model'] & { type: string; byte_fallback: boolean };
+}
+interface HfTokenizerConfig {
+  chat_template: unknown;
+  added_tokens_decoder: Record<string, unknown>;
+}
 const filesBig = buildTokenizerFiles({ vocabSize: 49152 });
 const tokBig = TextTokenizer.fromJson(filesBig.tokenizerJson, filesBig.tokenizerConfig);
 
@@ -20,6 +34,7 @@ const SAMPLES = [
   'Français : « Ça va ? » — très bien, merci. Straße, Übermorgen, niño, Łódź, ďábelské.',
   'Ελληνικά: Καλημέρα! Русский: Доброе утро. 中文：今天天气很好。日本語：ありがとう。한국어: 감사합니다.',
   'Emoji 😀🤖👩‍💻🇯🇵 and symbols ∑ ∞ ≈ → ✓ � \u{1F9EC}',
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: deliberate: source code holding a template literal
   'function f(x: number): string {\n\treturn `${x * 2}`;\n}\n\n\n   indented   spaces  ',
   '\uFEFFleading BOM, NUL \u0000 and control \u0007 chars, CRLF\r\nend',
   '',
@@ -82,8 +97,8 @@ describe('buildTokenizerFiles', () => {
   it('lays out specials, bytes, then merges', () => {
     const vocab = json512.model.vocab;
     expect(Object.keys(vocab)).toHaveLength(512);
-    SPECIAL_TOKENS.forEach((s, id) => expect(vocab[s]).toBe(id));
-    BYTE_TO_CHAR.forEach((ch, b) => expect(vocab[ch]).toBe(3 + b));
+    for (const [id, s] of SPECIAL_TOKENS.entries()) expect(vocab[s]).toBe(id);
+    for (const [b, ch] of BYTE_TO_CHAR.entries()) expect(vocab[ch]).toBe(3 + b);
     expect(json512.model.merges).toHaveLength(512 - 3 - 256);
     expect(new Set(Object.values(vocab)).size).toBe(512);
     expect(Math.max(...Object.values(vocab))).toBe(511);
@@ -107,7 +122,7 @@ describe('buildTokenizerFiles', () => {
   });
 
   it('has the Hugging Face tokenizer.json shape transformers.js reads', () => {
-    const j = files512.tokenizerJson as Record<string, any>;
+    const j = files512.tokenizerJson as HfTokenizerJson;
     expect(j.version).toBe('1.0');
     expect(j.normalizer).toBeNull();
     expect(j.pre_tokenizer).toEqual({
@@ -133,14 +148,14 @@ describe('buildTokenizerFiles', () => {
       expect(t.special).toBe(true);
     }
     // Each merge is "left right" with exactly one space, both sides and the result in the vocab.
-    for (const m of j.model.merges as string[]) {
+    for (const m of j.model.merges) {
       const parts = m.split(' ');
       expect(parts).toHaveLength(2);
       expect(j.model.vocab[parts[0]]).toBeTypeOf('number');
       expect(j.model.vocab[parts[1]]).toBeTypeOf('number');
       expect(j.model.vocab[parts[0] + parts[1]]).toBeTypeOf('number');
     }
-    const c = files512.tokenizerConfig as Record<string, any>;
+    const c = files512.tokenizerConfig as HfTokenizerConfig;
     expect(c).toMatchObject({
       add_bos_token: false,
       add_eos_token: false,

@@ -44,8 +44,7 @@ async function streamOnce(
   const decoder = new TextDecoder();
   for await (const bytes of res.body as unknown as AsyncIterable<Uint8Array>) {
     buffer += decoder.decode(bytes, { stream: true });
-    let end: number;
-    while ((end = buffer.indexOf('\n\n')) >= 0) {
+    for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
       const event = buffer.slice(0, end);
       buffer = buffer.slice(end + 2);
       const data = event

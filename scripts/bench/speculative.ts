@@ -30,7 +30,10 @@ const PHRASE = COPY_PERIOD['bench-135m-copy']!;
 /** Deterministic ids in [3, vocab): a phrase repeated four times (the home ground of prompt lookup), or noise. */
 function promptIds(kind: SpeculationCase['prompt'], vocab: number): number[] {
   let x = 12345;
-  const next = (): number => 3 + ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) % (vocab - 3));
+  const next = (): number => {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+    return 3 + (x % (vocab - 3));
+  };
   if (kind === 'random') return Array.from({ length: 4 * PHRASE }, next);
   const phrase = Array.from({ length: PHRASE }, next);
   return [...phrase, ...phrase, ...phrase, ...phrase];

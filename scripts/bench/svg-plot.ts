@@ -33,9 +33,11 @@ export function decodePlotSvg(backends: BackendResult[], title: string): string 
   out.push(
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`,
   );
+  // The <title> names the chart for screen readers and shows as a tooltip; the visible heading repeats it.
+  out.push(`<title>${escapeXml(title)}</title>`);
   out.push(`<rect width="${W}" height="${H}" fill="white"/>`);
   out.push(
-    `<text x="${W / 2 - right / 2 + left / 2}" y="22" text-anchor="middle" font-size="14">${escape(title)}</text>`,
+    `<text x="${W / 2 - right / 2 + left / 2}" y="22" text-anchor="middle" font-size="14">${escapeXml(title)}</text>`,
   );
   for (let i = 0; i <= 5; i++) {
     const y = (yMax * i) / 5;
@@ -65,7 +67,7 @@ export function decodePlotSvg(backends: BackendResult[], title: string): string 
     out.push(
       `<line x1="${W - right + 12}" x2="${W - right + 40}" y1="${ly}" y2="${ly}" stroke="${s.color}" stroke-width="2"${dash}/>`,
     );
-    out.push(`<text x="${W - right + 46}" y="${ly + 4}">${escape(s.label)}</text>`);
+    out.push(`<text x="${W - right + 46}" y="${ly + 4}">${escapeXml(s.label)}</text>`);
   });
   out.push('</svg>');
   return `${out.join('\n')}\n`;
@@ -77,4 +79,4 @@ function niceCeil(x: number): number {
   return 10 * p;
 }
 
-const escape = (s: string): string => s.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+const escapeXml = (s: string): string => s.replace(/&/g, '&amp;').replace(/</g, '&lt;');

@@ -138,7 +138,11 @@ export function readLlama2cCheckpoint(bytes: Uint8Array): Llama2cCheckpoint {
   const all = new Float32Array(floats);
   new Uint8Array(all.buffer).set(bytes.subarray(LLAMA2C_HEADER_BYTES));
   let at = 0;
-  const take = (n: number): Float32Array => all.subarray(at, (at += n));
+  const take = (n: number): Float32Array => {
+    const view = all.subarray(at, at + n);
+    at += n;
+    return view;
+  };
 
   const { dim, hiddenDim: hid, nLayers: L, nHeads, nKvHeads, vocabSize: V, seqLen } = header;
   const hs = dim / nHeads;

@@ -117,7 +117,10 @@ export class SafetensorsCheckpoint {
     const file = this.fileOf.get(name);
     if (!file) throw new Error(`checkpoint has no tensor ${name}`);
     let f = this.files.get(file);
-    if (!f) this.files.set(file, (f = SafetensorsFile.read(join(this.dir, file))));
+    if (!f) {
+      f = SafetensorsFile.read(join(this.dir, file));
+      this.files.set(file, f);
+    }
     if (!f.entries.has(name)) throw new Error(`${file} does not hold ${name}, although the index says it does`);
     return f.tensor(name);
   }

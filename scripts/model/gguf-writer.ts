@@ -114,7 +114,10 @@ class ByteSink {
   bytes(): Uint8Array {
     const out = new Uint8Array(this.length);
     let o = 0;
-    for (const c of this.chunks) out.set(c, (o += c.length) - c.length);
+    for (const c of this.chunks) {
+      out.set(c, o);
+      o += c.length;
+    }
     return out;
   }
 }

@@ -79,7 +79,7 @@ class Builder {
   packedFloats(field: number, vs: readonly number[]): this {
     const b = new Uint8Array(vs.length * 4);
     const dv = new DataView(b.buffer);
-    vs.forEach((v, i) => dv.setFloat32(i * 4, v, true));
+    for (const [i, v] of vs.entries()) dv.setFloat32(i * 4, v, true);
     return this.bytes(field, b);
   }
 

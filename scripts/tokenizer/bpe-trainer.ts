@@ -108,7 +108,10 @@ export function trainBpe(words: ReadonlyMap<string, number>, options: BpeTrainin
       counts.set(key, (counts.get(key) ?? 0) + sign * freqs[w]);
       if (sign > 0) {
         let set = where.get(key);
-        if (!set) where.set(key, (set = new Set()));
+        if (!set) {
+          set = new Set();
+          where.set(key, set);
+        }
         set.add(w);
       }
       touched?.add(key);

@@ -49,7 +49,8 @@ const CORPUS_URL = new URL('./corpus.txt', import.meta.url);
 let corpusCache: string | undefined;
 
 export function readCorpus(): string {
-  return (corpusCache ??= readFileSync(CORPUS_URL, 'utf8'));
+  corpusCache ??= readFileSync(CORPUS_URL, 'utf8');
+  return corpusCache;
 }
 
 /** Word counts of a text in the byte-level alphabet, keyed in first-seen order (deterministic). */
@@ -74,7 +75,7 @@ export function buildTokenizerFiles({ vocabSize, modelMaxLength = 2048 }: BuildT
   });
 
   const vocab: Record<string, number> = {};
-  SPECIAL_TOKENS.forEach((content, id) => (vocab[content] = id));
+  for (const [id, content] of SPECIAL_TOKENS.entries()) vocab[content] = id;
   tokens.forEach((token, i) => {
     // Merges stay inside pre-tokens, and a special token spans several pre-tokens, so no clash is possible.
     if (token in vocab) throw new Error(`learned token ${JSON.stringify(token)} collides with a special token`);

@@ -36,7 +36,9 @@ export function installNodeWebGpu(): Promise<GPU | undefined> {
     }
     Object.assign(globalThis, dawn.globals);
     const gpu = dawn.create([]);
-    const nav = ((globalThis as { navigator?: object }).navigator ??= {}) as { gpu?: GPU };
+    const host = globalThis as { navigator?: object };
+    host.navigator ??= {};
+    const nav = host.navigator as { gpu?: GPU };
     Object.defineProperty(nav, 'gpu', { value: gpu, configurable: true });
     patchWriteBuffer();
     return gpu;

@@ -315,29 +315,34 @@ export class Engine {
     const proposals = await this.propose(plan.rows);
     const starts = plan.rows.map((r) => r.seq.kv.length);
     const fed = plan.rows.map((r) => r.tokens.length);
-    plan.rows.forEach((row, i) => row.tokens.push(...(proposals[i]?.tokens ?? [])));
+    for (const [i, row] of plan.rows.entries()) row.tokens.push(...(proposals[i]?.tokens ?? []));
     const { logits, drawn } = await this.runPass(plan.rows, proposals);
     this.counters.steps++;
     this.counters.lastBatchSize = plan.rows.length;
     this.counters.lastStepTokens = plan.rows.reduce((n, r) => n + r.tokens.length, 0);
     this.stepHistory.push({ step: this.counters.steps, batch: plan.rows.length, tokens: this.counters.lastStepTokens });
 
-    plan.rows.forEach(({ seq, samples }, i) => {
+    for (const [i, { seq, samples }] of plan.rows.entries()) {
       // Gone during this loop: a beam the search dropped when a sibling's logits completed its step.
-      if (!this.active.has(seq)) return;
+      if (!this.active.has(seq)) continue;
       const decode = samples && fed[i] === 1 && starts[i] >= seq.output.request.promptIds.length;
       if (!decode) this.counters.prefillTokens += fed[i];
       const proposal = proposals[i];
-      if (proposal) return this.verify(seq, proposal, (j) => logits.at(i, fed[i] - 1 + j), starts[i] + fed[i]);
+      if (proposal) {
+        this.verify(seq, proposal, (j) => logits.at(i, fed[i] - 1 + j), starts[i] + fed[i]);
+        continue;
+      }
       this.kv.commit(seq.kv, seq.tokens);
-      if (!samples || seq.output.finished) return;
+      if (!samples || seq.output.finished) continue;
       // A beam the search continued earlier in this loop has a token this pass did not compute.
-      if (seq.group.beams)
-        return seq.kv.length === seq.tokens.length ? this.onBeamLogits(seq, logits.last(i)) : undefined;
+      if (seq.group.beams) {
+        if (seq.kv.length === seq.tokens.length) this.onBeamLogits(seq, logits.last(i));
+        continue;
+      }
       // The prompt is prefilled: siblings fork its cache now and sample from the same logits.
       const forks = seq.forks.splice(0).map((child) => this.startFork(seq, child));
       for (const sibling of [seq, ...forks]) this.sample(sibling, drawn.get(sibling) ?? logits.last(i));
-    });
+    }
   }
 
   /** Proposals for the rows the scheduler gave room to speculate (undefined for the others). */
@@ -359,7 +364,7 @@ export class Engine {
         };
       }),
     );
-    speculating.forEach((i, k) => (out[i] = proposals[k]));
+    for (const [k, i] of speculating.entries()) out[i] = proposals[k];
     return out;
   }
 
@@ -411,7 +416,7 @@ export class Engine {
       this.samplableVocab,
       needLogits,
     );
-    draws.forEach(({ seq }, k) => drawn.set(seq, out.sampled[k]));
+    for (const [k, { seq }] of draws.entries()) drawn.set(seq, out.sampled[k]);
     return { logits: out.logits ?? NO_LOGITS, drawn };
   }
 

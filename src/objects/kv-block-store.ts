@@ -148,9 +148,8 @@ export class SqlKvBlockStore implements KvBlockStore {
   pin(owner: string, chain: readonly string[]): void {
     this.atomically(() => {
       this.sql.exec('DELETE FROM kv_pins WHERE owner = ?', owner);
-      chain.forEach((hash, position) =>
-        this.sql.exec('INSERT INTO kv_pins (owner, position, hash) VALUES (?, ?, ?)', owner, position, hash),
-      );
+      for (const [position, hash] of chain.entries())
+        this.sql.exec('INSERT INTO kv_pins (owner, position, hash) VALUES (?, ?, ?)', owner, position, hash);
     });
   }
 

@@ -18,7 +18,7 @@ export const BYTE_TO_CHAR: readonly string[] = (() => {
 /** Inverse of BYTE_TO_CHAR, indexed by code point (all mapped code points are below 0x144). */
 const CHAR_TO_BYTE: Int16Array = (() => {
   const inverse = new Int16Array(0x144).fill(-1);
-  BYTE_TO_CHAR.forEach((ch, b) => (inverse[ch.charCodeAt(0)] = b));
+  for (const [b, ch] of BYTE_TO_CHAR.entries()) inverse[ch.charCodeAt(0)] = b;
   return inverse;
 })();
 

@@ -138,7 +138,11 @@ export class TextTokenizer {
     this.checkId(id);
     const added = this.addedTokens.get(id);
     if (added) return options.addedTokens === 'text' ? utf8.encode(added.content) : EMPTY;
-    return (this.bytesCache[id] ??= this.pieceBytes(this.idToToken(id)));
+    const cached = this.bytesCache[id];
+    if (cached !== undefined) return cached;
+    const bytes = this.pieceBytes(this.idToToken(id));
+    this.bytesCache[id] = bytes;
+    return bytes;
   }
 
   private checkId(id: number): void {

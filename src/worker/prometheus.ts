@@ -2,9 +2,9 @@ import type { HistogramSnapshot } from '../objects/metrics.js';
 
 type Labels = Record<string, string>;
 
-const escape = (v: string): string => v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
+const escapeLabelValue = (v: string): string => v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
 const labelText = (labels: Labels): string => {
-  const parts = Object.entries(labels).map(([k, v]) => `${k}="${escape(v)}"`);
+  const parts = Object.entries(labels).map(([k, v]) => `${k}="${escapeLabelValue(v)}"`);
   return parts.length ? `{${parts.join(',')}}` : '';
 };
 const num = (v: number): string => (Number.isFinite(v) ? String(v) : v > 0 ? '+Inf' : v < 0 ? '-Inf' : 'NaN');
@@ -25,9 +25,8 @@ export class Exposition {
   histogram(name: string, help: string, samples: Array<[Labels, HistogramSnapshot]>): this {
     this.lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} histogram`);
     for (const [labels, h] of samples) {
-      h.buckets.forEach((le, i) =>
-        this.lines.push(`${name}_bucket${labelText({ ...labels, le: num(le) })} ${h.counts[i]}`),
-      );
+      for (const [i, le] of h.buckets.entries())
+        this.lines.push(`${name}_bucket${labelText({ ...labels, le: num(le) })} ${h.counts[i]}`);
       this.lines.push(`${name}_bucket${labelText({ ...labels, le: '+Inf' })} ${h.count}`);
       this.lines.push(`${name}_sum${labelText(labels)} ${num(h.sum)}`, `${name}_count${labelText(labels)} ${h.count}`);
     }

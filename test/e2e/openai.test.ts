@@ -59,7 +59,7 @@ describe('official openai client', () => {
     });
     let text = '';
     let finish: string | null = null;
-    let usage;
+    let usage: OpenAI.CompletionUsage | null | undefined;
     for await (const chunk of stream) {
       expect(chunk.object).toBe('chat.completion.chunk');
       if (chunk.choices.length === 0) usage = chunk.usage;

@@ -10,13 +10,22 @@ beforeAll(async () => {
 });
 afterAll(() => server?.stop());
 
-async function complete(base: string, body: Record<string, unknown>): Promise<{ status: number; json: any }> {
+/** What these tests read of a completion, or of the error body that replaces it. */
+interface CompletionBody {
+  choices?: { text: string }[];
+  error?: { message: string };
+}
+
+async function complete(
+  base: string,
+  body: Record<string, unknown>,
+): Promise<{ status: number; json: CompletionBody }> {
   const res = await fetch(`${base}/v1/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify(body),
   });
-  return { status: res.status, json: await res.json() };
+  return { status: res.status, json: (await res.json()) as CompletionBody };
 }
 
 async function counter(name: string): Promise<number> {
@@ -35,7 +44,7 @@ describe('SPECULATIVE and DRAFT_MODEL', () => {
     expect(speculated.status).toBe(200);
     expect(await counter('edge_infer_speculative_proposed_tokens_total')).toBeGreaterThan(before);
     const plain = await complete(server.url, { ...request, speculative: null });
-    expect(speculated.json.choices[0].text).toBe(plain.json.choices[0].text);
+    expect(speculated.json.choices![0].text).toBe(plain.json.choices![0].text);
   });
 
   it('a malformed SPECULATIVE is a 503 naming it', async () => {
@@ -43,7 +52,7 @@ describe('SPECULATIVE and DRAFT_MODEL', () => {
     try {
       const { status, json } = await complete(bad.url, { prompt: 'Hi', max_tokens: 2 });
       expect(status).toBe(503);
-      expect(json.error.message).toMatch(/SPECULATIVE\.method/);
+      expect(json.error!.message).toMatch(/SPECULATIVE\.method/);
     } finally {
       bad.stop();
     }

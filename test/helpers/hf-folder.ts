@@ -22,9 +22,10 @@ function safetensors(tensors: { name: string; dtype: Dtype; shape: number[]; dat
   let offset = 0;
   for (const t of tensors) {
     const blob = Buffer.alloc(t.data.length * (t.dtype === 'F32' ? 4 : 2));
-    t.data.forEach((v, i) =>
-      t.dtype === 'F32' ? blob.writeFloatLE(v, i * 4) : blob.writeUInt16LE(bf16Bits(v), i * 2),
-    );
+    for (const [i, v] of t.data.entries()) {
+      if (t.dtype === 'F32') blob.writeFloatLE(v, i * 4);
+      else blob.writeUInt16LE(bf16Bits(v), i * 2);
+    }
     header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + blob.length] };
     offset += blob.length;
     blobs.push(blob);

@@ -70,27 +70,34 @@ export class LocalHub {
     const cdn = /^\/cdn\/([0-9a-f]{64})\/(.+)$/.exec(url.pathname);
     if (cdn) {
       const blob = this.blobs.get(cdn[1]);
-      return blob ? this.serveBytes(req, res, decodeURIComponent(cdn[2]), blob) : send(404, 'no blob');
+      if (blob) this.serveBytes(req, res, decodeURIComponent(cdn[2]), blob);
+      else send(404, 'no blob');
+      return;
     }
     const api = /^\/api\/models\/([^/]+\/[^/]+)\/revision\/([^/]+)$/.exec(url.pathname);
     const resolve = /^\/([^/]+\/[^/]+)\/resolve\/([^/]+)\/(.+)$/.exec(url.pathname);
     const repoName = api?.[1] ?? resolve?.[1];
     const repo = repoName ? this.repos[repoName] : undefined;
-    if (!repo || !repoName)
-      return send(404, JSON.stringify({ error: 'Repository not found' }), { 'content-type': 'application/json' });
+    if (!repo || !repoName) {
+      send(404, JSON.stringify({ error: 'Repository not found' }), { 'content-type': 'application/json' });
+      return;
+    }
     if (repo.gatedToken && req.headers.authorization !== `Bearer ${repo.gatedToken}`) {
-      return send(
+      send(
         401,
         JSON.stringify({
           error: 'Access to model is restricted. You must have access to it and be authenticated to access it.',
         }),
         { 'content-type': 'application/json' },
       );
+      return;
     }
     const sha = LocalHub.sha(repoName);
     const rev = decodeURIComponent((api ?? resolve)![2]);
-    if (rev !== 'main' && rev !== sha)
-      return send(404, JSON.stringify({ error: `Invalid rev id: ${rev}` }), { 'content-type': 'application/json' });
+    if (rev !== 'main' && rev !== sha) {
+      send(404, JSON.stringify({ error: `Invalid rev id: ${rev}` }), { 'content-type': 'application/json' });
+      return;
+    }
     if (api) {
       const siblings = this.files(repo.dir).map((f) => {
         const content = readFileSync(join(repo.dir, f));
@@ -104,23 +111,26 @@ export class LocalHub {
         else entry.blobId = createHash('sha1').update(`blob ${content.length}\0`).update(content).digest('hex');
         return entry;
       });
-      return send(200, JSON.stringify({ id: repoName, sha, siblings }), { 'content-type': 'application/json' });
+      send(200, JSON.stringify({ id: repoName, sha, siblings }), { 'content-type': 'application/json' });
+      return;
     }
     const file = decodeURIComponent(resolve![3]);
     let content: Buffer;
     try {
       content = readFileSync(join(repo.dir, file));
     } catch {
-      return send(404, 'Entry not found', { 'x-error-code': 'EntryNotFound' });
+      send(404, 'Entry not found', { 'x-error-code': 'EntryNotFound' });
+      return;
     }
     if (file.endsWith('.onnx')) {
       const digest = createHash('sha256').update(content).digest('hex');
       this.blobs.set(digest, content);
-      return send(302, '', {
+      send(302, '', {
         location: `/cdn/${digest}/${encodeURIComponent(file)}`,
         'x-linked-etag': `"${digest}"`,
         'x-linked-size': String(content.length),
       });
+      return;
     }
     this.serveBytes(req, res, file, content);
   }

@@ -12,10 +12,10 @@ export interface KvStoreCase {
 const BYTES = 1000;
 const bytes = (hash: string): Uint8Array => new Uint8Array(BYTES).fill(hash.charCodeAt(0) + hash.length);
 /** Writes blocks as one chain, root first. */
-const chain = (store: KvBlockStore, hashes: string[]): void =>
-  hashes.forEach((hash, i) =>
-    expect(store.write({ hash, parent: hashes[i - 1] ?? '', bytes: bytes(hash) })).toBe(true),
-  );
+const chain = (store: KvBlockStore, hashes: string[]): void => {
+  for (const [i, hash] of hashes.entries())
+    expect(store.write({ hash, parent: hashes[i - 1] ?? '', bytes: bytes(hash) })).toBe(true);
+};
 const has = (store: KvBlockStore, hashes: string[]): boolean[] => hashes.map((h) => store.has(h));
 
 export const KV_STORE_CASES: KvStoreCase[] = [

@@ -193,7 +193,7 @@ export class LlamaReference {
       this.values[l].length = startPos;
     }
     const out: Float64Array[] = [];
-    tokenIds.forEach((tok, i) => out.push(this.step(tok, startPos + i)));
+    for (const [i, tok] of tokenIds.entries()) out.push(this.step(tok, startPos + i));
     if (out.length) this.logits = out[out.length - 1];
     return out;
   }

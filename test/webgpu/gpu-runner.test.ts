@@ -48,10 +48,10 @@ describe.skipIf(!gpu)(`GpuRunner: KV kept on the device${skipNote}`, () => {
   async function decode(seqs: PagedSequenceKv[], feeds: number[][], steps: number): Promise<number[][]> {
     const out: number[][] = seqs.map(() => []);
     for (let step = 0; step < steps; step++) {
-      seqs.forEach((kv, b) => expect(manager.reserve(kv, feeds[b].length)).toBe(true));
+      for (const [b, kv] of seqs.entries()) expect(manager.reserve(kv, feeds[b].length)).toBe(true);
       const logits = await runner.forward(seqs.map((kv, b) => ({ kv, tokens: feeds[b] })));
       feeds = seqs.map((_, b) => [argmax(logits.last(b))]);
-      feeds.forEach(([t], b) => out[b].push(t));
+      for (const [b, [t]] of feeds.entries()) out[b].push(t);
     }
     return out;
   }
@@ -71,8 +71,8 @@ describe.skipIf(!gpu)(`GpuRunner: KV kept on the device${skipNote}`, () => {
       pool.keys[0].some((v) => v !== 0),
       'device pool holds the keys',
     ).toBe(true);
-    pool.keys.forEach((layer) => layer.fill(0));
-    pool.values.forEach((layer) => layer.fill(0));
+    for (const layer of pool.keys) layer.fill(0);
+    for (const layer of pool.values) layer.fill(0);
     for (const kv of seqs) manager.free(kv);
     pool.checkInvariants();
   });
@@ -130,12 +130,12 @@ describe.skipIf(!gpu)(`GpuRunner + DeviceSampler: logits sampled where they are$
     const got: number[][] = prompts.map(() => []);
     let feeds = prompts;
     for (let step = 0; step < n; step++) {
-      seqs.forEach((kv, b) => expect(manager.reserve(kv, feeds[b].length)).toBe(true));
+      for (const [b, kv] of seqs.entries()) expect(manager.reserve(kv, feeds[b].length)).toBe(true);
       const logits = await runner.forwardOnDevice(seqs.map((kv, b) => ({ kv, tokens: feeds[b] })));
       const sampled = await sampler.sample(logits.buffer, logits.lastStarts(), states);
       logits.release();
       feeds = sampled.map((t) => [t.tokenId]);
-      sampled.forEach((t, b) => got[b].push(t.tokenId));
+      for (const [b, t] of sampled.entries()) got[b].push(t.tokenId);
     }
     for (let b = 0; b < prompts.length; b++) {
       const { done } = await collect(wasm, { prompt_ids: prompts[b], max_tokens: n, ignore_eos: true, ...inputs[b] });

@@ -104,15 +104,14 @@ describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, ()
       for (let layer = 0; layer < shape.numLayers; layer++) {
         const keys = new Float32Array(seqs.length * rowFloats);
         const values = new Float32Array(seqs.length * rowFloats);
-        seqs.forEach((kv, b) =>
+        for (const [b, kv] of seqs.entries())
           kv.gather(
             layer,
             keys.subarray(b * rowFloats, (b + 1) * rowFloats),
             values.subarray(b * rowFloats, (b + 1) * rowFloats),
             P,
             P - kv.length,
-          ),
-        );
+          );
         const gotKeys = await readBuffer(device(), past[layer].keys, keys.byteLength);
         const gotValues = await readBuffer(device(), past[layer].values, values.byteLength);
         expect(bitsOf(gotKeys), `seed ${seed} layer ${layer} keys`).toEqual(bitsOf(keys));
@@ -128,7 +127,7 @@ describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, ()
       [5, [3], [14]],
     ] as [number, number[], number[]][]) {
       const { rand, pool, manager, seqs, gpuPool } = setup(seed, lengths);
-      seqs.forEach((kv, b) => expect(manager.reserve(kv, counts[b])).toBe(true));
+      for (const [b, kv] of seqs.entries()) expect(manager.reserve(kv, counts[b])).toBe(true);
       const T = Math.max(...lengths) + Math.max(...counts);
       const rowFloats = shape.numKvHeads * T * shape.headDim;
       const present = Array.from({ length: shape.numLayers }, () => {

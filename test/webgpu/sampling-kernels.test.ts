@@ -135,7 +135,7 @@ describe.skipIf(!gpu)(`sampling kernels on the device${skipNote}`, () => {
           // The model's logits buffer holds more than the rows read: starts need not be r * vocab.
           const padded = new Float32Array(logits.length + 3 * vocab);
           const starts = [0, 2, 3, 6].map((k) => k * vocab); // inside a buffer of 7 rows
-          starts.forEach((s, r) => padded.set(logits.subarray(r * vocab, (r + 1) * vocab), s));
+          for (const [r, s] of starts.entries()) padded.set(logits.subarray(r * vocab, (r + 1) * vocab), s);
           const buffer = upload(padded);
           const got = await device.sample(buffer, starts, gpuStates);
           buffer.destroy();
@@ -149,9 +149,8 @@ describe.skipIf(!gpu)(`sampling kernels on the device${skipNote}`, () => {
                 got[r].topLogprobs!.map((t) => t.tokenId),
                 `${where} top ids`,
               ).toEqual(want.topLogprobs!.map((t) => t.tokenId));
-              got[r].topLogprobs!.forEach((t, j) =>
-                expect(Math.abs(t.logprob - want.topLogprobs![j].logprob)).toBeLessThan(LOGPROB_TOLERANCE),
-              );
+              for (const [j, t] of got[r].topLogprobs!.entries())
+                expect(Math.abs(t.logprob - want.topLogprobs![j].logprob)).toBeLessThan(LOGPROB_TOLERANCE);
             }
             drawn++;
           }

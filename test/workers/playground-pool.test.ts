@@ -5,6 +5,7 @@ import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import app from '../../src/worker/app.js';
 import { call, expectError, post, postJson, readSse } from './service-helpers.js';
+import type { ChatChunk } from './openai-wire.js';
 
 interface Pool {
   object: string;
@@ -106,7 +107,7 @@ describe('session messages with logprobs', () => {
       expect(lp.logprob).toBeLessThanOrEqual(0);
       expect(lp.top_logprobs.length).toBe(3);
     }
-    const { events, done } = await readSse(
+    const { events, done } = await readSse<ChatChunk>(
       await post(`/v1/sessions/${id}/messages`, {
         content: 'Again',
         max_tokens: 4,
@@ -118,7 +119,7 @@ describe('session messages with logprobs', () => {
     expect(done).toBe(true);
     const withLogprobs = events.filter((e) => e.choices[0]?.logprobs?.content?.length === 1);
     expect(withLogprobs.length).toBeGreaterThan(0);
-    expect(withLogprobs[0].choices[0].logprobs.content[0].top_logprobs.length).toBe(2);
+    expect(withLogprobs[0].choices[0].logprobs!.content[0].top_logprobs.length).toBe(2);
   });
 
   it('without logprobs the reply has none; bad logprobs fields are OpenAI-schema 400s', async () => {

@@ -4,6 +4,7 @@ import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import app from '../../src/worker/app.js';
 import { call, expectError, post, postJson, scrape, total } from './service-helpers.js';
+import type { ChatCompletion } from './openai-wire.js';
 
 const chat = (extra: Record<string, unknown>) => ({
   messages: [{ role: 'user', content: 'Hi' }],
@@ -182,7 +183,7 @@ describe('request errors', () => {
   });
 
   it('still answers normally after all of that', async () => {
-    const body = await postJson('/v1/chat/completions', chat({ temperature: 0 }));
+    const body = await postJson<ChatCompletion>('/v1/chat/completions', chat({ temperature: 0 }));
     expect(body.choices[0].message.content).toEqual(expect.any(String));
   });
 });
@@ -192,7 +193,11 @@ describe('overload', () => {
     // 100 requests at once on one shard, 16 at a time in the batch: the queue passes 64.
     const request = { prompt: 'Overload me', max_tokens: 40, ignore_eos: true, temperature: 0 };
     const statuses = await Promise.all(
-      Array.from({ length: 100 }, () => post('/v1/completions', request).then(async (r) => (await r.text(), r.status))),
+      Array.from({ length: 100 }, async () => {
+        const res = await post('/v1/completions', request);
+        await res.text();
+        return res.status;
+      }),
     );
     expect(statuses.filter((s) => s === 429).length).toBeGreaterThan(0);
     expect(statuses.filter((s) => s === 200).length).toBeGreaterThanOrEqual(64);

@@ -19,7 +19,7 @@ export function post(path: string, body: unknown, headers: Record<string, string
 }
 
 /** POSTs and returns the JSON body, checking the status first (the body is in the failure message). */
-export async function postJson<T = any>(
+export async function postJson<T = unknown>(
   path: string,
   body: unknown,
   status = 200,
@@ -32,7 +32,7 @@ export async function postJson<T = any>(
 }
 
 /** Reads a whole SSE response: the JSON data of every event, and whether it ended with [DONE]. */
-export async function readSse<T = any>(res: Response): Promise<{ events: T[]; done: boolean }> {
+export async function readSse<T = unknown>(res: Response): Promise<{ events: T[]; done: boolean }> {
   expect(res.status).toBe(200);
   expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
   const events: T[] = [];

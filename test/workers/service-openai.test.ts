@@ -2,6 +2,7 @@
 // not, with the response shapes OpenAI clients parse.
 import { describe, expect, it } from 'vitest';
 import { call, postJson, post, readSse, scrape } from './service-helpers.js';
+import type { ChatChunk, ChatCompletion, Completion, CompletionChunk } from './openai-wire.js';
 
 const user = (content: string) => [{ role: 'user', content }];
 const greedy = { temperature: 0, ignore_eos: true };
@@ -21,7 +22,7 @@ describe('GET /v1/models', () => {
 
 describe('POST /v1/chat/completions', () => {
   it('answers in the chat.completion shape with usage', async () => {
-    const body = await postJson('/v1/chat/completions', {
+    const body = await postJson<ChatCompletion>('/v1/chat/completions', {
       model: 'tiny',
       messages: user('Hi'),
       max_tokens: 8,
@@ -54,8 +55,8 @@ describe('POST /v1/chat/completions', () => {
 
   it('streams chunks that add up to the non-streamed answer, then usage, then [DONE]', async () => {
     const request = { messages: user('Tell me a story'), max_tokens: 12, ...greedy };
-    const whole = await postJson('/v1/chat/completions', request);
-    const { events, done } = await readSse(
+    const whole = await postJson<ChatCompletion>('/v1/chat/completions', request);
+    const { events, done } = await readSse<ChatChunk>(
       await post('/v1/chat/completions', { ...request, stream: true, stream_options: { include_usage: true } }),
     );
     expect(done).toBe(true);
@@ -68,10 +69,10 @@ describe('POST /v1/chat/completions', () => {
       logprobs: null,
       finish_reason: null,
     });
-    const last = events.at(-1);
+    const last = events.at(-1)!;
     expect(last.choices).toEqual([]);
     expect(last.usage).toEqual({ ...whole.usage, prompt_tokens_details: { cached_tokens: expect.any(Number) } });
-    const finish = events.at(-2);
+    const finish = events.at(-2)!;
     expect(finish.choices).toEqual([{ index: 0, delta: {}, logprobs: null, finish_reason: 'length' }]);
     expect(events.slice(0, -1).every((e) => e.usage === null)).toBe(true);
     const text = events
@@ -82,12 +83,12 @@ describe('POST /v1/chat/completions', () => {
   });
 
   it('streams without usage chunks unless asked', async () => {
-    const { events, done } = await readSse(
+    const { events, done } = await readSse<ChatChunk>(
       await post('/v1/chat/completions', { messages: user('Hi'), max_tokens: 3, stream: true, ...greedy }),
     );
     expect(done).toBe(true);
     expect(events.every((e) => !('usage' in e) && e.choices.length === 1)).toBe(true);
-    expect(events.at(-1).choices[0].finish_reason).toBe('length');
+    expect(events.at(-1)!.choices[0].finish_reason).toBe('length');
   });
 
   it('reports cached prompt tokens when a long prompt repeats', async () => {
@@ -98,8 +99,8 @@ describe('POST /v1/chat/completions', () => {
       },
       ...user('Rain?'),
     ];
-    const first = await postJson('/v1/chat/completions', { messages, max_tokens: 2, ...greedy });
-    const second = await postJson('/v1/chat/completions', { messages, max_tokens: 2, ...greedy });
+    const first = await postJson<ChatCompletion>('/v1/chat/completions', { messages, max_tokens: 2, ...greedy });
+    const second = await postJson<ChatCompletion>('/v1/chat/completions', { messages, max_tokens: 2, ...greedy });
     expect(first.usage.prompt_tokens).toBeGreaterThan(32);
     expect(second.usage.prompt_tokens_details.cached_tokens).toBeGreaterThanOrEqual(16);
     expect(second.usage.prompt_tokens_details.cached_tokens).toBeLessThan(second.usage.prompt_tokens);
@@ -114,16 +115,16 @@ describe('POST /v1/chat/completions', () => {
       seed: 11,
       ignore_eos: true,
     };
-    const both = await postJson('/v1/chat/completions', { ...request, n: 2 });
+    const both = await postJson<ChatCompletion>('/v1/chat/completions', { ...request, n: 2 });
     expect(both.choices.map((c: { index: number }) => c.index)).toEqual([0, 1]);
     expect(both.usage.completion_tokens).toBe(20);
-    const zero = await postJson('/v1/chat/completions', request);
-    const one = await postJson('/v1/chat/completions', { ...request, seed: 12 });
+    const zero = await postJson<ChatCompletion>('/v1/chat/completions', request);
+    const one = await postJson<ChatCompletion>('/v1/chat/completions', { ...request, seed: 12 });
     expect(both.choices[0].message.content).toBe(zero.choices[0].message.content);
     expect(both.choices[1].message.content).toBe(one.choices[0].message.content);
     expect(both.usage.prompt_tokens).toBe(zero.usage.prompt_tokens);
 
-    const { events } = await readSse(await post('/v1/chat/completions', { ...request, n: 2, stream: true }));
+    const { events } = await readSse<ChatChunk>(await post('/v1/chat/completions', { ...request, n: 2, stream: true }));
     const text = [0, 1].map((i) =>
       events
         .filter((e) => e.choices[0]?.index === i)
@@ -145,16 +146,16 @@ describe('POST /v1/chat/completions', () => {
       seed: 1234,
       ignore_eos: true,
     };
-    const a = await postJson('/v1/chat/completions', request);
-    const b = await postJson('/v1/chat/completions', request);
+    const a = await postJson<ChatCompletion>('/v1/chat/completions', request);
+    const b = await postJson<ChatCompletion>('/v1/chat/completions', request);
     expect(a.choices[0].message.content).toBe(b.choices[0].message.content);
   });
 
   it('returns logprobs with top alternatives, streamed and not', async () => {
     const request = { messages: user('Hi'), max_tokens: 5, logprobs: true, top_logprobs: 3, ...greedy };
-    const body = await postJson('/v1/chat/completions', request);
-    const content = body.choices[0].logprobs.content;
-    expect(body.choices[0].logprobs.refusal).toBeNull();
+    const body = await postJson<ChatCompletion>('/v1/chat/completions', request);
+    const content = body.choices[0].logprobs!.content;
+    expect(body.choices[0].logprobs!.refusal).toBeNull();
     expect(content).toHaveLength(5);
     for (const entry of content) {
       expect(Object.keys(entry).sort()).toEqual(['bytes', 'logprob', 'token', 'top_logprobs']);
@@ -165,25 +166,25 @@ describe('POST /v1/chat/completions', () => {
       const lps = entry.top_logprobs.map((t: { logprob: number }) => t.logprob);
       expect([...lps].sort((x, y) => y - x)).toEqual(lps);
     }
-    const { events } = await readSse(await post('/v1/chat/completions', { ...request, stream: true }));
+    const { events } = await readSse<ChatChunk>(await post('/v1/chat/completions', { ...request, stream: true }));
     const streamed = events.flatMap((e) => e.choices[0]?.logprobs?.content ?? []);
     expect(streamed).toEqual(content);
   });
 
   it('stops at a stop string and leaves it out', async () => {
     const base = { messages: user('Write something long'), max_tokens: 24, ...greedy };
-    const text: string = (await postJson('/v1/chat/completions', base)).choices[0].message.content;
+    const text: string = (await postJson<ChatCompletion>('/v1/chat/completions', base)).choices[0].message.content;
     const stop = text.slice(6, 9);
     const cut = text.slice(0, text.indexOf(stop));
-    const stopped = await postJson('/v1/chat/completions', { ...base, stop: [stop, 'never-seen-xyz'] });
+    const stopped = await postJson<ChatCompletion>('/v1/chat/completions', { ...base, stop: [stop, 'never-seen-xyz'] });
     expect(stopped.choices[0]).toMatchObject({ message: { content: cut }, finish_reason: 'stop' });
-    const { events } = await readSse(await post('/v1/chat/completions', { ...base, stop, stream: true }));
+    const { events } = await readSse<ChatChunk>(await post('/v1/chat/completions', { ...base, stop, stream: true }));
     expect(events.map((e) => e.choices[0]?.delta?.content ?? '').join('')).toBe(cut);
-    expect(events.at(-1).choices[0].finish_reason).toBe('stop');
+    expect(events.at(-1)!.choices[0].finish_reason).toBe('stop');
   });
 
   it('accepts max_completion_tokens, text content parts and the developer role', async () => {
-    const body = await postJson('/v1/chat/completions', {
+    const body = await postJson<ChatCompletion>('/v1/chat/completions', {
       messages: [
         { role: 'developer', content: 'Be brief.' },
         {
@@ -204,7 +205,7 @@ describe('POST /v1/chat/completions', () => {
 describe('POST /v1/completions', () => {
   it('answers in the text_completion shape, streamed and not', async () => {
     const request = { model: 'tiny', prompt: 'Hello there', max_tokens: 10, ...greedy };
-    const body = await postJson('/v1/completions', request);
+    const body = await postJson<Completion>('/v1/completions', request);
     expect(body).toEqual({
       id: expect.stringMatching(/^cmpl-/),
       object: 'text_completion',
@@ -219,7 +220,7 @@ describe('POST /v1/completions', () => {
       },
       system_fingerprint: null,
     });
-    const { events, done } = await readSse(
+    const { events, done } = await readSse<CompletionChunk>(
       await post('/v1/completions', { ...request, stream: true, stream_options: { include_usage: true } }),
     );
     expect(done).toBe(true);
@@ -230,7 +231,7 @@ describe('POST /v1/completions', () => {
         .map((e) => e.choices[0].text)
         .join(''),
     ).toBe(body.choices[0].text);
-    expect(events.at(-2).choices[0]).toEqual({ index: 0, text: '', logprobs: null, finish_reason: 'length' });
+    expect(events.at(-2)!.choices[0]).toEqual({ index: 0, text: '', logprobs: null, finish_reason: 'length' });
     expect(events.at(-1)).toMatchObject({
       choices: [],
       usage: { completion_tokens: 10, prompt_tokens: body.usage.prompt_tokens },
@@ -238,9 +239,9 @@ describe('POST /v1/completions', () => {
   });
 
   it('takes token ids and lists of prompts; choices are indexed prompt-major', async () => {
-    const ids = await postJson('/v1/completions', { prompt: [5, 6, 7, 8], max_tokens: 3, ...greedy });
+    const ids = await postJson<Completion>('/v1/completions', { prompt: [5, 6, 7, 8], max_tokens: 3, ...greedy });
     expect(ids.usage.prompt_tokens).toBe(4);
-    const idBatch = await postJson('/v1/completions', {
+    const idBatch = await postJson<Completion>('/v1/completions', {
       prompt: [
         [9, 10, 11],
         [5, 6, 7, 8],
@@ -250,8 +251,12 @@ describe('POST /v1/completions', () => {
     });
     expect(idBatch.choices[1].text).toBe(ids.choices[0].text);
     expect(idBatch.usage.prompt_tokens).toBe(7);
-    const single = await postJson('/v1/completions', { prompt: 'General Kenobi', max_tokens: 3, ...greedy });
-    const batch = await postJson('/v1/completions', {
+    const single = await postJson<Completion>('/v1/completions', {
+      prompt: 'General Kenobi',
+      max_tokens: 3,
+      ...greedy,
+    });
+    const batch = await postJson<Completion>('/v1/completions', {
       prompt: ['Hello there', 'General Kenobi'],
       n: 2,
       max_tokens: 3,
@@ -264,8 +269,13 @@ describe('POST /v1/completions', () => {
   });
 
   it('returns legacy logprobs', async () => {
-    const body = await postJson('/v1/completions', { prompt: 'Hello', max_tokens: 6, logprobs: 2, ...greedy });
-    const lp = body.choices[0].logprobs;
+    const body = await postJson<Completion>('/v1/completions', {
+      prompt: 'Hello',
+      max_tokens: 6,
+      logprobs: 2,
+      ...greedy,
+    });
+    const lp = body.choices[0].logprobs!;
     expect(Object.keys(lp).sort()).toEqual(['text_offset', 'token_logprobs', 'tokens', 'top_logprobs']);
     expect(lp.tokens).toHaveLength(6);
     expect(lp.token_logprobs).toHaveLength(6);
@@ -274,14 +284,14 @@ describe('POST /v1/completions', () => {
     ).toBe(true);
     expect(lp.text_offset[0]).toBe(0);
     expect([...lp.text_offset].sort((a, b) => a - b)).toEqual(lp.text_offset);
-    lp.tokens.forEach((t: string, i: number) => expect(lp.top_logprobs[i][t]).toBe(lp.token_logprobs[i]));
+    for (const [i, t] of lp.tokens.entries()) expect(lp.top_logprobs[i][t]).toBe(lp.token_logprobs[i]);
   });
 });
 
 describe('beam search and speculative decoding over HTTP', () => {
   it('beam search returns the n best of its beams, best first, with their scores', async () => {
     const request = { prompt: 'Once upon a time', max_tokens: 6, ignore_eos: true };
-    const body = await postJson('/v1/completions', {
+    const body = await postJson<Completion>('/v1/completions', {
       ...request,
       use_beam_search: true,
       best_of: 4,
@@ -298,16 +308,20 @@ describe('beam search and speculative decoding over HTTP', () => {
       beam_score: expect.any(Number),
       cumulative_logprob: expect.any(Number),
     });
-    expect(first.beam_score).toBeGreaterThanOrEqual(second.beam_score);
-    expect(first.beam_score).toBeCloseTo(first.cumulative_logprob / 6, 6);
+    expect(first.beam_score).toBeGreaterThanOrEqual(second.beam_score!);
+    expect(first.beam_score).toBeCloseTo(first.cumulative_logprob! / 6, 6);
     expect(body.usage.completion_tokens).toBe(12);
     // Its best sequence scores at least as well as greedy's.
-    const greedyBeam = await postJson('/v1/completions', { ...request, use_beam_search: true, beam_width: 1 });
-    expect(first.beam_score).toBeGreaterThanOrEqual(greedyBeam.choices[0].beam_score - 1e-9);
+    const greedyBeam = await postJson<Completion>('/v1/completions', {
+      ...request,
+      use_beam_search: true,
+      beam_width: 1,
+    });
+    expect(first.beam_score).toBeGreaterThanOrEqual(greedyBeam.choices[0].beam_score! - 1e-9);
   });
 
   it('chat with beam search answers non-streamed; streamed it is a 400', async () => {
-    const body = await postJson('/v1/chat/completions', {
+    const body = await postJson<ChatCompletion>('/v1/chat/completions', {
       messages: user('Hi'),
       max_tokens: 4,
       use_beam_search: true,
@@ -320,9 +334,12 @@ describe('beam search and speculative decoding over HTTP', () => {
   it('speculative decoding gives the same greedy text, and the metrics count its proposals', async () => {
     const prompt = 'the cat sat on the mat. the cat sat on the mat. the cat sat on the mat.';
     const request = { prompt, max_tokens: 24, ...greedy };
-    const plain = await postJson('/v1/completions', request);
+    const plain = await postJson<Completion>('/v1/completions', request);
     const before = await scrape();
-    const fast = await postJson('/v1/completions', { ...request, speculative: { method: 'ngram', num_tokens: 4 } });
+    const fast = await postJson<Completion>('/v1/completions', {
+      ...request,
+      speculative: { method: 'ngram', num_tokens: 4 },
+    });
     expect(fast.choices[0].text).toBe(plain.choices[0].text);
     const after = await scrape();
     const total = (m: Map<string, number>, name: string): number =>

@@ -5,6 +5,7 @@ import { env } from 'cloudflare:workers';
 import { shardCount } from '../../src/worker/routing.js';
 import { describe, expect, it } from 'vitest';
 import { call, post, postJson, readSse, scrape, sleep, total } from './service-helpers.js';
+import type { ChatCompletion, CompletionChunk } from './openai-wire.js';
 
 const long = { prompt: 'A long story begins', max_tokens: 2000, ignore_eos: true, temperature: 0 };
 
@@ -84,9 +85,11 @@ describe('client disconnect', () => {
   });
 
   it('the service answers normally afterwards', async () => {
-    const { events, done } = await readSse(await post('/v1/completions', { ...long, max_tokens: 4, stream: true }));
+    const { events, done } = await readSse<CompletionChunk>(
+      await post('/v1/completions', { ...long, max_tokens: 4, stream: true }),
+    );
     expect(done).toBe(true);
-    expect(events.at(-1).choices[0].finish_reason).toBe('length');
+    expect(events.at(-1)!.choices[0].finish_reason).toBe('length');
   });
 });
 
@@ -112,7 +115,7 @@ describe('an object that restarts mid-stream', () => {
 describe('GET /metrics', () => {
   it('counts a request with n choices once for its prompt and once per choice for what it generated', async () => {
     const before = await scrape();
-    const body = await postJson('/v1/chat/completions', {
+    const body = await postJson<ChatCompletion>('/v1/chat/completions', {
       messages: [{ role: 'user', content: 'Count me' }],
       n: 3,
       max_tokens: 4,

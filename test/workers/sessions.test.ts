@@ -9,21 +9,15 @@ import type { EngineStats } from '../../src/engine/engine-stats.js';
 import type { Env } from '../../src/env.js';
 import type { InferenceObject } from '../../src/objects/inference-object.js';
 import { call, expectError, post, postJson, readSse } from './service-helpers.js';
+import type { ChatChunk, Session, Usage } from './openai-wire.js';
 
 const greedy = { temperature: 0, max_tokens: 6 };
 let unique = 0;
 const system = () => `You are test assistant number ${++unique} of ${Date.now()}.`;
 
-interface Usage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-  prompt_tokens_details: { cached_tokens: number };
-}
-
 async function createSession(body: Record<string, unknown> = {}): Promise<string> {
-  const session = await postJson('/v1/sessions', { system: system(), defaults: greedy, ...body }, 201);
-  return session.id as string;
+  const session = await postJson<Session>('/v1/sessions', { system: system(), defaults: greedy, ...body }, 201);
+  return session.id;
 }
 
 const say = (id: string, content: string, extra: Record<string, unknown> = {}) =>
@@ -56,7 +50,7 @@ const engineStats = (id: string): Promise<EngineStats> =>
 
 describe('sessions', () => {
   it('creates, shows and deletes a session', async () => {
-    const created = await postJson(
+    const created = await postJson<Session>(
       '/v1/sessions',
       { system: 'Be brief.', model: 'tiny', defaults: { temperature: 0.5, top_k: 5 } },
       201,
@@ -134,7 +128,7 @@ describe('sessions', () => {
 
   it('streams a turn in chat.completion.chunk framing, and records it', async () => {
     const id = await createSession();
-    const { events, done } = await readSse(
+    const { events, done } = await readSse<ChatChunk>(
       await post(`/v1/sessions/${id}/messages`, {
         content: 'Stream please',
         stream: true,
@@ -144,8 +138,8 @@ describe('sessions', () => {
     expect(done).toBe(true);
     expect(events.every((e) => e.object === 'chat.completion.chunk')).toBe(true);
     expect(events[0].choices[0].delta).toEqual({ role: 'assistant', content: '' });
-    expect(events.at(-2).choices[0].finish_reason).toMatch(/^(stop|length)$/);
-    const usage = events.at(-1).usage as Usage;
+    expect(events.at(-2)!.choices[0].finish_reason).toMatch(/^(stop|length)$/);
+    const usage = events.at(-1)!.usage as Usage;
     expect(usage.completion_tokens).toBeGreaterThan(0);
     const text = events
       .slice(1, -2)

@@ -3,6 +3,7 @@
 // the signature with the `standardwebhooks` package. Retries run from the object's alarm.
 import { describe, expect, it } from 'vitest';
 import { call, expectError, postJson } from './service-helpers.js';
+import type { ChatCompletion, Completion } from './openai-wire.js';
 import { hookName, inbox, newSecret, putHook, sendEvent, settled } from './webhook-helpers.js';
 
 const params = { temperature: 0, max_tokens: 8 };
@@ -113,7 +114,7 @@ describe('inbound events', () => {
     });
 
     // The template was rendered over the event: the same prompt sent as a chat message gives the same greedy text.
-    const direct = await postJson('/v1/chat/completions', {
+    const direct = await postJson<ChatCompletion>('/v1/chat/completions', {
       messages: [{ role: 'user', content: 'Summarise the issue "Crash on start" reported by ada.' }],
       ...params,
     });
@@ -189,7 +190,7 @@ describe('inbound events', () => {
   it('renders the template as a raw prompt in completion mode', async () => {
     const { name, secret } = await setUp(0, { mode: 'completion', template: 'Title: {{ title }}' });
     const job = await settled(await accepted(await sendEvent(name, secret, event)));
-    const direct = await postJson('/v1/completions', { prompt: 'Title: Crash on start', ...params });
+    const direct = await postJson<Completion>('/v1/completions', { prompt: 'Title: Crash on start', ...params });
     expect(job.result!.text).toBe(direct.choices[0].text);
   });
 });

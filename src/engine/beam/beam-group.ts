@@ -68,7 +68,7 @@ export class BeamGroup<S extends { tokens: number[] }> {
       continued.add(choice.parent);
       return { beam, token: choice.token, cumulativeLogprob: choice.cumulativeLogprob };
     });
-    this.live.forEach((b, i) => continued.has(i) || this.drop(b.beam));
+    for (const [i, b] of this.live.entries()) if (!continued.has(i)) this.drop(b.beam);
     for (const { beam, token } of next) {
       beam.tokens.push(token);
       this.grammars.get(beam)?.accept(token);

@@ -98,7 +98,7 @@ export class ConstraintCompiler {
       const h = this.stats.compileSeconds;
       h.sum += seconds;
       h.count++;
-      h.buckets.forEach((le, i) => seconds <= le && h.counts[i]++);
+      for (const [i, le] of h.buckets.entries()) if (seconds <= le) h.counts[i]++;
     }
     this.cache.set(key, compiled);
     while (this.cache.size > CACHE_ENTRIES) {

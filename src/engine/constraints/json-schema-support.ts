@@ -106,7 +106,7 @@ export function checkJsonSchema(schema: unknown, param: string, path = '#'): voi
     const list = s[key];
     if (list === undefined) continue;
     if (!Array.isArray(list)) throw new InvalidRequestError(param, `'${key}' must be an array of schemas (at ${path})`);
-    list.forEach((sub, i) => checkJsonSchema(sub, param, `${path}/${key}/${i}`));
+    for (const [i, sub] of list.entries()) checkJsonSchema(sub, param, `${path}/${key}/${i}`);
   }
   for (const key of SCHEMA_ONE) if (s[key] !== undefined) checkJsonSchema(s[key], param, `${path}/${key}`);
 }

@@ -74,7 +74,10 @@ export class DeviceSamplerState {
       const words = Math.ceil(this.vocabSize / 32);
       const grammar = new Uint32Array(grammarMask.buffer, grammarMask.byteOffset, Math.min(words, grammarMask.length));
       if (allowedMask) for (let w = 0; w < words; w++) allowedMask[w] &= grammar[w] ?? 0;
-      else (allowedMask = new Uint32Array(words)).set(grammar);
+      else {
+        allowedMask = new Uint32Array(words);
+        allowedMask.set(grammar);
+      }
     }
     return {
       allowedMask,
@@ -124,21 +127,25 @@ export class DeviceSampler {
     const edits: number[] = []; // ids of the {id: u32, value: f32} pairs; values beside them
     const lists = states.map((state, r) => state.next(grammarMasks[r]));
     const values: number[] = [];
+    const addEdit = (id: number, value: number): void => {
+      edits.push(id);
+      values.push(value);
+    };
     lists.forEach((list, r) => {
       const u32 = new Uint32Array(list.settings);
       u32[8] = edits.length;
       u32[9] = list.bias.length;
-      for (const [id, bias] of list.bias) edits.push(id), values.push(bias);
+      for (const [id, bias] of list.bias) addEdit(id, bias);
       u32[10] = edits.length;
       u32[11] = list.seen.length;
-      for (const id of list.seen) edits.push(id), values.push(0);
+      for (const id of list.seen) addEdit(id, 0);
       u32[12] = edits.length;
       u32[13] = list.generated.length;
-      for (const [id, count] of list.generated) edits.push(id), values.push(count);
+      for (const [id, count] of list.generated) addEdit(id, count);
       if (list.allowedMask) {
         u32[16] = edits.length;
         u32[17] = 1;
-        for (const word of list.allowedMask) edits.push(word), values.push(0);
+        for (const word of list.allowedMask) addEdit(word, 0);
       }
       settings.set(new Uint8Array(list.settings), r * SETTINGS_BYTES);
     });

@@ -65,7 +65,7 @@ export class GpuKvPool {
     });
     try {
       const encoder = this.device.createCommandEncoder();
-      buffers.forEach((buffer, i) => encoder.copyBufferToBuffer(buffer, id * n, staging, i * n, n));
+      for (const [i, buffer] of buffers.entries()) encoder.copyBufferToBuffer(buffer, id * n, staging, i * n, n);
       this.device.queue.submit([encoder.finish()]);
       await staging.mapAsync(MAP_MODE_READ);
       return new Uint8Array(staging.getMappedRange().slice(0));
@@ -77,9 +77,8 @@ export class GpuKvPool {
   /** Writes bytes in that layout into block `id` (queued before any later pass). */
   writeBlock(id: number, bytes: Uint8Array): void {
     const n = this.blockStride * 4;
-    this.blockOrder.forEach((buffer, i) =>
-      this.device.queue.writeBuffer(buffer, id * n, bytes as Uint8Array<ArrayBuffer>, i * n, n),
-    );
+    for (const [i, buffer] of this.blockOrder.entries())
+      this.device.queue.writeBuffer(buffer, id * n, bytes as Uint8Array<ArrayBuffer>, i * n, n);
   }
 
   /** The buffers in the order a stored block holds them: each layer's keys, then its values. */

@@ -145,10 +145,8 @@ export class KernelRunner implements ModelRunner {
     const kvs = rows.map(({ kv }) => kv);
     const counts = rows.map((r) => r.tokens.length);
     const starts = kvs.map((kv) => kv.length);
-    kvs.forEach((kv, r) => kv.checkWritable(counts[r]));
-    const M = counts.reduce((a, b) => a + b, 0);
-    const firstToken: number[] = [];
-    counts.reduce((at, n) => (firstToken.push(at), at + n), 0);
+    for (const [r, kv] of kvs.entries()) kv.checkWritable(counts[r]);
+    const { offsets: firstToken, total: M } = packedOffsets(counts);
 
     // Scratch for this pass: everything past the KV pool is reused from pass to pass.
     this.memory.resetTo(this.scratchBase);
@@ -157,16 +155,17 @@ export class KernelRunner implements ModelRunner {
     const residual = mem.alloc(M * H * 4); // (M, hidden)
     const cos = mem.alloc(M * (headDim / 2) * 4); // (M, head_dim / 2)
     const sin = mem.alloc(M * (headDim / 2) * 4);
-    const tableStart: number[] = [];
-    const tables = mem.alloc(4 * kvs.reduce((n, kv) => (tableStart.push(n), n + kv.blocks.length), 0));
+    const { offsets: tableStart, total: tableEntries } = packedOffsets(kvs.map((kv) => kv.blocks.length));
+    const tables = mem.alloc(4 * tableEntries);
     const longest = Math.max(...kvs.map((_kv, r) => Math.min(CHUNK, counts[r]) * (starts[r] + counts[r] + 8)));
-    const s = (this.scratch = this.allocScratch(longest));
+    this.scratch = this.allocScratch(longest);
+    const s = this.scratch;
     const logits = mem.alloc(rows.length * vocabSize * 4); // (rows, vocab)
     const lastRows = mem.alloc(rows.length * H * 4); // (rows, hidden)
 
     // Inputs: embeddings, RoPE tables, block tables. Views are made after every alloc (none grows later).
     const ids: number[] = rows.flatMap((r) => r.tokens);
-    ids.forEach((id, t) => this.embed(residual + t * H * 4, id));
+    for (const [t, id] of ids.entries()) this.embed(residual + t * H * 4, id);
     const cosView = mem.f32(cos, M * (headDim / 2));
     const sinView = mem.f32(sin, M * (headDim / 2));
     const { invFreq } = this.weights;
@@ -181,7 +180,7 @@ export class KernelRunner implements ModelRunner {
         }
       }
     });
-    kvs.forEach((kv, r) => mem.i32(tables + tableStart[r] * 4, kv.blocks.length).set(kv.blocks));
+    for (const [r, kv] of kvs.entries()) mem.i32(tables + tableStart[r] * 4, kv.blocks.length).set(kv.blocks);
 
     const qOut = numHeads * headDim;
     const kvOut = numKvHeads * headDim;
@@ -251,7 +250,7 @@ export class KernelRunner implements ModelRunner {
         k.add_inplace(x, s.out, n * H);
       }
     }
-    kvs.forEach((kv, r) => kv.advance(counts[r]));
+    for (const [r, kv] of kvs.entries()) kv.advance(counts[r]);
 
     // Logits for each row's last token, in one batched output projection.
     const all = mem.u8(0, mem.bytes);
@@ -358,4 +357,15 @@ export function scratchBytes(config: ModelConfig, tokens: number, rows: number):
   const chunk = CHUNK * (2 * H + 2 * numHeads * headDim + 2 * numKvHeads * headDim + 2 * I + widest / 2 + widest / 32);
   const scores = CHUNK * (numHeads / numKvHeads) * (maxPositionEmbeddings + 8);
   return 4 * (tokens * perToken + chunk + scores + vocabSize + rows * (vocabSize + H)) + 65536;
+}
+
+/** Where each of `sizes` starts when they are laid end to end, and the length of them all. */
+function packedOffsets(sizes: readonly number[]): { offsets: number[]; total: number } {
+  const offsets: number[] = [];
+  let total = 0;
+  for (const n of sizes) {
+    offsets.push(total);
+    total += n;
+  }
+  return { offsets, total };
 }

@@ -49,7 +49,10 @@ export interface LlamaWeights {
 export function measureLlamaWeights(file: Uint8Array, index: Map<string, InitializerRef>, config: ModelConfig): number {
   let top = 0;
   placeLlamaWeights(file, index, config, {
-    alloc: (size) => ((top += Math.ceil(size / 64) * 64), top),
+    alloc: (size) => {
+      top += Math.ceil(size / 64) * 64;
+      return top;
+    },
     write: () => {},
     read: () => new Uint8Array(0),
   });

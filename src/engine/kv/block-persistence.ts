@@ -72,15 +72,18 @@ export class BlockPersistence {
   }
 
   private async drain(): Promise<void> {
-    while ((this.current = this.queue.shift())) {
+    this.current = this.queue.shift();
+    while (this.current) {
+      const entry = this.current;
       try {
-        await this.write(this.current);
+        await this.write(entry);
       } catch (err) {
         this.counts.failedChains++;
         console.warn(
-          `KV block store: a chain of ${this.current.chain.length} blocks was not stored: ${err instanceof Error ? err.message : String(err)}`,
+          `KV block store: a chain of ${entry.chain.length} blocks was not stored: ${err instanceof Error ? err.message : String(err)}`,
         );
       }
+      this.current = this.queue.shift();
     }
   }
 
@@ -114,7 +117,8 @@ export class BlockPersistence {
         this.counts.storedBytes += bytes.length;
       }
       this.counts.writeMs += performance.now() - t0;
-      if ((slice += bytes.length) >= SLICE_BYTES) {
+      slice += bytes.length;
+      if (slice >= SLICE_BYTES) {
         slice = 0;
         await yieldToEventLoop();
         if (entry.cancelled) return;

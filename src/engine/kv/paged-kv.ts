@@ -151,9 +151,10 @@ export class KvCacheManager {
     let parent = ROOT_HASH;
     for (let i = 0; (i + 1) * bs <= tokens.length - 1; i++) {
       const hash = blockHash(parent, tokens.slice(i * bs, (i + 1) * bs), this.cacheIdentity);
-      let block = this.pool.lookup(hash);
-      if (block !== undefined) this.pool.retain(block);
-      else if ((block = this.restore(hash, this.blocksFor(tokens.length - (i + 1) * bs))) === undefined) break;
+      const cached = this.pool.lookup(hash);
+      if (cached !== undefined) this.pool.retain(cached);
+      const block = cached ?? this.restore(hash, this.blocksFor(tokens.length - (i + 1) * bs));
+      if (block === undefined) break;
       kv.blocks.push(block);
       kv.hashes.push(hash);
       parent = hash;

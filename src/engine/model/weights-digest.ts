@@ -30,7 +30,7 @@ export class PieceDigest {
   async hex(): Promise<string> {
     if (this.filled > 0 || this.digests.length === 0) await this.close();
     const all = new Uint8Array(this.digests.length * 32);
-    this.digests.forEach((d, i) => all.set(d, i * 32));
+    for (const [i, d] of this.digests.entries()) all.set(d, i * 32);
     return hex(await crypto.subtle.digest('SHA-256', all));
   }
 

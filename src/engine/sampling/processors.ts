@@ -15,7 +15,7 @@ const FLOAT32_MAX = 3.4028234663852886e38;
 export function copySanitized(logits: Float32Array, out: Float32Array): void {
   for (let i = 0; i < out.length; i++) {
     const v = logits[i];
-    out[i] = v === v ? (v === Infinity ? FLOAT32_MAX : v) : -Infinity;
+    out[i] = Number.isNaN(v) ? -Infinity : v === Infinity ? FLOAT32_MAX : v;
   }
 }
 
