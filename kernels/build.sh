@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# Builds the edge kernels (kernels/*.c) into src/engine/kernels/edge-kernels.wasm with Debian's clang and
-# lld. The .wasm is committed: `npm start` and `npm test` need no compiler; CI rebuilds it and fails if
-# the result differs from the committed file (test/kernels-build.test.ts).
+# Builds the edge kernels (kernels/*.c) twice with Debian's clang-16 and lld-16, into src/engine/kernels/:
+#   edge-kernels.wasm          WebAssembly SIMD (simd128): runs everywhere
+#   edge-kernels-relaxed.wasm  the same sources with relaxed SIMD's i8 dot product (-DRELAXED): the same bits
+# The .wasm files are committed: `npm start` and `npm test` need no compiler; CI rebuilds them and fails if
+# a result differs from the committed file (test/kernels-build.test.ts).
+#   bash kernels/build.sh [out-dir]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-out="${1:-$here/../src/engine/kernels/edge-kernels.wasm}"
+out="${1:-$here/../src/engine/kernels}"
+cc=clang-16
+command -v "$cc" >/dev/null || { echo "kernels/build.sh needs clang-16 and lld-16 (apt-get install clang-16 lld-16)" >&2; exit 1; }
 # -ffp-contract=off: no fused multiply-add, so every product is rounded as the reference expects and
 # the same source gives the same bits on every engine. Memory is imported: the host sizes it once.
-clang --target=wasm32 -O3 -msimd128 -ffreestanding -nostdlib -ffp-contract=off -fno-builtin-memset \
-  -Wall -Wextra -Werror -Wno-unused-parameter \
-  -Wl,--no-entry -Wl,--import-memory -Wl,--export=__heap_base -Wl,-z,stack-size=65536 -Wl,--strip-all \
-  -o "$out" "$here"/elementwise.c "$here"/matmul_float.c "$here"/matmul_quant.c "$here"/attention.c
+build() {
+  "$cc" --target=wasm32 -O3 -msimd128 "$@" -ffreestanding -nostdlib -ffp-contract=off -fno-builtin-memset \
+    -Wall -Wextra -Werror -Wno-unused-parameter \
+    -Wl,--no-entry -Wl,--import-memory -Wl,--export=__heap_base -Wl,-z,stack-size=65536 -Wl,--strip-all \
+    "$here"/elementwise.c "$here"/matmul_float.c "$here"/matmul_quant.c "$here"/attention.c "$here"/repack.c
+}
+build -o "$out/edge-kernels.wasm"
+build -mrelaxed-simd -DRELAXED -o "$out/edge-kernels-relaxed.wasm"

@@ -1,6 +1,6 @@
 // Row-wise kernels of the Llama block: RMSNorm, RoPE, SwiGLU, residual add, embedding rows, and the
 // per-block activation quantisation the integer matrix kernels take.
-#include "kernels.h"
+#include "quant.h"
 
 // With -nostdlib the compiler may still emit calls to these for plain loops.
 void *memset(void *dst, int c, size_t n) {
@@ -88,30 +88,28 @@ void EXPORT(embed_f16)(float *out, const half *table, int id, int n) {
   for (int i = 0; i < n; i++) out[i] = half_to_f32(row[i]);
 }
 
-/** out (n) = row `id` of an 8-bit block table (vocab, n/32, 32) with zero point 128 and scales (vocab, n/32). */
-void EXPORT(embed_q8)(float *out, const unsigned char *q, const float *scales, int id, int n) {
-  int blocks = n / 32;
-  const unsigned char *row = q + (size_t)id * n;
-  for (int b = 0; b < blocks; b++) {
-    float s = scales[(size_t)id * blocks + b];
-    for (int i = 0; i < 32; i++) out[b * 32 + i] = (float)((int)row[b * 32 + i] - 128) * s;
+/** out (n) = row `id` of a bfloat16 (vocab, n) table, as float32 (exact: bf16 is float32's top half). */
+void EXPORT(embed_bf16)(float *out, const unsigned short *table, int id, int n) {
+  const unsigned short *row = table + (size_t)id * n;
+  for (int i = 0; i < n; i++) {
+    union { unsigned u; float f; } v = {(unsigned)row[i] << 16};
+    out[i] = v.f;
   }
 }
 
 /**
- * Quantises x (rows, k) per block of 32 of each row, never across rows: xq (rows, blocks * 32) int16
- * holding round(x / s) in [-127, 127] with s = max|x_block| / 127 per block in xs (rows, blocks); a k
- * short of blocks * 32 is padded with zeros, as the weights are. Widening to int16 here, once, is what
- * lets the matrix kernels multiply with i32x4.dot_i16x8_s directly.
- * `deinterleave`: within each block store the even elements first, then the odd ones, the order in
- * which a 4-bit block's low and high nibbles come out of one byte load.
+ * Quantises x (rows, k) per block of 32 of each row, never across rows: xq (rows, blocks * 32) holding
+ * a = round(x / s) in [-127, 127] with s = max|x_block| / 127 per block in xs (rows, blocks), and the exact
+ * sums of each half block's a in xsum (rows, blocks, 2), which zero points and mins need. A k short of
+ * blocks * 32 is padded with zeros, as the weights are. int8 for relaxed SIMD's dot product, int16 (widened
+ * here, once) for baseline SIMD's dot_i16x8: the same integers either way.
  */
-void EXPORT(quantize_rows)(short *xq, float *xs, const float *x, int rows, int k, int blocks, int deinterleave) {
+void EXPORT(quantize_rows)(act_t *xq, float *xs, int *xsum, const float *x, int rows, int k, int blocks) {
   float block[32];
   for (int r = 0; r < rows; r++) {
     for (int b = 0; b < blocks; b++) {
       const float *src = x + (size_t)r * k + b * 32;
-      short *dst = xq + ((size_t)r * blocks + b) * 32;
+      act_t *dst = xq + ((size_t)r * blocks + b) * 32;
       int n = k - b * 32 < 32 ? k - b * 32 : 32;
       for (int i = 0; i < 32; i++) block[i] = i < n ? src[i] : 0.0f;
       v128_t m = wasm_f32x4_splat(0);
@@ -121,15 +119,19 @@ void EXPORT(quantize_rows)(short *xq, float *xs, const float *x, int rows, int k
       float absmax = wasm_f32x4_extract_lane(m, 0);
       xs[(size_t)r * blocks + b] = absmax / 127.0f;
       v128_t inv = wasm_f32x4_splat(absmax == 0.0f ? 0.0f : 127.0f / absmax);
-      if (deinterleave) { // even elements to dst[0..16), odd ones to dst[16..32)
-        for (int i = 0; i < 32; i++) dst[(i & 1) * 16 + (i >> 1)] = (short)__builtin_nearbyintf(block[i] * (absmax == 0.0f ? 0.0f : 127.0f / absmax));
-        continue;
-      }
-      for (int i = 0; i < 32; i += 8) {
-        v128_t lo = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(block + i), inv)));
-        v128_t hi = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(block + i + 4), inv)));
-        wasm_v128_store(dst + i, wasm_i16x8_narrow_i32x4(lo, hi));
-      }
+      v128_t q[8];
+      for (int i = 0; i < 8; i++) q[i] = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(block + 4 * i), inv)));
+      v128_t s0 = wasm_i32x4_add(wasm_i32x4_add(q[0], q[1]), wasm_i32x4_add(q[2], q[3]));
+      v128_t s1 = wasm_i32x4_add(wasm_i32x4_add(q[4], q[5]), wasm_i32x4_add(q[6], q[7]));
+      int *sums = xsum + ((size_t)r * blocks + b) * 2;
+      sums[0] = wasm_i32x4_extract_lane(s0, 0) + wasm_i32x4_extract_lane(s0, 1) + wasm_i32x4_extract_lane(s0, 2) + wasm_i32x4_extract_lane(s0, 3);
+      sums[1] = wasm_i32x4_extract_lane(s1, 0) + wasm_i32x4_extract_lane(s1, 1) + wasm_i32x4_extract_lane(s1, 2) + wasm_i32x4_extract_lane(s1, 3);
+#ifdef RELAXED
+      for (int i = 0; i < 8; i += 4)
+        wasm_v128_store(dst + i * 4, wasm_i8x16_narrow_i16x8(wasm_i16x8_narrow_i32x4(q[i], q[i + 1]), wasm_i16x8_narrow_i32x4(q[i + 2], q[i + 3])));
+#else
+      for (int i = 0; i < 8; i += 2) wasm_v128_store(dst + i * 4, wasm_i16x8_narrow_i32x4(q[i], q[i + 1]));
+#endif
     }
   }
 }

@@ -238,3 +238,27 @@ void EXPORT(matmul_nk_f16)(float *Y, const float *X, const half *W, int M, int K
     }
   }
 }
+
+/** Y (M, N) = X (M, K) @ W (N, K)^T, bfloat16 weights (GGUF BF16 files): each weight widened exactly. */
+void EXPORT(matmul_nk_bf16)(float *Y, const float *X, const unsigned short *W, int M, int K, int N) {
+  int K8 = K & ~7;
+  for (int n = 0; n < N; n++) {
+    const unsigned short *w = W + (size_t)n * K;
+    for (int m = 0; m < M; m++) {
+      const float *x = X + (size_t)m * K;
+      v128_t a = wasm_f32x4_splat(0);
+      for (int k = 0; k < K8; k += 8) {
+        v128_t h = wasm_v128_load(w + k);
+        v128_t lo = wasm_i32x4_shl(wasm_u32x4_extend_low_u16x8(h), 16), hi = wasm_i32x4_shl(wasm_u32x4_extend_high_u16x8(h), 16);
+        a = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_v128_load(x + k), lo));
+        a = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_v128_load(x + k + 4), hi));
+      }
+      float s = hsum(a);
+      for (int k = K8; k < K; k++) {
+        union { unsigned u; float f; } v = {(unsigned)w[k] << 16};
+        s += x[k] * v.f;
+      }
+      Y[(size_t)m * N + n] = s;
+    }
+  }
+}

@@ -1,95 +1,340 @@
-// Block-quantised matrix products over MatMulNBits weights, read where they lie in linear memory:
-//   W (N, K/32, 32 * bits / 8) uint8 with zero point 2^(bits-1), scales ws (N, K/32) float32.
-//   8-bit: byte i of a block is element i. 4-bit: byte j holds element 2j (low nibble) and 2j+1 (high).
-// Activations arrive quantised per block of 32 of their own row (quantize_rows): xq int16, xs float32.
-// Per block the integer dot product is exact (i32x4.dot_i16x8_s), so its order does not matter; the
-// float part is acc += float(isum) * (xs * ws) per lane, in block order, then hsum: the same operations
-// for an element whatever the tile. A tile of up to 4 rows shares each unpacked weight block.
-#include "kernels.h"
+// Products with block-quantised weights (quant.h): Y (M, N) = X (M, K) @ W^T, X quantised per block of its
+// own row (quantize_rows), W read where it lies in any of quant.h's forms.
+//
+// Tiles: up to 4 rows x 4 columns. A tile decodes each of its 4 columns' blocks once and runs every row of
+// the tile against them; per row and block the 4 columns' exact integer dot products are reduced to 4
+// totals in one vector, and the block's float step (scale, zero point or min) is done for the 4 columns
+// at once. A tail of fewer than 4 columns repeats the last column and stores only the real ones.
+#include "quant.h"
 
-/** Lane-wise sum of the four products of one block: w0..w3 and x0..x3 are 8 int16 each. */
-static inline v128_t block_dot(v128_t w0, v128_t w1, v128_t w2, v128_t w3, const short *x) {
-  v128_t s = wasm_i32x4_dot_i16x8(w0, wasm_v128_load(x));
-  s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(w1, wasm_v128_load(x + 8)));
-  s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(w2, wasm_v128_load(x + 16)));
-  return wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(w3, wasm_v128_load(x + 24)));
+#define AI static inline __attribute__((always_inline))
+
+typedef signed char i8x16 __attribute__((vector_size(16)));
+typedef int i32x4 __attribute__((vector_size(16)));
+
+// ---- 32 weights of one column as the dot product takes them -------------------------------------------
+#ifdef RELAXED
+// Values u in 0..63 as bytes: the i7 operand of relaxed_dot_i8x16_i7x16, exact for any host (V8: int16 lanes).
+typedef struct { v128_t v[4]; } wblock;
+
+static inline v128_t rdot(v128_t acc, v128_t a, v128_t u) {
+  return (v128_t)__builtin_wasm_relaxed_dot_i8x16_i7x16_add_s_i32x4((i8x16)a, (i8x16)u, (i32x4)acc);
+}
+#else
+// Values u as int16, for i32x4.dot_i16x8_s against int16 activations.
+typedef struct { v128_t v[4]; } wblock;
+#endif
+
+/** Bit i of `bits` (32 bits at p) as byte lane i of two vectors: 0xff where set. */
+static inline void bits_to_bytes(const unsigned char *p, v128_t *lo, v128_t *hi) {
+  v128_t b = wasm_v128_load32_splat(p);
+  const v128_t sel = wasm_i8x16_make(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+  v128_t b01 = wasm_i8x16_shuffle(b, b, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  v128_t b23 = wasm_i8x16_shuffle(b, b, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  *lo = wasm_i8x16_eq(wasm_v128_and(b01, sel), sel);
+  *hi = wasm_i8x16_eq(wasm_v128_and(b23, sel), sel);
 }
 
-static inline v128_t scaled(v128_t acc, v128_t isum, float scale) {
-  return wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(isum), wasm_f32x4_splat(scale)));
-}
-
-/** One 8-bit weight block as four int16x8: bytes minus 128. */
-static inline void unpack_q8(const unsigned char *b, v128_t *w) {
-  v128_t lo = wasm_v128_xor(wasm_v128_load(b), wasm_i8x16_splat((char)0x80)); // q - 128 as int8
-  v128_t hi = wasm_v128_xor(wasm_v128_load(b + 16), wasm_i8x16_splat((char)0x80));
-  w[0] = wasm_i16x8_extend_low_i8x16(lo);
-  w[1] = wasm_i16x8_extend_high_i8x16(lo);
-  w[2] = wasm_i16x8_extend_low_i8x16(hi);
-  w[3] = wasm_i16x8_extend_high_i8x16(hi);
-}
-
-/** One 4-bit weight block as four int16x8: low nibbles (even elements) first, then high (odd), minus 8. */
-static inline void unpack_q4(const unsigned char *b, v128_t *w) {
-  v128_t bytes = wasm_v128_load(b);
-  v128_t eight = wasm_i8x16_splat(8);
-  v128_t lo = wasm_i8x16_sub(wasm_v128_and(bytes, wasm_i8x16_splat(0x0f)), eight);
-  v128_t hi = wasm_i8x16_sub(wasm_u8x16_shr(bytes, 4), eight);
-  w[0] = wasm_i16x8_extend_low_i8x16(lo);
-  w[1] = wasm_i16x8_extend_high_i8x16(lo);
-  w[2] = wasm_i16x8_extend_low_i8x16(hi);
-  w[3] = wasm_i16x8_extend_high_i8x16(hi);
-}
-
-static inline void unpack(const unsigned char *b, int bits, v128_t *w) {
-  if (bits == 8) unpack_q8(b, w);
-  else unpack_q4(b, w);
-}
-
-/** Four rows, one column: the weight block is unpacked once for the four. */
-static void q_4rows_col(float *y, int ystride, const short *xq, const float *xs, const unsigned char *wrow, const float *ws,
-                        int K, int blocks, int bits) {
-  int blob = 4 * bits;
-  v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0;
-  for (int b = 0; b < blocks; b++) {
-    v128_t w[4];
-    unpack(wrow + b * blob, bits, w);
-    const short *x = xq + b * 32;
-    a0 = scaled(a0, block_dot(w[0], w[1], w[2], w[3], x), xs[b] * ws[b]);
-    a1 = scaled(a1, block_dot(w[0], w[1], w[2], w[3], x + K), xs[blocks + b] * ws[b]);
-    a2 = scaled(a2, block_dot(w[0], w[1], w[2], w[3], x + 2 * K), xs[2 * blocks + b] * ws[b]);
-    a3 = scaled(a3, block_dot(w[0], w[1], w[2], w[3], x + 3 * K), xs[3 * blocks + b] * ws[b]);
+/** Elements 0..15 and 16..31 of block b of column `col`, as unsigned bytes (u fits 0..63). */
+AI void block_bytes(const qmat *w, const int kind, size_t col, int blocks, int b, v128_t *u0, v128_t *u1) {
+  size_t at = col * (size_t)blocks + b;
+  v128_t nib = wasm_v128_load(w->q + at * 16);
+  v128_t mask = wasm_i8x16_splat(0x0f);
+  *u0 = wasm_v128_and(nib, mask);
+  *u1 = wasm_u8x16_shr(nib, 4);
+  if (kind == QV5_ZP || kind == QV5_MIN || kind == QV5_KMIN) {
+    v128_t h0, h1;
+    bits_to_bytes(w->hi + at * 4, &h0, &h1);
+    *u0 = wasm_v128_or(*u0, wasm_v128_and(h0, wasm_i8x16_splat(16)));
+    *u1 = wasm_v128_or(*u1, wasm_v128_and(h1, wasm_i8x16_splat(16)));
+  } else if (kind == QV6_K16) {
+    v128_t h0, h1, g0, g1;
+    bits_to_bytes(w->hi + at * 8, &h0, &h1);
+    bits_to_bytes(w->hi + at * 8 + 4, &g0, &g1);
+    *u0 = wasm_v128_or(*u0, wasm_v128_or(wasm_v128_and(h0, wasm_i8x16_splat(16)), wasm_v128_and(g0, wasm_i8x16_splat(32))));
+    *u1 = wasm_v128_or(*u1, wasm_v128_or(wasm_v128_and(h1, wasm_i8x16_splat(16)), wasm_v128_and(g1, wasm_i8x16_splat(32))));
   }
-  y[0] = hsum(a0);
-  y[ystride] = hsum(a1);
-  y[2 * ystride] = hsum(a2);
-  y[3 * ystride] = hsum(a3);
+}
+
+AI wblock decode(const qmat *w, const int KIND, size_t col, int blocks, int b) {
+  wblock out;
+  if (KIND == QV8_ZP) {
+    // u = q + 128 reaches 255: past relaxed SIMD's exact range, so both builds take V8 as int16 lanes.
+    const unsigned char *p = w->q + (col * (size_t)blocks + b) * 32;
+    v128_t u0 = wasm_v128_xor(wasm_v128_load(p), wasm_i8x16_splat((char)0x80));
+    v128_t u1 = wasm_v128_xor(wasm_v128_load(p + 16), wasm_i8x16_splat((char)0x80));
+    out.v[0] = wasm_u16x8_extend_low_u8x16(u0);
+    out.v[1] = wasm_u16x8_extend_high_u8x16(u0);
+    out.v[2] = wasm_u16x8_extend_low_u8x16(u1);
+    out.v[3] = wasm_u16x8_extend_high_u8x16(u1);
+    return out;
+  }
+  v128_t u0, u1;
+  block_bytes(w, KIND, col, blocks, b, &u0, &u1);
+#ifdef RELAXED
+  out.v[0] = u0;
+  out.v[1] = u1;
+#else
+  out.v[0] = wasm_u16x8_extend_low_u8x16(u0);
+  out.v[1] = wasm_u16x8_extend_high_u8x16(u0);
+  out.v[2] = wasm_u16x8_extend_low_u8x16(u1);
+  out.v[3] = wasm_u16x8_extend_high_u8x16(u1);
+#endif
+  return out;
+}
+
+/** One row's 32 activations of a block, loaded (and for int16 lanes widened) once for the tile's 4 columns. */
+typedef struct { v128_t v[4]; } ablock;
+
+AI ablock load_acts(const int KIND, const act_t *x) {
+  ablock a;
+#ifdef RELAXED
+  v128_t a0 = wasm_v128_load(x), a1 = wasm_v128_load(x + 16);
+  if (KIND == QV8_ZP) {
+    a.v[0] = wasm_i16x8_extend_low_i8x16(a0);
+    a.v[1] = wasm_i16x8_extend_high_i8x16(a0);
+    a.v[2] = wasm_i16x8_extend_low_i8x16(a1);
+    a.v[3] = wasm_i16x8_extend_high_i8x16(a1);
+  } else {
+    a.v[0] = a0;
+    a.v[1] = a1;
+    a.v[2] = a.v[3] = a0;
+  }
+#else
+  (void)KIND;
+  for (int i = 0; i < 4; i++) a.v[i] = wasm_v128_load(x + 8 * i);
+#endif
+  return a;
 }
 
 /**
- * Y (M, N) = X (M, K) @ W^T for `bits` 8 or 4. X is given quantised: xq (M, K) int16 (for 4-bit, each
- * block deinterleaved: even elements then odd), xs (M, K/32). K is a multiple of 32 (padded).
+ * Lane-wise partial sums of u * a over the block's first half (*h0) and second half (*h1), or over the whole
+ * block in *h0 when the form needs no halves (*h1 then zero): their lanes add up to the exact integer dot
+ * products.
  */
-void EXPORT(matmul_q)(float *Y, const short *xq, const float *xs, const unsigned char *W, const float *ws, int M, int K, int N, int bits) {
-  int blocks = K / 32, blob = 4 * bits;
-  size_t wstride = (size_t)blocks * blob;
-  int m = 0;
-  for (; m + 4 <= M; m += 4)
-    for (int n = 0; n < N; n++)
-      q_4rows_col(Y + (size_t)m * N + n, N, xq + (size_t)m * K, xs + (size_t)m * blocks, W + n * wstride, ws + (size_t)n * blocks, K, blocks, bits);
-  for (; m < M; m++) {
-    const short *x = xq + (size_t)m * K;
-    const float *s = xs + (size_t)m * blocks;
-    // One row, one column at a time: measured faster than sharing the row's activation loads between two
-    // columns (10.3 against 8.0 GMAC/s at M = 1), whose extra live vectors spill.
-    for (int n = 0; n < N; n++) {
-      v128_t acc = wasm_f32x4_splat(0);
-      for (int b = 0; b < blocks; b++) {
-        v128_t w[4];
-        unpack(W + n * wstride + b * blob, bits, w);
-        acc = scaled(acc, block_dot(w[0], w[1], w[2], w[3], x + b * 32), s[b] * ws[(size_t)n * blocks + b]);
-      }
-      Y[(size_t)m * N + n] = hsum(acc);
+AI void block_dot(const int KIND, const wblock *wb, const ablock *a, v128_t *h0, v128_t *h1) {
+  v128_t z = wasm_i32x4_splat(0);
+  const int halves = KIND == QV6_K16;
+#ifdef RELAXED
+  if (KIND != QV8_ZP) {
+    if (halves) {
+      *h0 = rdot(z, a->v[0], wb->v[0]);
+      *h1 = rdot(z, a->v[1], wb->v[1]);
+    } else {
+      *h0 = rdot(rdot(z, a->v[0], wb->v[0]), a->v[1], wb->v[1]);
+      *h1 = z;
+    }
+    return;
+  }
+#endif
+  v128_t p0 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wb->v[0], a->v[0]), wasm_i32x4_dot_i16x8(wb->v[1], a->v[1]));
+  v128_t p1 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wb->v[2], a->v[2]), wasm_i32x4_dot_i16x8(wb->v[3], a->v[3]));
+  if (halves) {
+    *h0 = p0;
+    *h1 = p1;
+  } else {
+    *h0 = wasm_i32x4_add(p0, p1);
+    *h1 = z;
+  }
+}
+
+/** [sum(v0), sum(v1), sum(v2), sum(v3)]: integer, so exact in any order. */
+static inline v128_t reduce4(v128_t v0, v128_t v1, v128_t v2, v128_t v3) {
+  v128_t s01 = wasm_i32x4_add(wasm_i32x4_shuffle(v0, v1, 0, 4, 1, 5), wasm_i32x4_shuffle(v0, v1, 2, 6, 3, 7));
+  v128_t s23 = wasm_i32x4_add(wasm_i32x4_shuffle(v2, v3, 0, 4, 1, 5), wasm_i32x4_shuffle(v2, v3, 2, 6, 3, 7));
+  return wasm_i32x4_add(wasm_i32x4_shuffle(s01, s23, 0, 1, 4, 5), wasm_i32x4_shuffle(s01, s23, 2, 3, 6, 7));
+}
+
+/** Four bytes at p as an i32x4, zero- or sign-extended. */
+static inline v128_t u8x4(const unsigned char *p) {
+  return wasm_u32x4_extend_low_u16x8(wasm_u16x8_extend_low_u8x16(wasm_v128_load32_zero(p)));
+}
+static inline v128_t i8x4(const unsigned char *p) {
+  return wasm_i32x4_extend_low_i16x8(wasm_i16x8_extend_low_i8x16(wasm_v128_load32_zero(p)));
+}
+
+/** A block's side information for the 4 columns of a group, loaded once for every row of the tile. */
+typedef struct {
+  v128_t s;   // ZP, MIN: scales; K16: d; KMIN: d * sc
+  v128_t m;   // MIN: mins; KMIN: dmin * mn
+  v128_t zp;  // ZP: zero points (V8's plus 128)
+  v128_t sc0; // K16: sub-scales of the halves
+  v128_t sc1;
+} sideinfo;
+
+AI sideinfo load_side(const qmat *w, const int KIND, size_t g, int blocks, int b) {
+  size_t at = (g * (size_t)blocks + b) * 4; // (group, block, column) of the side arrays
+  size_t super = (g * (size_t)(blocks / 8) + b / 8) * 4;
+  sideinfo si;
+  si.m = si.zp = si.sc0 = si.sc1 = wasm_i32x4_splat(0);
+  if (KIND == QV6_K16) {
+    const unsigned char *p = w->sc + 2 * at; // (column, half) pairs
+    si.sc0 = wasm_i32x4_make((signed char)p[0], (signed char)p[2], (signed char)p[4], (signed char)p[6]);
+    si.sc1 = wasm_i32x4_make((signed char)p[1], (signed char)p[3], (signed char)p[5], (signed char)p[7]);
+    si.s = wasm_v128_load(w->s + super);
+  } else if (KIND == QV4_MIN || KIND == QV5_MIN) {
+    si.s = wasm_v128_load(w->s + at);
+    si.m = wasm_v128_load(w->m + at);
+  } else if (KIND == QV4_KMIN || KIND == QV5_KMIN) { // d * sc and dmin * mn: exact products (a half and a 6-bit integer)
+    si.s = wasm_f32x4_mul(wasm_v128_load(w->s + super), wasm_f32x4_convert_i32x4(u8x4(w->sc + at)));
+    si.m = wasm_f32x4_mul(wasm_v128_load(w->m + super), wasm_f32x4_convert_i32x4(u8x4(w->mn + at)));
+  } else { // ZP forms: V8's u carries +128 in its zero point
+    si.s = wasm_v128_load(w->s + at);
+    if (w->z) si.zp = KIND == QV8_ZP ? wasm_i32x4_add(i8x4(w->z + at), wasm_i32x4_splat(128)) : u8x4(w->z + at);
+    else si.zp = wasm_i32x4_splat(w->zp_const + (KIND == QV8_ZP ? 128 : 0));
+  }
+  return si;
+}
+
+/**
+ * acc (one row, 4 columns) += what the block adds, from the 4 columns' integer totals over the block (t0;
+ * over its halves t0, t1 for K16), the row's activation sums over them (s0, s1) and its scale xs: one float step per element.
+ */
+AI v128_t block_step(const int KIND, const sideinfo *si, v128_t acc, v128_t t0, v128_t t1, int s0, int s1, float xs) {
+  v128_t x = wasm_f32x4_splat(xs);
+  if (KIND == QV6_K16) {
+    v128_t d0 = wasm_i32x4_sub(t0, wasm_i32x4_splat(32 * s0));
+    v128_t d1 = wasm_i32x4_sub(t1, wasm_i32x4_splat(32 * s1));
+    v128_t t = wasm_i32x4_add(wasm_i32x4_mul(si->sc0, d0), wasm_i32x4_mul(si->sc1, d1));
+    return wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(t), wasm_f32x4_mul(si->s, x)));
+  }
+  if (KIND == QV4_MIN || KIND == QV5_MIN || KIND == QV4_KMIN || KIND == QV5_KMIN) {
+    v128_t t = wasm_f32x4_convert_i32x4(t0);
+    v128_t sum = wasm_f32x4_splat((float)(s0 + s1));
+    return wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_sub(wasm_f32x4_mul(t, si->s), wasm_f32x4_mul(sum, si->m)), x));
+  }
+  v128_t t = wasm_i32x4_sub(t0, wasm_i32x4_mul(si->zp, wasm_i32x4_splat(s0 + s1)));
+  return wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(t), wasm_f32x4_mul(si->s, x)));
+}
+
+/**
+ * Rows [m0, m0 + R) x the 4 columns of group g. xq (M, blocks * 32), xs (M, blocks), xsum (M, blocks, 2).
+ * KIND and R are constants where this is inlined, so each (form, tile) is its own straight-line code.
+ */
+AI void tile(const int KIND, const int R, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int m0,
+             size_t g, int N, int blocks) {
+  size_t cols[4];
+  for (int c = 0; c < 4; c++) cols[c] = g * 4 + c < (size_t)N ? g * 4 + c : (size_t)N - 1;
+  v128_t acc[4];
+  for (int r = 0; r < R; r++) acc[r] = wasm_f32x4_splat(0);
+  for (int b = 0; b < blocks; b++) {
+    wblock wb[4];
+    for (int c = 0; c < 4; c++) wb[c] = decode(w, KIND, cols[c], blocks, b);
+    sideinfo si = load_side(w, KIND, g, blocks, b);
+    for (int r = 0; r < R; r++) {
+      size_t row = (size_t)(m0 + r) * blocks + b;
+      ablock a = load_acts(KIND, xq + row * 32);
+      v128_t h0[4], h1[4];
+      for (int c = 0; c < 4; c++) block_dot(KIND, &wb[c], &a, &h0[c], &h1[c]);
+      // Totals over the whole block (t0), or over its halves (t0, t1) for the form with sub-scales.
+      v128_t t0 = reduce4(h0[0], h0[1], h0[2], h0[3]);
+      v128_t t1 = KIND == QV6_K16 ? reduce4(h1[0], h1[1], h1[2], h1[3]) : wasm_i32x4_splat(0);
+      acc[r] = block_step(KIND, &si, acc[r], t0, t1, xsum[2 * row], xsum[2 * row + 1], xs[row]);
     }
   }
+  int real = N - (int)(g * 4) < 4 ? N - (int)(g * 4) : 4;
+  for (int r = 0; r < R; r++) {
+    float *y = Y + (size_t)(m0 + r) * N + g * 4;
+    if (real == 4) wasm_v128_store(y, acc[r]);
+    else {
+      float lanes[4];
+      wasm_v128_store(lanes, acc[r]);
+      for (int c = 0; c < real; c++) y[c] = lanes[c];
+    }
+  }
+}
+
+AI void matmul_kind(const int KIND, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int M, int blocks, int N) {
+  size_t groups = ((size_t)N + 3) / 4;
+  int m = 0;
+  for (; m + 4 <= M; m += 4)
+    for (size_t g = 0; g < groups; g++) tile(KIND, 4, Y, xq, xs, xsum, w, m, g, N, blocks);
+  for (; m + 2 <= M; m += 2)
+    for (size_t g = 0; g < groups; g++) tile(KIND, 2, Y, xq, xs, xsum, w, m, g, N, blocks);
+  for (; m < M; m++)
+    for (size_t g = 0; g < groups; g++) tile(KIND, 1, Y, xq, xs, xsum, w, m, g, N, blocks);
+}
+
+#define KIND_KERNEL(KIND, name) \
+  static __attribute__((noinline)) void name(float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int M, int blocks, int N) { \
+    matmul_kind(KIND, Y, xq, xs, xsum, w, M, blocks, N); \
+  }
+KIND_KERNEL(QV4_ZP, matmul_v4_zp)
+KIND_KERNEL(QV4_MIN, matmul_v4_min)
+KIND_KERNEL(QV4_KMIN, matmul_v4_kmin)
+KIND_KERNEL(QV5_ZP, matmul_v5_zp)
+KIND_KERNEL(QV5_MIN, matmul_v5_min)
+KIND_KERNEL(QV5_KMIN, matmul_v5_kmin)
+KIND_KERNEL(QV6_K16, matmul_v6_k16)
+KIND_KERNEL(QV8_ZP, matmul_v8_zp)
+
+/** Y (M, N) = X (M, K) @ W^T for a quantised W; K = blocks * 32 (the activations are padded, as W is). */
+void EXPORT(matmul_q)(float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int M, int blocks, int N) {
+  switch (w->kind) {
+    case QV4_ZP: matmul_v4_zp(Y, xq, xs, xsum, w, M, blocks, N); break;
+    case QV4_MIN: matmul_v4_min(Y, xq, xs, xsum, w, M, blocks, N); break;
+    case QV4_KMIN: matmul_v4_kmin(Y, xq, xs, xsum, w, M, blocks, N); break;
+    case QV5_ZP: matmul_v5_zp(Y, xq, xs, xsum, w, M, blocks, N); break;
+    case QV5_MIN: matmul_v5_min(Y, xq, xs, xsum, w, M, blocks, N); break;
+    case QV5_KMIN: matmul_v5_kmin(Y, xq, xs, xsum, w, M, blocks, N); break;
+    case QV6_K16: matmul_v6_k16(Y, xq, xs, xsum, w, M, blocks, N); break;
+    default: matmul_v8_zp(Y, xq, xs, xsum, w, M, blocks, N);
+  }
+}
+
+/** out (K) = column `col` of W (its embedding row), dequantised: the same per-element values the products use. */
+void EXPORT(dequantize_column)(float *out, const qmat *w, int col, int blocks) {
+  size_t g = (size_t)col / 4;
+  int lane = col % 4;
+  for (int b = 0; b < blocks; b++) {
+    unsigned char u[32];
+    if (w->kind == QV8_ZP) {
+      const unsigned char *p = w->q + ((size_t)col * blocks + b) * 32;
+      for (int i = 0; i < 32; i++) u[i] = p[i] ^ 0x80;
+    } else {
+      v128_t u0, u1;
+      block_bytes(w, w->kind, (size_t)col, blocks, b, &u0, &u1);
+      wasm_v128_store(u, u0);
+      wasm_v128_store(u + 16, u1);
+    }
+    size_t at = (g * (size_t)blocks + b) * 4 + lane;
+    size_t super = (g * (size_t)(blocks / 8) + b / 8) * 4 + lane;
+    for (int i = 0; i < 32; i++) {
+      float v;
+      switch (w->kind) {
+        case QV6_K16:
+          v = w->s[super] * (float)((signed char)w->sc[2 * at + i / 16] * ((int)u[i] - 32));
+          break;
+        case QV4_MIN:
+        case QV5_MIN:
+          v = w->s[at] * (float)u[i] - w->m[at];
+          break;
+        case QV4_KMIN:
+        case QV5_KMIN:
+          v = w->s[super] * (float)w->sc[at] * (float)u[i] - w->m[super] * (float)w->mn[at];
+          break;
+        default: {
+          int zp = w->z ? (w->kind == QV8_ZP ? (signed char)w->z[at] + 128 : w->z[at]) : w->zp_const + (w->kind == QV8_ZP ? 128 : 0);
+          v = w->s[at] * (float)((int)u[i] - zp);
+        }
+      }
+      out[b * 32 + i] = v;
+    }
+  }
+}
+
+/**
+ * The exact integer dot product of 16 activations (int8, |a| <= 127) and 16 values in 0..15, by this
+ * build's instructions: hosts check it before trusting the relaxed build (Node 20's baseline compiler
+ * computes relaxed_dot_i8x16_i7x16 wrongly).
+ */
+int EXPORT(probe_dot)(const signed char *a, const unsigned char *u) {
+#ifdef RELAXED
+  v128_t s = rdot(wasm_i32x4_splat(0), wasm_v128_load(a), wasm_v128_load(u));
+#else
+  v128_t av = wasm_v128_load(a), uv = wasm_v128_load(u);
+  v128_t s = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(av), wasm_u16x8_extend_low_u8x16(uv)),
+                            wasm_i32x4_dot_i16x8(wasm_i16x8_extend_high_i8x16(av), wasm_u16x8_extend_high_u8x16(uv)));
+#endif
+  return wasm_i32x4_extract_lane(s, 0) + wasm_i32x4_extract_lane(s, 1) + wasm_i32x4_extract_lane(s, 2) + wasm_i32x4_extract_lane(s, 3);
 }

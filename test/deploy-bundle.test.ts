@@ -69,7 +69,7 @@ describe('npm run deploy', () => {
       const gzip = Number(/Total Upload: [\d.]+ KiB \/ gzip: ([\d.]+) KiB/.exec(log)?.[1]);
       const files = readdirSync(out);
       console.log(`deploy bundle --kernels-only: gzip ${gzip.toFixed(0)} KiB; modules: ${files.join(', ')}`);
-      expect(files.some((f) => f.endsWith('edge-kernels.wasm'))).toBe(true);
+      expect(files.some((f) => f.endsWith('edge-kernels-relaxed.wasm'))).toBe(true);
       expect(files.some((f) => f.includes('ort-wasm'))).toBe(false);
       expect(gzip).toBeLessThan(FREE_PLAN_KIB);
       expect(existsSync(join(ROOT, 'wrangler.kernels-only.toml')), 'the temporary config is removed').toBe(false);

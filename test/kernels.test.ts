@@ -4,7 +4,6 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { edgeKernelsModule } from '../src/backends/edge-kernels-node.js';
 import { instantiateKernels, type KernelExports, type LinearMemory } from '../src/engine/kernels/edge-kernels.js';
 import { fromHalf, toHalf } from '../src/engine/model/half.js';
-import { quantizeMatMulWeight, quantizeRowMajor, dequantAt } from '../scripts/model/quantize.js';
 import { mulberry32 } from './helpers/prng.js';
 
 let k: KernelExports;
@@ -133,6 +132,24 @@ describe('float matrix kernels', () => {
     });
   }
 
+  it('bfloat16 widening (matmul_nk_bf16, embed_bf16) is exact', () => {
+    const [m, kk, n] = [3, 21, 5];
+    const x = gaussian(14, m * kk);
+    const wf = gaussian(15, n * kk, 0.1);
+    const bits = Uint16Array.from(new Uint32Array(wf.buffer), (u) => u >>> 16); // truncation: any bf16 will do
+    const wide = Float32Array.from(bits, (b) => new Float32Array(Uint32Array.of(b << 16).buffer)[0]);
+    const y = checkInvariant((yp, xp, rows) => k.matmul_nk_bf16(yp, xp, put(bits), rows, kk, n), x, m, kk, n);
+    expect(
+      relErr(
+        y,
+        matmulRef(x, m, kk, n, (i, c) => wide[c * kk + i]),
+      ),
+    ).toBeLessThan(1e-5);
+    const out = mem.alloc(kk * 4);
+    k.embed_bf16(out, put(bits), 2, kk);
+    expect(Array.from(floats(out, kk))).toEqual(Array.from(wide.subarray(2 * kk, 3 * kk)));
+  });
+
   it('float16 widening is exact for normal, subnormal, zero and negative halves', () => {
     const bits = Uint16Array.from([
       0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff, 0x1234, 0x8001, 0xc000, 0x5555, 0x0200, 0x3555,
@@ -142,82 +159,6 @@ describe('float matrix kernels', () => {
     const out = mem.alloc(64);
     k.embed_f16(out, table, 0, 16);
     expect(Array.from(floats(out, 16))).toEqual(Array.from(fromHalf(bits)));
-  });
-});
-
-describe('block-quantised matrix kernels', () => {
-  it('quantize_rows rounds each block of 32 of a row by its own absmax, padding with zeros', () => {
-    const kk = 70; // 3 blocks, the last one part padding
-    const x = gaussian(7, 2 * kk);
-    const xq = mem.alloc(2 * 96 * 2);
-    const xs = mem.alloc(2 * 3 * 4);
-    k.quantize_rows(xq, xs, put(x), 2, kk, 3, 0);
-    const q = new Int16Array(mem.memory.buffer, xq, 2 * 96);
-    const s = floats(xs, 6);
-    for (let r = 0; r < 2; r++)
-      for (let b = 0; b < 3; b++) {
-        const block = Array.from({ length: 32 }, (_, i) => (b * 32 + i < kk ? x[r * kk + b * 32 + i] : 0));
-        const absmax = Math.max(...block.map(Math.abs));
-        expect(s[r * 3 + b]).toBe(Math.fround(absmax / 127));
-        for (const [i, v] of block.entries())
-          expect(Math.abs(q[(r * 3 + b) * 32 + i] - (v * 127) / absmax)).toBeLessThanOrEqual(0.5 + 1e-4);
-      }
-  });
-
-  for (const bits of [8, 4] as const) {
-    for (const [m, kk, n] of [
-      [1, 64, 10],
-      [6, 96, 33],
-      [9, 80, 7],
-    ]) {
-      it(`${bits}-bit ${m}x${kk}x${n}: equals the float64 product of the quantised operands, row-invariant`, () => {
-        const x = gaussian(8, m * kk);
-        const w = gaussian(9, kk * n, 0.1);
-        const q = quantizeMatMulWeight(w, kk, n, bits);
-        const blocks = q.kBlocks;
-        const xq = mem.alloc(m * blocks * 32 * 2 + 16);
-        const xs = mem.alloc(m * blocks * 4 + 16);
-        const wq = put(q.packed);
-        const ws = put(q.scales);
-        const run = (y: number, xPtr: number, rows: number): void => {
-          k.quantize_rows(xq, xs, xPtr, rows, kk, blocks, bits === 4 ? 1 : 0);
-          k.matmul_q(y, xq, xs, wq, ws, rows, blocks * 32, n, bits);
-        };
-        const y = checkInvariant(run, x, m, kk, n);
-        // The reference: activations quantised the same way (per block of the row), weights dequantised.
-        const xDeq = new Float32Array(m * kk);
-        for (let r = 0; r < m; r++)
-          for (let b = 0; b < blocks; b++) {
-            let absmax = 0;
-            for (let i = b * 32; i < Math.min(kk, b * 32 + 32); i++) absmax = Math.max(absmax, Math.abs(x[r * kk + i]));
-            const scale = Math.fround(absmax / 127);
-            for (let i = b * 32; i < Math.min(kk, b * 32 + 32); i++)
-              xDeq[r * kk + i] =
-                absmax === 0 ? 0 : Math.round(Math.fround(x[r * kk + i] * Math.fround(127 / absmax))) * scale;
-          }
-        expect(
-          relErr(
-            y,
-            matmulRef(xDeq, m, kk, n, (i, c) => dequantAt(q, i, c)),
-          ),
-        ).toBeLessThan(1e-5);
-        // And the total error against unquantised float64 stays what 8-bit activations allow.
-        expect(
-          relErr(
-            y,
-            matmulRef(x, m, kk, n, (i, c) => dequantAt(q, i, c)),
-          ),
-        ).toBeLessThan(0.03);
-      });
-    }
-  }
-
-  it('embed_q8 dequantises one row of an 8-bit table', () => {
-    const table = gaussian(10, 5 * 64);
-    const q = quantizeRowMajor(table, 5, 64, 8);
-    const out = mem.alloc(64 * 4);
-    k.embed_q8(out, put(q.packed), put(q.scales), 3, 64);
-    expect(Array.from(floats(out, 64))).toEqual(Array.from({ length: 64 }, (_, c) => Math.fround(dequantAt(q, c, 3))));
   });
 });
 

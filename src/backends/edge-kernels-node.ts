@@ -1,9 +1,85 @@
 import { readFileSync } from 'node:fs';
+import v8 from 'node:v8';
 
-let compiled: WebAssembly.Module | undefined;
+/** Which build of the kernels: relaxed SIMD's 8-bit dot product, or baseline SIMD. Both give the same bits. */
+export type KernelsBuild = 'relaxed' | 'baseline';
 
-/** Our WebAssembly kernels for Node: the committed binary, compiled once per process. */
-export function edgeKernelsModule(): WebAssembly.Module {
-  compiled ??= new WebAssembly.Module(readFileSync(new URL('../engine/kernels/edge-kernels.wasm', import.meta.url)));
-  return compiled;
+const compiled = new Map<KernelsBuild, WebAssembly.Module>();
+let relaxedWorks: boolean | undefined;
+
+const file = (build: KernelsBuild): Uint8Array<ArrayBuffer> =>
+  new Uint8Array(
+    readFileSync(
+      new URL(`../engine/kernels/edge-kernels${build === 'relaxed' ? '-relaxed' : ''}.wasm`, import.meta.url),
+    ),
+  );
+
+/**
+ * Node 20's V8 (11.3) has relaxed SIMD behind a flag, and its baseline compiler (Liftoff) computes
+ * relaxed_dot_i8x16_i7x16 wrongly, while its optimising compiler is exact (PLATFORM.md). So the relaxed build
+ * is compiled with Liftoff and lazy compilation off (flags V8 reads while compiling; restored right after,
+ * so nothing else, onnxruntime's 14 MB module included, pays for TurboFan up front), then checked on a
+ * known dot product before it is trusted.
+ */
+function compileRelaxed(): WebAssembly.Module | undefined {
+  v8.setFlagsFromString('--experimental-wasm-relaxed-simd');
+  const bytes = file('relaxed');
+  if (!WebAssembly.validate(bytes)) return undefined;
+  v8.setFlagsFromString('--no-liftoff');
+  v8.setFlagsFromString('--no-wasm-lazy-compilation');
+  try {
+    return new WebAssembly.Module(bytes);
+  } finally {
+    v8.setFlagsFromString('--liftoff');
+    v8.setFlagsFromString('--wasm-lazy-compilation');
+  }
+}
+
+/** Whether `module`'s dot product is exact here: random int8 activations against values 0..15. */
+export function dotProbePasses(module: WebAssembly.Module): boolean {
+  const memory = new WebAssembly.Memory({ initial: 2 });
+  const instance = new WebAssembly.Instance(module, { env: { memory } });
+  const probe = instance.exports.probe_dot as (a: number, u: number) => number;
+  const a = new Int8Array(memory.buffer, 1024, 16);
+  const u = new Uint8Array(memory.buffer, 2048, 16);
+  let exact = 0;
+  for (let i = 0; i < 16; i++) {
+    a[i] = ((i * 97 + 31) % 255) - 127;
+    u[i] = (i * 7 + 3) % 16;
+    exact += a[i] * u[i];
+  }
+  for (let call = 0; call < 3; call++) if (probe(1024, 2048) !== exact) return false;
+  return true;
+}
+
+/**
+ * Our WebAssembly kernels for Node, compiled once per process: the relaxed build where this V8 runs it
+ * exactly, else the baseline build. EDGE_KERNELS_BUILD=baseline|relaxed asks for one (the bench compares
+ * them; tests check they agree bit for bit).
+ */
+export function edgeKernelsModule(build = preferredBuild()): WebAssembly.Module {
+  let module = compiled.get(build);
+  if (module) return module;
+  if (build === 'relaxed') {
+    module = compileRelaxed();
+    if (!module || !dotProbePasses(module)) throw new Error('relaxed SIMD is not usable in this Node');
+  } else module = new WebAssembly.Module(file('baseline'));
+  compiled.set(build, module);
+  return module;
+}
+
+/** The build edgeKernelsModule() gives by default here. */
+export function preferredBuild(): KernelsBuild {
+  const asked = process.env.EDGE_KERNELS_BUILD;
+  if (asked === 'baseline' || asked === 'relaxed') return asked;
+  if (relaxedWorks === undefined) {
+    try {
+      const module = compileRelaxed();
+      relaxedWorks = module !== undefined && dotProbePasses(module);
+      if (relaxedWorks) compiled.set('relaxed', module!);
+    } catch {
+      relaxedWorks = false;
+    }
+  }
+  return relaxedWorks ? 'relaxed' : 'baseline';
 }

@@ -3,7 +3,8 @@ import { absentOrt } from './onnxruntime-absent.js';
 // wrangler (and vitest-pool-workers) import a .wasm file as a compiled WebAssembly.Module: workerd
 // forbids compiling WebAssembly from bytes at run time, so the module must arrive precompiled.
 import ortWasmModule from 'onnxruntime-web/ort-wasm-simd-threaded.wasm';
-import edgeKernels from '../engine/kernels/edge-kernels.wasm';
+// workerd's V8 runs relaxed SIMD, exactly from the first call (PLATFORM.md): the relaxed build, always.
+import edgeKernels from '../engine/kernels/edge-kernels-relaxed.wasm';
 import xgrammarWasm from '../engine/constraints/xgrammar/xgrammar.wasm';
 import type { OrtRuntime, RunnerChoice } from '../engine/model/runtime.js';
 

@@ -9,23 +9,20 @@ export interface KernelExports {
   silu_mul(gate: number, up: number, n: number): void;
   add_inplace(x: number, y: number, n: number): void;
   embed_f16(out: number, table: number, id: number, n: number): void;
-  embed_q8(out: number, q: number, scales: number, id: number, n: number): void;
-  quantize_rows(xq: number, xs: number, x: number, rows: number, k: number, blocks: number, deinterleave: number): void;
+  embed_bf16(out: number, table: number, id: number, n: number): void;
+  /** xq (rows, blocks * 32) int8 or int16 (by build), xs (rows, blocks), xsum (rows, blocks, 2). */
+  quantize_rows(xq: number, xs: number, xsum: number, x: number, rows: number, k: number, blocks: number): void;
   matmul_kn_f32(y: number, x: number, w: number, m: number, k: number, n: number): void;
   matmul_kn_f16(y: number, x: number, w: number, m: number, k: number, n: number): void;
   matmul_nk_f32(y: number, x: number, w: number, m: number, k: number, n: number): void;
   matmul_nk_f16(y: number, x: number, w: number, m: number, k: number, n: number): void;
-  matmul_q(
-    y: number,
-    xq: number,
-    xs: number,
-    w: number,
-    ws: number,
-    m: number,
-    k: number,
-    n: number,
-    bits: number,
-  ): void;
+  matmul_nk_bf16(y: number, x: number, w: number, m: number, k: number, n: number): void;
+  /** y (m, n) over a quantised matrix whose qmat header is at `header` (kernels/quant.h). */
+  matmul_q(y: number, xq: number, xs: number, xsum: number, header: number, m: number, blocks: number, n: number): void;
+  dequantize_column(out: number, header: number, col: number, blocks: number): void;
+  repack_ort_q4(q: number, blocks: number): void;
+  flip_sign(q: number, n: number): void;
+  repack_ggml(type: number, src: number, col0: number, cols: number, blocks: number, header: number): void;
   kv_write(
     kpool: number,
     vpool: number,

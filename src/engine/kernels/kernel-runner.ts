@@ -5,8 +5,9 @@ import type { ByteStream } from '../model/model-files.js';
 import type { MemoryBudget } from '../runners/memory-budget.js';
 import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../runners/model-runner.js';
 import { align, instantiateKernels, type KernelExports, type LinearMemory } from './edge-kernels.js';
-import { placeLlamaWeights, type LlamaWeights, type Matrix } from './llama-weights.js';
-import { streamInitializers } from './onnx-stream.js';
+import { loadOnnxWeights } from './onnx/onnx-weights.js';
+import type { LlamaWeights } from './weights/llama-weights.js';
+import type { Matrix } from './weights/matrix.js';
 
 /** Tokens whose activations are in scratch at once: bounds scratch memory whatever the pass's size. */
 const CHUNK = 32;
@@ -21,8 +22,9 @@ interface Scratch {
   out: number; // (CHUNK, hidden): o_proj and down_proj outputs
   gate: number; // (CHUNK, intermediate)
   up: number; // (CHUNK, intermediate)
-  xq: number; // (CHUNK, widest input padded to 32) int16: quantised activations
+  xq: number; // (CHUNK, widest input padded to 32) int8 or int16 (by build): quantised activations
   xs: number; // (CHUNK, widest input / 32): their block scales
+  xsum: number; // (CHUNK, widest input / 32, 2) int32: their half-block sums
   scores: number; // (CHUNK, heads / kv_heads, longest row + 8): the attention scores of one row's run of tokens
   lazyLogits: number; // (vocab): logits asked for one position at a time
 }
@@ -54,7 +56,7 @@ export class KernelRunner implements ModelRunner {
   private scratchBase = 0;
   /** This pass's scratch; past the KV pool, laid out anew each pass. */
   private scratch!: Scratch;
-  private quantMemo: { x: number; rows: number; deinterleave: boolean } | undefined;
+  private quantMemo: { x: number; rows: number; blocks: number } | undefined;
   /** The last pass's residual stream (M, hidden) and each row's token offsets in it, for lazy logits. */
   private last: { residual: number; firstToken: number[] } | undefined;
 
@@ -66,35 +68,26 @@ export class KernelRunner implements ModelRunner {
   ) {}
 
   /**
-   * Streams `onnx` into a fresh linear memory, each initializer's bytes written where the kernels will
-   * read them as they arrive: the file is never held whole, so loading peaks at weights + one chunk. The
-   * budget is checked before anything is placed when the source knows the file's size, else as it arrives.
+   * Streams a weights file into a fresh linear memory, each tensor placed where the kernels will read it
+   * (converted on the way where the file's layout is not theirs): the file is never held whole, so loading
+   * peaks at the weights plus one tensor's staging. The budget is checked as the weights are placed.
    */
   static async fromStream(
     module: WebAssembly.Module,
-    onnx: ByteStream,
+    file: ByteStream,
     config: ModelConfig,
     { limits, budget }: { limits: EngineLimits; budget: MemoryBudget },
   ): Promise<KernelRunner> {
     const scratch = scratchBytes(config, limits.maxTokensPerStep, limits.maxBatchSize);
-    const check = (weights: number, label: string): void =>
+    const { kernels, memory } = await instantiateKernels(module);
+    const check = (placed: number): void =>
       budget.check([
-        { label, bytes: weights },
+        { label: 'weights (so far)', bytes: placed },
         { label: 'scratch', bytes: scratch },
       ]);
-    // The weights are nearly all of the file.
-    if (onnx.size !== undefined) check(onnx.size, 'weights');
-    const { kernels, memory } = await instantiateKernels(module);
-    let placed = 0;
-    const index = await streamInitializers(onnx.chunks, {
-      alloc: (size) => {
-        placed += size;
-        check(placed, 'weights (so far)');
-        return memory.alloc(size);
-      },
-      write: (ptr, bytes) => memory.write(ptr, bytes),
-    });
-    return new KernelRunner(config, kernels, memory, placeLlamaWeights(null, index, config, memory));
+    const ctx = { memory, kernels, report: (message: string) => console.warn(`edge kernels: ${message}`) };
+    const weights = await loadOnnxWeights(file.chunks, config, ctx, check);
+    return new KernelRunner(config, kernels, memory, weights);
   }
 
   stats(): RunnerStats {
@@ -299,6 +292,7 @@ export class KernelRunner implements ModelRunner {
       up: f(CHUNK * I),
       xq: this.memory.alloc(CHUNK * widest * 2),
       xs: f((CHUNK * widest) / 32),
+      xsum: f((CHUNK * widest) / 16),
       scores: f((numHeads / numKvHeads) * scoreRow),
       lazyLogits: f(vocabSize),
     };
@@ -309,8 +303,9 @@ export class KernelRunner implements ModelRunner {
     if (!Number.isInteger(id) || id < 0 || id >= vocabSize)
       throw new RangeError(`token id ${id} is outside the vocabulary (${vocabSize})`);
     const e = this.weights.embedding;
-    if (e.dtype === 'q8') this.kernels.embed_q8(out, e.ptr, e.scales, id, H);
+    if (e.kind === 'quant') this.kernels.dequantize_column(out, e.header, id, e.blocks);
     else if (e.dtype === 'f16') this.kernels.embed_f16(out, e.ptr, id, H);
+    else if (e.dtype === 'bf16') this.kernels.embed_bf16(out, e.ptr, id, H);
     else this.memory.u8(0, this.memory.bytes).copyWithin(out, e.ptr + id * H * 4, e.ptr + (id + 1) * H * 4);
   }
 
@@ -322,22 +317,26 @@ export class KernelRunner implements ModelRunner {
         w.layout === 'kn'
           ? w.dtype === 'f32'
             ? k.matmul_kn_f32
-            : k.matmul_kn_f16
+            : w.dtype === 'f16'
+              ? k.matmul_kn_f16
+              : undefined
           : w.dtype === 'f32'
             ? k.matmul_nk_f32
-            : k.matmul_nk_f16;
+            : w.dtype === 'f16'
+              ? k.matmul_nk_f16
+              : k.matmul_nk_bf16;
+      if (!kernel) throw new Error('a bfloat16 (K, N) matrix has no kernel');
       kernel(out, x, w.ptr, rows, w.k, w.n);
       return;
     }
-    const deinterleave = w.bits === 4;
     const s = this.scratch;
     const memo = this.quantMemo;
     // q, k and v (and gate and up) read one input: it is quantised once for them.
-    if (!memo || memo.x !== x || memo.rows !== rows || memo.deinterleave !== deinterleave) {
-      k.quantize_rows(s.xq, s.xs, x, rows, w.k, w.blocks, deinterleave ? 1 : 0);
-      this.quantMemo = { x, rows, deinterleave };
+    if (!memo || memo.x !== x || memo.rows !== rows || memo.blocks !== w.blocks) {
+      k.quantize_rows(s.xq, s.xs, s.xsum, x, rows, w.k, w.blocks);
+      this.quantMemo = { x, rows, blocks: w.blocks };
     }
-    k.matmul_q(out, s.xq, s.xs, w.ptr, w.scales, rows, w.blocks * 32, w.n, w.bits);
+    k.matmul_q(out, s.xq, s.xs, s.xsum, w.header, rows, w.blocks, w.n);
   }
 
   async release(): Promise<void> {

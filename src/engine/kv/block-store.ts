@@ -3,7 +3,7 @@
  * changes the bytes of a block computed from the same weights: stored blocks of the old code are then
  * dropped instead of restored.
  */
-export const KV_FORMAT_VERSION = 'kv-1';
+export const KV_FORMAT_VERSION = 'kv-2';
 
 export interface StoredBlock {
   hash: string;

@@ -16,6 +16,39 @@ export interface ModelConfig {
   bosTokenId: number | undefined;
   /** RMSNorm epsilon (Hugging Face's LlamaConfig default when config.json leaves it out). */
   rmsNormEps: number;
+  /** RoPE base (config.json rope_theta; Hugging Face's default 10000). */
+  ropeTheta: number;
+  /** config.json rope_scaling, for runners that compute RoPE themselves; `other` names a kind they may refuse. */
+  ropeScaling?: RopeScaling;
+}
+
+export type RopeScaling =
+  | { type: 'linear'; factor: number }
+  | {
+      type: 'llama3';
+      factor: number;
+      lowFreqFactor: number;
+      highFreqFactor: number;
+      originalMaxPositionEmbeddings: number;
+    }
+  | { type: 'other'; name: string };
+
+function ropeScaling(raw: unknown): RopeScaling | undefined {
+  if (typeof raw !== 'object' || raw === null) return undefined;
+  const r = raw as Json;
+  const type = String(r.rope_type ?? r.type ?? '');
+  const num = (key: string, fallback: number): number => (typeof r[key] === 'number' ? (r[key] as number) : fallback);
+  if (type === 'default' || type === '') return undefined;
+  if (type === 'linear') return { type, factor: num('factor', 1) };
+  if (type === 'llama3')
+    return {
+      type,
+      factor: num('factor', 8),
+      lowFreqFactor: num('low_freq_factor', 1),
+      highFreqFactor: num('high_freq_factor', 4),
+      originalMaxPositionEmbeddings: num('original_max_position_embeddings', 8192),
+    };
+  return { type: 'other', name: type };
 }
 
 type Json = Record<string, unknown>;
@@ -88,6 +121,8 @@ export function parseModelConfig(config: Json, generationConfig: Json = {}): Mod
     eosTokenIds: eos,
     bosTokenId: typeof config.bos_token_id === 'number' ? config.bos_token_id : undefined,
     rmsNormEps: typeof config.rms_norm_eps === 'number' && config.rms_norm_eps > 0 ? config.rms_norm_eps : 1e-6,
+    ropeTheta: typeof config.rope_theta === 'number' && config.rope_theta > 0 ? config.rope_theta : 10000,
+    ropeScaling: ropeScaling(config.rope_scaling),
   };
 }
 

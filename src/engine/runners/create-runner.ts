@@ -4,7 +4,7 @@ import { isGpuRuntime } from '../gpu/gpu-runtime.js';
 import { GpuRunner, UnsupportedOnDevice } from '../gpu/gpu-runner.js';
 import { WgslKernels } from '../gpu/wgsl-kernels.js';
 import { KernelRunner } from '../kernels/kernel-runner.js';
-import { UnsupportedByKernels } from '../kernels/llama-weights.js';
+import { UnsupportedByKernels } from '../kernels/weights/unsupported.js';
 import type { ModelConfig } from '../model/config.js';
 import { readOnnx, streamOnnx, type ModelDtype, type ModelSource } from '../model/model-files.js';
 import type { OrtRuntime } from '../model/runtime.js';

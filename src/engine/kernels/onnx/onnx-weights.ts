@@ -1,0 +1,160 @@
+import type { ModelConfig } from '../../model/config.js';
+import {
+  DenseBuilder,
+  IntegerBuilder,
+  NBitsBuilder,
+  type BuildContext,
+  type MatrixBuilder,
+  type Writer,
+} from '../weights/matrix-builders.js';
+import { checkShapes, ropeInvFreq, type LayerWeights, type LlamaWeights } from '../weights/llama-weights.js';
+import { matrixBytes, type Matrix } from '../weights/matrix.js';
+import { UnsupportedByKernels } from '../weights/unsupported.js';
+import { findLlamaSources, type LlamaSources, type MatrixSource } from './llama-roles.js';
+import { ONNX_FLOAT, ONNX_FLOAT16, streamOnnx, type InitializerHeader } from './onnx-stream.js';
+import { halfValue } from '../../model/half.js';
+
+/** Our own exports hold their RoPE table under this name; other graphs get it from config.json. */
+const OUR_INV_FREQ = 'rope.inv_freq';
+
+/**
+ * Streams an ONNX Llama graph into linear memory: its nodes first, from which every weight's role is found
+ * (llama-roles.ts), then each initializer goes where its role puts it, converted on the way when the
+ * kernels read another layout (matrix-builders.ts). Initializers no role claims (the graph's own constants,
+ * a second copy of a table) are skipped, never held. `budget` sees the weights as they are placed.
+ */
+export async function loadOnnxWeights(
+  chunks: AsyncIterable<Uint8Array>,
+  config: ModelConfig,
+  ctx: BuildContext,
+  budget: (placedBytes: number) => void,
+): Promise<LlamaWeights> {
+  let sources: LlamaSources | undefined;
+  /** Each tensor name's parts: the builder (or the norm vector) that takes it. */
+  const claims = new Map<string, { builder: MatrixBuilder; part: 'w' | 'scales' | 'zeroPoints' }[]>();
+  const builders = new Map<MatrixSource, MatrixBuilder>();
+  const vectors = new Map<string, number>();
+  let invFreq: Float32Array | undefined;
+  const start = ctx.memory.used;
+
+  const builderFor = (source: MatrixSource, quantizeTable: boolean): MatrixBuilder => {
+    // One builder per weight tensor: a tied output projection shares its embedding's matrix.
+    for (const [s, b] of builders) if (s.w === source.w) return b;
+    const b =
+      source.op === 'MatMulNBits' || (source.op === 'Gather' && source.scales)
+        ? new NBitsBuilder(
+            ctx,
+            source,
+            source.op === 'Gather' ? { k: config.hiddenSize, n: config.vocabSize } : undefined,
+          )
+        : source.op === 'MatMulInteger'
+          ? new IntegerBuilder(ctx)
+          : new DenseBuilder(ctx, source, quantizeTable);
+    builders.set(source, b);
+    for (const part of ['w', 'scales', 'zeroPoints'] as const) {
+      const name = source[part];
+      if (!name) continue;
+      const list = claims.get(name) ?? [];
+      list.push({ builder: b, part });
+      claims.set(name, list);
+    }
+    return b;
+  };
+
+  await streamOnnx(chunks, {
+    nodes(nodes) {
+      sources = findLlamaSources(nodes, config.numLayers);
+      const matrices = sources.layers.flatMap((l) => [l.q, l.k, l.v, l.o, l.gate, l.up, l.down]);
+      // Beside quantised projections, a float table is quantised too (the hub's model_q4 keeps it float32).
+      const quantized = matrices.some((m) => m.op === 'MatMulNBits' || m.op === 'MatMulInteger');
+      builderFor(sources.embedding, quantized);
+      for (const m of matrices) builderFor(m, false);
+      builderFor(sources.lmHead, false);
+    },
+    initializer(header) {
+      if (!sources) throw new UnsupportedByKernels('the ONNX graph has no nodes before its initializers');
+      if (header.name === OUR_INV_FREQ) {
+        const bytes = new Uint8Array(header.bytes);
+        return (piece, offset) => {
+          bytes.set(piece, offset);
+          if (offset + piece.length === header.bytes) invFreq = new Float32Array(bytes.buffer);
+        };
+      }
+      if (isNorm(sources, header.name)) return vectorWriter(header);
+      const parts = claims.get(header.name);
+      if (!parts) return null;
+      const writers: Writer[] = parts.map(({ builder, part }) => builder.part(part, header));
+      budget(ctx.memory.used - start);
+      return writers.length === 1 ? writers[0] : (bytes, offset) => writers.forEach((w) => w(bytes, offset));
+    },
+    initializerDone(header) {
+      for (const { builder, part } of claims.get(header.name) ?? []) builder.partDone(part);
+      budget(ctx.memory.used - start);
+    },
+  });
+  if (!sources) throw new UnsupportedByKernels('the ONNX file holds no graph');
+  const s = sources;
+
+  function vectorWriter(header: InitializerHeader): Writer {
+    if (header.dataType !== ONNX_FLOAT && header.dataType !== ONNX_FLOAT16)
+      throw new UnsupportedByKernels(`${header.name} has element type ${header.dataType}`);
+    const ptr = ctx.memory.alloc(config.hiddenSize * 4);
+    const raw = new Uint8Array(header.bytes);
+    vectors.set(header.name, ptr);
+    return (piece, offset) => {
+      raw.set(piece, offset);
+      if (offset + piece.length < header.bytes) return;
+      const values =
+        header.dataType === ONNX_FLOAT
+          ? new Float32Array(raw.buffer)
+          : Float32Array.from(new Uint16Array(raw.buffer), halfValue);
+      if (values.length !== config.hiddenSize)
+        throw new UnsupportedByKernels(
+          `${header.name} has ${values.length} values, expected hidden_size ${config.hiddenSize}`,
+        );
+      ctx.memory.f32(ptr, values.length).set(values);
+    };
+  }
+
+  const vector = (name: string): number => {
+    const ptr = vectors.get(name);
+    if (ptr === undefined) throw new UnsupportedByKernels(`the RMSNorm weight ${name} is not in the file's raw data`);
+    return ptr;
+  };
+  const finished = new Map<MatrixBuilder, Matrix>();
+  const matrix = (source: MatrixSource): Matrix => {
+    const b = builderFor(source, false);
+    let m = finished.get(b);
+    if (!m) finished.set(b, (m = b.finish()));
+    return m;
+  };
+  const layers: LayerWeights[] = s.layers.map((l) => ({
+    attnNorm: vector(l.attnNorm),
+    q: matrix(l.q),
+    k: matrix(l.k),
+    v: matrix(l.v),
+    o: matrix(l.o),
+    mlpNorm: vector(l.mlpNorm),
+    gate: matrix(l.gate),
+    up: matrix(l.up),
+    down: matrix(l.down),
+  }));
+  const weights: LlamaWeights = {
+    embedding: matrix(s.embedding),
+    layers,
+    norm: vector(s.norm),
+    lmHead: matrix(s.lmHead),
+    invFreq: invFreq ?? ropeInvFreq(config),
+    intermediateSize: layers[0]?.gate.n ?? 0,
+    bytes: 0,
+  };
+  weights.bytes = [...finished.values()].reduce((n, m) => n + matrixBytes(m), 0) + vectors.size * config.hiddenSize * 4;
+  checkShapes(weights, config);
+  if (weights.invFreq.length !== config.headDim / 2)
+    throw new UnsupportedByKernels(`${OUR_INV_FREQ} has ${weights.invFreq.length} values, expected head_dim / 2`);
+  return weights;
+}
+
+function isNorm(s: LlamaSources, name: string): boolean {
+  return name === s.norm || s.layers.some((l) => l.attnNorm === name || l.mlpNorm === name);
+}

@@ -1,0 +1,85 @@
+import type { ModelConfig } from '../../model/config.js';
+import type { Matrix } from './matrix.js';
+import { UnsupportedByKernels } from './unsupported.js';
+
+export interface LayerWeights {
+  attnNorm: number; // (hidden) float32
+  q: Matrix; // hidden -> heads * head_dim
+  k: Matrix; // hidden -> kv_heads * head_dim
+  v: Matrix; // hidden -> kv_heads * head_dim
+  o: Matrix; // heads * head_dim -> hidden
+  mlpNorm: number; // (hidden) float32
+  gate: Matrix; // hidden -> intermediate
+  up: Matrix; // hidden -> intermediate
+  down: Matrix; // intermediate -> hidden
+}
+
+/** A Llama decoder's weights in linear memory, each once, in the format the kernels read it. */
+export interface LlamaWeights {
+  /** The token embedding table: N = vocab rows of K = hidden (an `nk` dense table or a quantised one). */
+  embedding: Matrix;
+  layers: LayerWeights[];
+  norm: number; // (hidden) float32
+  lmHead: Matrix; // hidden -> vocab (the embedding itself when tied)
+  /** RoPE inverse frequencies (head_dim / 2), float32. */
+  invFreq: Float32Array;
+  intermediateSize: number;
+  /** Bytes of weights placed in linear memory. */
+  bytes: number;
+}
+
+/** Refuses weights whose shapes do not match config.json (a graph or file of another model). */
+export function checkShapes(w: LlamaWeights, config: ModelConfig): void {
+  const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize } = config;
+  const I = w.intermediateSize;
+  const expect = (m: Matrix, k: number, n: number, what: string): void => {
+    if (m.k !== k || m.n !== n)
+      throw new UnsupportedByKernels(`${what} is ${m.k} -> ${m.n}, expected ${k} -> ${n} from config.json`);
+  };
+  if (H % 4 !== 0 || headDim % 8 !== 0)
+    throw new UnsupportedByKernels(`hidden_size ${H} and head_dim ${headDim} must be multiples of 4 and 8`);
+  if (numHeads % numKvHeads !== 0)
+    throw new UnsupportedByKernels('num_attention_heads must be a multiple of num_key_value_heads');
+  expect(w.embedding, H, vocabSize, 'the embedding');
+  expect(w.lmHead, H, vocabSize, 'the output projection');
+  w.layers.forEach((l, i) => {
+    expect(l.q, H, numHeads * headDim, `layer ${i} q`);
+    expect(l.k, H, numKvHeads * headDim, `layer ${i} k`);
+    expect(l.v, H, numKvHeads * headDim, `layer ${i} v`);
+    expect(l.o, numHeads * headDim, H, `layer ${i} o`);
+    expect(l.gate, H, I, `layer ${i} gate`);
+    expect(l.up, H, I, `layer ${i} up`);
+    expect(l.down, I, H, `layer ${i} down`);
+  });
+}
+
+/**
+ * RoPE inverse frequencies from config.json, as Hugging Face computes them: 1 / theta^(2i / head_dim), with
+ * Llama 3's frequency-dependent scaling or linear scaling when `rope_scaling` says so. For graphs that do not
+ * hold their own table (the hub's exports) and for GGUF files.
+ */
+export function ropeInvFreq(config: ModelConfig): Float32Array {
+  const { headDim, ropeTheta, ropeScaling } = config;
+  if (ropeScaling?.type === 'other')
+    throw new UnsupportedByKernels(
+      `rope_scaling type ${ropeScaling.name} (the kernels compute default, linear and llama3 RoPE)`,
+    );
+  const out = new Float32Array(headDim / 2);
+  for (let i = 0; i < headDim / 2; i++) {
+    let f = 1 / ropeTheta ** ((2 * i) / headDim);
+    if (ropeScaling?.type === 'linear') f /= ropeScaling.factor;
+    else if (ropeScaling?.type === 'llama3') {
+      const { factor, lowFreqFactor, highFreqFactor, originalMaxPositionEmbeddings: old } = ropeScaling;
+      const wavelen = (2 * Math.PI) / f;
+      const low = old / lowFreqFactor;
+      const high = old / highFreqFactor;
+      if (wavelen > low) f /= factor;
+      else if (wavelen >= high) {
+        const smooth = (old / wavelen - lowFreqFactor) / (highFreqFactor - lowFreqFactor);
+        f = (1 - smooth) * (f / factor) + smooth * f;
+      }
+    }
+    out[i] = f;
+  }
+  return out;
+}
