@@ -85,7 +85,10 @@ export async function loadOnnxWeights(
       if (!parts) return null;
       const writers: Writer[] = parts.map(({ builder, part }) => builder.part(part, header));
       budget(ctx.memory.used - start);
-      return writers.length === 1 ? writers[0] : (bytes, offset) => writers.forEach((w) => w(bytes, offset));
+      if (writers.length === 1) return writers[0];
+      return (bytes, offset) => {
+        for (const w of writers) w(bytes, offset);
+      };
     },
     initializerDone(header) {
       for (const { builder, part } of claims.get(header.name) ?? []) builder.partDone(part);
@@ -124,8 +127,10 @@ export async function loadOnnxWeights(
   const finished = new Map<MatrixBuilder, Matrix>();
   const matrix = (source: MatrixSource): Matrix => {
     const b = builderFor(source, false);
-    let m = finished.get(b);
-    if (!m) finished.set(b, (m = b.finish()));
+    const done = finished.get(b);
+    if (done) return done;
+    const m = b.finish();
+    finished.set(b, m);
     return m;
   };
   const layers: LayerWeights[] = s.layers.map((l) => ({

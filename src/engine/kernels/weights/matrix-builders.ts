@@ -240,8 +240,14 @@ export class NBitsBuilder implements MatrixBuilder {
   }
 
   part(part: 'w' | 'scales' | 'zeroPoints', header: InitializerHeader): Writer {
-    if (part === 'scales') return (this.scales = new Staged(header)).write;
-    if (part === 'zeroPoints') return (this.zeroPoints = new Staged(header)).write;
+    if (part === 'scales') {
+      this.scales = new Staged(header);
+      return this.scales.write;
+    }
+    if (part === 'zeroPoints') {
+      this.zeroPoints = new Staged(header);
+      return this.zeroPoints.write;
+    }
     const blob = (this.bs * this.bits) / 8;
     if (header.dataType !== ONNX_UINT8 || header.bytes !== this.n * this.kBlocks * blob)
       throw new UnsupportedByKernels(`${header.name} is not uint8 [${this.n}, ${this.kBlocks}, ${blob}]`);
@@ -268,13 +274,14 @@ export class NBitsBuilder implements MatrixBuilder {
       );
     const zp = this.zeroPointValues();
     const dflt = this.bits === 4 ? 8 : 128;
-    const perBlock = zp !== undefined && zp.some((z) => z !== dflt);
+    const perBlock = zp?.some((z) => z !== dflt) === true;
     const bytes = quantPlaneBytes(format, this.n, this.blocks, perBlock);
     const planes = noPlanes();
     planes.q = this.q;
     planes.s = this.ctx.memory.alloc(bytes.s);
     const s = this.ctx.memory.f32(planes.s, bytes.s / 4).fill(0);
-    const z = perBlock ? this.ctx.memory.u8((planes.z = this.ctx.memory.alloc(bytes.z)), bytes.z).fill(0) : undefined;
+    if (perBlock) planes.z = this.ctx.memory.alloc(bytes.z);
+    const z = perBlock ? this.ctx.memory.u8(planes.z, bytes.z).fill(0) : undefined;
     const sub = this.bs / 32;
     for (let col = 0; col < this.n; col++)
       for (let kb = 0; kb < this.kBlocks; kb++)
