@@ -48,7 +48,8 @@ export function walkHubGraph(graph: GraphDef, numLayers: number): ModelRoles {
     return t;
   };
 
-  /** The linear maps reading x: MatMul with a constant B, MatMulNBits, or DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul. */
+  /** The linear maps reading x: MatMul with a constant B, MatMulNBits, or DynamicQuantizeLinear ->
+   * MatMulInteger -> Cast -> Mul. */
   const linearsReading = (x: string): LinearUnit[] =>
     readersOf(x).flatMap((n): LinearUnit[] => {
       if (n.opType === 'MatMul' && n.inputs[0] === x && inits.has(n.inputs[1]))

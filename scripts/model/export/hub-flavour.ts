@@ -30,7 +30,8 @@ export interface HubFlavour {
   perChannel: boolean;
   /** fp16 / q4f16: the KV and logits type. float16 as optimum's fp16 export; float32 as keep_io_types. */
   halfIo: boolean;
-  /** Where the RoPE inverse frequencies are: a folded initializer onnx::Expand_<n>, a Constant node, or computed in-graph from theta. */
+  /** Where the RoPE inverse frequencies are: a folded initializer onnx::Expand_<n>, a Constant node, or
+   * computed in the graph from theta. */
   rope: 'folded' | 'constant' | 'computed';
   /** RMSNorm's 1/sqrt: Div(1, Sqrt) as torch exports rsqrt, or Reciprocal(Sqrt). */
   rsqrt: 'div' | 'reciprocal';

@@ -35,7 +35,8 @@ export function hubWeightOps(g: ExportGraph, p: LlamaShape, w: WeightMap, f: Hub
   const stored = (d: Float32Array) =>
     half ? { dataType: DataType.FLOAT16, data: toHalf(d) } : { dataType: act, data: d };
 
-  /** (K, N) of a projection; the output projection is the embedding transposed when tied (the exporter folds a copy). */
+  /** (K, N) of a projection; the output projection is the embedding transposed when tied (the exporter
+   * folds a copy). */
   const matrix = (name: string): { k: number; n: number; data: Float32Array } => {
     if (name === 'lm_head.weight' && p.tieWordEmbeddings) {
       const e = w.get(EMBED)!.data;

@@ -35,7 +35,8 @@ export interface NBitsOptions {
   bits: 4 | 8;
   blockSize: number;
   symmetric: boolean;
-  /** float16 scales (q4f16): rounded to half after quantising with the float32 scale, as a q4 model converted to fp16 has them. */
+  /** float16 scales (q4f16): rounded to half after quantising with the float32 scale, as a q4 model
+   * converted to fp16 has them. */
   halfScales: boolean;
 }
 
