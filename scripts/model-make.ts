@@ -2,13 +2,22 @@
 //
 //   npx tsx scripts/model-make.ts --preset <tiny|tiny-untied|bench-135m> --out <dir> [--seed N]
 //                                 [--dtype fp32|fp16|int8|q4|all]
+//   npx tsx scripts/model-make.ts --preset ... --out <dir> --export-style hub
+//                                 [--dtype fp32|fp16|q4|q4f16|int8|uint8|quantized|all]
+//                                 [--bits 4|8] [--block-size 16|32|64|128] [--zero-points] [--accuracy-level N]
+//                                 [--per-channel] [--fp32-io] [--rope folded|constant|computed]
 //
 // onnx/model.onnx (fp32) is always written, whatever --dtype says: the reference forward pass and
 // the quantised-vs-fp32 checks read it. --dtype adds that variant; `all` writes every variant.
+// --export-style hub writes the same weights as graphs shaped like the hub's onnx/ exports (optimum's
+// torch export, transformers.js' quantisers; docs/models.md, "The hub's ONNX exports"), under the hub's
+// file names; the reference cannot read those (their weights are not under our names).
 // Same preset + seed + dtype => byte-identical files (no timestamps, fixed key order, seeded PRNG).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { HUB_DTYPES, HUB_ONNX_FILE, hubFlavour, type HubDtype, type HubFlavour } from './model/export/hub-flavour.js';
+import { buildHubLlamaModel } from './model/export/hub-llama-graph.js';
 import { buildLlamaModel } from './model/llama-graph.js';
 import { encodeModel, writeEncoded } from './model/onnx-proto-writer.js';
 import { makeCopyWeights } from './model/copy-weights.js';
@@ -33,13 +42,15 @@ export interface MakeModelOptions {
   seed?: number;
   /** Variants to write besides fp32 (fp32 is always written). Default ['fp32']. */
   dtypes?: readonly Dtype[];
+  /** Write hub-shaped graphs of these dtypes (and model.onnx) instead of ours; `dtypes` is then unused. */
+  hub?: { dtypes: readonly HubDtype[]; flavour?: Partial<Omit<HubFlavour, 'dtype'>> };
 }
 
 export function writeJson(path: string, value: unknown): void {
   writeFileSync(path, `${JSON.stringify(value, null, 2)}\n`);
 }
 
-export function makeModel({ preset, outDir, seed = DEFAULT_SEED, dtypes = ['fp32'] }: MakeModelOptions): void {
+export function makeModel({ preset, outDir, seed = DEFAULT_SEED, dtypes = ['fp32'], hub }: MakeModelOptions): void {
   const p = PRESETS[preset];
   if (!p) throw new Error(`unknown preset ${preset}`);
   if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new Error(`seed must be a uint32, got ${seed}`);
@@ -52,6 +63,14 @@ export function makeModel({ preset, outDir, seed = DEFAULT_SEED, dtypes = ['fp32
 
   const period = COPY_PERIOD[preset];
   const weights = period === undefined ? makeWeights(p, seed) : makeCopyWeights(p, seed, period);
+  if (hub) {
+    const wantedHub = new Set<HubDtype>(['fp32', ...hub.dtypes]);
+    for (const dtype of HUB_DTYPES.filter((d) => wantedHub.has(d))) {
+      const graph = buildHubLlamaModel(p, weights, hubFlavour(dtype, hub.flavour));
+      writeEncoded(join(outDir, 'onnx', HUB_ONNX_FILE[dtype]), encodeModel(graph));
+    }
+    return;
+  }
   const wanted = new Set<Dtype>(['fp32', ...dtypes]);
   for (const dtype of DTYPES.filter((d) => wanted.has(d))) {
     // One variant at a time so peak memory is the fp32 weights plus one encoded variant.
@@ -59,33 +78,68 @@ export function makeModel({ preset, outDir, seed = DEFAULT_SEED, dtypes = ['fp32
   }
 }
 
-function parseArgs(argv: readonly string[]): MakeModelOptions {
+/** Options that take no value. */
+const FLAGS = ['zero-points', 'per-channel', 'fp32-io'];
+
+export function parseMakeArgs(argv: readonly string[]): MakeModelOptions {
   const args = new Map<string, string>();
-  for (let i = 0; i < argv.length; i += 2) {
+  for (let i = 0; i < argv.length; i++) {
     const key = argv[i];
-    const value = argv[i + 1];
-    if (!key.startsWith('--') || value === undefined) throw new Error(`bad argument near "${key}"`);
+    if (!key.startsWith('--')) throw new Error(`bad argument near "${key}"`);
+    if (FLAGS.includes(key.slice(2))) {
+      args.set(key.slice(2), 'yes');
+      continue;
+    }
+    const value = argv[++i];
+    if (value === undefined) throw new Error(`${key} needs a value`);
     args.set(key.slice(2), value);
   }
-  const usage = `usage: model-make --preset <${PRESET_NAMES.join('|')}> --out <dir> [--seed N] [--dtype ${DTYPES.join('|')}|all]`;
+  const usage = `usage: model-make --preset <${PRESET_NAMES.join('|')}> --out <dir> [--seed N] [--dtype ${DTYPES.join('|')}|all]
+       model-make --preset ... --out <dir> --export-style hub [--dtype ${HUB_DTYPES.join('|')}|all] [--bits 4|8]
+                  [--block-size 16|32|64|128] [--zero-points] [--accuracy-level N] [--per-channel] [--fp32-io]
+                  [--rope folded|constant|computed]`;
   const preset = args.get('preset');
   const outDir = args.get('out');
   if (!preset || !isPresetName(preset) || !outDir) throw new Error(usage);
-  const dtypeArg = args.get('dtype') ?? 'fp32';
-  if (dtypeArg !== 'all' && !(DTYPES as readonly string[]).includes(dtypeArg)) throw new Error(usage);
   const seed = args.has('seed') ? Number(args.get('seed')) : DEFAULT_SEED;
+  const style = args.get('export-style') ?? 'ours';
+  if (style !== 'ours' && style !== 'hub') throw new Error(`--export-style is ours or hub\n${usage}`);
+  const common = ['preset', 'out', 'seed', 'dtype', 'export-style'];
+  const hubOnly = ['bits', 'block-size', 'zero-points', 'accuracy-level', 'per-channel', 'fp32-io', 'rope'];
   for (const k of args.keys())
-    if (!['preset', 'out', 'seed', 'dtype'].includes(k)) throw new Error(`unknown option --${k}\n${usage}`);
-  return { preset, outDir, seed, dtypes: dtypeArg === 'all' ? DTYPES : [dtypeArg as Dtype] };
+    if (!common.includes(k) && !(style === 'hub' && hubOnly.includes(k)))
+      throw new Error(
+        `unknown option --${k}${hubOnly.includes(k) ? ' (it belongs to --export-style hub)' : ''}\n${usage}`,
+      );
+  const dtypeArg = args.get('dtype') ?? 'fp32';
+  if (style === 'ours') {
+    if (dtypeArg !== 'all' && !(DTYPES as readonly string[]).includes(dtypeArg)) throw new Error(usage);
+    return { preset, outDir, seed, dtypes: dtypeArg === 'all' ? DTYPES : [dtypeArg as Dtype] };
+  }
+  if (dtypeArg !== 'all' && !(HUB_DTYPES as readonly string[]).includes(dtypeArg)) throw new Error(usage);
+  const rope = args.get('rope') ?? 'folded';
+  if (rope !== 'folded' && rope !== 'constant' && rope !== 'computed') throw new Error(`--rope: ${rope}?\n${usage}`);
+  const number = (k: string, fallback: number) => (args.has(k) ? Number(args.get(k)) : fallback);
+  const flavour = {
+    bits: number('bits', 4) as 4 | 8,
+    blockSize: number('block-size', 32),
+    symmetric: !args.has('zero-points'),
+    accuracyLevel: args.has('accuracy-level') ? number('accuracy-level', 0) : undefined,
+    perChannel: args.has('per-channel'),
+    halfIo: !args.has('fp32-io'),
+    rope: rope as HubFlavour['rope'],
+  };
+  hubFlavour('q4', flavour); // refuses a bad bit width or block size now, not after the fp32 graph is written
+  return { preset, outDir, seed, hub: { dtypes: dtypeArg === 'all' ? HUB_DTYPES : [dtypeArg as HubDtype], flavour } };
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   try {
-    const opts = parseArgs(process.argv.slice(2));
+    const opts = parseMakeArgs(process.argv.slice(2));
     const t0 = performance.now();
     makeModel(opts);
     console.log(
-      `wrote ${opts.preset} (seed ${opts.seed}, ${opts.dtypes?.join(',')}) to ${opts.outDir} in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+      `wrote ${opts.preset} (seed ${opts.seed}, ${opts.hub ? `hub-shaped ${opts.hub.dtypes.join(',')}` : opts.dtypes?.join(',')}) to ${opts.outDir} in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
     );
   } catch (e) {
     console.error(e instanceof Error ? e.message : e);

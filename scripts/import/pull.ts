@@ -1,81 +1,115 @@
-// model:pull: which files of a hub repo make a model folder, and fetching them.
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { kvBytesPerToken, parseModelConfig } from '../../src/engine/model/config.js';
+// model:pull: which kind of repo it is, decided by the files it lists, and the puller for that kind.
+//   onnx          onnx/model.onnx, onnx/model_<dtype>.onnx (onnx-community's layout)     -> pull-onnx.ts
+//   safetensors   model.safetensors, or model.safetensors.index.json and its shards      -> pull-safetensors.ts
+//   gguf          *.gguf                                                                  -> not yet
+// A repo holding several (HuggingFaceTB/SmolLM2-135M-Instruct has onnx/ and model.safetensors) is pulled
+// as the first of that list unless --format picks another. Every puller fetches at the revision's commit
+// and verifies every file (hub-client.ts).
 import { destination, downloadFile, HubError, revisionInfo, type HubOptions, type Sibling } from './hub-client.js';
+import { pullOnnx } from './pull-onnx.js';
+import { pullSafetensors } from './pull-safetensors.js';
 
-/** Files a model folder needs besides the graph; the optional ones are fetched when the repo has them. */
-const REQUIRED = ['config.json', 'tokenizer.json', 'tokenizer_config.json'];
-const OPTIONAL = ['generation_config.json', 'special_tokens_map.json'];
-/** onnx-community's graph names: onnx/model.onnx, onnx/model_<dtype>.onnx. */
-const GRAPH = /^onnx\/model(?:_([a-z0-9]+))?\.onnx$/;
-/** Preferred graphs when --file is not given: small enough for an edge isolate first. */
-const DEFAULT_GRAPHS = ['onnx/model_q4.onnx', 'onnx/model_int8.onnx', 'onnx/model_fp16.onnx', 'onnx/model.onnx'];
+export type RepoFormat = 'onnx' | 'safetensors' | 'gguf';
+export const REPO_FORMATS: readonly RepoFormat[] = ['onnx', 'safetensors', 'gguf'];
 
 export interface PullOptions extends HubOptions {
   repo: string;
   revision?: string;
+  /** ONNX repos: the graphs to fetch (onnx/model_q4.onnx ...). */
   files?: string[];
+  /** safetensors repos: the dtypes to convert to (default q4); ONNX repos: the onnx/model_<dtype>.onnx to fetch. */
+  dtypes?: string[];
+  /** Pull the repo as this format when it holds several. */
+  format?: RepoFormat;
   outDir: string;
+  /** Told when a pull moves on to work other than downloading (a conversion). */
+  onStage?: (message: string) => void;
 }
 
 export interface PullResult {
   sha: string;
+  format: RepoFormat;
+  /** what was fetched from the hub */
   files: { file: string; bytes: number; status: 'downloaded' | 'present' }[];
-  /** MODEL_DTYPE of each graph pulled (model_q4.onnx -> q4, model.onnx -> fp32). */
+  /** what a conversion wrote into the folder (safetensors), relative to it */
+  written: { file: string; bytes: number }[];
+  /** MODEL_DTYPE of each graph the folder now holds (model_q4.onnx -> q4, model.onnx -> fp32) */
   dtypes: string[];
   weightBytes: number;
   kvBytesPerToken: number;
 }
 
-export function dtypeOfGraph(file: string): string {
-  const m = GRAPH.exec(file);
-  if (!m)
-    throw new HubError(
-      `--file ${file}: the engine loads onnx/model.onnx or onnx/model_<dtype>.onnx (onnx-community's names)`,
-    );
-  return m[1] ?? 'fp32';
+/** One pull in progress: the repo's listing at its commit, and a fetch that records what it got. */
+export interface RepoPull {
+  opts: PullOptions;
+  revision: string;
+  sha: string;
+  byName: ReadonlyMap<string, Sibling>;
+  result: PullResult;
+  /** Downloads `file` into `dir` (same relative path), verified; throws when the repo lacks it. */
+  fetch(file: string, dir: string): Promise<void>;
+}
+
+export type Puller = (pull: RepoPull) => Promise<PullResult>;
+
+/**
+ * The puller of each format. GGUF repos get theirs with the GGUF importer (issue 20): it goes here, and
+ * `formatsOf` already recognises them.
+ */
+const PULLERS: Record<RepoFormat, Puller | undefined> = {
+  onnx: pullOnnx,
+  safetensors: pullSafetensors,
+  gguf: undefined,
+};
+
+const IS_FORMAT: Record<RepoFormat, (file: string) => boolean> = {
+  onnx: (f) => /^onnx\/model(?:_[a-z0-9]+)?\.onnx$/.test(f),
+  safetensors: (f) => f === 'model.safetensors' || f === 'model.safetensors.index.json',
+  gguf: (f) => f.endsWith('.gguf'),
+};
+
+/** The formats a repo's files hold, in the order a pull prefers them. */
+export function formatsOf(files: readonly string[]): RepoFormat[] {
+  return REPO_FORMATS.filter((format) => files.some(IS_FORMAT[format]));
 }
 
 export async function pullModel(opts: PullOptions): Promise<PullResult> {
   const revision = opts.revision ?? 'main';
   const info = await revisionInfo(opts.repo, revision, opts);
-  const byName = new Map<string, Sibling>(info.siblings.map((s) => [s.rfilename, s]));
-  const graphs = opts.files?.length ? opts.files : [DEFAULT_GRAPHS.find((f) => byName.has(f)) ?? 'onnx/model.onnx'];
-  for (const g of graphs) {
-    dtypeOfGraph(g);
-    if (!byName.has(g)) {
-      const have = info.siblings.map((s) => s.rfilename).filter((f) => GRAPH.test(f));
-      throw new HubError(
-        `${opts.repo}@${revision} has no ${g}${have.length ? ` (it has ${have.join(', ')})` : ' and no onnx/model*.onnx graphs: it is not an ONNX export'}`,
-      );
-    }
-    if (info.siblings.some((s) => s.rfilename.startsWith(`${g}_data`))) {
-      throw new HubError(
-        `${g} keeps its weights in external data files (${g}_data); the engine loads single-file graphs: pick a smaller variant with --file`,
-      );
-    }
+  const names = info.siblings.map((s) => s.rfilename);
+  const formats = formatsOf(names);
+  const where = `${opts.repo}@${revision}`;
+  if (opts.format && !formats.includes(opts.format))
+    throw new HubError(
+      `${where} has no ${opts.format} files (it has ${formats.join(', ') || 'none the engine reads'})`,
+    );
+  const format = opts.format ?? (opts.files?.length ? 'onnx' : formats[0]);
+  if (!format) {
+    const listed = names.slice(0, 12).join(', ') + (names.length > 12 ? ', ...' : '');
+    throw new HubError(
+      `${where} has nothing the engine can load: no onnx/model*.onnx, no model.safetensors (or its index), no .gguf (it has ${listed || 'no files'})`,
+    );
   }
-  for (const f of REQUIRED) if (!byName.has(f)) throw new HubError(`${opts.repo}@${revision} has no ${f}`);
+  const puller = PULLERS[format];
+  if (!puller)
+    throw new HubError(
+      `${where} holds ${format.toUpperCase()} files (${names.filter(IS_FORMAT[format]).join(', ')}); pulling ${format} repos is not supported yet`,
+    );
+  const byName = new Map(info.siblings.map((s) => [s.rfilename, s]));
   const result: PullResult = {
     sha: info.sha,
+    format,
     files: [],
-    dtypes: graphs.map(dtypeOfGraph),
+    written: [],
+    dtypes: [],
     weightBytes: 0,
     kvBytesPerToken: 0,
   };
-  const fetchOne = async (name: string) => {
-    const s = byName.get(name)!;
-    const status = await downloadFile(opts.repo, info.sha, s, destination(opts.outDir, name), opts);
-    result.files.push({ file: name, bytes: s.lfs?.size ?? s.size ?? 0, status });
+  const fetch = async (file: string, dir: string): Promise<void> => {
+    const s = byName.get(file);
+    if (!s) throw new HubError(`${where} has no ${file}`);
+    const status = await downloadFile(opts.repo, info.sha, s, destination(dir, file), opts);
+    result.files.push({ file, bytes: s.lfs?.size ?? s.size ?? 0, status });
   };
-  // Small files first: an architecture the engine cannot serve is refused before the big download.
-  for (const f of [...REQUIRED, ...OPTIONAL.filter((f) => byName.has(f))]) await fetchOne(f);
-  const config = parseModelConfig(JSON.parse(readFileSync(join(opts.outDir, 'config.json'), 'utf8')));
-  result.kvBytesPerToken = kvBytesPerToken(config);
-  for (const g of graphs) {
-    await fetchOne(g);
-    result.weightBytes = Math.max(result.weightBytes, result.files.at(-1)!.bytes);
-  }
-  return result;
+  return puller({ opts, revision, sha: info.sha, byName, result, fetch });
 }

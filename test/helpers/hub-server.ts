@@ -1,8 +1,9 @@
 // A local stand-in for the Hugging Face hub (the real one is unreachable from tests): serves repos from
 // folders with the hub's URL layout and behaviour that model:pull relies on.
 //   GET /api/models/{org}/{repo}/revision/{rev}[?blobs=true] -> {sha, siblings: [{rfilename, size, blobId, lfs?}]}
-//   GET /{org}/{repo}/resolve/{rev}/{file}  -> the file; *.onnx (LFS) answer 302 to /cdn/{sha256}, as the
-//                                              hub redirects LFS files to its CDN; Range: bytes=N- -> 206
+//   GET /{org}/{repo}/resolve/{rev}/{file}  -> the file; LFS files (*.onnx, *.safetensors, *.gguf) answer 302
+//                                              to /cdn/{sha256}, as the hub redirects LFS files to its CDN;
+//                                              Range: bytes=N- -> 206
 // Gated repos want `Authorization: Bearer <token>`. Faults for tests: cut a file's body after N bytes
 // (a dropped connection), or serve corrupted bytes.
 import { createHash } from 'node:crypto';
@@ -21,6 +22,9 @@ export interface HubLogEntry {
   range?: string;
   authorization?: string;
 }
+
+/** Files the hub keeps in LFS (the weights): listed with an lfs sha256, served through the CDN redirect. */
+const isLfs = (file: string): boolean => /\.(onnx|onnx_data|safetensors|gguf)$/.test(file);
 
 export class LocalHub {
   readonly log: HubLogEntry[] = [];
@@ -102,7 +106,7 @@ export class LocalHub {
       const siblings = this.files(repo.dir).map((f) => {
         const content = readFileSync(join(repo.dir, f));
         const entry: Record<string, unknown> = { rfilename: f, size: content.length };
-        if (f.endsWith('.onnx'))
+        if (isLfs(f))
           entry.lfs = {
             sha256: createHash('sha256').update(content).digest('hex'),
             size: content.length,
@@ -122,7 +126,7 @@ export class LocalHub {
       send(404, 'Entry not found', { 'x-error-code': 'EntryNotFound' });
       return;
     }
-    if (file.endsWith('.onnx')) {
+    if (isLfs(file)) {
       const digest = createHash('sha256').update(content).digest('hex');
       this.blobs.set(digest, content);
       send(302, '', {
