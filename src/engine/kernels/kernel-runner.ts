@@ -280,7 +280,8 @@ export class KernelRunner implements ModelRunner {
     const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize } = this.config;
     const I = this.weights.intermediateSize;
     const f = (n: number): number => this.memory.alloc(align(n, 4) * 4);
-    const widest = align(Math.max(H, I, numHeads * headDim), 32);
+    // The widest quantised input, padded to whole blocks (a block of 128 pads K = 64 to 128).
+    const widest = Math.max(align(Math.max(H, I, numHeads * headDim), 32), ...this.quantInputs());
     return {
       h: f(CHUNK * H),
       q: f(CHUNK * numHeads * headDim),
@@ -296,6 +297,13 @@ export class KernelRunner implements ModelRunner {
       scores: f((numHeads / numKvHeads) * scoreRow),
       lazyLogits: f(vocabSize),
     };
+  }
+
+  /** K of every quantised matrix, padded to its blocks. */
+  private quantInputs(): number[] {
+    const w = this.weights;
+    const all = [w.lmHead, ...w.layers.flatMap((l) => [l.q, l.k, l.v, l.o, l.gate, l.up, l.down])];
+    return all.map((m) => (m.kind === 'quant' ? m.blocks * 32 : 0));
   }
 
   private embed(out: number, id: number): void {

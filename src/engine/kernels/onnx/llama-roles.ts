@@ -17,6 +17,12 @@ export interface MatrixSource {
   transposed: boolean;
   /** MatMulNBits: K, N, bits, block_size. */
   nbits?: { k: number; n: number; bits: number; blockSize: number };
+  /**
+   * A quantised Gather table: `blocks` ours (uint8 rows of blocks of 32 minus 128, times block scales
+   * gathered beside them), `linear` quantize_dynamic's (DequantizeLinear of the gathered rows: a scale and
+   * zero point for the whole table).
+   */
+  table?: 'blocks' | 'linear';
 }
 
 export interface LayerSources {
@@ -267,7 +273,15 @@ function embedding(g: Graph): { source: MatrixSource; out: string } {
   const source: MatrixSource = { op: 'Gather', w: g.constBehind(table.inputs[0])!.name, transposed: true };
   // Our 8-bit tables: rows gathered as uint8, cast, minus 128, times the row's block scales gathered beside them.
   const scaleGather = gathers.find((n) => n !== table && g.isConst(n.inputs[0]));
-  if (scaleGather) source.scales = scaleGather.inputs[0];
+  const dql = g.only(table.outputs[0], 'DequantizeLinear');
+  if (scaleGather) {
+    source.scales = scaleGather.inputs[0];
+    source.table = 'blocks';
+  } else if (dql && g.isConst(dql.inputs[1])) {
+    source.scales = dql.inputs[1];
+    if (dql.inputs[2]) source.zeroPoints = dql.inputs[2];
+    source.table = 'linear';
+  }
   // The stream starts where the lookup's value is used twice (the first RMSNorm and the first residual Add).
   let out = table.outputs[0];
   for (let hops = 0; hops < 8; hops++) {

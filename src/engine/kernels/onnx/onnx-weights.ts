@@ -41,14 +41,14 @@ export async function loadOnnxWeights(
     // One builder per weight tensor: a tied output projection shares its embedding's matrix.
     for (const [s, b] of builders) if (s.w === source.w) return b;
     const b =
-      source.op === 'MatMulNBits' || (source.op === 'Gather' && source.scales)
+      source.op === 'MatMulNBits' || source.table === 'blocks'
         ? new NBitsBuilder(
             ctx,
             source,
             source.op === 'Gather' ? { k: config.hiddenSize, n: config.vocabSize } : undefined,
           )
-        : source.op === 'MatMulInteger'
-          ? new IntegerBuilder(ctx)
+        : source.op === 'MatMulInteger' || source.table === 'linear'
+          ? new IntegerBuilder(ctx, source.transposed)
           : new DenseBuilder(ctx, source, quantizeTable);
     builders.set(source, b);
     for (const part of ['w', 'scales', 'zeroPoints'] as const) {

@@ -312,16 +312,21 @@ export class NBitsBuilder implements MatrixBuilder {
 }
 
 /**
- * quantize_dynamic's MatMulInteger weight: W (K, N) int8 or uint8 with a scale and zero point per tensor or
- * per column. Gathered whole (it must be transposed), then stored as V8 columns: uint8 values minus 128 and
- * their zero points likewise, so int8 and uint8 exports are the same thing to the kernels. Lossless.
+ * quantize_dynamic's int8 / uint8 weights: a MatMulInteger weight W (K, N), or a Gather table (N, K) read
+ * through DequantizeLinear, with a scale and zero point per tensor or per column. Gathered whole (a
+ * MatMulInteger weight must be transposed), then stored as V8 columns: uint8 values minus 128 and their zero
+ * points likewise, so int8 and uint8 exports are the same thing to the kernels. Lossless.
  */
 export class IntegerBuilder implements MatrixBuilder {
   private w: Staged | undefined;
   private scales: Staged | undefined;
   private zeroPoints: Staged | undefined;
 
-  constructor(private readonly ctx: BuildContext) {}
+  constructor(
+    private readonly ctx: BuildContext,
+    /** The weight is stored (N, K), an embedding table's way. */
+    private readonly rowMajor = false,
+  ) {}
 
   part(part: 'w' | 'scales' | 'zeroPoints', header: InitializerHeader): Writer {
     const staged = new Staged(header);
@@ -336,7 +341,7 @@ export class IntegerBuilder implements MatrixBuilder {
   finish(): Matrix {
     if (!this.w || !this.scales) throw new UnsupportedByKernels('MatMulInteger weight without its scale');
     const { header, bytes } = this.w;
-    const { k, n } = kn(header, false);
+    const { k, n } = kn(header, this.rowMajor);
     const unsigned = header.dataType === ONNX_UINT8;
     if (!unsigned && header.dataType !== ONNX_INT8)
       throw new UnsupportedByKernels(`${header.name} has element type ${header.dataType}`);
@@ -362,9 +367,9 @@ export class IntegerBuilder implements MatrixBuilder {
     const q = mem.u8(planes.q, sizes.q).fill(0);
     const s = mem.f32(planes.s, sizes.s / 4).fill(0);
     const z = perBlock ? mem.u8(planes.z, sizes.z).fill(0) : undefined;
+    const at = this.rowMajor ? (kk: number, col: number) => col * k + kk : (kk: number, col: number) => kk * n + col;
     for (let kk = 0; kk < k; kk++)
-      for (let col = 0; col < n; col++)
-        q[col * blocks * 32 + kk] = unsigned ? bytes[kk * n + col] ^ 0x80 : bytes[kk * n + col];
+      for (let col = 0; col < n; col++) q[col * blocks * 32 + kk] = bytes[at(kk, col)] ^ (unsigned ? 0x80 : 0);
     for (let col = 0; col < n; col++)
       for (let b = 0; b < blocks; b++) {
         s[sideIndex(col, blocks, b)] = scaleOf(col);
