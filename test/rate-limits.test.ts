@@ -14,12 +14,22 @@ import { duration, rateLimitHeaders } from '../src/worker/rate-limit-headers.js'
 describe('RATE_LIMITS', () => {
   it('a default and per-key overrides, field by field; unset limits nothing', () => {
     const config = rateLimitConfig('{"default":{"rpm":600,"tpm":200000,"concurrent":16},"alice":{"rpm":60}}');
-    expect(shardQuota(config, 'alice', 0, 1)).toEqual({ rpm: 60, tpm: 200_000, concurrent: 16 });
-    expect(shardQuota(config, 'bob', 0, 1)).toEqual({ rpm: 600, tpm: 200_000, concurrent: 16 });
-    expect(shardQuota(rateLimitConfig(''), 'alice', 0, 2)).toEqual({});
-    expect(shardQuota(rateLimitConfig(undefined), 'alice', 0, 2)).toEqual({});
+    expect(shardQuota({ config: config, shard: 0, shards: 1 }, 'alice')).toEqual({
+      rpm: 60,
+      tpm: 200_000,
+      concurrent: 16,
+    });
+    expect(shardQuota({ config: config, shard: 0, shards: 1 }, 'bob')).toEqual({
+      rpm: 600,
+      tpm: 200_000,
+      concurrent: 16,
+    });
+    expect(shardQuota({ config: rateLimitConfig(''), shard: 0, shards: 2 }, 'alice')).toEqual({});
+    expect(shardQuota({ config: rateLimitConfig(undefined), shard: 0, shards: 2 }, 'alice')).toEqual({});
     // null lifts a default for one key.
-    expect(shardQuota(rateLimitConfig('{"default":{"rpm":5},"ops":{"rpm":null}}'), 'ops', 0, 1)).toEqual({});
+    expect(
+      shardQuota({ config: rateLimitConfig('{"default":{"rpm":5},"ops":{"rpm":null}}'), shard: 0, shards: 1 }, 'ops'),
+    ).toEqual({});
   });
 
   it('refuses what it cannot read, naming the field', () => {

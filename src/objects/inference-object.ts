@@ -18,7 +18,7 @@ import { createShardServices, type ShardServices } from './shard-services.js';
 import { shardRuntime } from './shard-runtime.js';
 import type { HookView } from './webhooks/hooks.js';
 import type { AcceptedEvent, HookAddress, HookInput } from './webhooks/service.js';
-import { RateLimitConfigError, rateLimitConfig, shardQuota } from './tenancy/rate-limit-config.js';
+import { shardQuota, type ShardLimits } from './tenancy/rate-limit-config.js';
 import { RateLimiter, type Admission, type RateLimitState, type Ticket } from './tenancy/rate-limiter.js';
 import type { Caller, Tenant } from './tenancy/tenant.js';
 
@@ -149,24 +149,11 @@ export class InferenceObject extends DurableObject<Env> {
   }
 
   /**
-   * Admits a request of key `name` against this shard's share of its limits (RATE_LIMITS): a ticket to
-   * settle when it ends, or a 429 (a 503 when RATE_LIMITS cannot be read: limits are not silently dropped).
+   * Admits a request of key `name` against this shard's share of its limits (the worker reads RATE_LIMITS
+   * and sends them): a ticket to settle when it ends, or a 429.
    */
-  private admit(name: string, shard: number): RpcResult<{ ticket: Ticket; state: RateLimitState }> {
-    let config: ReturnType<typeof rateLimitConfig>;
-    try {
-      config = rateLimitConfig(this.env.RATE_LIMITS);
-    } catch (err) {
-      if (!(err instanceof RateLimitConfigError)) throw err;
-      return fail({
-        status: 503,
-        type: 'server_error',
-        message: err.message,
-        param: null,
-        code: 'invalid_rate_limits',
-      });
-    }
-    const admission = this.limiter.admit(name, shardQuota(config, name, shard, intVar(this.env, 'SHARD_COUNT')));
+  private admit(name: string, limits: ShardLimits): RpcResult<{ ticket: Ticket; state: RateLimitState }> {
+    const admission = this.limiter.admit(name, shardQuota(limits, name));
     if (!admission.ok) return fail(rateLimited(name, admission));
     return ok({ ticket: admission.ticket, state: admission.state });
   }
@@ -181,7 +168,7 @@ export class InferenceObject extends DurableObject<Env> {
     if (!loaded.ok) return loaded;
     const engine = loaded.value;
     if (this.overloaded(engine)) return fail(overloaded());
-    const admitted = this.admit(caller.tenant.name, caller.shard);
+    const admitted = this.admit(caller.tenant.name, caller.limits);
     if (!admitted.ok) return admitted;
     const { ticket, state } = admitted.value;
     try {
@@ -278,7 +265,7 @@ export class InferenceObject extends DurableObject<Env> {
     if (!loaded.ok) return loaded;
     const engine = loaded.value;
     if (this.overloaded(engine)) return fail(overloaded());
-    const admitted = this.admit(caller.tenant.name, caller.shard);
+    const admitted = this.admit(caller.tenant.name, caller.limits);
     if (!admitted.ok) return admitted;
     const { ticket, state } = admitted.value;
     const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
@@ -314,16 +301,16 @@ export class InferenceObject extends DurableObject<Env> {
 
   /**
    * An inbound webhook event (raw body and its three webhook-* headers) for the hook `address` names; a
-   * new job gets `jobId` and counts against its hook owner's share of the limits on `shard` (this one).
+   * new job gets `jobId` and counts against its hook owner's share of the limits (`limits`, this shard's).
    */
   async receiveHookEvent(
     address: HookAddress,
     headers: Record<string, string>,
     body: string,
     jobId: string,
-    shard: number,
+    limits: ShardLimits,
   ): Promise<RpcResult<AcceptedEvent>> {
-    return this.services.webhooks.receive(address, headers, body, jobId, (name) => this.admit(name, shard));
+    return this.services.webhooks.receive(address, headers, body, jobId, (name) => this.admit(name, limits));
   }
 
   async getJob(id: string, tenant: Tenant): Promise<RpcResult<JobView>> {

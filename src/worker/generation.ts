@@ -7,6 +7,7 @@ import type { RateLimitState } from '../objects/tenancy/rate-limiter.js';
 import type { Tenant } from '../objects/tenancy/tenant.js';
 import { ApiError, unwrap } from './errors.js';
 import { EventChannel } from './event-channel.js';
+import { shardLimits } from './limits.js';
 import { shardStub } from './routing.js';
 
 export type DoneWire = Extract<WireEvent, { type: 'done' }>;
@@ -47,7 +48,8 @@ export function startGeneration(
   signal?: AbortSignal,
 ): Promise<Generation> {
   const stub = shardStub(env, shard);
-  return openGeneration((channel) => stub.generate(requests, channel, { tenant, shard }), signal);
+  const caller = { tenant, limits: shardLimits(env, shard) };
+  return openGeneration((channel) => stub.generate(requests, channel, caller), signal);
 }
 
 /** Per-choice results of a finished generation, for non-streamed responses. */

@@ -24,6 +24,13 @@ export interface RateLimitConfig {
   keys: Record<string, Limits>;
 }
 
+/** What a shard is told with each request: the limits, and which of how many shards it is (for its share). */
+export interface ShardLimits {
+  config: RateLimitConfig;
+  shard: number;
+  shards: number;
+}
+
 /** RATE_LIMITS cannot be read: the service refuses generation with a 503 naming it rather than run unlimited. */
 export class RateLimitConfigError extends Error {
   override readonly name = 'RateLimitConfigError';
@@ -89,7 +96,7 @@ export function shardShare(limit: number, shard: number, shards: number): number
 }
 
 /** What shard `shard` of `shards` enforces for the key `name`. */
-export function shardQuota(config: RateLimitConfig, name: string, shard: number, shards: number): Quota {
+export function shardQuota({ config, shard, shards }: ShardLimits, name: string): Quota {
   const limits = limitsFor(config, name);
   const quota: Quota = {};
   for (const field of LIMIT_FIELDS) {

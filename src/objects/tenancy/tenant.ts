@@ -1,3 +1,5 @@
+import type { ShardLimits } from './rate-limit-config.js';
+
 /**
  * Who asks: the owner of what a key creates (sessions, hooks, jobs), as the worker resolved it from the
  * bearer key. The object never sees a key: only an HMAC of the key's name (the owner id, stored with each
@@ -30,8 +32,8 @@ export function ownerIds(tenant: Tenant): [string, string] {
   return [tenant.owner, tenant.legacy ? ANONYMOUS_OWNER : tenant.owner];
 }
 
-/** Where a request runs for: a tenant and the shard the worker sent it to (limits are shared out by shard). */
+/** Whom a request runs for, and the limits the shard it was sent to enforces (its share of RATE_LIMITS). */
 export interface Caller {
   tenant: Tenant;
-  shard: number;
+  limits: ShardLimits;
 }

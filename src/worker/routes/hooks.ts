@@ -8,6 +8,7 @@ import type { AppEnv } from '../app-env.js';
 import { requireApiKey } from '../auth.js';
 import { readBodyBytes, readJsonObject, type JsonObject } from '../body.js';
 import { ApiError, badParam, unwrap } from '../errors.js';
+import { shardLimits } from '../limits.js';
 import { rateLimitHeaders } from '../rate-limit-headers.js';
 import { shardForHook, shardStub } from '../routing.js';
 import { issuedShard, issueId } from '../shard-ids.js';
@@ -111,7 +112,7 @@ hooks.post('/:ref', async (c) => {
       headers,
       body,
       await issueId(c.env, shard),
-      shard,
+      shardLimits(c.env, shard),
     );
     if (notFoundOnShard(result)) continue;
     const accepted = unwrap(result);

@@ -5,6 +5,7 @@ import type { SamplingFields } from '../../objects/sessions.js';
 import { readJsonObject, type JsonObject } from '../body.js';
 import { ApiError, badParam, unwrap } from '../errors.js';
 import { chatChunks, chatLogprobs, finishReason, responseMeta, usage } from '../openai.js';
+import { shardLimits } from '../limits.js';
 import { logprobParams } from '../logprob-params.js';
 import type { TokenWire } from '../generation.js';
 import { checkModel, optInteger, optString, samplingParams, streamOptions } from '../params.js';
@@ -122,7 +123,7 @@ sessions.post('/:id/messages', async (c) => {
   const { stream, includeUsage } = streamOptions(body);
   const model = checkModel({}, c.env);
 
-  const caller = { tenant: c.get('tenant'), shard };
+  const caller = { tenant: c.get('tenant'), limits: shardLimits(c.env, shard) };
   const { events, cancel, rateLimit } = await openGeneration(
     (channel) => stub.sessionMessage(id, content, overrides, channel, caller),
     c.req.raw.signal,
