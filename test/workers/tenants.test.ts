@@ -20,6 +20,18 @@ import { call, expectError, readSse, sleep } from './service-helpers.js';
 import { inbox, newSecret } from './webhook-helpers.js';
 
 type Vars = Partial<Env>;
+
+/** What the routes answer with, loosely: sessions, hooks, completions. */
+interface Body {
+  id: string;
+  key_name: string | null;
+  url: string | null;
+  name: string;
+  mode: string;
+  callback_url: string;
+  messages: { role: string }[];
+  usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } };
+}
 const TWO_KEYS: Vars = { API_KEYS: 'alice:sk-alice, bob:sk-bob' };
 
 /** A client of a deployment with `vars`, holding `key` (none: no Authorization header). */
@@ -31,7 +43,7 @@ function client(vars: Vars, key?: string) {
     if (init.body !== undefined) headers.set('content-type', 'application/json');
     return Promise.resolve(app.fetch(new Request(`http://edge-infer.test${path}`, { ...init, headers }), deployment));
   };
-  const json = async <T = any>(path: string, init: RequestInit = {}, status = 200): Promise<T> => {
+  const json = async <T = Body>(path: string, init: RequestInit = {}, status = 200): Promise<T> => {
     const res = await send(path, init);
     const text = await res.text();
     expect(res.status, `${init.method ?? 'GET'} ${path}: ${text}`).toBe(status);
@@ -104,7 +116,7 @@ describe('sessions and jobs belong to the key that made them', () => {
       expect(theirs.message.replace(session.id, missing)).toBe(none.message);
     }
     const shown = await alice.json(`/v1/sessions/${session.id}`);
-    expect(shown.messages.map((m: { role: string }) => m.role)).toEqual(['system', 'user', 'assistant']);
+    expect(shown.messages.map((m) => m.role)).toEqual(['system', 'user', 'assistant']);
     // Not even a turn in flight tells bob it exists: busy (409) is only ever said to its owner.
     const streaming = await alice.send(`/v1/sessions/${session.id}/messages`, {
       method: 'POST',
