@@ -95,7 +95,7 @@ describe('playground', () => {
     // Whose session it is: the key's name, never the key.
     expect(await text('#whoami')).toBe(`key: ${KEY_NAME}`);
     expect(await text('#tabs .tab')).toContain(KEY_NAME);
-    expect(await page.locator('body').innerText()).not.toContain(KEY);
+    expect(await page.locator('body').textContent()).not.toContain(KEY);
   });
 
   it('the key travels only as an Authorization header, never in a URL', async () => {
