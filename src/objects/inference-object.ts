@@ -174,7 +174,10 @@ export class InferenceObject extends DurableObject<Env> {
     try {
       const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
       const generation = runGeneration(engine, requests, this.metrics, sink, { account });
-      void generation.finished.then(({ completionTokens }) => ticket.settle(completionTokens));
+      void generation.finished.then(
+        ({ completionTokens }) => ticket.settle(completionTokens),
+        () => ticket.settle(0),
+      );
       return ok(started(state));
     } catch (err) {
       ticket.refund();

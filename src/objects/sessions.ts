@@ -176,7 +176,10 @@ export class SessionStore {
         generation.stop({ ...notFound(id), message: `session '${id}' was deleted while it was answering` });
       this.inFlight.set(id, holder);
       void generation.finished
-        .then(({ completionTokens }) => run.onSettled(completionTokens))
+        .then(
+          ({ completionTokens }) => run.onSettled(completionTokens),
+          () => run.onSettled(0),
+        )
         .finally(() => this.release(id, holder));
       return ok({ started: true });
     } catch (err) {
