@@ -11,7 +11,14 @@ export interface Env {
   MODELS: Fetcher;
   /** Real models (over the assets' 25 MiB per-file cap), uploaded with `npm run model:upload`. */
   MODEL_BUCKET?: R2Bucket;
+  /** Bearer keys, comma-separated, each `name:key` or a bare key (named by its hash); see src/worker/tenants.ts. */
   API_KEYS?: string;
+  /** Keys the owner ids of sessions, hooks and jobs (HMAC of the key's name); set once, before keys are handed out. */
+  OWNER_SECRET?: string;
+  /** The key name that owns rows made before tenants, when API_KEYS names more than one key. */
+  LEGACY_OWNER?: string;
+  /** Per-key limits as JSON (src/objects/tenancy/rate-limit-config.ts); unset or empty = none. */
+  RATE_LIMITS?: string;
   /** Signs session and job ids (HMAC), so a signed id's shard is trusted past SHARD_COUNT; see src/worker/shard-ids.ts. */
   ID_SECRET?: string;
   SHARD_COUNT?: string;

@@ -67,6 +67,11 @@ export interface GenerateOptions {
    * Idle session caches are released, oldest first, whenever the pool needs room.
    */
   session?: string;
+  /**
+   * Whose request this is: waiting requests are admitted round-robin across groups, first come first
+   * served within one (the host decides what a group is, e.g. one per client). Default: one shared group.
+   */
+  fairnessGroup?: string;
 }
 
 /**
@@ -265,6 +270,7 @@ export class Engine {
         forks: [],
         admitted: false,
         session: options.session,
+        fairnessGroup: options.fairnessGroup,
         lookahead: 0,
         cohort: resolved.beam ? group : undefined,
       };

@@ -16,6 +16,11 @@ export interface SchedulableSequence {
    * waits, holding its blocks, until the others have too. Preempted together when that would deadlock.
    */
   readonly cohort?: object;
+  /**
+   * Whose request this is, for fair admission: waiting sequences are admitted round-robin across groups
+   * (first come, first served within one). The host names the groups; sequences without one share a group.
+   */
+  readonly fairnessGroup?: string;
 }
 
 export interface SchedulerLimits {
@@ -42,17 +47,25 @@ export interface ScheduledStep<S extends SchedulableSequence> {
 }
 
 /**
- * First come, first served continuous batching over a paged KV cache.
+ * Continuous batching over a paged KV cache, fair across groups of requests.
  *
  * Each step it first continues running sequences (oldest first: one decode token, or the next chunk of
- * a long prefill), then admits waiting ones while the token budget and batch size allow. When the pool
- * cannot supply a block, the newest running sequence is preempted (its blocks freed, its progress
- * forgotten) and goes back to the head of the queue to be prefilled again later (recompute).
+ * a long prefill), then admits waiting ones while the token budget and batch size allow: round-robin over
+ * the fairness groups that have requests waiting (the group admitted least recently goes next), first
+ * come, first served within a group, so one group's burst cannot starve another's requests. When the
+ * pool cannot supply a block, the newest running sequence is preempted (its blocks freed, its progress
+ * forgotten) and goes back to the head of the queue to be prefilled again later (recompute), ahead of
+ * every group's turn.
  */
 export class Scheduler<S extends SchedulableSequence> {
   readonly waiting: S[] = [];
   readonly running: S[] = [];
   preemptions = 0;
+  /** Admissions so far; a group's last one is its place in the round-robin. */
+  private admissions = 0;
+  private readonly lastAdmitted = new Map<string | undefined, number>();
+  /** Sequences that keep the head of the queue whatever the round-robin says (preempted, or unsticking). */
+  private readonly headFirst = new WeakSet<S>();
 
   constructor(
     private readonly kv: KvCacheManager,
@@ -124,6 +137,7 @@ export class Scheduler<S extends SchedulableSequence> {
     const displaced = this.waiting.indexOf(head);
     this.waiting.splice(displaced, 1);
     this.waiting.unshift(head);
+    this.headFirst.add(head);
     return true;
   }
 
@@ -153,6 +167,7 @@ export class Scheduler<S extends SchedulableSequence> {
       this.running.length < this.limits.maxBatchSize &&
       step.preempted.length === 0
     ) {
+      this.takeTurn();
       const seq = this.waiting[0];
       if (seq.kv.length === 0) {
         const own = this.ownCache(seq);
@@ -170,6 +185,9 @@ export class Scheduler<S extends SchedulableSequence> {
         break;
       }
       this.waiting.shift();
+      this.headFirst.delete(seq);
+      this.lastAdmitted.set(seq.fairnessGroup, ++this.admissions);
+      this.forgetIdleGroups();
       this.running.push(seq);
       step.admitted.push({ seq, cachedTokens });
       step.rows.push(this.row(seq, count));
@@ -183,6 +201,37 @@ export class Scheduler<S extends SchedulableSequence> {
       budget -= row.lookahead;
     }
     return step;
+  }
+
+  /**
+   * Moves the next sequence to admit to the head of the queue: the oldest of the group admitted least
+   * recently (a group never admitted first, then by arrival), unless the head must keep its place.
+   */
+  private takeTurn(): void {
+    const head = this.waiting[0];
+    if (head === undefined || this.headFirst.has(head)) return;
+    let best = 0;
+    let bestTurn = this.turnOf(head);
+    const seen = new Set<string | undefined>([head.fairnessGroup]);
+    for (let i = 1; i < this.waiting.length && bestTurn > 0; i++) {
+      const group = this.waiting[i].fairnessGroup;
+      if (seen.has(group)) continue; // only a group's oldest waiting sequence competes
+      seen.add(group);
+      const turn = this.turnOf(this.waiting[i]);
+      if (turn < bestTurn) [best, bestTurn] = [i, turn];
+    }
+    if (best > 0) this.waiting.unshift(...this.waiting.splice(best, 1));
+  }
+
+  /** Forgets groups with nothing waiting, once there are many: a returning group goes first either way. */
+  private forgetIdleGroups(): void {
+    if (this.lastAdmitted.size <= 1024) return;
+    const waiting = new Set(this.waiting.map((seq) => seq.fairnessGroup));
+    for (const group of this.lastAdmitted.keys()) if (!waiting.has(group)) this.lastAdmitted.delete(group);
+  }
+
+  private turnOf(seq: S): number {
+    return this.lastAdmitted.get(seq.fairnessGroup) ?? 0;
   }
 
   private row(seq: S, count: number): ScheduledStep<S>['rows'][number] {
@@ -215,6 +264,7 @@ export class Scheduler<S extends SchedulableSequence> {
       this.kv.free(member.kv);
       step.preempted.push(member);
       this.preemptions++;
+      this.headFirst.add(member);
     }
     this.waiting.unshift(...members);
   }

@@ -27,6 +27,7 @@ export interface Sequence extends SchedulableSequence {
   forks: Sequence[];
   admitted: boolean;
   session: string | undefined;
+  fairnessGroup: string | undefined;
   /** Proposals wanted per step (speculative decoding); 0 for none. */
   lookahead: number;
   /** The request group, for beams (which advance together); undefined otherwise. */

@@ -51,6 +51,13 @@ export interface GenerationHooks {
   onDone?(index: number, done: DoneEvent): void | Promise<void>;
 }
 
+/** Whom a generation runs for: its usage is counted under the key's name, and it queues fairly among owners. */
+export interface Account {
+  keyName: string;
+  /** The engine's fairness group: one per owner, so one key's burst does not starve another's requests. */
+  fairnessGroup: string;
+}
+
 const decoder = new TextDecoder();
 
 function wireLogprob(engine: Engine, tokenId: number, logprob: number): WireLogprob {
@@ -82,8 +89,11 @@ function toWire(engine: Engine, index: number, event: GenerationEvent): WireEven
 /** A generation in flight: `stop` cancels it from outside (a deleted session), telling the client why. */
 export interface RunningGeneration {
   stop(reason?: ServiceError): void;
-  /** Settles once every request has finished or was cancelled and the sink was closed. */
-  finished: Promise<void>;
+  /**
+   * Settles once every request has finished or was cancelled and the sink was closed, with the tokens
+   * generated (what a key's tokens-per-minute limit is charged).
+   */
+  finished: Promise<{ completionTokens: number }>;
 }
 
 /**
@@ -137,7 +147,7 @@ export function runGeneration(
   requests: GenerationRequest[],
   metrics: ServiceMetrics,
   received: ReceivedStub<EventSink>,
-  options: Omit<GenerateOptions, 'signal'> & GenerationHooks = {},
+  options: Omit<GenerateOptions, 'signal' | 'fairnessGroup'> & GenerationHooks & { account?: Account } = {},
 ): RunningGeneration {
   // Every request is checked before any is queued, so a bad one in a batch leaves nothing behind.
   for (const request of requests) engine.resolve(request);
@@ -145,7 +155,13 @@ export function runGeneration(
   const streams: AsyncGenerator<GenerationEvent>[] = [];
   try {
     for (const request of requests)
-      streams.push(engine.generate(request, { signal: abort.signal, session: options.session }));
+      streams.push(
+        engine.generate(request, {
+          signal: abort.signal,
+          session: options.session,
+          fairnessGroup: options.account?.fairnessGroup,
+        }),
+      );
   } catch (err) {
     abort.abort();
     for (const s of streams) void s.return(undefined);
@@ -153,6 +169,7 @@ export function runGeneration(
   }
   const sink = received.dup?.() ?? received;
   const writer = new SinkWriter(sink, () => abort.abort());
+  let completionTokens = 0;
 
   const pump = async (stream: AsyncGenerator<GenerationEvent>, first: number): Promise<void> => {
     const last = new Map<number, number>();
@@ -164,7 +181,8 @@ export function runGeneration(
         if (previous !== undefined) metrics.interToken(now - previous);
         last.set(index, now);
       } else {
-        metrics.finished(event, event.index === 0);
+        metrics.finished(event, event.index === 0, options.account?.keyName);
+        completionTokens += event.metrics.completionTokens;
         await options.onDone?.(index, event);
       }
       writer.send(toWire(engine, index, event));
@@ -192,7 +210,8 @@ export function runGeneration(
       });
     })
     .then(() => writer.close())
-    .finally(() => (sink as Partial<Disposable>)[Symbol.dispose]?.());
+    .finally(() => (sink as Partial<Disposable>)[Symbol.dispose]?.())
+    .then(() => ({ completionTokens }));
   // Its full KV blocks go to storage once its last event is out, so writing never delays a token.
   void finished.then(() => engine.storeKv()).catch((err: unknown) => console.error('storing KV blocks failed', err));
   const stop = (reason?: ServiceError): void => {

@@ -25,7 +25,10 @@ import type { SamplingFields, SessionView } from './sessions.js';
 import { createShardServices, type ShardServices } from './shard-services.js';
 import { shardRuntime } from './shard-runtime.js';
 import type { HookView } from './webhooks/hooks.js';
-import type { AcceptedEvent, HookInput } from './webhooks/service.js';
+import type { AcceptedEvent, HookAddress, HookInput } from './webhooks/service.js';
+import { shardQuota, type ShardLimits } from './tenancy/rate-limit-config.js';
+import { RateLimiter, type Admission, type RateLimitState, type Ticket } from './tenancy/rate-limiter.js';
+import type { Caller, Tenant } from './tenancy/tenant.js';
 
 const overloaded = (): ServiceError => ({
   status: 429,
@@ -34,6 +37,34 @@ const overloaded = (): ServiceError => ({
   param: null,
   code: 'overloaded',
 });
+
+/** A generation handed to the engine; `rateLimit` is its key's limits after it (absent when it has none). */
+export interface Started {
+  started: true;
+  rateLimit?: RateLimitState;
+}
+
+const LIMIT_WORDS = {
+  requests: 'requests per minute',
+  tokens: 'generated tokens per minute',
+  concurrent: 'concurrent requests',
+} as const;
+
+/** A 429 naming the key (by name), the limit and this shard's share of it. */
+function rateLimited(name: string, refusal: Extract<Admission, { ok: false }>): ServiceError {
+  const retry = Math.ceil((refusal.state.retryAfterMs ?? 1000) / 1000);
+  return {
+    status: 429,
+    type: refusal.refused === 'tokens' ? 'tokens' : 'requests',
+    message: `rate limit reached for key '${name}': ${LIMIT_WORDS[refusal.refused]} (this shard's share of the limit: ${refusal.limit}); retry in ${retry} s`,
+    param: null,
+    code: refusal.refused === 'concurrent' ? 'concurrency_limit_exceeded' : 'rate_limit_exceeded',
+    rateLimit: refusal.state,
+  };
+}
+
+const started = (rateLimit: RateLimitState): Started =>
+  rateLimit.requests || rateLimit.tokens ? { started: true, rateLimit } : { started: true };
 
 /**
  * One shard of the service: a Durable Object that loads the engine once (lazily, on first use) and serves
@@ -45,6 +76,7 @@ export class InferenceObject extends DurableObject<Env> {
   private enginePromise: Promise<Engine> | undefined;
   private loaded: Engine | undefined;
   readonly metrics = new ServiceMetrics();
+  private readonly limiter = new RateLimiter();
 
   /** The engine, loaded on first call; concurrent first callers share one load, and a failed load is retried next time. */
   protected engine(): Promise<Engine> {
@@ -126,25 +158,50 @@ export class InferenceObject extends DurableObject<Env> {
   }
 
   /**
-   * Runs `requests` together and pushes their events (WireEvents, see generation.ts) into `sink`, the
-   * worker's EventChannel. When the worker's side is gone (client disconnected) the requests are cancelled.
+   * Admits a request of key `name` against this shard's share of its limits (the worker reads RATE_LIMITS
+   * and sends them): a ticket to settle when it ends, or a 429.
    */
-  async generate(requests: GenerationRequest[], sink: EventSink): Promise<RpcResult<{ started: true }>> {
+  private admit(name: string, limits: ShardLimits): RpcResult<{ ticket: Ticket; state: RateLimitState }> {
+    const admission = this.limiter.admit(name, shardQuota(limits, name));
+    if (!admission.ok) return fail(rateLimited(name, admission));
+    return ok({ ticket: admission.ticket, state: admission.state });
+  }
+
+  /**
+   * Runs `requests` together for `caller` and pushes their events (WireEvents, see generation.ts) into
+   * `sink`, the worker's EventChannel. When the worker's side is gone (client disconnected) the requests
+   * are cancelled.
+   */
+  async generate(requests: GenerationRequest[], sink: EventSink, caller: Caller): Promise<RpcResult<Started>> {
     const loaded = await this.engineOrUnavailable();
     if (!loaded.ok) return loaded;
     const engine = loaded.value;
     if (this.overloaded(engine)) return fail(overloaded());
+    const admitted = this.admit(caller.tenant.name, caller.limits);
+    if (!admitted.ok) return admitted;
+    const { ticket, state } = admitted.value;
     try {
-      runGeneration(engine, requests, this.metrics, sink);
-      return ok({ started: true });
+      const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
+      const generation = runGeneration(engine, requests, this.metrics, sink, { account });
+      void generation.finished.then(
+        ({ completionTokens }) => ticket.settle(completionTokens),
+        () => ticket.settle(0),
+      );
+      return ok(started(state));
     } catch (err) {
+      ticket.refund();
       return fail(fromEngineError(err));
     }
   }
 
   /** Metrics for GET /metrics. Does not load the engine: a shard nobody used reports `engine: null`. */
   async stats(): Promise<ShardStats> {
-    return this.metrics.snapshot(modelName(this.env), this.loaded?.stats() ?? null, this.kvStore?.usage());
+    return this.metrics.snapshot(
+      modelName(this.env),
+      this.loaded?.stats() ?? null,
+      this.kvStore?.usage(),
+      this.limiter.snapshot(),
+    );
   }
 
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */
@@ -164,6 +221,7 @@ export class InferenceObject extends DurableObject<Env> {
         engine: () => this.engine(),
         loadedEngine: () => this.loaded,
         metrics: this.metrics,
+        limiter: this.limiter,
         model: modelName(this.env),
         kvStore: this.kvStore,
       },
@@ -173,9 +231,10 @@ export class InferenceObject extends DurableObject<Env> {
     return this.shardServices;
   }
 
-  /** A new session; its sampling defaults are checked now, so a bad one fails here and not at every message. */
+  /** A new session of `tenant`'s; its sampling defaults are checked now, so a bad one fails here and not at every message. */
   async createSession(
     id: string,
+    tenant: Tenant,
     init: { system?: string; defaults?: SamplingFields },
   ): Promise<RpcResult<SessionView>> {
     if (init.defaults) {
@@ -189,15 +248,18 @@ export class InferenceObject extends DurableObject<Env> {
         return fail({ ...error, param: `defaults.${error.param ?? ''}`.replace(/\.$/, '') });
       }
     }
-    return ok(this.services.sessions.create(id, init));
+    return ok(this.services.sessions.create(id, tenant, init));
   }
 
-  async getSession(id: string): Promise<RpcResult<SessionView>> {
-    return this.services.sessions.get(id);
+  async getSession(id: string, tenant: Tenant): Promise<RpcResult<SessionView>> {
+    return this.services.sessions.get(id, tenant);
   }
 
-  async deleteSession(id: string): Promise<RpcResult<{ id: string; object: 'session'; deleted: true }>> {
-    return this.services.sessions.delete(id);
+  async deleteSession(
+    id: string,
+    tenant: Tenant,
+  ): Promise<RpcResult<{ id: string; object: 'session'; deleted: true }>> {
+    return this.services.sessions.delete(id, tenant);
   }
 
   /** A session turn: its events go to `sink` as generate()'s do; a client that goes away cancels the turn. */
@@ -206,41 +268,65 @@ export class InferenceObject extends DurableObject<Env> {
     content: string,
     overrides: SamplingFields,
     sink: EventSink,
-  ): Promise<RpcResult<{ started: true }>> {
-    // An unknown session is a 404 from storage alone: it must never cost a model load.
-    const known = this.services.sessions.get(id);
+    caller: Caller,
+  ): Promise<RpcResult<Started>> {
+    // An unknown session (or another tenant's) is a 404 from storage alone: it must never cost a model load.
+    const known = this.services.sessions.get(id, caller.tenant);
     if (!known.ok) return known;
     const loaded = await this.engineOrUnavailable();
     if (!loaded.ok) return loaded;
     const engine = loaded.value;
     if (this.overloaded(engine)) return fail(overloaded());
-    return this.services.sessions.message(id, content, overrides, sink);
+    const admitted = this.admit(caller.tenant.name, caller.limits);
+    if (!admitted.ok) return admitted;
+    const { ticket, state } = admitted.value;
+    const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
+    const result = await this.services.sessions.message(id, caller.tenant, content, overrides, sink, {
+      account,
+      onSettled: (completionTokens) => ticket.settle(completionTokens),
+    });
+    if (!result.ok) ticket.refund();
+    return result.ok ? ok(started(state)) : result;
   }
 
-  async putHook(name: string, input: HookInput): Promise<RpcResult<{ hook: HookView; created: boolean }>> {
-    return this.services.webhooks.putHook(name, input);
-  }
-
-  async getHook(name: string): Promise<RpcResult<HookView>> {
-    return this.services.webhooks.getHook(name);
-  }
-
-  async deleteHook(name: string): Promise<RpcResult<{ name: string; object: 'hook'; deleted: true }>> {
-    return this.services.webhooks.deleteHook(name);
-  }
-
-  /** An inbound webhook event (raw body and its three webhook-* headers); a new job gets `jobId`. */
-  async receiveHookEvent(
+  /**
+   * Creates or replaces `tenant`'s hook; a new one gets the path id `id`. With `create` unset only an
+   * existing hook is replaced (the worker looks for a tenant's hook on more than one shard).
+   */
+  async putHook(
+    tenant: Tenant,
     name: string,
+    input: HookInput,
+    id: string,
+    create: boolean,
+  ): Promise<RpcResult<{ hook: HookView; created: boolean }>> {
+    return this.services.webhooks.putHook(tenant, name, input, id, create);
+  }
+
+  async getHook(tenant: Tenant, name: string): Promise<RpcResult<HookView>> {
+    return this.services.webhooks.getHook(tenant, name);
+  }
+
+  async deleteHook(tenant: Tenant, name: string): Promise<RpcResult<{ name: string; object: 'hook'; deleted: true }>> {
+    return this.services.webhooks.deleteHook(tenant, name);
+  }
+
+  /**
+   * An inbound webhook event (raw body and its three webhook-* headers) for the hook `address` names; a
+   * new job gets `jobId` and counts against its hook owner's share of the limits (`limits`, this shard's).
+   */
+  async receiveHookEvent(
+    address: HookAddress,
     headers: Record<string, string>,
     body: string,
     jobId: string,
+    limits: ShardLimits,
   ): Promise<RpcResult<AcceptedEvent>> {
-    return this.services.webhooks.receive(name, headers, body, jobId);
+    return this.services.webhooks.receive(address, headers, body, jobId, (name) => this.admit(name, limits));
   }
 
-  async getJob(id: string): Promise<RpcResult<JobView>> {
-    return this.services.webhooks.job(id);
+  async getJob(id: string, tenant: Tenant): Promise<RpcResult<JobView>> {
+    return this.services.webhooks.job(id, tenant);
   }
 
   /** Webhook jobs: delivery retries, and generating jobs an earlier instance left unfinished. */

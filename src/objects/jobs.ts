@@ -5,6 +5,8 @@
  */
 import type { SamplingFields } from './sessions.js';
 import type { HookMode } from './webhooks/hooks.js';
+import { createOrRebuild } from './tenancy/migrations.js';
+import { owns, type Tenant } from './tenancy/tenant.js';
 
 export type JobStatus = 'queued' | 'running' | 'delivering' | 'delivered' | 'failed';
 
@@ -32,6 +34,12 @@ export interface JobError {
 export interface Job {
   id: string;
   hook: string;
+  /** The hook's path id when the event came (null for jobs of hooks made before ids). */
+  hookId: string | null;
+  /** The hook's owner, whose job this is (tenant.ts). */
+  owner: string;
+  /** The name of the key the job's usage is counted under (null: made before keys had names). */
+  keyName: string | null;
   webhookId: string;
   /** The rendered template: the user message (mode chat) or the raw prompt (mode completion). */
   prompt: string;
@@ -53,6 +61,8 @@ export interface JobView {
   id: string;
   object: 'job';
   hook: string;
+  hook_id: string | null;
+  key_name: string | null;
   status: JobStatus;
   attempts: number;
   result?: JobOutput;
@@ -67,6 +77,9 @@ export interface JobView {
 interface JobRow extends Record<string, SqlStorageValue> {
   id: string;
   hook: string;
+  hook_id: string | null;
+  owner: string;
+  key_name: string | null;
   webhook_id: string;
   prompt: string;
   mode: string;
@@ -84,31 +97,60 @@ interface JobRow extends Record<string, SqlStorageValue> {
 /** Finished jobs (and their webhook-ids, which dedupe replays) are kept this long. */
 export const JOB_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
 
+const SCHEMA = `CREATE TABLE jobs (
+  id TEXT PRIMARY KEY,
+  owner TEXT NOT NULL DEFAULT '',
+  key_name TEXT,
+  hook TEXT NOT NULL,
+  hook_id TEXT,
+  webhook_id TEXT NOT NULL,
+  prompt TEXT NOT NULL,
+  mode TEXT NOT NULL,
+  params TEXT NOT NULL,
+  status TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  result TEXT,
+  error TEXT,
+  last_error TEXT,
+  next_attempt_at INTEGER,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  UNIQUE (owner, hook, webhook_id)
+)`;
+
+const COLUMNS = [
+  'id',
+  'owner',
+  'key_name',
+  'hook',
+  'hook_id',
+  'webhook_id',
+  'prompt',
+  'mode',
+  'params',
+  'status',
+  'attempts',
+  'result',
+  'error',
+  'last_error',
+  'next_attempt_at',
+  'created_at',
+  'updated_at',
+];
+
 export class JobStore {
   constructor(private readonly sql: SqlStorage) {
-    sql.exec(`CREATE TABLE IF NOT EXISTS jobs (
-      id TEXT PRIMARY KEY,
-      hook TEXT NOT NULL,
-      webhook_id TEXT NOT NULL,
-      prompt TEXT NOT NULL,
-      mode TEXT NOT NULL,
-      params TEXT NOT NULL,
-      status TEXT NOT NULL,
-      attempts INTEGER NOT NULL DEFAULT 0,
-      result TEXT,
-      error TEXT,
-      last_error TEXT,
-      next_attempt_at INTEGER,
-      created_at INTEGER NOT NULL,
-      updated_at INTEGER NOT NULL,
-      UNIQUE (hook, webhook_id)
-    )`);
+    // A webhook-id dedupes per owner and hook: two owners' senders may well use the same ids.
+    createOrRebuild(sql, 'jobs', SCHEMA, 'owner', COLUMNS);
     sql.exec('CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, next_attempt_at)');
   }
 
   create(init: {
     id: string;
     hook: string;
+    hookId: string | null;
+    owner: string;
+    keyName: string | null;
     webhookId: string;
     prompt: string;
     mode: HookMode;
@@ -116,10 +158,13 @@ export class JobStore {
   }): Job {
     const now = Date.now();
     this.sql.exec(
-      `INSERT INTO jobs (id, hook, webhook_id, prompt, mode, params, status, attempts, created_at, updated_at)
-       VALUES (?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?)`,
+      `INSERT INTO jobs (id, owner, key_name, hook, hook_id, webhook_id, prompt, mode, params, status, attempts, created_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?)`,
       init.id,
+      init.owner,
+      init.keyName,
       init.hook,
+      init.hookId,
       init.webhookId,
       init.prompt,
       init.mode,
@@ -135,10 +180,16 @@ export class JobStore {
     return row && fromRow(row);
   }
 
-  /** The job an earlier delivery of the same event (same hook and webhook-id) created. */
-  byWebhookId(hook: string, webhookId: string): Job | undefined {
+  /** The job `id` if it is `tenant`'s: another tenant's job is not found, exactly as one that does not exist. */
+  getFor(id: string, tenant: Tenant): Job | undefined {
+    const job = this.get(id);
+    return job && owns(tenant, job.owner) ? job : undefined;
+  }
+
+  /** The job an earlier delivery of the same event (same owner's hook and webhook-id) created. */
+  byWebhookId(owner: string, hook: string, webhookId: string): Job | undefined {
     const row = this.sql
-      .exec<JobRow>('SELECT * FROM jobs WHERE hook = ? AND webhook_id = ?', hook, webhookId)
+      .exec<JobRow>('SELECT * FROM jobs WHERE owner = ? AND hook = ? AND webhook_id = ?', owner, hook, webhookId)
       .toArray()[0];
     return row && fromRow(row);
   }
@@ -225,6 +276,9 @@ function fromRow(row: JobRow): Job {
   return {
     id: row.id,
     hook: row.hook,
+    hookId: row.hook_id,
+    owner: row.owner,
+    keyName: row.key_name,
     webhookId: row.webhook_id,
     prompt: row.prompt,
     mode: row.mode as HookMode,
@@ -245,6 +299,8 @@ export function jobView(job: Job): JobView {
     id: job.id,
     object: 'job',
     hook: job.hook,
+    hook_id: job.hookId,
+    key_name: job.keyName,
     status: job.status,
     attempts: job.attempts,
     created_at: Math.floor(job.createdAt / 1000),

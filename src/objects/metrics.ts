@@ -1,6 +1,8 @@
 import type { EngineStats } from '../engine/engine-stats.js';
 import type { DoneEvent } from '../engine/sequence-output.js';
 import type { KvStoreUsage } from '../engine/kv/block-store.js';
+import type { KeyCounts } from './tenancy/rate-limiter.js';
+import { ANONYMOUS_NAME } from './tenancy/tenant.js';
 
 /** A cumulative histogram as Prometheus exposes it: counts per upper bound (`le`), plus sum and count. */
 export interface HistogramSnapshot {
@@ -33,6 +35,14 @@ class Histogram {
   }
 }
 
+/** One key's use of one shard: finished requests and their tokens, and what the rate limiter counts now. */
+export interface KeyStats extends Partial<KeyCounts> {
+  requests: number;
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+}
+
 /** What one shard reports to GET /metrics. `engine` is null until the shard's first request loads the model. */
 export interface ShardStats {
   model: string;
@@ -43,6 +53,8 @@ export interface ShardStats {
   generationTokens: number;
   cachedPromptTokens: number;
   requests: Record<string, number>;
+  /** Usage and limiter counts per key name (never a key). */
+  keys: Record<string, KeyStats>;
   /** The shard's stored KV blocks (read from its SQLite, so known before the engine loads); absent when KV_STORE_MB is 0. */
   kvStore?: KvStoreUsage;
 }
@@ -61,6 +73,7 @@ export class ServiceMetrics {
   private generationTokens = 0;
   private cachedPromptTokens = 0;
   private readonly requests: Record<string, number> = {};
+  private readonly keys = new Map<string, KeyStats>();
 
   interToken(ms: number): void {
     this.itl.observe(ms / 1000);
@@ -69,18 +82,42 @@ export class ServiceMetrics {
   /**
    * One completion finished. A request's `n` completions share one prompt and one first token's wait, so
    * prompt tokens and time to first token are counted for its first completion only (`firstOfRequest`).
+   * Usage is also counted under the name of the key the request ran for.
    */
-  finished(done: DoneEvent, firstOfRequest = true): void {
+  finished(done: DoneEvent, firstOfRequest = true, keyName = ANONYMOUS_NAME): void {
     const m = done.metrics;
+    const key = this.key(keyName);
     this.requests[done.finishReason] = (this.requests[done.finishReason] ?? 0) + 1;
     this.generationTokens += m.completionTokens;
+    key.completionTokens += m.completionTokens;
     if (!firstOfRequest) return;
     this.promptTokens += m.promptTokens;
     this.cachedPromptTokens += m.cachedTokens;
+    key.requests++;
+    key.promptTokens += m.promptTokens;
+    key.cachedTokens += m.cachedTokens;
     if (m.completionTokens > 0) this.ttft.observe(m.ttftMs / 1000);
   }
 
-  snapshot(model: string, engine: EngineStats | null, kvStore?: KvStoreUsage): ShardStats {
+  private key(name: string): KeyStats {
+    let stats = this.keys.get(name);
+    if (!stats) {
+      stats = { requests: 0, promptTokens: 0, completionTokens: 0, cachedTokens: 0 };
+      this.keys.set(name, stats);
+    }
+    return stats;
+  }
+
+  /** `limits`: the rate limiter's counts per key, merged into the usage of the same names. */
+  snapshot(
+    model: string,
+    engine: EngineStats | null,
+    kvStore?: KvStoreUsage,
+    limits: Record<string, KeyCounts> = {},
+  ): ShardStats {
+    const keys: Record<string, KeyStats> = {};
+    for (const name of new Set([...this.keys.keys(), ...Object.keys(limits)]))
+      keys[name] = { ...this.key(name), ...limits[name] };
     return {
       ...(kvStore ? { kvStore } : {}),
       model,
@@ -91,6 +128,7 @@ export class ServiceMetrics {
       generationTokens: this.generationTokens,
       cachedPromptTokens: this.cachedPromptTokens,
       requests: { ...this.requests },
+      keys,
     };
   }
 }

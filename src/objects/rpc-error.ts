@@ -1,4 +1,5 @@
 import { InvalidRequestError } from '../engine/errors.js';
+import type { RateLimitState } from './tenancy/rate-limiter.js';
 
 /**
  * An error meant for the client, as it crosses the worker→object RPC boundary. Exceptions thrown across
@@ -11,6 +12,8 @@ export interface ServiceError {
   type: string;
   param: string | null;
   code: string | null;
+  /** A key's rate limits (a 429 for them): the worker sends them as x-ratelimit-* and retry-after headers. */
+  rateLimit?: RateLimitState;
 }
 
 export type RpcResult<T> = { ok: true; value: T } | { ok: false; error: ServiceError };

@@ -9,10 +9,12 @@
 import type { Engine } from '../engine/engine.js';
 import type { GenerationRequest } from '../engine/request.js';
 import type { DoneEvent } from '../engine/sequence-output.js';
-import { runGeneration, type EventSink } from './generation.js';
+import { runGeneration, type Account, type EventSink } from './generation.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { replyIds, turnFormat, userTurnIds } from './session-turns.js';
 import type { ShardContext } from './shard-context.js';
+import { addMissingColumns } from './tenancy/migrations.js';
+import { ownerIds, type Tenant } from './tenancy/tenant.js';
 
 /** Sampling fields a session keeps as defaults and a message may override (GenerationRequest spelling). */
 export type SamplingFields = Omit<GenerationRequest, 'prompt' | 'prompt_ids' | 'messages'>;
@@ -27,6 +29,8 @@ export interface SessionView {
   object: 'session';
   model: string;
   system: string | null;
+  /** The name of the key that made it (null: made before keys had names). */
+  key_name: string | null;
   defaults: SamplingFields;
   messages: SessionMessage[];
   /** Tokens in the session's log (what the next turn's prompt starts with). */
@@ -44,6 +48,8 @@ export interface SessionView {
 
 interface SessionRow extends Record<string, SqlStorageValue> {
   id: string;
+  owner: string;
+  key_name: string | null;
   model: string;
   system: string | null;
   defaults: string;
@@ -82,16 +88,22 @@ export class SessionStore {
       messages TEXT NOT NULL,
       token_ids TEXT NOT NULL,
       created_at INTEGER NOT NULL,
-      updated_at INTEGER NOT NULL
+      updated_at INTEGER NOT NULL,
+      owner TEXT NOT NULL DEFAULT '',
+      key_name TEXT
     )`);
+    // Sessions made before tenants: their owner is empty, which is the anonymous (dev mode) owner's.
+    addMissingColumns(shard.sql, 'sessions', { owner: "TEXT NOT NULL DEFAULT ''", key_name: 'TEXT' });
   }
 
-  create(id: string, init: { system?: string; defaults?: SamplingFields }): SessionView {
+  create(id: string, tenant: Tenant, init: { system?: string; defaults?: SamplingFields }): SessionView {
     const now = Date.now();
     const messages: SessionMessage[] = init.system !== undefined ? [{ role: 'system', content: init.system }] : [];
     this.shard.sql.exec(
-      'INSERT INTO sessions (id, model, system, defaults, messages, token_ids, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+      'INSERT INTO sessions (id, owner, key_name, model, system, defaults, messages, token_ids, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
       id,
+      tenant.owner,
+      tenant.name,
       this.shard.model,
       init.system ?? null,
       JSON.stringify(init.defaults ?? {}),
@@ -100,17 +112,18 @@ export class SessionStore {
       now,
       now,
     );
-    return this.view(this.row(id)!);
+    return this.view(this.row(id, tenant)!);
   }
 
-  get(id: string): RpcResult<SessionView> {
-    const row = this.row(id);
+  /** Another tenant's session is not found, exactly as one that does not exist. */
+  get(id: string, tenant: Tenant): RpcResult<SessionView> {
+    const row = this.row(id, tenant);
     return row ? ok(this.view(row)) : fail(notFound(id));
   }
 
   /** Deletes the transcript, cancels a turn in flight and frees the session's KV cache. */
-  delete(id: string): RpcResult<{ id: string; object: 'session'; deleted: true }> {
-    if (!this.row(id)) return fail(notFound(id));
+  delete(id: string, tenant: Tenant): RpcResult<{ id: string; object: 'session'; deleted: true }> {
+    if (!this.row(id, tenant)) return fail(notFound(id));
     this.shard.sql.exec('DELETE FROM sessions WHERE id = ?', id);
     this.inFlight.get(id)?.();
     this.inFlight.delete(id);
@@ -123,17 +136,19 @@ export class SessionStore {
   /**
    * Appends a user message and starts the reply, its events pushed to `sink` as for any generation. The
    * turn is written to storage before the done event is sent, so a client that has seen the end of the
-   * reply can send the next message at once.
+   * reply can send the next message at once. `onSettled` gets the tokens generated once the turn has ended.
    */
   async message(
     id: string,
+    tenant: Tenant,
     content: string,
     overrides: SamplingFields,
     sink: EventSink,
+    run: { account: Account; onSettled(completionTokens: number): void },
   ): Promise<RpcResult<{ started: true }>> {
-    if (this.inFlight.has(id)) return fail(busy(id));
-    const row = this.row(id);
+    const row = this.row(id, tenant);
     if (!row) return fail(notFound(id));
+    if (this.inFlight.has(id)) return fail(busy(id));
     // Claim the session before the first await, so a concurrent message finds it busy.
     const claim = (): void => {};
     this.inFlight.set(id, claim);
@@ -150,6 +165,7 @@ export class SessionStore {
       };
       const generation = runGeneration(engine, [request], this.shard.metrics, sink, {
         session: id,
+        account: run.account,
         onDone: (_index, done) => {
           this.recordTurn(engine, id, request, content, done);
           this.inFlight.delete(id);
@@ -159,7 +175,12 @@ export class SessionStore {
       const holder = (): void =>
         generation.stop({ ...notFound(id), message: `session '${id}' was deleted while it was answering` });
       this.inFlight.set(id, holder);
-      void generation.finished.finally(() => this.release(id, holder));
+      void generation.finished
+        .then(
+          ({ completionTokens }) => run.onSettled(completionTokens),
+          () => run.onSettled(0),
+        )
+        .finally(() => this.release(id, holder));
       return ok({ started: true });
     } catch (err) {
       this.release(id, claim);
@@ -188,8 +209,12 @@ export class SessionStore {
     );
   }
 
-  private row(id: string): SessionRow | undefined {
-    return this.shard.sql.exec<SessionRow>('SELECT * FROM sessions WHERE id = ?', id).toArray()[0];
+  /** The session `id` if it is `tenant`'s (any owner's without a tenant: a turn recording its reply). */
+  private row(id: string, tenant?: Tenant): SessionRow | undefined {
+    if (!tenant) return this.shard.sql.exec<SessionRow>('SELECT * FROM sessions WHERE id = ?', id).toArray()[0];
+    return this.shard.sql
+      .exec<SessionRow>('SELECT * FROM sessions WHERE id = ? AND owner IN (?, ?)', id, ...ownerIds(tenant))
+      .toArray()[0];
   }
 
   private view(row: SessionRow): SessionView {
@@ -199,6 +224,7 @@ export class SessionStore {
       object: 'session',
       model: row.model,
       system: row.system,
+      key_name: row.key_name,
       defaults: JSON.parse(row.defaults) as SamplingFields,
       messages: JSON.parse(row.messages) as SessionMessage[],
       tokens,

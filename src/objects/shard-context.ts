@@ -2,6 +2,7 @@
 import type { Engine } from '../engine/engine.js';
 import type { KvBlockStore } from '../engine/kv/block-store.js';
 import type { ServiceMetrics } from './metrics.js';
+import type { RateLimiter } from './tenancy/rate-limiter.js';
 
 /** What the object lends its session, hook and job modules: storage, the engine and the service metrics. */
 export interface ShardContext {
@@ -11,6 +12,8 @@ export interface ShardContext {
   /** The engine if it is loaded already (for work that should not trigger a model load). */
   loadedEngine(): Engine | undefined;
   metrics: ServiceMetrics;
+  /** Each key's use of this shard, against its rate limits. */
+  limiter: RateLimiter;
   /** The model this shard serves. */
   model: string;
   /** Where the engine keeps full KV blocks between object lifetimes (undefined when KV_STORE_MB is 0). */

@@ -1,5 +1,5 @@
 import { Hono } from 'hono';
-import type { Env } from '../env.js';
+import type { AppEnv } from './app-env.js';
 import { requireApiKey } from './auth.js';
 import { handleError, notFound } from './errors.js';
 import chat from './routes/chat.js';
@@ -12,7 +12,7 @@ import jobs from './routes/jobs.js';
 import playground from './routes/playground.js';
 import pool from './routes/pool.js';
 
-export type AppEnv = { Bindings: Env };
+export type { AppEnv } from './app-env.js';
 
 /**
  * The HTTP service: OpenAI-compatible routes in front of the InferenceObject shards. Each route module

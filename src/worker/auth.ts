@@ -1,15 +1,9 @@
 import type { MiddlewareHandler } from 'hono';
-import type { Env } from '../env.js';
+import type { AppEnv } from './app-env.js';
 import { ApiError } from './errors.js';
+import { ANONYMOUS, apiKeys, devMode, tenantOf, type ApiKey } from './tenants.js';
 
 let devModeLogged = false;
-
-export function apiKeys(env: Env): string[] {
-  return (env.API_KEYS ?? '')
-    .split(',')
-    .map((k) => k.trim())
-    .filter((k) => k.length > 0);
-}
 
 /** Constant-time comparison, so a key cannot be guessed a byte at a time from response times. */
 function sameKey(a: string, b: string): boolean {
@@ -20,17 +14,26 @@ function sameKey(a: string, b: string): boolean {
   return diff === 0;
 }
 
+/** The entry `given` matches; every key is compared, so the time taken does not say which one did. */
+function matching(keys: ApiKey[], given: string): ApiKey | undefined {
+  let found: ApiKey | undefined;
+  for (const entry of keys) if (sameKey(entry.key, given)) found ??= entry;
+  return found;
+}
+
 /**
- * Bearer keys from API_KEYS (comma-separated). With none configured the service runs in dev mode and
- * accepts every request; it says so once per isolate so nobody deploys that by accident unnoticed.
+ * Bearer keys from API_KEYS (see tenants.ts). The key's tenant (owner and name) is set on the context
+ * for the routes. With none configured the service runs in dev mode and accepts every request as the
+ * anonymous owner; it says so once per isolate so nobody deploys that by accident unnoticed.
  */
-export const requireApiKey: MiddlewareHandler<{ Bindings: Env }> = async (c, next) => {
-  const keys = apiKeys(c.env);
-  if (keys.length === 0) {
+export const requireApiKey: MiddlewareHandler<AppEnv> = async (c, next) => {
+  const keys = await apiKeys(c.env);
+  if (devMode(keys)) {
     if (!devModeLogged) {
       devModeLogged = true;
       console.warn('edge-infer: API_KEYS is empty, running in dev mode: every request is accepted without a key');
     }
+    c.set('tenant', ANONYMOUS);
     return next();
   }
   const header = c.req.header('authorization') ?? '';
@@ -43,7 +46,8 @@ export const requireApiKey: MiddlewareHandler<{ Bindings: Env }> = async (c, nex
       null,
       'missing_api_key',
     );
-  if (!keys.some((k) => sameKey(k, m[1])))
-    throw new ApiError(401, 'invalid API key', 'invalid_request_error', null, 'invalid_api_key');
+  const entry = matching(keys, m[1]);
+  if (!entry) throw new ApiError(401, 'invalid API key', 'invalid_request_error', null, 'invalid_api_key');
+  c.set('tenant', await tenantOf(c.env, keys, entry.name));
   return next();
 };

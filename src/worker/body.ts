@@ -20,7 +20,7 @@ function tooLarge(limit: number): ApiError {
  * while reading, since a chunked body has no length to trust. A refused body is finished before the 413
  * goes (see body-discard.ts).
  */
-export async function readBodyBytes(c: Context<{ Bindings: Env }>): Promise<Uint8Array> {
+export async function readBodyBytes<E extends { Bindings: Env }>(c: Context<E>): Promise<Uint8Array> {
   const limit = intVar(c.env, 'MAX_BODY_BYTES');
   const declared = Number(c.req.header('content-length') ?? NaN);
   if (Number.isFinite(declared) && declared > limit) {
@@ -55,7 +55,7 @@ export async function readBodyBytes(c: Context<{ Bindings: Env }>): Promise<Uint
 }
 
 /** The request body (see readBodyBytes) as a JSON object. */
-export async function readJsonObject(c: Context<{ Bindings: Env }>): Promise<JsonObject> {
+export async function readJsonObject<E extends { Bindings: Env }>(c: Context<E>): Promise<JsonObject> {
   const bytes = await readBodyBytes(c);
   let parsed: unknown;
   try {

@@ -2,6 +2,7 @@ import type { Context } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { InvalidRequestError } from '../engine/errors.js';
 import type { RpcResult, ServiceError } from '../objects/rpc-error.js';
+import { rateLimitHeaders } from './rate-limit-headers.js';
 
 /**
  * OpenAI's error schema: `{"error":{"message","type","param","code"}}`. Handlers throw ApiError (or
@@ -14,12 +15,14 @@ export class ApiError extends Error {
     readonly type: string = 'invalid_request_error',
     readonly param: string | null = null,
     readonly code: string | null = null,
+    /** Sent with the error (a 429's x-ratelimit-* and retry-after). */
+    readonly headers: Record<string, string> = {},
   ) {
     super(message);
   }
 
   static from(e: ServiceError): ApiError {
-    return new ApiError(e.status, e.message, e.type, e.param, e.code);
+    return new ApiError(e.status, e.message, e.type, e.param, e.code, rateLimitHeaders(e.rateLimit));
   }
 
   get body(): { error: Omit<ServiceError, 'status'> } {
@@ -38,7 +41,7 @@ export function unwrap<T>(result: RpcResult<T>): T {
 }
 
 export function errorResponse(c: Context, err: ApiError): Response {
-  return c.json(err.body, err.status as ContentfulStatusCode);
+  return c.json(err.body, err.status as ContentfulStatusCode, err.headers);
 }
 
 /** app.onError: known errors keep their status; anything else is logged and answered with a generic 500. */

@@ -1,9 +1,13 @@
 import type { GenerationRequest } from '../engine/request.js';
 import type { Env } from '../env.js';
 import type { WireEvent } from '../objects/generation.js';
+import type { Started } from '../objects/inference-object.js';
 import type { RpcResult } from '../objects/rpc-error.js';
+import type { RateLimitState } from '../objects/tenancy/rate-limiter.js';
+import type { Tenant } from '../objects/tenancy/tenant.js';
 import { ApiError, unwrap } from './errors.js';
 import { EventChannel } from './event-channel.js';
+import { shardLimits } from './limits.js';
 import { shardStub } from './routing.js';
 
 export type DoneWire = Extract<WireEvent, { type: 'done' }>;
@@ -14,6 +18,8 @@ export interface Generation {
   events: AsyncIterable<WireEvent>;
   /** Cancels the engine requests (idempotent; a no-op once the generation finished). */
   cancel(): void;
+  /** The key's rate limits after this request, for the response's x-ratelimit-* headers. */
+  rateLimit?: RateLimitState;
 }
 
 /**
@@ -22,26 +28,28 @@ export interface Generation {
  * disconnects) fires, or the events are left early, the channel is abandoned and the object cancels.
  */
 export async function openGeneration(
-  start: (channel: EventChannel) => Promise<RpcResult<unknown>>,
+  start: (channel: EventChannel) => Promise<RpcResult<Started>>,
   signal?: AbortSignal,
 ): Promise<Generation> {
   const channel = new EventChannel();
-  unwrap(await start(channel));
+  const { rateLimit } = unwrap(await start(channel));
   const cancel = (): void => channel.abandon();
   if (signal?.aborted) cancel();
   signal?.addEventListener('abort', cancel, { once: true });
-  return { events: channel.events(), cancel };
+  return { events: channel.events(), cancel, rateLimit };
 }
 
-/** Starts `requests` on `shard` (see openGeneration); their completions are indexed request-major. */
+/** Starts `requests` on `shard` for `tenant` (see openGeneration); their completions are indexed request-major. */
 export function startGeneration(
   env: Env,
   shard: number,
+  tenant: Tenant,
   requests: GenerationRequest[],
   signal?: AbortSignal,
 ): Promise<Generation> {
   const stub = shardStub(env, shard);
-  return openGeneration((channel) => stub.generate(requests, channel), signal);
+  const caller = { tenant, limits: shardLimits(env, shard) };
+  return openGeneration((channel) => stub.generate(requests, channel, caller), signal);
 }
 
 /** Per-choice results of a finished generation, for non-streamed responses. */

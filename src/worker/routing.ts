@@ -35,9 +35,12 @@ export function shardForPrompt(env: Env, promptText: string): number {
   return hash32(promptText.slice(0, ROUTING_PREFIX_CHARS)) % shardCount(env);
 }
 
-/** Hooks are found by name: the same name always meets the same object. */
-export function shardForName(env: Env, name: string): number {
-  return hash32(name) % shardCount(env);
+/**
+ * A hook is found by its owner and name: the same pair always meets the same object. The anonymous owner's
+ * hooks (dev mode, and hooks made before tenants) hash by name alone, where they always were.
+ */
+export function shardForHook(env: Env, owner: string, name: string): number {
+  return hash32(owner === '' ? name : `${owner}\n${name}`) % shardCount(env);
 }
 
 /**

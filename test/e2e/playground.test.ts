@@ -1,6 +1,7 @@
 // The playground page in a real browser (Debian's chromium through playwright-core) against `wrangler dev`
 // with API_KEYS set: it loads without console errors, asks for the key and sends it only as a header,
-// streams a reply token by token with probabilities, and its picture of the KV pool shows the blocks a
+// streams a reply token by token with probabilities, shows the name of the key its sessions belong to
+// (never the key), and its picture of the KV pool shows the blocks a
 // second session shares with the first when both have the same system prompt. Leaves a screenshot in
 // artifacts/playground.png (docs/playground.png is a copy of one).
 import { mkdirSync } from 'node:fs';
@@ -11,6 +12,7 @@ import { startBrowser, type Browser } from './helpers/browser.js';
 import { startDevServer, type DevServer } from './helpers/wrangler.js';
 
 const KEY = 'playground-test-key';
+const KEY_NAME = 'playground';
 const ARTIFACTS = fileURLToPath(new URL('../../artifacts/', import.meta.url));
 
 let server: DevServer;
@@ -20,7 +22,7 @@ const consoleErrors: string[] = [];
 const requests: { url: string; authorization?: string }[] = [];
 
 beforeAll(async () => {
-  [server, browser] = await Promise.all([startDevServer({ API_KEYS: KEY }), startBrowser()]);
+  [server, browser] = await Promise.all([startDevServer({ API_KEYS: `${KEY_NAME}:${KEY}` }), startBrowser()]);
   page = await browser.context.newPage();
   page.on('console', (msg) => {
     if (msg.type() === 'error') consoleErrors.push(msg.text());
@@ -90,6 +92,10 @@ describe('playground', () => {
     expect(await text('#ttft')).toMatch(/^\d+ ms$/);
     expect(await text('#tps')).toMatch(/^\d+$/);
     expect(await text('#ntok')).toBe(String(count));
+    // Whose session it is: the key's name, never the key.
+    expect(await text('#whoami')).toBe(`key: ${KEY_NAME}`);
+    expect(await text('#tabs .tab')).toContain(KEY_NAME);
+    expect(await page.locator('body').textContent()).not.toContain(KEY);
   });
 
   it('the key travels only as an Authorization header, never in a URL', async () => {

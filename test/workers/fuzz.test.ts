@@ -4,16 +4,20 @@
 // deep nesting, bad UTF-8, lone surrogates, content-type lies. Every answer must be a 4xx in OpenAI's
 // error schema or a valid answer (never a 5xx, never a hang), and after each request a normal request
 // still works and the KV gauges are back at their baseline (what the request made, it deletes first).
+// Tenants: requests under several keys (and none, and broken ones) at one key's session, hook and job must
+// never reach them from another key, every rate-limit header is well formed, and no answer holds a key.
 // The seed is fixed and printed; FUZZ_SEED=<n> in the environment replays another one.
 import { env } from 'cloudflare:workers';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Env } from '../../src/env.js';
+import app from '../../src/worker/app.js';
 import { call, scrape, sleep, total } from './service-helpers.js';
 import { inbox, newSecret } from './webhook-helpers.js';
 import { Webhook } from 'standardwebhooks';
 
 const SEED = Number((env as unknown as { FUZZ_SEED?: string }).FUZZ_SEED ?? 14_2026) || 14_2026;
-const RUNS = 15; // per route (8 properties; the two generation routes get twice as many): each run is a request, its clean-up and the health checks
+const RUNS = 15; // per route (9 properties; the generation routes and the tenants' get twice as many): each run is a request, its clean-up and the health checks
 const REQUEST_MS = 30_000;
 
 interface FuzzRequest {
@@ -21,6 +25,8 @@ interface FuzzRequest {
   path: string;
   headers: Record<string, string>;
   body?: string | Uint8Array;
+  /** Vars of the deployment it is sent to (several keys, limits); none: the test deployment (dev mode). */
+  vars?: Partial<Env>;
 }
 
 // ---- values -----------------------------------------------------------------------------------
@@ -159,7 +165,7 @@ const turnBody = schemaBody({ content: contentArb, stream: fc.boolean(), ...samp
 }));
 
 // Stand-ins a test fills in before the runs (URLs and secrets that must be real to get past validation).
-const live = { callbackUrl: '', hookSecret: '', hookName: 'fuzz-live' };
+const live = { callbackUrl: '', hookSecret: '', hookName: 'fuzz-live', hookId: '' };
 
 const hookBody = schemaBody({
   template: fc.constantFrom(
@@ -299,6 +305,150 @@ const idArb = fc.oneof(
   fc.string({ maxLength: 20 }).map(encodeURIComponent),
 );
 
+// ---- tenants: several keys, one of which owns a session, a hook and a job ----------------------------
+
+/** Part of every key below: no answer may contain it. */
+const SECRET_PART = 'sk-fuzz';
+const TENANT_VARS: Partial<Env> = {
+  API_KEYS: 'fuzz-a:sk-fuzz-a, fuzz-b:sk-fuzz-b, sk-fuzz-bare',
+  RATE_LIMITS: JSON.stringify({
+    default: { rpm: 1000, tpm: 100_000, concurrent: 8 },
+    'fuzz-b': { rpm: 2, tpm: 30, concurrent: 1 },
+  }),
+};
+/** What key A owns (made before the runs); other keys must never reach it. */
+const owned = { session: '', hook: 'fuzz-owned', hookId: '', callbackUrl: '', job: '' };
+
+function asKey(authorization: string, method: string, path: string, body?: unknown): Promise<Response> {
+  return send({
+    method,
+    path,
+    headers: { authorization, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    vars: TENANT_VARS,
+  });
+}
+
+async function setUpTenants(): Promise<void> {
+  const a = 'Bearer sk-fuzz-a';
+  const session = await asKey(a, 'POST', '/v1/sessions', { defaults: { max_tokens: 2 } });
+  owned.session = ((await session.json()) as { id: string }).id;
+  const secret = newSecret();
+  owned.callbackUrl = (await inbox(secret)).url;
+  const hook = await asKey(a, 'PUT', `/v1/hooks/${owned.hook}`, {
+    template: 'Hi {{ title }}',
+    callback_url: owned.callbackUrl,
+    secret,
+    params: { max_tokens: 2 },
+  });
+  owned.hookId = ((await hook.json()) as { id: string }).id;
+  const body = '{"title":"owned"}';
+  const id = `msg_${crypto.randomUUID()}`;
+  const when = new Date();
+  const event = await send({
+    method: 'POST',
+    path: `/v1/hooks/${owned.hookId}`,
+    headers: {
+      'webhook-id': id,
+      'webhook-timestamp': String(Math.floor(+when / 1000)),
+      'webhook-signature': new Webhook(secret).sign(id, when, body),
+    },
+    body,
+    vars: TENANT_VARS,
+  });
+  owned.job = ((await event.json()) as { job_id: string }).job_id;
+  for (const v of Object.values(owned)) expect(v).not.toBe('');
+}
+
+/** A's session, hook and job are still there, as A made them. */
+async function ownedIntact(): Promise<void> {
+  const a = 'Bearer sk-fuzz-a';
+  expect((await asKey(a, 'GET', `/v1/sessions/${owned.session}`)).status).toBe(200);
+  const hook = (await (await asKey(a, 'GET', `/v1/hooks/${owned.hook}`)).json()) as Record<string, unknown>;
+  expect(hook).toMatchObject({ id: owned.hookId, callback_url: owned.callbackUrl, key_name: 'fuzz-a' });
+  expect((await asKey(a, 'GET', `/v1/jobs/${owned.job}`)).status).toBe(200);
+}
+
+const authArb = fc.constantFrom<string | undefined>(
+  undefined,
+  'Bearer sk-fuzz-a',
+  'Bearer sk-fuzz-b',
+  'Bearer sk-fuzz-b',
+  'Bearer sk-fuzz-bare',
+  'bearer sk-fuzz-b',
+  'Bearer fuzz-b:sk-fuzz-b',
+  'Bearer sk-fuzz-b sk-fuzz-a',
+  'Basic sk-fuzz-a',
+  'Bearer ',
+  'Bearer  sk-fuzz-b ',
+  'Bearer sk-fuzz-A',
+);
+const B = { authorization: 'Bearer sk-fuzz-b' };
+const isKeyA = (auth: string | undefined): boolean => /^bearer\s+sk-fuzz-a\s*$/i.test(auth ?? '');
+
+/** Requests at A's things and at the generation routes, under any of the keys above (or none). */
+const tenantRequest: fc.Arbitrary<FuzzRequest> = fc
+  .tuple(
+    fc.oneof(
+      requestFor('GET', fc.constant('/v1/sessions/SESSION')),
+      requestFor('DELETE', fc.constant('/v1/sessions/SESSION')),
+      requestFor('POST', fc.constant('/v1/sessions/SESSION/messages'), turnBody),
+      requestFor('GET', fc.constant('/v1/jobs/JOB')),
+      requestFor('GET', fc.constant('/v1/hooks/HOOK')),
+      requestFor('DELETE', fc.constant('/v1/hooks/HOOK')),
+      requestFor('PUT', fc.constant('/v1/hooks/HOOK'), hookBody),
+      requestFor('POST', fc.constant('/v1/chat/completions'), chatBody),
+      requestFor('POST', fc.constant('/v1/completions'), completionBody),
+      requestFor('POST', fc.constant('/v1/sessions'), sessionBody),
+      requestFor('GET', fc.constantFrom('/metrics', '/v1/models')),
+      // Plain requests under B's key, often enough to run into its limits (rpm 2, tpm 30, one at a time).
+      {
+        weight: 6,
+        arbitrary: fc.constantFrom<FuzzRequest>(
+          { method: 'POST', path: '/v1/completions', headers: B, body: '{"prompt":"hi","max_tokens":4}' },
+          { method: 'POST', path: '/v1/completions', headers: B, body: '{"prompt":"x","stream":true}' },
+          {
+            method: 'POST',
+            path: '/v1/chat/completions',
+            headers: B,
+            body: '{"messages":[{"role":"user","content":"x"}]}',
+          },
+        ),
+      },
+    ),
+    authArb,
+  )
+  .map(([req, auth]): FuzzRequest => {
+    // A may read its own things; deleting, replacing or continuing them (a turn keeps its KV blocks, which the
+    // gauges would see) is left to the other properties.
+    const destructive = req.method === 'DELETE' || req.method === 'PUT' || req.path.endsWith('/messages');
+    const authorization = req.headers.authorization ?? (destructive && isKeyA(auth) ? B.authorization : auth);
+    const path = req.path.replace('SESSION', owned.session).replace('JOB', owned.job).replace('HOOK', owned.hook);
+    const headers = { ...req.headers, ...(authorization === undefined ? {} : { authorization }) };
+    return { ...req, path, headers, vars: TENANT_VARS };
+  });
+
+/** One tenant request: never a 2xx (or a 409 that would say it exists) for another key on A's things. */
+async function checkTenant(req: FuzzRequest): Promise<void> {
+  const result = await exchange(req);
+  const auth = req.headers.authorization;
+  const atOwned =
+    req.path.includes(owned.session) || req.path.includes(owned.job) || req.path === `/v1/hooks/${owned.hook}`;
+  // B's PUT of A's hook name makes B's own hook of that name: allowed, and deleted again below.
+  const ownNamespace = req.method === 'PUT';
+  if (atOwned && !isKeyA(auth) && !ownNamespace) {
+    expect(result.status, `${req.method} ${req.path} as ${auth}`).not.toBeLessThan(300);
+    expect(result.status).not.toBe(409);
+  }
+  const body = result.json as { id?: string; object?: string } | null;
+  if (auth !== undefined && result.status < 300) {
+    if (req.method === 'PUT') await asKey(auth, 'DELETE', req.path);
+    if (req.path === '/v1/sessions' && body?.id) await asKey(auth, 'DELETE', `/v1/sessions/${body.id}`);
+  }
+  await ownedIntact();
+  await healthy();
+}
+
 // ---- one exchange and the invariants after it ------------------------------------------------------
 
 function timeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
@@ -311,20 +461,53 @@ function timeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   ]).finally(() => clearTimeout(timer));
 }
 
+function send(req: FuzzRequest): Promise<Response> {
+  const init = { method: req.method, headers: req.headers, body: req.body as BodyInit | undefined };
+  if (!req.vars) return call(req.path, init);
+  const deployment = { ...(env as unknown as Env), ...req.vars };
+  return Promise.resolve(app.fetch(new Request(`http://edge-infer.test${req.path}`, init), deployment));
+}
+
+const DURATION = /^(\d+ms|\d+(\.\d+)?s|\d+m\d+(\.\d+)?s)$/;
+
+/** x-ratelimit-* headers, where present, are whole numbers and durations that agree; a rate-limit 429 says when to retry. */
+function checkRateLimitHeaders(res: Response, code: string | undefined, what: string): void {
+  for (const kind of ['requests', 'tokens']) {
+    const limit = res.headers.get(`x-ratelimit-limit-${kind}`);
+    const remaining = res.headers.get(`x-ratelimit-remaining-${kind}`);
+    const reset = res.headers.get(`x-ratelimit-reset-${kind}`);
+    if (limit === null) {
+      expect([remaining, reset], what).toEqual([null, null]);
+      continue;
+    }
+    expect(limit, what).toMatch(/^[1-9]\d*$/);
+    expect(remaining, what).toMatch(/^\d+$/);
+    expect(Number(remaining), what).toBeLessThanOrEqual(Number(limit));
+    expect(reset, what).toMatch(DURATION);
+  }
+  if (code === 'rate_limit_exceeded' || code === 'concurrency_limit_exceeded') {
+    expect(res.status, what).toBe(429);
+    expect(res.headers.get('retry-after'), what).toMatch(/^[1-9]\d*$/);
+    expect(res.headers.get('retry-after-ms'), what).toMatch(/^[1-9]\d*$/);
+  }
+}
+
 /** Sends `req`, and checks the answer is a 4xx in OpenAI's error schema or a well-formed success. */
 async function exchange(req: FuzzRequest): Promise<{ status: number; json: unknown }> {
   const what = `${req.method} ${req.path}`;
-  const res = await timeout(
-    call(req.path, { method: req.method, headers: req.headers, body: req.body as BodyInit | undefined }),
-    REQUEST_MS,
-    what,
-  );
+  const res = await timeout(send(req), REQUEST_MS, what);
   const text = await timeout(res.text(), REQUEST_MS, `${what} body`);
+  // No answer, body or header, ever holds a key.
+  expect(text, what).not.toContain(SECRET_PART);
+  res.headers.forEach((value, name) => {
+    expect(`${name}: ${value}`, what).not.toContain(SECRET_PART);
+  });
   const code = res.status >= 400 ? /"code":"([a-z_]+)"/.exec(text)?.[1] : undefined;
   tally(
-    `${req.method} ${req.path.replace(/^\/v1\/(sessions|jobs|hooks|models)\/[^/]+/, '/v1/$1/:id')}`,
+    `${req.vars ? '[keys] ' : ''}${req.method} ${req.path.replace(/^\/v1\/(sessions|jobs|hooks|models)\/[^/]+/, '/v1/$1/:id')}`,
     code ? `${res.status} ${code}` : String(res.status),
   );
+  checkRateLimitHeaders(res, code, what);
   expect(res.status, `${what} → ${res.status} ${text.slice(0, 300)}`).toBeLessThan(500);
   expect(res.status).toBeGreaterThanOrEqual(200);
   const type = res.headers.get('content-type') ?? '';
@@ -457,7 +640,10 @@ describe(`fuzz every route (seed ${SEED}, ${RUNS}-${2 * RUNS} runs each)`, () =>
         params: { max_tokens: 2 },
       }),
     });
-    expect(put.status, await put.text()).toBeLessThan(300);
+    const putText = await put.text();
+    expect(put.status, putText).toBeLessThan(300);
+    live.hookId = (JSON.parse(putText) as { id: string }).id;
+    await setUpTenants();
     const warm = await call('/v1/completions', {
       method: 'POST',
       body: JSON.stringify({ prompt: 'warm', max_tokens: 1 }),
@@ -534,7 +720,11 @@ describe(`fuzz every route (seed ${SEED}, ${RUNS}-${2 * RUNS} runs each)`, () =>
       fc
         .tuple(
           fc.constantFrom('PUT', 'PUT', 'GET', 'DELETE'),
-          fc.oneof(fc.constant('fuzz-hook'), fc.string({ maxLength: 70 }).map(encodeURIComponent)),
+          fc.oneof(
+            fc.constant('fuzz-hook'),
+            fc.constantFrom('hk_fuzz', 'hk_0.0123456789abcdef01234567'),
+            fc.string({ maxLength: 70 }).map(encodeURIComponent),
+          ),
         )
         .chain(([method, name]) =>
           requestFor(method, fc.constant(`/v1/hooks/${name || 'x'}`), method === 'PUT' ? hookBody : undefined),
@@ -547,7 +737,16 @@ describe(`fuzz every route (seed ${SEED}, ${RUNS}-${2 * RUNS} runs each)`, () =>
         .tuple(
           requestFor(
             'POST',
-            fc.constantFrom(`/v1/hooks/${live.hookName}`, `/v1/hooks/${live.hookName}`, '/v1/hooks/no-such-hook'),
+            fc.constantFrom(
+              `/v1/hooks/${live.hookName}`,
+              `/v1/hooks/${live.hookName}`,
+              'HOOK_ID',
+              'HOOK_ID',
+              '/v1/hooks/no-such-hook',
+              '/v1/hooks/hk_0.0123456789abcdef01234567',
+              '/v1/hooks/hk_999.0123456789abcdef01234567',
+              '/v1/hooks/hk_',
+            ),
             schemaBody({ title: text, items: fc.array(text, { maxLength: 3 }) }),
           ),
           fc.constantFrom('valid', 'valid', 'bad-signature', 'stale', 'none', 'garbage'),
@@ -571,11 +770,15 @@ describe(`fuzz every route (seed ${SEED}, ${RUNS}-${2 * RUNS} runs each)`, () =>
           // A signed body is sent as the exact text that was signed.
           return {
             ...req,
+            path: req.path === 'HOOK_ID' ? `/v1/hooks/${live.hookId}` : req.path,
             headers: { ...req.headers, ...headers },
             body: how === 'valid' || how === 'stale' ? raw : req.body,
           };
         }),
     ));
+
+  it("several keys and limits: another key's requests never reach a key's session, hook or job", () =>
+    fc.assert(fc.asyncProperty(tenantRequest.map(printable), checkTenant), { ...options, numRuns: 2 * RUNS }));
 
   it('GET /v1/models, /v1/models/:id, /metrics, and unknown routes and methods', () =>
     property(

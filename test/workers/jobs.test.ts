@@ -36,6 +36,9 @@ describe('GET /v1/jobs/:id', () => {
       id: job_id,
       object: 'job',
       hook: name,
+      // The hook's path id and the key the job's usage is counted under (dev mode: the anonymous one).
+      hook_id: expect.stringMatching(/^hk_\d+\.[0-9a-f]{24}$/),
+      key_name: 'anonymous',
       status: 'delivered',
       attempts: 1,
       result: {

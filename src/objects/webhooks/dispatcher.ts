@@ -10,6 +10,8 @@ import type { GenerationRequest } from '../../engine/request.js';
 import type { DoneEvent } from '../../engine/sequence-output.js';
 import type { Job, JobError, JobOutput, JobStore } from '../jobs.js';
 import type { ShardContext } from '../shard-context.js';
+import type { Ticket } from '../tenancy/rate-limiter.js';
+import { ANONYMOUS_NAME } from '../tenancy/tenant.js';
 import { retryDelayMs, type RetryPolicy } from './backoff.js';
 import { checkCallbackUrl, type CallbackUrlPolicy } from './callback-url.js';
 import { deliver } from './delivery.js';
@@ -43,9 +45,15 @@ export class WebhookDispatcher {
     private readonly urls: CallbackUrlPolicy,
   ) {}
 
-  /** Starts an accepted job in the background; the alarm picks it up if this object stops first. */
-  start(jobId: string): void {
-    void this.run(jobId).catch((err: unknown) => console.error('webhook job', jobId, err));
+  /**
+   * Starts an accepted job in the background; the alarm picks it up if this object stops first. `ticket`
+   * is its key's rate-limit admission, settled with the tokens it generates.
+   */
+  start(jobId: string, ticket?: Ticket): void {
+    void this.run(jobId, ticket).catch((err: unknown) => {
+      ticket?.settle(0);
+      console.error('webhook job', jobId, err);
+    });
   }
 
   /** The alarm: generate orphaned jobs, make due delivery attempts, then set the alarm for what is next. */
@@ -58,17 +66,23 @@ export class WebhookDispatcher {
     await this.reschedule();
   }
 
-  private async run(jobId: string): Promise<void> {
-    if (this.generating.has(jobId)) return;
+  /** Jobs the alarm reruns have no ticket: their tokens are charged to their key all the same. */
+  private async run(jobId: string, ticket?: Ticket): Promise<void> {
+    if (this.generating.has(jobId)) return ticket?.settle(0);
     this.generating.add(jobId);
+    let tokens = 0;
     try {
       const job = this.jobs.get(jobId);
       if (!job || (job.status !== 'queued' && job.status !== 'running')) return;
       this.jobs.running(jobId);
       await this.reschedule();
-      this.jobs.generated(jobId, await this.generate(job));
+      const outcome = await this.generate(job);
+      tokens = 'result' in outcome ? outcome.result.usage.completion_tokens : 0;
+      this.jobs.generated(jobId, outcome);
+      if (!ticket) this.shard.limiter.charge(job.keyName ?? ANONYMOUS_NAME, tokens);
     } finally {
       this.generating.delete(jobId);
+      ticket?.settle(tokens);
     }
     await this.attempt(jobId);
     await this.reschedule();
@@ -82,7 +96,9 @@ export class WebhookDispatcher {
     let done: DoneEvent | undefined;
     try {
       const engine = await this.shard.engine();
-      for await (const event of engine.generate(request)) if (event.type === 'done') done = event;
+      // Jobs queue among their owner's other requests, fairly against other owners'.
+      for await (const event of engine.generate(request, { fairnessGroup: job.owner }))
+        if (event.type === 'done') done = event;
     } catch (err) {
       if (err instanceof InvalidRequestError)
         return { error: { message: err.message, code: err.code, param: err.param } };
@@ -94,7 +110,7 @@ export class WebhookDispatcher {
       };
     }
     if (!done) return { error: { message: 'generation ended without a result', code: 'generation_failed' } };
-    this.shard.metrics.finished(done);
+    this.shard.metrics.finished(done, true, job.keyName ?? ANONYMOUS_NAME);
     const m = done.metrics;
     return {
       result: {
@@ -117,7 +133,7 @@ export class WebhookDispatcher {
     try {
       const job = this.jobs.get(jobId);
       if (job?.status !== 'delivering') return;
-      const hook = this.hooks.get(job.hook);
+      const hook = this.hooks.row(job.owner, job.hook);
       if (!hook) return this.jobs.attemptFailed(jobId, `hook '${job.hook}' was deleted`, null);
       // Checked again at delivery: the policy may have tightened since the hook was configured.
       const url = checkCallbackUrl(hook.callback_url, this.urls);

@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import type { ChatMessage, GenerationRequest } from '../../engine/request.js';
-import type { Env } from '../../env.js';
+import type { AppEnv } from '../app-env.js';
 import { readJsonObject } from '../body.js';
 import { badParam } from '../errors.js';
 import { withRequestWhitespace } from '../structured.js';
@@ -18,10 +18,11 @@ import {
   streamOptions,
 } from '../params.js';
 import { shardForPrompt } from '../routing.js';
+import { rateLimitHeaders, withRateLimitHeaders } from '../rate-limit-headers.js';
 import { sseResponse } from '../sse.js';
 
 /** POST /v1/chat/completions */
-const chat = new Hono<{ Bindings: Env }>();
+const chat = new Hono<AppEnv>();
 
 chat.post('/', async (c) => {
   const body = await readJsonObject(c);
@@ -58,18 +59,23 @@ chat.post('/', async (c) => {
   const generation = await startGeneration(
     c.env,
     shardForPrompt(c.env, routingText(messages)),
+    c.get('tenant'),
     [{ ...request, n }],
     c.req.raw.signal,
   );
   const meta = responseMeta('chatcmpl', model);
 
   if (stream)
-    return sseResponse(
-      chatChunks(generation.events, meta, n, n, includeUsage, logprobs, tools.parse),
-      generation.cancel,
+    return withRateLimitHeaders(
+      sseResponse(chatChunks(generation.events, meta, n, n, includeUsage, logprobs, tools.parse), generation.cancel),
+      generation.rateLimit,
     );
   const { tokens, done } = await collect(generation, n);
-  return c.json(chatCompletion(meta, tokens, done, n, logprobs, tools.parse));
+  return c.json(
+    chatCompletion(meta, tokens, done, n, logprobs, tools.parse),
+    200,
+    rateLimitHeaders(generation.rateLimit),
+  );
 });
 
 /** What picks the shard: the conversation's start, so a shared system prompt meets its cached blocks. */

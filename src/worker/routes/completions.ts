@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import type { GenerationRequest } from '../../engine/request.js';
-import type { Env } from '../../env.js';
+import type { AppEnv } from '../app-env.js';
 import { readJsonObject } from '../body.js';
 import { ApiError, badParam } from '../errors.js';
 import { collect, startGeneration, type DoneWire, type Generation } from '../generation.js';
@@ -25,10 +25,11 @@ import {
   streamOptions,
 } from '../params.js';
 import { shardForPrompt } from '../routing.js';
+import { rateLimitHeaders, withRateLimitHeaders } from '../rate-limit-headers.js';
 import { sseResponse } from '../sse.js';
 
 /** POST /v1/completions (legacy text completions). */
-const completions = new Hono<{ Bindings: Env }>();
+const completions = new Hono<AppEnv>();
 
 completions.post('/', async (c) => {
   const body = await readJsonObject(c);
@@ -58,7 +59,8 @@ completions.post('/', async (c) => {
   const choices = requests.length * n;
   const first = prompts[0];
   const shard = shardForPrompt(c.env, first.prompt ?? first.prompt_ids!.join(','));
-  const generation = await startGeneration(c.env, shard, requests, c.req.raw.signal).catch((err: unknown) => {
+  const tenant = c.get('tenant');
+  const generation = await startGeneration(c.env, shard, tenant, requests, c.req.raw.signal).catch((err: unknown) => {
     // The engine knows this parameter as top_logprobs; here it is called logprobs.
     if (err instanceof ApiError && err.param === 'top_logprobs')
       throw new ApiError(
@@ -67,18 +69,26 @@ completions.post('/', async (c) => {
         err.type,
         'logprobs',
         err.code,
+        err.headers,
       );
     throw err;
   });
   const meta = responseMeta('cmpl', model);
 
   if (stream)
-    return sseResponse(
-      completionChunks(generation, meta, choices, n, includeUsage, logprobs !== undefined),
-      generation.cancel,
+    return withRateLimitHeaders(
+      sseResponse(
+        completionChunks(generation, meta, choices, n, includeUsage, logprobs !== undefined),
+        generation.cancel,
+      ),
+      generation.rateLimit,
     );
   const { tokens, done } = await collect(generation, choices);
-  return c.json(textCompletion(meta, tokens, done, n, logprobs !== undefined));
+  return c.json(
+    textCompletion(meta, tokens, done, n, logprobs !== undefined),
+    200,
+    rateLimitHeaders(generation.rateLimit),
+  );
 });
 
 /** text_completion chunks: text deltas per choice, a finish chunk per choice, then usage if asked. */

@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import type { EngineStats } from '../../engine/engine-stats.js';
 import { serviceBackend, type Env } from '../../env.js';
-import type { ShardStats } from '../../objects/metrics.js';
+import type { KeyStats, ShardStats } from '../../objects/metrics.js';
 import { Exposition } from '../prometheus.js';
 import { shardCount, shardStub } from '../routing.js';
 
@@ -27,6 +27,14 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
   const store = (f: (u: NonNullable<ShardStats['kvStore']>) => number) =>
     stored.map(({ labels, s }): [Record<string, string>, number] => [labels, f(s.kvStore!)]);
   const withStore = loaded.filter(({ s }) => s.engine!.kvStore !== undefined);
+  // Per key name (never a key): one sample per shard and key the shard has seen.
+  const perKey = (f: (k: KeyStats) => number | undefined) =>
+    labelled.flatMap(({ labels, s }) =>
+      Object.entries(s.keys ?? {}).flatMap(([key, k]): [Record<string, string>, number][] => {
+        const v = f(k);
+        return v === undefined ? [] : [[{ ...labels, key }, v]];
+      }),
+    );
   const persisted = (f: (k: NonNullable<EngineStats['kvStore']>) => number) =>
     withStore.map(({ labels, s }): [Record<string, string>, number] => [labels, f(s.engine!.kvStore!)]);
 
@@ -86,6 +94,61 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
           v,
         ]),
       ),
+    )
+    .family(
+      'edge_infer_key_requests_total',
+      'counter',
+      'Finished requests per key name (a request with n choices counts once).',
+      perKey((k) => k.requests),
+    )
+    .family(
+      'edge_infer_key_prompt_tokens_total',
+      'counter',
+      'Prompt tokens of finished requests per key name.',
+      perKey((k) => k.promptTokens),
+    )
+    .family(
+      'edge_infer_key_completion_tokens_total',
+      'counter',
+      'Tokens generated per key name.',
+      perKey((k) => k.completionTokens),
+    )
+    .family(
+      'edge_infer_key_cached_tokens_total',
+      'counter',
+      'Prompt tokens served from the KV cache per key name.',
+      perKey((k) => k.cachedTokens),
+    )
+    .family(
+      'edge_infer_key_rate_limited_total',
+      'counter',
+      "Requests refused with 429 per key name and limit (requests, tokens, concurrent): this shard's share of RATE_LIMITS.",
+      labelled.flatMap(({ labels, s }) =>
+        Object.entries(s.keys ?? {}).flatMap(([key, k]) =>
+          Object.entries(k.refused ?? {}).map(([limit, v]): [Record<string, string>, number] => [
+            { ...labels, key, limit },
+            v,
+          ]),
+        ),
+      ),
+    )
+    .family(
+      'edge_infer_key_in_flight_requests',
+      'gauge',
+      'Requests of a key generating or waiting on the shard (what its concurrent limit counts).',
+      perKey((k) => k.inFlight),
+    )
+    .family(
+      'edge_infer_key_window_requests',
+      'gauge',
+      "Requests the shard admitted for a key in the last 60 s (what its rpm share counts; sum over shards for the key's total).",
+      perKey((k) => k.windowRequests),
+    )
+    .family(
+      'edge_infer_key_window_tokens',
+      'gauge',
+      "Tokens the shard charged a key in the last 60 s (what its tpm share counts; sum over shards for the key's total).",
+      perKey((k) => k.windowTokens),
     )
     .family(
       'edge_infer_prefix_cache_hit_tokens_total',

@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import type { Env } from '../../env.js';
-import { apiKeys } from '../auth.js';
+import { apiKeys, devMode } from '../tenants.js';
 import page from '../playground/index.html';
 
 /**
@@ -14,9 +14,9 @@ const playground = new Hono<{ Bindings: Env }>();
 const CSP =
   "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-playground.get('/', (c) => {
+playground.get('/', async (c) => {
   // Whether to ask for a key before calling anything (a 401 would tell the same; this just spares the round trip).
-  const html = page.replace('%AUTH%', apiKeys(c.env).length > 0 ? 'required' : 'none');
+  const html = page.replace('%AUTH%', devMode(await apiKeys(c.env)) ? 'none' : 'required');
   return c.html(html, 200, {
     'content-security-policy': CSP,
     'x-content-type-options': 'nosniff',

@@ -1,23 +1,27 @@
 import { Hono } from 'hono';
 import type { Env } from '../../env.js';
+import type { AppEnv } from '../app-env.js';
 import type { SamplingFields } from '../../objects/sessions.js';
 import { readJsonObject, type JsonObject } from '../body.js';
 import { ApiError, badParam, unwrap } from '../errors.js';
 import { chatChunks, chatLogprobs, finishReason, responseMeta, usage } from '../openai.js';
+import { shardLimits } from '../limits.js';
 import { logprobParams } from '../logprob-params.js';
 import type { TokenWire } from '../generation.js';
 import { checkModel, optInteger, optString, samplingParams, streamOptions } from '../params.js';
 import { hash32, shardCount, shardStub } from '../routing.js';
 import { issuedShard, issueId } from '../shard-ids.js';
 import { openGeneration } from '../generation.js';
+import { rateLimitHeaders, withRateLimitHeaders } from '../rate-limit-headers.js';
 import { sseResponse } from '../sse.js';
 import { contentText } from '../../tokenizer/chat-messages.js';
 
 /**
  * Chat sessions: POST /v1/sessions, GET|DELETE /v1/sessions/:id, POST /v1/sessions/:id/messages.
- * A session lives on the shard its id names, next to its KV cache.
+ * A session lives on the shard its id names, next to its KV cache, and belongs to the key that made it:
+ * to any other key it does not exist (404).
  */
-const sessions = new Hono<{ Bindings: Env }>();
+const sessions = new Hono<AppEnv>();
 
 /** Sampling fields a session keeps as defaults and a message may override. */
 export const SAMPLING_FIELDS = [
@@ -63,11 +67,13 @@ export function sessionSampling(body: JsonObject, allowed: string[], where = '')
   }
 }
 
-async function stubFor(env: Env, id: string) {
+async function shardFor(env: Env, id: string): Promise<number> {
   const shard = await issuedShard(env, id);
   if (shard === null) throw new ApiError(404, `no session '${id}'`, 'invalid_request_error', null, 'session_not_found');
-  return shardStub(env, shard);
+  return shard;
 }
+
+const stubFor = async (env: Env, id: string) => shardStub(env, await shardFor(env, id));
 
 sessions.post('/', async (c) => {
   const body = await readJsonObject(c);
@@ -87,22 +93,23 @@ sessions.post('/', async (c) => {
       ? hash32(`system\n${system}`) % shardCount(c.env)
       : Math.floor(Math.random() * shardCount(c.env));
   const session = unwrap(
-    await shardStub(c.env, shard).createSession(await issueId(c.env, shard), { system, defaults }),
+    await shardStub(c.env, shard).createSession(await issueId(c.env, shard), c.get('tenant'), { system, defaults }),
   );
   return c.json(session, 201);
 });
 
 sessions.get('/:id', async (c) =>
-  c.json(unwrap(await (await stubFor(c.env, c.req.param('id'))).getSession(c.req.param('id')))),
+  c.json(unwrap(await (await stubFor(c.env, c.req.param('id'))).getSession(c.req.param('id'), c.get('tenant')))),
 );
 
 sessions.delete('/:id', async (c) =>
-  c.json(unwrap(await (await stubFor(c.env, c.req.param('id'))).deleteSession(c.req.param('id')))),
+  c.json(unwrap(await (await stubFor(c.env, c.req.param('id'))).deleteSession(c.req.param('id'), c.get('tenant')))),
 );
 
 sessions.post('/:id/messages', async (c) => {
   const id = c.req.param('id');
-  const stub = await stubFor(c.env, id);
+  const shard = await shardFor(c.env, id);
+  const stub = shardStub(c.env, shard);
   const body = await readJsonObject(c);
   const content = messageContent(body.content);
   const rest = Object.fromEntries(
@@ -116,29 +123,35 @@ sessions.post('/:id/messages', async (c) => {
   const { stream, includeUsage } = streamOptions(body);
   const model = checkModel({}, c.env);
 
-  const { events, cancel } = await openGeneration(
-    (channel) => stub.sessionMessage(id, content, overrides, channel),
+  const caller = { tenant: c.get('tenant'), limits: shardLimits(c.env, shard) };
+  const { events, cancel, rateLimit } = await openGeneration(
+    (channel) => stub.sessionMessage(id, content, overrides, channel, caller),
     c.req.raw.signal,
   );
   const meta = responseMeta('chatcmpl', model);
-  if (stream) return sseResponse(chatChunks(events, meta, 1, 1, includeUsage, logprobs), cancel);
+  if (stream)
+    return withRateLimitHeaders(sseResponse(chatChunks(events, meta, 1, 1, includeUsage, logprobs), cancel), rateLimit);
 
   const tokens: TokenWire[] = [];
   for await (const event of events) {
     if (event.type === 'error') throw ApiError.from(event.error);
     if (event.type === 'token') tokens.push(event);
     if (event.type === 'done') {
-      return c.json({
-        id: meta.id,
-        object: 'session.message',
-        session_id: id,
-        created: meta.created,
-        model,
-        message: { role: 'assistant', content: event.text },
-        ...(logprobs ? { logprobs: chatLogprobs(tokens) } : {}),
-        finish_reason: finishReason(event.finishReason),
-        usage: usage([event], 1),
-      });
+      return c.json(
+        {
+          id: meta.id,
+          object: 'session.message',
+          session_id: id,
+          created: meta.created,
+          model,
+          message: { role: 'assistant', content: event.text },
+          ...(logprobs ? { logprobs: chatLogprobs(tokens) } : {}),
+          finish_reason: finishReason(event.finishReason),
+          usage: usage([event], 1),
+        },
+        200,
+        rateLimitHeaders(rateLimit),
+      );
     }
   }
   throw new ApiError(500, 'the reply ended before it finished', 'server_error', null, 'generation_failed');
