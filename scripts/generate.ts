@@ -7,6 +7,7 @@ import { InvalidRequestError } from '../src/engine/errors.js';
 import type { ModelDtype } from '../src/engine/model/model-files.js';
 import type { GenerationRequest } from '../src/engine/request.js';
 import { directorySource } from '../src/sources/directory-source.js';
+import { onlyWeights } from './lib/model-weights.js';
 import { isNodeBackend, nodeRuntime, NODE_BACKENDS } from './lib/runtimes.js';
 
 const USAGE = `usage: npm run generate -- --model <dir> (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json)
@@ -14,7 +15,9 @@ const USAGE = `usage: npm run generate -- --model <dir> (--prompt TEXT | --promp
   [--frequency-penalty F] [--presence-penalty F] [--repetition-penalty R]
   [--speculative ngram|draft] [--num-speculative-tokens N] [--draft-model <dir>]
   [--beam-width K] [--length-penalty A] [--early-stopping true|false|never] [--n N]
-  [--dtype fp32|fp16|int8|q4] [--backend cpu|wasm|webgpu|auto] [--json]`;
+  [--dtype fp32|fp16|int8|q4|gguf|...] [--backend auto|cpu|wasm|kernels|ort-wasm|webgpu] [--json]
+  --dtype defaults to the folder's only weights (or fp32); --backend auto runs float weights on
+  onnxruntime-node and quantised ones on our kernels (WebGPU first where a GPU adapter exists).`;
 
 const { values: args } = parseArgs({
   options: {
@@ -39,8 +42,8 @@ const { values: args } = parseArgs({
     'length-penalty': { type: 'string' },
     'early-stopping': { type: 'string' },
     n: { type: 'string' },
-    dtype: { type: 'string', default: 'fp32' },
-    backend: { type: 'string', default: 'cpu' },
+    dtype: { type: 'string' },
+    backend: { type: 'string', default: 'auto' },
     json: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
@@ -91,9 +94,10 @@ try {
       'backend',
       `--backend must be one of ${NODE_BACKENDS.join(', ')}, got ${args.backend}`,
     );
-  const runtime = await nodeRuntime(args.backend);
+  const dtype = (args.dtype ?? onlyWeights(args.model)) as ModelDtype;
+  const runtime = await nodeRuntime(args.backend, dtype);
   const draft = args['draft-model'] === undefined ? undefined : { source: directorySource(args['draft-model']) };
-  const engine = await Engine.load(runtime, directorySource(args.model), { dtype: args.dtype as ModelDtype, draft });
+  const engine = await Engine.load(runtime, directorySource(args.model), { dtype, draft });
   for await (const event of engine.generate(request)) {
     if (event.type === 'token') {
       if (!args.json) process.stdout.write(event.text);

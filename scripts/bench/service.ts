@@ -11,7 +11,7 @@ import { modelDir } from './models.js';
 import type { ServiceResult } from './results.js';
 import { median, ratioByRun, sampled } from './stats.js';
 
-interface ClientRun {
+export interface ClientRun {
   /** Completion tokens of all clients ÷ wall time from the first request to the last stream's end. */
   tokPerS: number;
   /** Median over clients of the time to their first token. */
@@ -19,7 +19,7 @@ interface ClientRun {
 }
 
 /** One streamed completion over HTTP: time to the first chunk with text, and completion tokens from usage. */
-async function streamOnce(
+export async function streamOnce(
   url: string,
   prompt: number[],
   tokens: number,
@@ -67,7 +67,7 @@ async function streamOnce(
   return { ttftMs, completionTokens };
 }
 
-async function clients(
+export async function clients(
   n: number,
   one: (i: number) => Promise<{ ttftMs: number; completionTokens: number }>,
 ): Promise<ClientRun> {

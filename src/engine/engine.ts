@@ -398,7 +398,11 @@ export class Engine {
     rows: readonly ScheduledRow[],
     proposals: readonly (Proposal | undefined)[],
   ): Promise<{ logits: StepLogits; drawn: Map<Sequence, SampledToken> }> {
-    const passRows = rows.map((r) => ({ kv: r.seq.kv, tokens: r.tokens }));
+    const passRows = rows.map((r, i) => ({
+      kv: r.seq.kv,
+      tokens: r.tokens,
+      logits: 1 + (proposals[i]?.tokens.length ?? 0),
+    }));
     const drawn = new Map<Sequence, SampledToken>();
     const device = this.runner.deviceSampling;
     if (!device) return { logits: await this.runner.forward(passRows), drawn };

@@ -11,6 +11,8 @@ import type { Matrix } from './weights/matrix.js';
 
 /** Tokens whose activations are in scratch at once: bounds scratch memory whatever the pass's size. */
 const CHUNK = 32;
+/** Logit rows computed in a pass beyond one per row (speculative verifications): bounds the logits' scratch. */
+const LOGIT_ROWS = 32;
 
 /** Pointers of one chunk's activations (float32 unless noted), sized for CHUNK rows. */
 interface Scratch {
@@ -153,8 +155,17 @@ export class KernelRunner implements ModelRunner {
     const longest = Math.max(...kvs.map((_kv, r) => Math.min(CHUNK, counts[r]) * (starts[r] + counts[r] + 8)));
     this.scratch = this.allocScratch(longest);
     const s = this.scratch;
-    const logits = mem.alloc(rows.length * vocabSize * 4); // (rows, vocab)
-    const lastRows = mem.alloc(rows.length * H * 4); // (rows, hidden)
+    // Logits for each row's last positions (its last token, or a verification's proposals and the token after
+    // them), in one batched output projection; past LOGIT_ROWS more than one per row, the rest are lazy.
+    const want = rows.map((r, i) => Math.min(counts[i], Math.max(1, r.logits ?? 1)));
+    let extra = LOGIT_ROWS;
+    for (const [i, w] of want.entries()) {
+      want[i] = 1 + Math.min(w - 1, extra);
+      extra -= want[i] - 1;
+    }
+    const { offsets: logitStart, total: logitRows } = packedOffsets(want);
+    const logits = mem.alloc(logitRows * vocabSize * 4); // (logit rows, vocab)
+    const lastRows = mem.alloc(logitRows * H * 4); // (logit rows, hidden)
 
     // Inputs: embeddings, RoPE tables, block tables. Views are made after every alloc (none grows later).
     const ids: number[] = rows.flatMap((r) => r.tokens);
@@ -245,23 +256,27 @@ export class KernelRunner implements ModelRunner {
     }
     for (const [r, kv] of kvs.entries()) kv.advance(counts[r]);
 
-    // Logits for each row's last token, in one batched output projection.
     const all = mem.u8(0, mem.bytes);
-    rows.forEach((_, r) => {
-      const from = residual + (firstToken[r] + counts[r] - 1) * H * 4;
-      all.copyWithin(lastRows + r * H * 4, from, from + H * 4);
-    });
-    for (let r0 = 0; r0 < rows.length; r0 += CHUNK) {
-      const n = Math.min(CHUNK, rows.length - r0);
+    for (const [r, n] of want.entries()) {
+      const from = residual + (firstToken[r] + counts[r] - n) * H * 4;
+      all.copyWithin(lastRows + logitStart[r] * H * 4, from, from + n * H * 4);
+    }
+    for (let r0 = 0; r0 < logitRows; r0 += CHUNK) {
+      const n = Math.min(CHUNK, logitRows - r0);
       k.rmsnorm(s.h, lastRows + r0 * H * 4, this.weights.norm, n, H, this.config.rmsNormEps);
       this.quantMemo = undefined;
       this.linear(logits + r0 * vocabSize * 4, s.h, n, this.weights.lmHead);
     }
     this.last = { residual, firstToken };
-    const lastView = (row: number): Float32Array => mem.f32(logits + row * vocabSize * 4, vocabSize);
+    const view = (slot: number): Float32Array => mem.f32(logits + slot * vocabSize * 4, vocabSize);
     return {
-      last: lastView,
-      at: (row, index) => (index === counts[row] - 1 ? lastView(row) : this.logitsAt(firstToken[row] + index)),
+      last: (row) => view(logitStart[row] + want[row] - 1),
+      at: (row, index) => {
+        const fromEnd = counts[row] - 1 - index;
+        return fromEnd < want[row]
+          ? view(logitStart[row] + want[row] - 1 - fromEnd)
+          : this.logitsAt(firstToken[row] + index);
+      },
     };
   }
 
@@ -363,7 +378,7 @@ export function scratchBytes(config: ModelConfig, tokens: number, rows: number):
   const perToken = H + headDim + 16; // residual, RoPE tables, a block-table entry
   const chunk = CHUNK * (2 * H + 2 * numHeads * headDim + 2 * numKvHeads * headDim + 2 * I + widest / 2 + widest / 32);
   const scores = CHUNK * (numHeads / numKvHeads) * (maxPositionEmbeddings + 8);
-  return 4 * (tokens * perToken + chunk + scores + vocabSize + rows * (vocabSize + H)) + 65536;
+  return 4 * (tokens * perToken + chunk + scores + vocabSize + (rows + LOGIT_ROWS) * (vocabSize + H)) + 65536;
 }
 
 /** Where each of `sizes` starts when they are laid end to end, and the length of them all. */

@@ -9,6 +9,12 @@ export interface StepRow {
   kv: PagedSequenceKv;
   /** New tokens, at positions kv.length, kv.length + 1, ... (non-empty). */
   tokens: readonly number[];
+  /**
+   * How many of the row's last positions the caller will read logits for (a speculative verification reads
+   * one per proposal and one after them); default 1. A runner may compute them together; `at` still works
+   * for any position.
+   */
+  logits?: number;
 }
 
 /** What a pass produced: next-token logits for every fed token of every row. */

@@ -1,0 +1,140 @@
+// The edge as users meet it: bench-135m q4 on our kernels inside `wrangler dev` (workerd, the Durable Object,
+// one shard, the model in the local R2 bucket, KV_DTYPE fp16), over real HTTP with streaming clients, beside the
+// same engine in this Node process (what `npm run generate` runs). Every ratio is taken run by run.
+//   batch 1:   one stream of `long` tokens: decode tok/s and time to first token
+//   streams:   `streams` concurrent streams of `short` tokens: aggregate tok/s
+//
+//   tsx scripts/bench/edge.ts [--runs N] [--json FILE]   (npm run bench: section edge)
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { Engine } from '../../src/engine/engine.js';
+import { directorySource } from '../../src/sources/directory-source.js';
+import { startDevServer } from '../lib/dev-server.js';
+import { nodeRuntime } from '../lib/runtimes.js';
+import { uploadModel } from '../model-upload.js';
+import { promptIds } from './engine-runs.js';
+import { ensureBenchModels, modelDir } from './models.js';
+import { clients, streamOnce, type ClientRun } from './service.js';
+import { ratioByRun, sampled, type Sampled } from './stats.js';
+
+export interface EdgeBench {
+  model: string;
+  settings: Record<string, string>;
+  batch1: { service: Sampled; node: Sampled; ratio: Sampled; serviceTtftMs: Sampled; nodeTtftMs: Sampled };
+  streams: { count: number; service: Sampled; node: Sampled; ratio: Sampled; serviceVsNodeBatch1: Sampled };
+}
+
+const SETTINGS = {
+  MODEL: 'bench-135m',
+  MODEL_DTYPE: 'q4',
+  BACKEND: 'kernels',
+  SHARD_COUNT: '1',
+  KV_DTYPE: 'fp16',
+  KV_CACHE_MB: '16',
+  MAX_BATCH: '16',
+  KV_STORE_MB: '0',
+};
+
+export async function runEdge(
+  runs: number,
+  log: (s: string) => void,
+  long = 256,
+  short = 64,
+  streams = 16,
+): Promise<EdgeBench> {
+  ensureBenchModels([{ model: 'bench-135m', dtype: 'q4' }]);
+  const persist = mkdtempSync(join(tmpdir(), 'edge-bench-'));
+  await uploadModel(
+    { folder: modelDir('bench-135m'), name: 'bench-135m', dtype: 'q4', remote: false, persistTo: persist },
+    () => {},
+  );
+  const engine = await Engine.load(await nodeRuntime('kernels'), directorySource(modelDir('bench-135m')), {
+    dtype: 'q4',
+    kvDtype: 'fp16',
+    kvCacheBytes: 16 * 2 ** 20,
+    maxBatchSize: 16,
+  });
+  const server = await startDevServer(SETTINGS, persist, { readyWithinMs: 120_000 });
+  const vocab = engine.samplableVocab;
+  const viaNode = async (prompt: number[], tokens: number) => {
+    const t0 = performance.now();
+    let ttftMs = NaN;
+    let completionTokens = 0;
+    for await (const e of engine.generate({ prompt_ids: prompt, max_tokens: tokens, temperature: 0, ignore_eos: true }))
+      if (e.type === 'token' && completionTokens++ === 0) ttftMs = performance.now() - t0;
+    return { ttftMs, completionTokens };
+  };
+  const samples = new Map<string, number[]>();
+  const add = (k: string, v: number) => samples.set(k, [...(samples.get(k) ?? []), v]);
+  const get = (k: string) => samples.get(k) ?? [];
+  try {
+    // Run -1 warms both up (V8 tiers the kernels up on first use; workerd loads the model on the first request).
+    for (let run = -1; run < runs; run++) {
+      const seed = 500 + run;
+      const sides: [string, () => Promise<void>][] = [
+        [
+          'service',
+          async () => {
+            const one = await clients(1, () => streamOnce(server.url, promptIds(32, seed, 0, vocab), long));
+            const many = await clients(streams, (i) => streamOnce(server.url, promptIds(32, seed, i, vocab), short));
+            record('service', one, many);
+          },
+        ],
+        [
+          'node',
+          async () => {
+            const one = await clients(1, () => viaNode(promptIds(32, seed + 1, 0, vocab), long));
+            const many = await clients(streams, (i) => viaNode(promptIds(32, seed + 1, i, vocab), short));
+            record('node', one, many);
+          },
+        ],
+      ];
+      const record = (side: string, one: ClientRun, many: ClientRun) => {
+        if (run < 0) return;
+        add(`${side}:1`, one.tokPerS);
+        add(`${side}:ttft`, one.ttftMs);
+        add(`${side}:n`, many.tokPerS);
+      };
+      for (const [, f] of run % 2 ? [...sides].reverse() : sides) await f();
+      if (run >= 0)
+        log(
+          `edge: run ${run + 1}/${runs}: batch 1 ${get('service:1').at(-1)!.toFixed(1)} tok/s over HTTP, ${get('node:1').at(-1)!.toFixed(1)} in Node; ` +
+            `${streams} streams ${get('service:n').at(-1)!.toFixed(1)} (Node ${get('node:n').at(-1)!.toFixed(1)})`,
+        );
+    }
+    return {
+      model: 'bench-135m q4, kernels, KV fp16',
+      settings: SETTINGS,
+      batch1: {
+        service: sampled(get('service:1')),
+        node: sampled(get('node:1')),
+        ratio: ratioByRun(get('service:1'), get('node:1')),
+        serviceTtftMs: sampled(get('service:ttft')),
+        nodeTtftMs: sampled(get('node:ttft')),
+      },
+      streams: {
+        count: streams,
+        service: sampled(get('service:n')),
+        node: sampled(get('node:n')),
+        ratio: ratioByRun(get('service:n'), get('node:n')),
+        serviceVsNodeBatch1: ratioByRun(get('service:n'), get('node:1')),
+      },
+    };
+  } finally {
+    await server.stop();
+    await engine.runner.release();
+  }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const { values } = parseArgs({ options: { runs: { type: 'string', default: '3' }, json: { type: 'string' } } });
+  const result = await runEdge(Number(values.runs), (s) => console.error(s));
+  console.log(
+    `edge (${result.model}): batch 1 over HTTP ${result.batch1.service.median.toFixed(1)} tok/s = ${result.batch1.ratio.median.toFixed(2)}x Node; ` +
+      `${result.streams.count} streams ${result.streams.service.median.toFixed(1)} tok/s = ${result.streams.serviceVsNodeBatch1.median.toFixed(2)}x Node batch 1`,
+  );
+  if (values.json) writeFileSync(values.json, JSON.stringify(result, null, 2));
+}
