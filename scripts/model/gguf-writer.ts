@@ -131,12 +131,12 @@ export function llamaTensors(p: LlamaShape, weights: WeightMap, fileType: GgufFi
   return tensors;
 }
 
-export function writeLlamaGguf(
-  path: string,
+/** The metadata of a Llama GGUF, in the order convert_hf_to_gguf.py writes it. */
+export function llamaGgufMeta(
   input: LlamaGgufInput,
   fileType: GgufFileType,
   options: LlamaGgufOptions = {},
-): void {
+): [string, MetaValue][] {
   const p = input.shape;
   const u32 = (value: number): MetaValue => ({ type: 'u32', value });
   const meta: [string, MetaValue][] = [
@@ -159,7 +159,16 @@ export function writeLlamaGguf(
     ...(options.tokenizer === 'llama' ? llamaTokenizerMeta : gpt2TokenizerMeta)(input.tokenizer, p.vocabSize),
   ];
   if (input.chatTemplate) meta.push(['tokenizer.chat_template', { type: 'str', value: input.chatTemplate }]);
-  writeGguf(path, meta, llamaTensors(p, input.weights, fileType));
+  return meta;
+}
+
+export function writeLlamaGguf(
+  path: string,
+  input: LlamaGgufInput,
+  fileType: GgufFileType,
+  options: LlamaGgufOptions = {},
+): void {
+  writeGguf(path, llamaGgufMeta(input, fileType, options), llamaTensors(input.shape, input.weights, fileType));
 }
 
 /** A preset's model as model-make.ts generates it (same seed => same weights as its ONNX files). */
