@@ -7,6 +7,9 @@
 //   many (timings.cache_n) of how many prompt tokens (usage.prompt_tokens). Caching our ids first and then
 //   sending the text tells whether llama.cpp tokenizes the text to exactly our ids, and if not, where the
 //   two part.
+// The server also keeps earlier prompts' states and resumes from the best match, so a text compared twice
+// could match its own earlier tokenization: every comparison starts with a number seen once ("n7"), then
+// the separator, then the text.
 // llama.cpp's grammar refuses a token that ends inside a UTF-8 character even when it is named by id, so the
 // ids fed must be whole characters each (nonUtf8TokenIds lists the others); a text is checked by token count
 // alone otherwise. Prompts are tokenized as llama-server does: BOS first when the vocabulary adds one,
@@ -45,6 +48,12 @@ export interface OracleOptions {
   lead: { text: string; id: number };
   /** A special token after a compared text, so its last token is compared too (e.g. '<|im_end|>'). */
   end: { text: string };
+  /**
+   * A special token that is no end-of-generation token (the grammar cannot feed those), and our
+   * tokenizer's encoding of plain text (no BOS): they mark each comparison with a fresh number, see below.
+   */
+  separator: { text: string; id: number };
+  encode: (text: string) => number[];
   /** Context size: lead + the longest sequence + 2. */
   nCtx?: number;
   /** f32 KV (default) so greedy runs compare with a float32 / float64 reference. */
@@ -77,22 +86,30 @@ export async function loadLlamaCppOracle(ggufPath: string, options: OracleOption
       ...body,
     } as never)) as unknown as Completion;
   const { lead, end } = options;
+  let comparisons = 0;
 
   return {
     async compareTokens(text, ids) {
       if (ids.length === 0) throw new Error('compareTokens needs at least one id');
-      // Cache [lead, ...ids]: the server decodes every generated token but the last, so one more is forced
-      // (an ordinary one: a special token in the grammar makes every step several times slower).
+      const nonce = `n${++comparisons}`;
+      const head = [...options.encode(nonce), options.separator.id];
+      // Cache [lead, ...head, ...ids]: the server decodes every generated token but the last, so one more is
+      // forced (an ordinary one: a special token in the grammar makes every step several times slower).
+      const fed = [...head, ...ids];
       await complete({
         prompt: lead.text,
-        grammar: `root ::= ${forced([...ids, ids[0]])}`,
-        max_tokens: ids.length + 1,
+        grammar: `root ::= ${forced([...fed, ids[0]])}`,
+        max_tokens: fed.length + 1,
       });
-      const res = await complete({ prompt: lead.text + text + end.text, ...ONE_TOKEN });
-      const llamaCount = res.usage.prompt_tokens - 2; // less lead and end
-      // The server re-evaluates at least the last prompt token, so a full match reuses lead + ids exactly.
-      const commonPrefix = Math.min(res.timings.cache_n - 1, ids.length, llamaCount);
-      return { equal: llamaCount === ids.length && res.timings.cache_n === ids.length + 1, commonPrefix, llamaCount };
+      const res = await complete({
+        prompt: lead.text + nonce + options.separator.text + text + end.text,
+        ...ONE_TOKEN,
+      });
+      const llamaCount = res.usage.prompt_tokens - 2 - head.length; // less lead, head and end
+      // The server re-evaluates at least the last prompt token, so a full match reuses lead + head + ids exactly.
+      const reused = res.timings.cache_n - 1 - head.length;
+      const commonPrefix = Math.max(0, Math.min(reused, ids.length, llamaCount));
+      return { equal: llamaCount === ids.length && reused === ids.length, commonPrefix, llamaCount };
     },
 
     async countTokens(text) {
