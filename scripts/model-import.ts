@@ -2,10 +2,13 @@
 //
 //   npm run model:import -- llama2c <model.bin> <tokenizer.bin> --out <dir> [--dtype fp32|fp16|int8|q4|all|a,b]
 //   npm run model:import -- safetensors <hf-folder> --out <dir> [--dtype ...]
+//   npm run model:import -- gguf <file.gguf> --out <dir>
 //
 // llama2c: a llama2.c (run.c, version 0) checkpoint and its tokenizer.bin. safetensors: a Hugging Face
 // Llama-family folder (config.json, model.safetensors or shards + model.safetensors.index.json,
 // tokenizer.json, tokenizer_config.json, generation_config.json if any). --dtype defaults to fp32.
+// gguf: a llama.cpp GGUF file (architecture llama); its weights are copied in unchanged as model.gguf
+// (scripts/import/gguf.ts), so it takes no --dtype.
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -15,12 +18,14 @@ import { llama2cTokenizerFiles, readLlama2cTokenizer } from './import/llama2c-to
 import { shapeFromHfConfig, weightsFromHf } from './import/hf-llama.js';
 import { parseDtypes, writeModelFolder, type ImportedModel } from './import/model-folder.js';
 import { SafetensorsCheckpoint } from './import/safetensors.js';
+import { importGguf } from './import/gguf.js';
 import { llamaConfigJson } from './model/presets.js';
 import type { Dtype } from './model/weight-ops.js';
 
 const USAGE = `usage:
   model:import -- llama2c <model.bin> <tokenizer.bin> --out <dir> [--dtype fp32|fp16|int8|q4|all]
-  model:import -- safetensors <hf-folder> --out <dir> [--dtype fp32|fp16|int8|q4|all]`;
+  model:import -- safetensors <hf-folder> --out <dir> [--dtype fp32|fp16|int8|q4|all]
+  model:import -- gguf <file.gguf> --out <dir>`;
 
 const bytesOf = (path: string): Uint8Array => {
   const b = readFileSync(path);
@@ -66,12 +71,9 @@ export function importSafetensors(dir: string): ImportedModel {
   };
 }
 
-interface Parsed {
-  kind: 'llama2c' | 'safetensors';
-  paths: string[];
-  out: string;
-  dtypes: Dtype[];
-}
+type Parsed =
+  | { kind: 'llama2c' | 'safetensors'; paths: string[]; out: string; dtypes: Dtype[] }
+  | { kind: 'gguf'; paths: [string]; out: string };
 
 export function parseImportArgs(argv: readonly string[]): Parsed {
   const [kind, ...rest] = argv;
@@ -90,20 +92,32 @@ export function parseImportArgs(argv: readonly string[]): Parsed {
   if (!out) throw new Error(`--out is required\n${USAGE}`);
   if (kind === 'llama2c' && paths.length === 2) return { kind, paths, out, dtypes: parseDtypes(opts.get('dtype')) };
   if (kind === 'safetensors' && paths.length === 1) return { kind, paths, out, dtypes: parseDtypes(opts.get('dtype')) };
+  if (kind === 'gguf' && paths.length === 1) {
+    if (opts.has('dtype'))
+      throw new Error("--dtype: a GGUF import keeps the file's own types (the .gguf is served as it is)");
+    return { kind, paths: [paths[0]], out };
+  }
   throw new Error(USAGE);
 }
 
+/** The synchronous imports (llama2c, safetensors); a GGUF header is read as a stream: see runImportAsync. */
 export function runImport(args: Parsed): { file: string; bytes: number }[] {
+  if (args.kind === 'gguf') throw new Error('a GGUF import is asynchronous: call runImportAsync');
   const model =
     args.kind === 'llama2c' ? importLlama2c(args.paths[0], args.paths[1]) : importSafetensors(args.paths[0]);
   return writeModelFolder(args.out, model, args.dtypes);
+}
+
+/** Any import, the GGUF one included. */
+export async function runImportAsync(args: Parsed): Promise<{ file: string; bytes: number }[]> {
+  return args.kind === 'gguf' ? importGguf(args.paths[0], args.out) : runImport(args);
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   try {
     const args = parseImportArgs(process.argv.slice(2));
     const t0 = performance.now();
-    const files = runImport(args);
+    const files = await runImportAsync(args);
     const models = fileURLToPath(new URL('../models', import.meta.url));
     if (dirname(resolve(args.out)) === resolve(models)) ignoreLargeModelFolders(models);
     for (const f of files) console.log(`${(f.bytes / 2 ** 20).toFixed(1).padStart(8)} MiB  ${f.file}`);

@@ -8,18 +8,12 @@
 // in the vocabulary becomes its bytes, id = byte + 3), then repeatedly merge the adjacent pair whose
 // concatenation is in the vocabulary with the highest score (leftmost on ties), until none is left.
 //
-// The Hugging Face form (the one transformers uses for SentencePiece Llama tokenizers):
-//   normalizer  Prepend "▁" + Replace " " -> "▁"      (the dummy prefix; pieces spell spaces as ▁)
-//   model       BPE with byte_fallback; merges = every split (a, b) of every piece whose two halves
-//               are pieces too, ranked by the merged piece's score (highest first). BPE then merges
-//               the lowest-ranked adjacent pair first (leftmost on ties): run.c's rule, given that a
-//               piece's score orders it against every other piece. Pieces with equal scores (run.c
-//               takes the leftmost pair, BPE the lower rank) are the one case where they can differ;
-//               SentencePiece vocabularies give every mergeable piece its own score.
-//   decoder     Replace ▁ -> " ", ByteFallback, Fuse, Strip one leading space
-//   post_processor  <s> $A  (run.c always starts with BOS)
+// The Hugging Face form is sentencepiece-json.ts's (BPE with a merge for every split of every piece,
+// ranked by the merged piece's score, the ▁ dummy prefix, byte fallback, <s> first), which is run.c's rule.
 // Ids 0, 1, 2 are <unk>, <s>, </s>, as run.c hard-codes them (llama2.c spells 1 and 2 "\n<s>\n" and
 // "\n</s>\n" in the file; they are never produced by merges).
+
+import { SPACE, sentencePieceTokenizerJson } from './sentencepiece-json.js';
 
 export interface Llama2cVocab {
   maxTokenLength: number;
@@ -28,7 +22,6 @@ export interface Llama2cVocab {
 }
 
 const BYTE_PIECE = /^<0x[0-9A-F]{2}>$/;
-const SPACE = '▁';
 export const LLAMA2C_SPECIALS = ['<unk>', '<s>', '</s>'] as const;
 
 export function readLlama2cTokenizer(bytes: Uint8Array, vocabSize: number): Llama2cVocab {
@@ -80,84 +73,16 @@ export function llama2cTokenizerFiles(vocab: Llama2cVocab): {
   tokenizerJson: Record<string, unknown>;
   tokenizerConfig: Record<string, unknown>;
 } {
-  const { pieces, scores } = vocab;
-  // No prototype: pieces such as "constructor" or "toString" are ordinary tokens, not inherited keys.
-  const hfVocab: Record<string, number> = Object.create(null) as Record<string, number>;
-  const idOf = new Map<string, number>(); // llama2.c spelling -> id, mergeable pieces only
-  pieces.forEach((piece, id) => {
-    const name = id < 3 ? LLAMA2C_SPECIALS[id] : toHf(piece);
-    if (Object.hasOwn(hfVocab, name))
-      throw new Error(`tokenizer.bin: piece ${JSON.stringify(piece)} appears twice (ids ${hfVocab[name]} and ${id})`);
-    hfVocab[name] = id;
-    if (id >= 3 && !BYTE_PIECE.test(piece)) idOf.set(piece, id);
+  const tokenizerJson = sentencePieceTokenizerJson({
+    pieces: vocab.pieces.map((piece, id) => (id < 3 ? LLAMA2C_SPECIALS[id] : toHf(piece))),
+    scores: vocab.scores,
+    added: LLAMA2C_SPECIALS.map((_, id) => ({ id, special: true })),
+    isByte: (id) => id >= 3 && BYTE_PIECE.test(vocab.pieces[id]),
+    unkToken: '<unk>',
+    // run.c always starts with BOS.
+    bosToken: '<s>',
+    addSpacePrefix: true,
   });
-
-  const merges: { a: string; b: string; score: number; id: number; split: number }[] = [];
-  for (const [piece, id] of idOf) {
-    const chars = Array.from(piece);
-    for (let k = 1; k < chars.length; k++) {
-      const a = chars.slice(0, k).join('');
-      const b = chars.slice(k).join('');
-      if (idOf.has(a) && idOf.has(b)) merges.push({ a, b, score: scores[id], id, split: k });
-    }
-  }
-  merges.sort((x, y) => y.score - x.score || x.id - y.id || x.split - y.split);
-
-  const special = (id: number) => ({
-    id,
-    content: LLAMA2C_SPECIALS[id],
-    single_word: false,
-    lstrip: false,
-    rstrip: false,
-    normalized: false,
-    special: true,
-  });
-  const tokenizerJson = {
-    version: '1.0',
-    truncation: null,
-    padding: null,
-    added_tokens: [special(0), special(1), special(2)],
-    normalizer: {
-      type: 'Sequence',
-      normalizers: [
-        { type: 'Prepend', prepend: SPACE },
-        { type: 'Replace', pattern: { String: ' ' }, content: SPACE },
-      ],
-    },
-    pre_tokenizer: null,
-    post_processor: {
-      type: 'TemplateProcessing',
-      single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
-      pair: [
-        { SpecialToken: { id: '<s>', type_id: 0 } },
-        { Sequence: { id: 'A', type_id: 0 } },
-        { SpecialToken: { id: '<s>', type_id: 1 } },
-        { Sequence: { id: 'B', type_id: 1 } },
-      ],
-      special_tokens: { '<s>': { id: '<s>', ids: [1], tokens: ['<s>'] } },
-    },
-    decoder: {
-      type: 'Sequence',
-      decoders: [
-        { type: 'Replace', pattern: { String: SPACE }, content: ' ' },
-        { type: 'ByteFallback' },
-        { type: 'Fuse' },
-        { type: 'Strip', content: ' ', start: 1, stop: 0 },
-      ],
-    },
-    model: {
-      type: 'BPE',
-      dropout: null,
-      unk_token: '<unk>',
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
-      fuse_unk: true,
-      byte_fallback: true,
-      ignore_merges: false,
-      vocab: hfVocab,
-      merges: merges.map((m) => [toHf(m.a), toHf(m.b)]),
-    },
-  };
   const tokenizerConfig = {
     add_bos_token: true,
     add_eos_token: false,

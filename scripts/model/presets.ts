@@ -1,11 +1,19 @@
 // Model presets (docs/models.md, "Making models") and the config.json they produce.
 
-export type PresetName = 'tiny' | 'tiny-untied' | 'tiny-draft' | 'tiny-copy' | 'bench-135m' | 'bench-135m-copy';
+export type PresetName =
+  | 'tiny'
+  | 'tiny-untied'
+  | 'tiny-draft'
+  | 'tiny-copy'
+  | 'tiny-256'
+  | 'bench-135m'
+  | 'bench-135m-copy';
 export const PRESET_NAMES: readonly PresetName[] = [
   'tiny',
   'tiny-untied',
   'tiny-draft',
   'tiny-copy',
+  'tiny-256',
   'bench-135m',
   'bench-135m-copy',
 ];
@@ -41,6 +49,14 @@ const tiny: LlamaShape = {
   ropeTheta: 10000,
 };
 
+/** Rows of 256 (hidden and MLP), so GGUF's K-quants (super-blocks of 256) apply to every matrix. */
+const tiny256: LlamaShape = {
+  ...tiny,
+  hiddenSize: 256,
+  intermediateSize: 512,
+  headDim: 64,
+};
+
 /** SmolLM2-135M's shapes. */
 const bench135m: LlamaShape = {
   hiddenSize: 576,
@@ -63,6 +79,7 @@ export const PRESETS: Record<PresetName, LlamaShape> = {
   // so with the same seed this is exactly tiny's embedding, first layer, final norm and output projection.
   'tiny-draft': { ...tiny, numLayers: 1 },
   'tiny-copy': tiny,
+  'tiny-256': tiny256,
   'bench-135m': bench135m,
   'bench-135m-copy': bench135m,
 };

@@ -1,0 +1,177 @@
+// A GGUF file's architecture metadata and tensor table -> config.json (Hugging Face's LlamaConfig keys),
+// after checking that the engine can serve it: architecture `llama`, the tensors a Llama block has with
+// the shapes the metadata implies, and tensor types the loader reads. Anything else is refused by name.
+import { GGML_TYPE, ggmlTypeName } from '../../src/engine/gguf/ggml-types.js';
+import type { GgufHeader } from '../../src/engine/gguf/gguf-header.js';
+
+/** Tensor types the kernels' GGUF loader takes. */
+export const GGUF_LOADABLE_TYPES: readonly number[] = [
+  GGML_TYPE.F32,
+  GGML_TYPE.F16,
+  GGML_TYPE.BF16,
+  GGML_TYPE.Q8_0,
+  GGML_TYPE.Q4_0,
+  GGML_TYPE.Q4_1,
+  GGML_TYPE.Q5_0,
+  GGML_TYPE.Q5_1,
+  GGML_TYPE.Q4_K,
+  GGML_TYPE.Q5_K,
+  GGML_TYPE.Q6_K,
+];
+
+const LAYER_TENSORS = [
+  'attn_norm',
+  'attn_q',
+  'attn_k',
+  'attn_v',
+  'attn_output',
+  'ffn_norm',
+  'ffn_gate',
+  'ffn_up',
+  'ffn_down',
+] as const;
+
+/** The shortest decimal that reads back as the same float32 (1e-5, not 0.000009999999747378752). */
+export function float32Decimal(v: number): number {
+  for (let digits = 1; digits <= 9; digits++) {
+    const d = Number(v.toPrecision(digits));
+    if (Math.fround(d) === Math.fround(v)) return d;
+  }
+  return v;
+}
+
+export interface GgufLlamaShape {
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  vocabSize: number;
+  contextLength: number;
+  rmsNormEps: number;
+  ropeTheta: number;
+  tieWordEmbeddings: boolean;
+}
+
+function refuseArchitecture(arch: string): never {
+  if (arch === 'qwen2')
+    throw new Error(
+      'GGUF architecture qwen2 is not supported: its attention has q/k/v biases, which the kernels do not apply yet',
+    );
+  throw new Error(`GGUF architecture ${arch} is not supported (llama is)`);
+}
+
+/** Reads and checks a `llama` GGUF's shape from its metadata and tensor table. */
+export function ggufLlamaShape(header: GgufHeader): GgufLlamaShape {
+  const meta = header.metadata;
+  const arch = meta.str('general.architecture');
+  if (arch !== 'llama') refuseArchitecture(arch);
+  const k = (key: string) => `llama.${key}`;
+  if (meta.u32(k('expert_count'), 0) > 0)
+    throw new Error('GGUF llama.expert_count > 0: mixture-of-experts models are not supported');
+  const scaling = meta.str(k('rope.scaling.type'), 'none');
+  if (scaling !== 'none') throw new Error(`GGUF llama.rope.scaling.type ${scaling} is not supported`);
+
+  const hiddenSize = meta.u32(k('embedding_length'));
+  const numHeads = meta.u32(k('attention.head_count'));
+  const numKvHeads = meta.u32(k('attention.head_count_kv'), numHeads);
+  const headDim = meta.u32(k('attention.key_length'), hiddenSize / numHeads);
+  if (!Number.isInteger(headDim))
+    throw new Error(`GGUF ${k('embedding_length')} ${hiddenSize} is not a whole number of heads`);
+  if (meta.u32(k('attention.value_length'), headDim) !== headDim)
+    throw new Error('GGUF llama.attention.value_length differs from key_length: not supported');
+  if (meta.u32(k('rope.dimension_count'), headDim) !== headDim)
+    throw new Error(
+      'GGUF llama.rope.dimension_count is not the head dimension: partial rotary embeddings are not supported',
+    );
+  if (numKvHeads < 1 || numHeads % numKvHeads)
+    throw new Error(`GGUF llama.attention.head_count ${numHeads} is not a multiple of head_count_kv ${numKvHeads}`);
+
+  const tensors = new Map(header.tensors.map((t) => [t.name, t]));
+  const embedding = tensors.get('token_embd.weight');
+  if (!embedding) throw new Error('GGUF tensor token_embd.weight is missing');
+  const shape: GgufLlamaShape = {
+    hiddenSize,
+    intermediateSize: meta.u32(k('feed_forward_length')),
+    numLayers: meta.u32(k('block_count')),
+    numHeads,
+    numKvHeads,
+    headDim,
+    // The embedding's rows are the vocabulary the model has, whatever the tokenizer lists.
+    vocabSize: embedding.ne[1],
+    contextLength: meta.u32(k('context_length')),
+    rmsNormEps: float32Decimal(meta.f32(k('attention.layer_norm_rms_epsilon'))),
+    ropeTheta: float32Decimal(meta.f32(k('rope.freq_base'), 10000)),
+    tieWordEmbeddings: !tensors.has('output.weight'),
+  };
+  checkTensors(header, shape);
+  return shape;
+}
+
+/** Every tensor a Llama of this shape has, with its dims, and nothing else. */
+function checkTensors(header: GgufHeader, p: GgufLlamaShape): void {
+  const q = p.numHeads * p.headDim;
+  const kv = p.numKvHeads * p.headDim;
+  const want = new Map<string, number[]>([
+    ['token_embd.weight', [p.hiddenSize, p.vocabSize]],
+    ['output_norm.weight', [p.hiddenSize]],
+  ]);
+  if (!p.tieWordEmbeddings) want.set('output.weight', [p.hiddenSize, p.vocabSize]);
+  const dims: Record<(typeof LAYER_TENSORS)[number], number[]> = {
+    attn_norm: [p.hiddenSize],
+    attn_q: [p.hiddenSize, q],
+    attn_k: [p.hiddenSize, kv],
+    attn_v: [p.hiddenSize, kv],
+    attn_output: [q, p.hiddenSize],
+    ffn_norm: [p.hiddenSize],
+    ffn_gate: [p.hiddenSize, p.intermediateSize],
+    ffn_up: [p.hiddenSize, p.intermediateSize],
+    ffn_down: [p.intermediateSize, p.hiddenSize],
+  };
+  for (let i = 0; i < p.numLayers; i++) for (const t of LAYER_TENSORS) want.set(`blk.${i}.${t}.weight`, dims[t]);
+  for (const t of header.tensors) {
+    const expected = want.get(t.name);
+    if (!expected)
+      throw new Error(`GGUF tensor ${t.name} is not part of a llama model the engine serves (biases, rope_freqs...)`);
+    if (t.ne.join() !== expected.join())
+      throw new Error(`GGUF tensor ${t.name} has dims [${t.ne}], the metadata implies [${expected}]`);
+    if (!GGUF_LOADABLE_TYPES.includes(t.type))
+      throw new Error(
+        `GGUF tensor ${t.name} is ${ggmlTypeName(t.type)}, which the loader does not read ` +
+          `(it reads ${GGUF_LOADABLE_TYPES.map(ggmlTypeName).join(', ')})`,
+      );
+    want.delete(t.name);
+  }
+  if (want.size) throw new Error(`GGUF tensor ${[...want.keys()][0]} is missing`);
+}
+
+/** config.json for the folder: LlamaConfig's keys, as our safetensors import and model:make write them. */
+export function llamaConfigJson(
+  p: GgufLlamaShape,
+  bosId: number | null,
+  eosId: number | null,
+): Record<string, unknown> {
+  return {
+    architectures: ['LlamaForCausalLM'],
+    attention_bias: false,
+    bos_token_id: bosId,
+    eos_token_id: eosId,
+    head_dim: p.headDim,
+    hidden_act: 'silu',
+    hidden_size: p.hiddenSize,
+    intermediate_size: p.intermediateSize,
+    max_position_embeddings: p.contextLength,
+    mlp_bias: false,
+    model_type: 'llama',
+    num_attention_heads: p.numHeads,
+    num_hidden_layers: p.numLayers,
+    num_key_value_heads: p.numKvHeads,
+    rms_norm_eps: p.rmsNormEps,
+    rope_scaling: null,
+    rope_theta: p.ropeTheta,
+    tie_word_embeddings: p.tieWordEmbeddings,
+    use_cache: true,
+    vocab_size: p.vocabSize,
+  };
+}

@@ -1,0 +1,72 @@
+// `model:import -- gguf <file.gguf> --out <dir>`: a llama.cpp GGUF file -> our model folder. The weights are
+// not converted: the file is copied in unchanged as `model.gguf`, which the kernels' loader streams into
+// linear memory block by block (quantised blocks stay quantised). Only its header is read here, to write
+// the JSON files the server reads beside it:
+//   config.json              LlamaConfig keys from the llama.* metadata and the tensor table
+//   generation_config.json   bos / eos (llama.cpp's end-of-generation tokens), max_length = context length
+//   tokenizer.json           from tokenizer.ggml.* (gguf-tokenizer.ts)
+//   tokenizer_config.json    bos / eos / add_bos, chat_template from tokenizer.chat_template
+import { copyFileSync, createReadStream, mkdirSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseGgufHeader, type GgufHeader } from '../../src/engine/gguf/gguf-header.js';
+import { ChunkByteReader } from '../../src/engine/gguf/byte-reader.js';
+import { ggufLlamaShape, llamaConfigJson } from './gguf-config.js';
+import { ggufTokenizerFiles } from './gguf-tokenizer.js';
+
+export const GGUF_FILE = 'model.gguf';
+
+/** The header of a GGUF file on disk, read as a stream (the file may be gigabytes). */
+export async function readGgufFileHeader(path: string): Promise<GgufHeader> {
+  const stream = createReadStream(path, { highWaterMark: 1 << 20 });
+  try {
+    return await parseGgufHeader(new ChunkByteReader(stream));
+  } catch (e) {
+    throw new Error(`${path}: ${(e as Error).message}`);
+  } finally {
+    stream.destroy();
+  }
+}
+
+export interface GgufFolderFiles {
+  config: Record<string, unknown>;
+  generationConfig: Record<string, unknown>;
+  tokenizerJson: Record<string, unknown>;
+  tokenizerConfig: Record<string, unknown>;
+}
+
+/** The folder's JSON files from a GGUF header; throws naming what the engine cannot serve. */
+export function ggufFolderFiles(header: GgufHeader): GgufFolderFiles {
+  const shape = ggufLlamaShape(header);
+  const tok = ggufTokenizerFiles(header.metadata, shape.contextLength);
+  const eos = tok.eosTokenIds[0] ?? null;
+  return {
+    config: llamaConfigJson(shape, tok.bosTokenId, eos),
+    generationConfig: {
+      bos_token_id: tok.bosTokenId,
+      do_sample: false,
+      eos_token_id: tok.eosTokenIds,
+      max_length: shape.contextLength,
+    },
+    tokenizerJson: tok.tokenizerJson,
+    tokenizerConfig: tok.tokenizerConfig,
+  };
+}
+
+/** Writes the folder; returns the files written with their sizes. Nothing is written for a refused file. */
+export async function importGguf(path: string, outDir: string): Promise<{ file: string; bytes: number }[]> {
+  const files = ggufFolderFiles(await readGgufFileHeader(path));
+  mkdirSync(outDir, { recursive: true });
+  const written: { file: string; bytes: number }[] = [];
+  const put = (file: string, value: unknown) => {
+    const text = `${JSON.stringify(value, null, 2)}\n`;
+    writeFileSync(join(outDir, file), text);
+    written.push({ file, bytes: Buffer.byteLength(text) });
+  };
+  put('config.json', files.config);
+  put('generation_config.json', files.generationConfig);
+  put('tokenizer.json', files.tokenizerJson);
+  put('tokenizer_config.json', files.tokenizerConfig);
+  copyFileSync(path, join(outDir, GGUF_FILE));
+  written.push({ file: GGUF_FILE, bytes: statSync(path).size });
+  return written;
+}

@@ -1,0 +1,120 @@
+// A SentencePiece-style vocabulary (pieces with scores, byte-fallback tokens <0xXX>, a few special tokens)
+// -> a Hugging Face tokenizer.json that encodes as llama.cpp's SPM tokenizer and llama2.c's run.c do:
+// prepend "▁" (the dummy prefix) and spell spaces "▁", split into characters (a character that is no piece
+// becomes its UTF-8 bytes as <0xXX> tokens), then repeatedly merge the adjacent pair whose concatenation is
+// a piece of the highest score (leftmost on ties).
+//
+// The Hugging Face form, the one transformers uses for SentencePiece Llama tokenizers:
+//   normalizer      Prepend "▁" (when the vocabulary adds a space prefix) + Replace " " -> "▁"
+//   model           BPE with byte_fallback; merges = every split (a, b) of every piece whose two halves are
+//                   pieces too, ranked by the merged piece's score (highest first). BPE then merges the
+//                   lowest-ranked adjacent pair first (leftmost on ties): the rule above, given that a
+//                   piece's score orders it against every other piece. Pieces with equal scores are the one
+//                   case where the two can differ (SentencePiece vocabularies give each piece its own).
+//   decoder         Replace ▁ -> " ", ByteFallback, Fuse, Strip one leading space
+//   post_processor  <s> $A when the vocabulary adds BOS
+// Added tokens (special ones and user-defined) are split out of the text first and never merged; like
+// llama.cpp, Hugging Face then applies the normalizer, so the dummy prefix, to each stretch of text between them.
+
+export const SPACE = '▁';
+const BYTE_PIECE = /^<0x[0-9A-Fa-f]{2}>$/;
+
+export interface SentencePieceVocab {
+  /** Pieces by id, spaces spelled ▁. */
+  pieces: readonly string[];
+  scores: ArrayLike<number>;
+  /** Tokens matched as whole strings before the model runs; `special` ones are dropped by skip-special decoding. */
+  added: readonly { id: number; special: boolean }[];
+  /** Ids of byte-fallback tokens (<0xXX>): in the vocabulary, never merged. */
+  isByte: (id: number) => boolean;
+  unkToken: string;
+  /** The token the post-processor puts first, or null when nothing is added. */
+  bosToken: string | null;
+  addSpacePrefix: boolean;
+}
+
+export const isBytePiece = (piece: string): boolean => BYTE_PIECE.test(piece);
+
+export function sentencePieceTokenizerJson(v: SentencePieceVocab): Record<string, unknown> {
+  const { pieces, scores } = v;
+  const addedIds = new Set(v.added.map((t) => t.id));
+  // No prototype: pieces such as "constructor" or "toString" are ordinary tokens, not inherited keys.
+  const vocab: Record<string, number> = Object.create(null) as Record<string, number>;
+  const mergeable = new Map<string, number>();
+  pieces.forEach((piece, id) => {
+    if (Object.hasOwn(vocab, piece))
+      throw new Error(`piece ${JSON.stringify(piece)} appears twice (ids ${vocab[piece]} and ${id})`);
+    vocab[piece] = id;
+    if (!addedIds.has(id) && !v.isByte(id)) mergeable.set(piece, id);
+  });
+
+  const merges: { a: string; b: string; score: number; id: number; split: number }[] = [];
+  for (const [piece, id] of mergeable) {
+    const chars = Array.from(piece);
+    for (let k = 1; k < chars.length; k++) {
+      const a = chars.slice(0, k).join('');
+      const b = chars.slice(k).join('');
+      if (mergeable.has(a) && mergeable.has(b)) merges.push({ a, b, score: scores[id], id, split: k });
+    }
+  }
+  merges.sort((x, y) => y.score - x.score || x.id - y.id || x.split - y.split);
+
+  const bos = v.bosToken;
+  return {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: v.added.map(({ id, special }) => ({
+      id,
+      content: pieces[id],
+      single_word: false,
+      lstrip: false,
+      rstrip: false,
+      normalized: false,
+      special,
+    })),
+    normalizer: {
+      type: 'Sequence',
+      normalizers: [
+        ...(v.addSpacePrefix ? [{ type: 'Prepend', prepend: SPACE }] : []),
+        { type: 'Replace', pattern: { String: ' ' }, content: SPACE },
+      ],
+    },
+    pre_tokenizer: null,
+    post_processor:
+      bos === null
+        ? null
+        : {
+            type: 'TemplateProcessing',
+            single: [{ SpecialToken: { id: bos, type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
+            pair: [
+              { SpecialToken: { id: bos, type_id: 0 } },
+              { Sequence: { id: 'A', type_id: 0 } },
+              { SpecialToken: { id: bos, type_id: 1 } },
+              { Sequence: { id: 'B', type_id: 1 } },
+            ],
+            special_tokens: { [bos]: { id: bos, ids: [vocab[bos]], tokens: [bos] } },
+          },
+    decoder: {
+      type: 'Sequence',
+      decoders: [
+        { type: 'Replace', pattern: { String: SPACE }, content: ' ' },
+        { type: 'ByteFallback' },
+        { type: 'Fuse' },
+        ...(v.addSpacePrefix ? [{ type: 'Strip', content: ' ', start: 1, stop: 0 }] : []),
+      ],
+    },
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: v.unkToken,
+      continuing_subword_prefix: null,
+      end_of_word_suffix: null,
+      fuse_unk: true,
+      byte_fallback: true,
+      ignore_merges: false,
+      vocab,
+      merges: merges.map((m) => [m.a, m.b]),
+    },
+  };
+}

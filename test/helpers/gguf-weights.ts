@@ -1,0 +1,62 @@
+// A Llama GGUF's tensors dequantized back into our WeightMap (MatMul layout, Hugging Face names): the
+// writer's mapping undone (transpose, RoPE row permutation), so the float64 reference can run the very
+// values a quantised file stands for.
+import { dequantizeRow } from '../../scripts/model/ggml-quants.js';
+import { transpose } from '../../scripts/model/gguf-writer.js';
+import type { WeightMap } from '../../scripts/model/weights.js';
+import type { GgufHeader } from '../../src/engine/gguf/gguf-header.js';
+
+/** Inverse of convert_hf_to_gguf.py's permute(): per head, row j * headDim/2 + i takes row 2i + j. */
+function unpermute(w: Float32Array, nHead: number, headDim: number, cols: number): Float32Array {
+  const out = new Float32Array(w.length);
+  const half = headDim / 2;
+  for (let h = 0; h < nHead; h++)
+    for (let i = 0; i < half; i++)
+      for (let j = 0; j < 2; j++) {
+        const src = (h * headDim + 2 * i + j) * cols;
+        out.set(w.subarray(src, src + cols), (h * headDim + j * half + i) * cols);
+      }
+  return out;
+}
+
+export function ggufWeights(
+  file: Uint8Array,
+  header: GgufHeader,
+  heads: { numHeads: number; numKvHeads: number; headDim: number },
+): WeightMap {
+  const out: WeightMap = new Map();
+  for (const t of header.tensors) {
+    const at = header.dataStart + t.offset;
+    const n = t.ne.reduce((a, b) => a * b, 1);
+    const data = dequantizeRow(t.type, file.subarray(at, at + t.byteSize!), n);
+    const layer = /^blk\.(\d+)\.(\w+)\.weight$/.exec(t.name);
+    const matrix = (name: string, ropeHeads?: number) => {
+      const [cols, rows] = t.ne;
+      const rowsHf = ropeHeads === undefined ? data : unpermute(data, ropeHeads, heads.headDim, cols);
+      out.set(name, { dims: [cols, rows], data: transpose(rowsHf, rows, cols) });
+    };
+    if (t.name === 'token_embd.weight') out.set('model.embed_tokens.weight', { dims: [t.ne[1], t.ne[0]], data });
+    else if (t.name === 'output_norm.weight') out.set('model.norm.weight', { dims: [n], data });
+    else if (t.name === 'output.weight') matrix('lm_head.weight');
+    else if (layer) {
+      const p = `model.layers.${layer[1]}`;
+      const names: Record<string, string> = {
+        attn_norm: 'input_layernorm',
+        ffn_norm: 'post_attention_layernorm',
+        attn_q: 'self_attn.q_proj',
+        attn_k: 'self_attn.k_proj',
+        attn_v: 'self_attn.v_proj',
+        attn_output: 'self_attn.o_proj',
+        ffn_gate: 'mlp.gate_proj',
+        ffn_up: 'mlp.up_proj',
+        ffn_down: 'mlp.down_proj',
+      };
+      const name = `${p}.${names[layer[2]]}.weight`;
+      if (t.ne.length === 1) out.set(name, { dims: [n], data });
+      else if (layer[2] === 'attn_q') matrix(name, heads.numHeads);
+      else if (layer[2] === 'attn_k') matrix(name, heads.numKvHeads);
+      else matrix(name);
+    } else throw new Error(`unexpected tensor ${t.name}`);
+  }
+  return out;
+}
