@@ -157,6 +157,8 @@ export function llamaConfigJson(
     attention_bias: false,
     bos_token_id: bosId,
     eos_token_id: eosId,
+    // transformers' own name for a checkpoint's GGUF file: the engine reads its weights from it by default.
+    gguf_file: 'model.gguf',
     head_dim: p.headDim,
     hidden_act: 'silu',
     hidden_size: p.hiddenSize,

@@ -13,7 +13,7 @@ import { SessionCaches } from './kv/session-caches.js';
 import { snapshotPool, type PoolSnapshot, type SequenceBlocks } from './kv/pool-snapshot.js';
 import { StepHistory, type StepRecord } from './step-history.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
-import { loadModelMeta, onnxFileFor, type ModelDtype, type ModelSource } from './model/model-files.js';
+import { defaultDtype, loadModelMeta, weightsFileFor, type ModelDtype, type ModelSource } from './model/model-files.js';
 import { digestingSource } from './model/weights-digest.js';
 import { loadRunner, type RunnerOptions } from './runners/create-runner.js';
 import type { ModelRunner, StepLogits } from './runners/model-runner.js';
@@ -149,7 +149,6 @@ export class Engine {
   }
 
   static async load(runtime: OrtRuntime, source: ModelSource, options: EngineOptions = {}): Promise<Engine> {
-    const dtype = options.dtype ?? 'fp32';
     const limits = resolveEngineLimits(options);
     const kvDtype = options.kvDtype ?? 'fp32';
     if (kvDtype !== 'fp32' && kvDtype !== 'fp16')
@@ -158,11 +157,22 @@ export class Engine {
         `the KV cache's element type must be fp32 or fp16, got ${JSON.stringify(kvDtype)}`,
         'unsupported_model',
       );
-    const digesting = options.kvStore ? digestingSource(source, onnxFileFor(dtype)) : undefined;
-    source = digesting?.source ?? source;
     const files = await loadModelMeta(source);
+    const dtype = options.dtype ?? defaultDtype(files.rawConfig);
+    const weightsFile = weightsFileFor(dtype, files.rawConfig);
+    const digesting = options.kvStore ? digestingSource(source, weightsFile) : undefined;
     const tokenizer = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
-    const { runner, weightBytes } = await loadRunner(runtime, source, dtype, files.config, { ...options, ...limits });
+    const { runner, weightBytes } = await loadRunner(
+      runtime,
+      digesting?.source ?? source,
+      dtype,
+      weightsFile,
+      files.config,
+      {
+        ...options,
+        ...limits,
+      },
+    );
     const template = files.tokenizerConfig.chat_template;
     if (typeof template !== 'string')
       throw new InvalidRequestError('model', 'tokenizer_config.json has no chat_template');

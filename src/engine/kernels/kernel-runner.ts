@@ -5,6 +5,7 @@ import type { ByteStream } from '../model/model-files.js';
 import type { MemoryBudget } from '../runners/memory-budget.js';
 import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../runners/model-runner.js';
 import { align, instantiateKernels, type KernelExports, type LinearMemory } from './edge-kernels.js';
+import { loadGgufWeights } from './gguf/gguf-weights.js';
 import { loadOnnxWeights } from './onnx/onnx-weights.js';
 import type { LlamaWeights } from './weights/llama-weights.js';
 import type { Matrix } from './weights/matrix.js';
@@ -78,7 +79,7 @@ export class KernelRunner implements ModelRunner {
     module: WebAssembly.Module,
     file: ByteStream,
     config: ModelConfig,
-    { limits, budget }: { limits: EngineLimits; budget: MemoryBudget },
+    { limits, budget, format = 'onnx' }: { limits: EngineLimits; budget: MemoryBudget; format?: 'onnx' | 'gguf' },
   ): Promise<KernelRunner> {
     const scratch = scratchBytes(config, limits.maxTokensPerStep, limits.maxBatchSize);
     const { kernels, memory } = await instantiateKernels(module);
@@ -88,7 +89,8 @@ export class KernelRunner implements ModelRunner {
         { label: 'scratch', bytes: scratch },
       ]);
     const ctx = { memory, kernels, report: (message: string) => console.warn(`edge kernels: ${message}`) };
-    const weights = await loadOnnxWeights(file.chunks, config, ctx, check);
+    const load = format === 'gguf' ? loadGgufWeights : loadOnnxWeights;
+    const weights = await load(file.chunks, config, ctx, check);
     return new KernelRunner(config, kernels, memory, weights);
   }
 

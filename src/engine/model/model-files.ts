@@ -49,10 +49,21 @@ export async function* readableChunks(stream: ReadableStream<Uint8Array>): Async
  * first four are what model:make and model:import write; the others are onnx-community's export names
  * (q4f16: 4-bit weights with fp16 activations and KV; uint8 / quantized: 8-bit dynamic quantisation; bnb4).
  */
-export type ModelDtype = 'fp32' | 'fp16' | 'int8' | 'q4' | 'q4f16' | 'uint8' | 'quantized' | 'bnb4';
+export type ModelDtype = 'fp32' | 'fp16' | 'int8' | 'q4' | 'q4f16' | 'uint8' | 'quantized' | 'bnb4' | 'gguf';
 /** File name of each variant inside `onnx/`, as transformers.js names them. */
 export function onnxFileFor(dtype: ModelDtype): string {
   return dtype === 'fp32' ? 'onnx/model.onnx' : `onnx/model_${dtype}.onnx`;
+}
+
+/** The folder's weights file for `dtype`: an ONNX variant, or `gguf`, the GGUF file config.json names (gguf_file). */
+export function weightsFileFor(dtype: ModelDtype, rawConfig: Record<string, unknown> = {}): string {
+  if (dtype !== 'gguf') return onnxFileFor(dtype);
+  return typeof rawConfig.gguf_file === 'string' ? rawConfig.gguf_file : 'model.gguf';
+}
+
+/** The dtype a folder runs when none is asked for: its GGUF file when config.json names one, else fp32. */
+export function defaultDtype(rawConfig: Record<string, unknown>): ModelDtype {
+  return typeof rawConfig.gguf_file === 'string' ? 'gguf' : 'fp32';
 }
 
 export interface ModelFiles {
@@ -92,9 +103,8 @@ export function readOnnx(source: ModelSource, dtype: ModelDtype): Promise<Uint8A
   return required(source, onnxFileFor(dtype));
 }
 
-/** One ONNX variant's bytes as they arrive (whole, for a source that cannot stream). */
-export async function streamOnnx(source: ModelSource, dtype: ModelDtype): Promise<ByteStream> {
-  const path = onnxFileFor(dtype);
+/** A weights file's bytes as they arrive (whole, for a source that cannot stream). */
+export async function streamWeights(source: ModelSource, path: string): Promise<ByteStream> {
   if (!source.stream) {
     const bytes = await required(source, path);
     return { chunks: oneChunk(bytes), size: bytes.length };

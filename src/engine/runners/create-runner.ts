@@ -6,7 +6,7 @@ import { WgslKernels } from '../gpu/wgsl-kernels.js';
 import { KernelRunner } from '../kernels/kernel-runner.js';
 import { UnsupportedByKernels } from '../kernels/weights/unsupported.js';
 import type { ModelConfig } from '../model/config.js';
-import { readOnnx, streamOnnx, type ModelDtype, type ModelSource } from '../model/model-files.js';
+import { readOnnx, streamWeights, type ModelDtype, type ModelSource } from '../model/model-files.js';
 import type { OrtRuntime } from '../model/runtime.js';
 import { OnnxRunner } from '../onnx/onnx-runner.js';
 import { MemoryBudget, onnxruntimeFootprint } from './memory-budget.js';
@@ -41,12 +41,20 @@ export async function loadRunner(
   runtime: OrtRuntime,
   source: ModelSource,
   dtype: ModelDtype,
+  /** The weights file in the folder: an ONNX graph, or a GGUF file (dtype `gguf`), which only the kernels read. */
+  file: string,
   config: ModelConfig,
   options: RunnerOptions,
 ): Promise<LoadedRunner> {
   const budget = new MemoryBudget(config, options.kvCacheBytes, options.memoryBudgetBytes);
   const choice = runtime.runner ?? 'auto';
   const gpu = isGpuRuntime(runtime);
+  if (dtype === 'gguf' && (choice === 'onnxruntime' || gpu || !runtime.kernels))
+    throw new InvalidRequestError(
+      'model',
+      `GGUF weights run on the edge kernels only (backend wasm or kernels), not on the ${runtime.name} runtime${choice === 'onnxruntime' ? ' forced to onnxruntime' : ''}`,
+      'unsupported_model',
+    );
   if (choice === 'kernels' && (gpu || !runtime.kernels))
     throw new InvalidRequestError(
       'model',
@@ -55,14 +63,15 @@ export async function loadRunner(
     );
   if (choice !== 'onnxruntime' && !gpu && runtime.kernels) {
     try {
-      const runner = await KernelRunner.fromStream(runtime.kernels, await streamOnnx(source, dtype), config, {
+      const runner = await KernelRunner.fromStream(runtime.kernels, await streamWeights(source, file), config, {
         limits: options,
         budget,
+        format: dtype === 'gguf' ? 'gguf' : 'onnx',
       });
       return { runner, weightBytes: runner.weights.bytes };
     } catch (err) {
       if (!(err instanceof UnsupportedByKernels)) throw err;
-      if (choice === 'kernels' || runtime.hasOnnxruntime === false) {
+      if (choice === 'kernels' || runtime.hasOnnxruntime === false || dtype === 'gguf') {
         const why = choice === 'kernels' ? '' : ' (this build has no onnxruntime-web to fall back on)';
         throw new InvalidRequestError(
           'model',

@@ -15,6 +15,7 @@ import {
   sideIndex,
   type Matrix,
   type QuantFormat,
+  type QuantMatrix,
   type QuantPlanes,
 } from './matrix.js';
 import { UnsupportedByKernels } from './unsupported.js';
@@ -57,7 +58,7 @@ export function quantMatrix(
   blocks: number,
   planes: QuantPlanes,
   zpConst: number,
-): Matrix {
+): QuantMatrix {
   const header = ctx.memory.alloc(36);
   ctx.memory
     .i32(header, 9)

@@ -1,0 +1,175 @@
+import { GGML_TYPE, ggmlRowBytes, ggmlTypeName } from '../../gguf/ggml-types.js';
+import { readGgufHeader, tensorsByOffset, type GgufTensorInfo } from '../../gguf/gguf-header.js';
+import type { ModelConfig } from '../../model/config.js';
+import { quantMatrix, type BuildContext } from '../weights/matrix-builders.js';
+import { checkShapes, ropeInvFreq, type LayerWeights, type LlamaWeights } from '../weights/llama-weights.js';
+import { matrixBytes, quantPlaneBytes, type Matrix, type QuantFormat, type QuantPlanes } from '../weights/matrix.js';
+import { UnsupportedByKernels } from '../weights/unsupported.js';
+
+/** How each ggml block type lands in the kernels' forms (kernels/quant.h), and its zero point. */
+const FORMAT: Partial<Record<number, { format: QuantFormat; zp: number }>> = {
+  [GGML_TYPE.Q8_0]: { format: 'v8-zp', zp: 0 },
+  [GGML_TYPE.Q4_0]: { format: 'v4-zp', zp: 8 },
+  [GGML_TYPE.Q4_1]: { format: 'v4-min', zp: 0 },
+  [GGML_TYPE.Q5_0]: { format: 'v5-zp', zp: 16 },
+  [GGML_TYPE.Q5_1]: { format: 'v5-min', zp: 0 },
+  [GGML_TYPE.Q4_K]: { format: 'v4-kmin', zp: 0 },
+  [GGML_TYPE.Q5_K]: { format: 'v5-kmin', zp: 0 },
+  [GGML_TYPE.Q6_K]: { format: 'v6-k16', zp: 0 },
+};
+
+/** Bytes of tensor data staged at once while repacking (whole rows). */
+const STAGING = 1 << 20;
+
+/**
+ * A GGUF file's role for each tensor name: GGUF names its tensors by the format's own scheme (llama.cpp's
+ * gguf-py constants), so the name is the role. Q and K rows come permuted for llama.cpp's interleaved RoPE
+ * (its converter's `permute`); they are put back in Hugging Face's order, which the kernels' RoPE computes.
+ */
+function role(name: string): { layer: number; part: keyof LayerWeights } | 'embedding' | 'norm' | 'lmHead' | undefined {
+  if (name === 'token_embd.weight') return 'embedding';
+  if (name === 'output_norm.weight') return 'norm';
+  if (name === 'output.weight') return 'lmHead';
+  const m = /^blk\.(\d+)\.(\w+)\.weight$/.exec(name);
+  if (!m) return undefined;
+  const part = (
+    {
+      attn_norm: 'attnNorm',
+      attn_q: 'q',
+      attn_k: 'k',
+      attn_v: 'v',
+      attn_output: 'o',
+      ffn_norm: 'mlpNorm',
+      ffn_gate: 'gate',
+      ffn_up: 'up',
+      ffn_down: 'down',
+    } as const
+  )[m[2] as 'attn_q'];
+  return part && { layer: Number(m[1]), part };
+}
+
+/**
+ * Streams a GGUF file into linear memory: the header, then each tensor in file order, placed in the form the
+ * kernels read: F32 / F16 / BF16 as they are ((N, K), Hugging Face's layout), ggml's blocks repacked by
+ * repack_ggml into quant.h's planes as whole rows arrive (lossless: the same values, scales and mins).
+ */
+export async function loadGgufWeights(
+  chunks: AsyncIterable<Uint8Array>,
+  config: ModelConfig,
+  ctx: BuildContext,
+  budget: (placedBytes: number) => void,
+): Promise<LlamaWeights> {
+  const { header, reader } = await readGgufHeader(chunks);
+  const arch = header.metadata.get('general.architecture');
+  const archName = arch?.type === 'string' ? arch.value : '?';
+  if (archName !== 'llama') throw new UnsupportedByKernels(`GGUF architecture ${archName} (the kernels run llama)`);
+  const mem = ctx.memory;
+  const start = mem.used;
+  const vectors = new Map<string, number>();
+  const matrices = new Map<string, Matrix>();
+  await reader.skip(header.dataStart - reader.position);
+  for (const t of tensorsByOffset(header.tensors)) {
+    const r = role(t.name);
+    const at = header.dataStart + t.offset;
+    if (reader.position > at) throw new UnsupportedByKernels(`GGUF tensor ${t.name} overlaps the one before it`);
+    await reader.skip(at - reader.position);
+    if (r === undefined) continue; // not a weight the kernels use (e.g. rope_freqs): its bytes are skipped
+    if (r === 'norm' || (typeof r === 'object' && (r.part === 'attnNorm' || r.part === 'mlpNorm'))) {
+      if (t.type !== GGML_TYPE.F32 || t.ne.length !== 1)
+        throw new UnsupportedByKernels(`${t.name} is not a float32 vector`);
+      const ptr = mem.alloc(t.ne[0] * 4);
+      await reader.readInto(mem.u8(ptr, t.ne[0] * 4));
+      vectors.set(t.name, ptr);
+    } else {
+      const heads =
+        typeof r === 'object' && r.part === 'q'
+          ? config.numHeads
+          : typeof r === 'object' && r.part === 'k'
+            ? config.numKvHeads
+            : 0;
+      matrices.set(t.name, await placeMatrix(t, heads, config.headDim));
+    }
+    budget(mem.used - start);
+  }
+
+  async function placeMatrix(t: GgufTensorInfo, heads: number, headDim: number): Promise<Matrix> {
+    if (t.ne.length !== 2) throw new UnsupportedByKernels(`${t.name} has ${t.ne.length} dimensions, expected 2`);
+    const [k, n] = t.ne;
+    const rowBytes = ggmlRowBytes(t.type, k);
+    /** Where file row `row` goes: Q and K rows back in Hugging Face's order (per head, 2i + j from j * half + i). */
+    const dest = (row: number): number => {
+      if (!heads) return row;
+      const half = headDim / 2;
+      const h = Math.floor(row / headDim);
+      const within = row % headDim;
+      return h * headDim + (within % 2) * half + Math.floor(within / 2);
+    };
+    if (t.type === GGML_TYPE.F32 || t.type === GGML_TYPE.F16 || t.type === GGML_TYPE.BF16) {
+      const ptr = mem.alloc(n * rowBytes);
+      for (let row = 0; row < n; row++) await reader.readInto(mem.u8(ptr + dest(row) * rowBytes, rowBytes));
+      const dtype = t.type === GGML_TYPE.F32 ? 'f32' : t.type === GGML_TYPE.F16 ? 'f16' : 'bf16';
+      return { kind: 'dense', dtype, layout: 'nk', ptr, k, n };
+    }
+    const form = FORMAT[t.type];
+    if (!form)
+      throw new UnsupportedByKernels(
+        `${t.name} is ${ggmlTypeName(t.type)} (the kernels read F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)`,
+      );
+    const blocks = k / 32;
+    const sizes = quantPlaneBytes(form.format, n, blocks, false);
+    const planes: QuantPlanes = { q: 0, hi: 0, s: 0, m: 0, z: 0, sc: 0, mn: 0 };
+    for (const key of Object.keys(planes) as (keyof QuantPlanes)[]) {
+      if (!sizes[key]) continue;
+      planes[key] = mem.alloc(sizes[key]);
+      if (key !== 'q' && key !== 'hi') mem.u8(planes[key], sizes[key]).fill(0);
+    }
+    const matrix = quantMatrix(ctx, form.format, k, n, blocks, planes, form.zp);
+    // Rows arrive through a staging area past the planes, then move into them: the area is free again after.
+    const mark = mem.used;
+    const rowsPerStage = heads ? 1 : Math.max(1, Math.floor(STAGING / rowBytes));
+    const staging = mem.alloc(rowsPerStage * rowBytes);
+    for (let row = 0; row < n; row += rowsPerStage) {
+      const rows = Math.min(rowsPerStage, n - row);
+      await reader.readInto(mem.u8(staging, rows * rowBytes));
+      ctx.kernels.repack_ggml(t.type, staging, dest(row), rows, blocks, matrix.header);
+    }
+    mem.resetTo(mark);
+    return matrix;
+  }
+
+  const vector = (name: string): number => {
+    const ptr = vectors.get(name);
+    if (ptr === undefined) throw new UnsupportedByKernels(`the GGUF file has no ${name}`);
+    return ptr;
+  };
+  const matrix = (name: string): Matrix => {
+    const m = matrices.get(name);
+    if (!m) throw new UnsupportedByKernels(`the GGUF file has no ${name}`);
+    return m;
+  };
+  const layers: LayerWeights[] = Array.from({ length: config.numLayers }, (_, i) => ({
+    attnNorm: vector(`blk.${i}.attn_norm.weight`),
+    q: matrix(`blk.${i}.attn_q.weight`),
+    k: matrix(`blk.${i}.attn_k.weight`),
+    v: matrix(`blk.${i}.attn_v.weight`),
+    o: matrix(`blk.${i}.attn_output.weight`),
+    mlpNorm: vector(`blk.${i}.ffn_norm.weight`),
+    gate: matrix(`blk.${i}.ffn_gate.weight`),
+    up: matrix(`blk.${i}.ffn_up.weight`),
+    down: matrix(`blk.${i}.ffn_down.weight`),
+  }));
+  const embedding = matrix('token_embd.weight');
+  // Tied embeddings: llama.cpp's files leave output.weight out and use the table.
+  const lmHead = matrices.get('output.weight') ?? embedding;
+  const weights: LlamaWeights = {
+    embedding,
+    layers,
+    norm: vector('output_norm.weight'),
+    lmHead,
+    invFreq: ropeInvFreq(config),
+    intermediateSize: layers[0]?.gate.n ?? 0,
+    bytes: [...matrices.values()].reduce((n, m) => n + matrixBytes(m), 0) + vectors.size * config.hiddenSize * 4,
+  };
+  checkShapes(weights, config);
+  return weights;
+}
