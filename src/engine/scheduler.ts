@@ -16,6 +16,8 @@ export interface SchedulableSequence {
    * waits, holding its blocks, until the others have too. Preempted together when that would deadlock.
    */
   readonly cohort?: object;
+  /** Computes its whole prompt, never taking blocks from the prefix cache (it wants the prompt's logits). */
+  readonly skipsPrefixCache?: boolean;
 }
 
 export interface SchedulerLimits {
@@ -157,7 +159,7 @@ export class Scheduler<S extends SchedulableSequence> {
       if (seq.kv.length === 0) {
         const own = this.ownCache(seq);
         if (own) seq.kv = own;
-        else this.kv.matchPrefix(seq.kv, seq.tokens);
+        else if (!seq.skipsPrefixCache) this.kv.matchPrefix(seq.kv, seq.tokens);
       }
       const cachedTokens = seq.kv.length;
       const count = Math.min(seq.tokens.length - seq.kv.length, budget);
