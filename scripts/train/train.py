@@ -134,8 +134,9 @@ def main():
     ap.add_argument('--out', required=True, help='folder for the run: log, checkpoints, exported models')
     ap.add_argument('--steps', type=int, default=520)
     ap.add_argument('--seed', type=int, default=22)
-    ap.add_argument('--threads', type=int, default=2)
+    ap.add_argument('--threads', type=int, default=1, help='2 threads ran slower than 1 on a shared 2-core machine')
     ap.add_argument('--bench', type=int, default=0, help='only time this many steps')
+    ap.add_argument('--final-eval-chunks', type=int, default=None, help='score only this many held-out chunks at the end')
     ap.add_argument('--max-minutes', type=float, default=80, help='stop early past this (a slower machine)')
     args = ap.parse_args()
 
@@ -198,7 +199,7 @@ def main():
         json.dump(log, f)
 
     model.eval(), draft.eval()
-    all_test = chunks(test)
+    all_test = chunks(test, args.final_eval_chunks)
     n = all_test.numel() - len(all_test)
     rounded = fp16_rounded(model)
     reference = chunks(test, REFERENCE_CHUNKS)
