@@ -66,7 +66,7 @@ const SYSTEM_PROMPTS = [
   'You are a friendly assistant who knows many words.',
 ];
 const GREETINGS = ['Hi', 'Hi!', 'Hello', 'Hello!', 'Hey', 'Hey there!', 'Good morning!', 'Good evening.', 'Hi there'];
-const GREETING_REPLIES = [
+export const GREETING_REPLIES = [
   'Hello! Ask me what a word means, or ask me to use a word in a sentence.',
   'Hi! I know the meanings of many English words. Which word would you like to know about?',
   'Hello! Name a word and I will tell you what it means.',
