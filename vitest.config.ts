@@ -23,6 +23,8 @@ export default defineConfig({
             'test/batching.test.ts',
             'test/beam-search.test.ts',
             'test/engine-requests.test.ts',
+            'test/prompt-logprobs.test.ts',
+            'test/wordnet-chat.test.ts',
             'test/speculative.test.ts',
             'test/structured-outputs.test.ts',
             'test/structured-composition.test.ts',

@@ -9,6 +9,8 @@ export default defineConfig({
       // FUZZ_SEED from the environment replays another seed of test/workers/fuzz.test.ts.
       miniflare: {
         bindings: {
+          // The suites check exact behaviour on the generated `tiny`; `npm start` serves wordnet-chat.
+          MODEL: 'tiny',
           WEBHOOK_RETRY_BASE_MS: '20',
           WEBHOOK_MAX_ATTEMPTS: '4',
           ALLOW_LOOPBACK_CALLBACKS: 'true',

@@ -5,6 +5,8 @@ import { existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync 
 import { join, relative } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { makeModel } from './model-make.js';
+import { importSafetensors } from './model-import.js';
+import { writeModelFolder } from './import/model-folder.js';
 import type { PresetName } from './model/presets.js';
 import type { Dtype } from './model/weight-ops.js';
 
@@ -18,6 +20,16 @@ const WANTED: { preset: PresetName; dtypes: readonly Dtype[] }[] = [
   { preset: 'tiny-draft', dtypes: ['fp32'] },
   { preset: 'tiny-copy', dtypes: ['fp32'] },
 ];
+
+/**
+ * Trained models committed in pretrained/ (Hugging Face folders, fp16 safetensors), imported through our
+ * own safetensors importer: `wordnet-chat` is what `npm start` serves; its draft serves speculation.
+ */
+const PRETRAINED: { name: string; dtypes: readonly Dtype[] }[] = [
+  { name: 'wordnet-chat', dtypes: ['fp32', 'fp16', 'int8', 'q4'] },
+  { name: 'wordnet-chat-draft', dtypes: ['fp32'] },
+];
+const PRETRAINED_DIR = join(ROOT, 'pretrained');
 
 function filesUnder(dir: string): string[] {
   return readdirSync(dir)
@@ -34,9 +46,13 @@ function generatorStamp(): string {
     join(ROOT, 'scripts/model-make.ts'),
     ...filesUnder(join(ROOT, 'scripts/model')),
     ...filesUnder(join(ROOT, 'scripts/tokenizer')),
+    ...filesUnder(join(ROOT, 'scripts/import')),
+    ...PRETRAINED.flatMap(({ name }) =>
+      existsSync(join(PRETRAINED_DIR, name)) ? filesUnder(join(PRETRAINED_DIR, name)) : [],
+    ),
   ];
   for (const file of sources) hash.update(relative(ROOT, file)).update(readFileSync(file));
-  hash.update(JSON.stringify(WANTED));
+  hash.update(JSON.stringify([WANTED, PRETRAINED]));
   return hash.digest('hex');
 }
 
@@ -48,6 +64,13 @@ export function ensureModels(): void {
     const outDir = join(MODELS_DIR, preset);
     rmSync(outDir, { recursive: true, force: true });
     makeModel({ preset, outDir, dtypes });
+  }
+  for (const { name, dtypes } of PRETRAINED) {
+    const from = join(PRETRAINED_DIR, name);
+    if (!existsSync(from)) continue; // before its first training run
+    const outDir = join(MODELS_DIR, name);
+    rmSync(outDir, { recursive: true, force: true });
+    writeModelFolder(outDir, importSafetensors(from), dtypes);
   }
   writeFileSync(stampFile, stamp);
 }

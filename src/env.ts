@@ -62,7 +62,7 @@ declare global {
 
 export const DEFAULTS = {
   SHARD_COUNT: 2,
-  MODEL_NAME: 'tiny',
+  MODEL_NAME: 'wordnet-chat',
   MODEL_DTYPE: 'fp32',
   KV_CACHE_MB: 16,
   /** Weights + KV pool an object may hold: a Workers isolate has 128 MB in all. */

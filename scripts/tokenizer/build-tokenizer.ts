@@ -43,6 +43,8 @@ export interface BuildTokenizerOptions {
   vocabSize: number;
   /** tokenizer_config.json model_max_length (default 2048). */
   modelMaxLength?: number;
+  /** The text the merges are learned from (default: the corpus shipped next to this file). */
+  corpus?: string;
 }
 
 const CORPUS_URL = new URL('./corpus.txt', import.meta.url);
@@ -64,12 +66,16 @@ export function countWords(text: string): Map<string, number> {
   return words;
 }
 
-export function buildTokenizerFiles({ vocabSize, modelMaxLength = 2048 }: BuildTokenizerOptions): TokenizerFiles {
+export function buildTokenizerFiles({
+  vocabSize,
+  modelMaxLength = 2048,
+  corpus,
+}: BuildTokenizerOptions): TokenizerFiles {
   const minimum = SPECIAL_TOKENS.length + 256;
   if (!Number.isInteger(vocabSize) || vocabSize < minimum) {
     throw new Error(`vocabSize must be an integer >= ${minimum} (specials + 256 bytes), got ${vocabSize}`);
   }
-  const { tokens, merges } = trainBpe(countWords(readCorpus()), {
+  const { tokens, merges } = trainBpe(countWords(corpus ?? readCorpus()), {
     alphabet: BYTE_TO_CHAR,
     maxTokens: vocabSize - SPECIAL_TOKENS.length,
   });

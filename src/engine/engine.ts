@@ -283,6 +283,7 @@ export class Engine {
         fairnessGroup: options.fairnessGroup,
         lookahead: 0,
         cohort: resolved.beam ? group : undefined,
+        skipsPrefixCache: resolved.promptLogprobs !== undefined,
       };
     });
     const [first, ...forks] = sequences;
@@ -343,6 +344,7 @@ export class Engine {
       if (!this.active.has(seq)) continue;
       const decode = samples && fed[i] === 1 && starts[i] >= seq.output.request.promptIds.length;
       if (!decode) this.counters.prefillTokens += fed[i];
+      seq.output.promptLogprobs?.record(starts[i], fed[i], (j) => logits.at(i, j));
       const proposal = proposals[i];
       if (proposal) {
         this.verify(seq, proposal, (j) => logits.at(i, fed[i] - 1 + j), starts[i] + fed[i]);
@@ -424,7 +426,9 @@ export class Engine {
         .map((seq) => ({ row: i, seq })),
     );
     const needLogits = rows.some(
-      (r, i) => (sampling[i] || proposals[i]) && (r.seq.group.beams || !r.seq.output.deviceSampler || proposals[i]),
+      (r, i) =>
+        ((sampling[i] || proposals[i]) && (r.seq.group.beams || !r.seq.output.deviceSampler || proposals[i])) ||
+        (r.seq.output.promptLogprobs && r.seq.kv.length + 1 < r.seq.output.request.promptIds.length),
     );
     const out = await device.forwardAndSample(
       passRows,
@@ -513,6 +517,7 @@ export class Engine {
     child.tokens = [...parent.tokens];
     child.admitted = true;
     child.output.cachedTokens = parent.output.cachedTokens;
+    child.output.promptLogprobs = parent.output.promptLogprobs;
     this.scheduler.adopt(child);
     return child;
   }

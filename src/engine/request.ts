@@ -3,6 +3,7 @@ import { resolveBeamParams, type BeamParams } from './beam/beam-params.js';
 import { resolveSamplingParams, type SamplingParams } from './sampling/sampling-params.js';
 import { resolveSpeculativeParams, type SpeculativeParams } from './speculative/speculative-params.js';
 import { validateStops } from './stop-strings.js';
+import { resolvePromptLogprobs } from './sampling/prompt-logprobs.js';
 import type { CompiledConstraint } from './constraints/compiler.js';
 import type { Constrained, JsonValue } from './constraints/spec.js';
 
@@ -47,6 +48,8 @@ export interface GenerationRequest {
   seed?: number | null;
   logprobs?: boolean;
   top_logprobs?: number;
+  /** vLLM's: each prompt token's log-probability given the ones before it, with this many alternatives. */
+  prompt_logprobs?: number | null;
   /** Speculative decoding for this request; null turns off the engine's default. */
   speculative?: { method: 'ngram' | 'draft'; num_tokens: number } | null;
   /** Beam search (vLLM): returns the n best of `beam_width` (or `best_of`) beams, with their scores. */
@@ -117,6 +120,8 @@ export interface ResolvedRequest {
   beam: BeamParams | undefined;
   /** Structured outputs: each completion (each beam) builds its own matcher from this. */
   constraint: CompiledConstraint | undefined;
+  /** Alternatives per prompt token when the prompt's log-probabilities are wanted; undefined when not. */
+  promptLogprobs: number | undefined;
 }
 
 /** What a request is checked against: the model, its tokenizer and the engine's limits. */
@@ -215,7 +220,8 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
       );
     constraint = ctx.compileConstraint(request.constraint);
   }
-  return { promptIds, maxTokens, n, sampling, stops, stopTokenIds, speculative, beam, constraint };
+  const promptLogprobs = resolvePromptLogprobs(request.prompt_logprobs);
+  return { promptIds, maxTokens, n, sampling, stops, stopTokenIds, speculative, beam, constraint, promptLogprobs };
 }
 
 /** How many different completions (counted up to `cap`) tokens from `allowed` can form within maxTokens. */

@@ -21,6 +21,8 @@ export interface SchedulableSequence {
    * (first come, first served within one). The host names the groups; sequences without one share a group.
    */
   readonly fairnessGroup?: string;
+  /** Computes its whole prompt, never taking blocks from the prefix cache (it wants the prompt's logits). */
+  readonly skipsPrefixCache?: boolean;
 }
 
 export interface SchedulerLimits {
@@ -172,7 +174,7 @@ export class Scheduler<S extends SchedulableSequence> {
       if (seq.kv.length === 0) {
         const own = this.ownCache(seq);
         if (own) seq.kv = own;
-        else this.kv.matchPrefix(seq.kv, seq.tokens);
+        else if (!seq.skipsPrefixCache) this.kv.matchPrefix(seq.kv, seq.tokens);
       }
       const cachedTokens = seq.kv.length;
       const count = Math.min(seq.tokens.length - seq.kv.length, budget);

@@ -7,6 +7,7 @@ import { StopStringMatcher } from './stop-strings.js';
 import type { ConstraintMatcher } from './constraints/matcher.js';
 import type { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { IncrementalDetokenizer } from '../tokenizer/incremental-detokenizer.js';
+import { PromptLogprobs, type PromptTokenLogprob } from './sampling/prompt-logprobs.js';
 
 export type FinishReason = 'stop' | 'length' | 'cancelled';
 
@@ -36,6 +37,8 @@ export interface DoneEvent {
   beam?: { score: number; cumulativeLogprob: number };
   /** Speculative decoding only: tokens proposed to the target, and how many it accepted. */
   speculation?: { proposedTokens: number; acceptedTokens: number };
+  /** prompt_logprobs only: each prompt token's log-probability given those before it (the first: null). */
+  promptLogprobs?: (PromptTokenLogprob | null)[];
   /** The whole completion: exactly the concatenation of the token events' texts. */
   text: string;
   promptIds: number[];
@@ -58,6 +61,8 @@ export class SequenceOutput {
   /** Exactly one of these: the CPU sampler, or the state of a sampler on the device (sampled by the engine). */
   private readonly sampler: TokenSampler | undefined;
   readonly deviceSampler: DeviceSamplerState | undefined;
+  /** The prompt's log-probabilities, when asked; siblings (n > 1) share their prefilled one's. */
+  promptLogprobs: PromptLogprobs | undefined;
   private readonly detokenizer: IncrementalDetokenizer;
   private readonly stopMatcher: StopStringMatcher;
   /** Structured outputs: where this completion stands in its grammar (undefined = unconstrained). */
@@ -83,6 +88,8 @@ export class SequenceOutput {
     this.detokenizer = new IncrementalDetokenizer(tokenizer, { skipSpecialTokens: true });
     this.stopMatcher = new StopStringMatcher(request.stops);
     this.grammar = request.constraint?.matcher([...request.stopTokenIds]);
+    if (request.promptLogprobs !== undefined)
+      this.promptLogprobs = new PromptLogprobs(request.promptIds, request.promptLogprobs);
   }
 
   get finished(): boolean {
@@ -177,6 +184,7 @@ export class SequenceOutput {
       tokenIds: [...this.outputIds],
       metrics: this.clock.metrics(this.request.promptIds.length, this.cachedTokens),
       ...(this.request.speculative ? { speculation: { ...this.speculation } } : {}),
+      ...(this.promptLogprobs ? { promptLogprobs: this.promptLogprobs.entries } : {}),
     };
   }
 

@@ -32,6 +32,8 @@ export interface Sequence extends SchedulableSequence {
   lookahead: number;
   /** The request group, for beams (which advance together); undefined otherwise. */
   cohort: RequestGroup | undefined;
+  /** Prefills its whole prompt (prompt_logprobs need every position's logits). */
+  skipsPrefixCache: boolean;
 }
 
 /** Logits of a pass whose every row was sampled on the device: nothing may read them. */

@@ -2,6 +2,7 @@ import type { Engine, GenerateOptions } from '../engine/engine.js';
 import type { GenerationRequest } from '../engine/request.js';
 import type { DoneEvent, FinishReason, GenerationEvent, TopLogprob } from '../engine/sequence-output.js';
 import type { RequestMetrics } from '../engine/request-metrics.js';
+import type { PromptTokenLogprob } from '../engine/sampling/prompt-logprobs.js';
 import type { ServiceMetrics } from './metrics.js';
 import type { ServiceError } from './rpc-error.js';
 
@@ -33,6 +34,8 @@ export type WireEvent =
       metrics: RequestMetrics;
       /** Beam search: the candidate's score and summed log-probability. */
       beam?: { score: number; cumulativeLogprob: number };
+      /** prompt_logprobs: per prompt token (the first: null), its logprob, rank and alternatives. */
+      promptLogprobs?: (WirePromptLogprob | null)[];
     }
   /** The generation failed or was stopped from outside; no done events follow for unfinished choices. */
   | { type: 'error'; error: ServiceError };
@@ -60,6 +63,19 @@ export interface Account {
 
 const decoder = new TextDecoder();
 
+/** A prompt token's log-probability, as vLLM reports it: keyed by id, with its rank among all tokens. */
+export interface WirePromptLogprob extends WireLogprob {
+  tokenId: number;
+  rank: number;
+  top: (WireLogprob & { tokenId: number })[];
+}
+
+function wirePromptLogprob(engine: Engine, p: PromptTokenLogprob | null): WirePromptLogprob | null {
+  if (!p) return null;
+  const top = p.top.map((t) => ({ ...wireLogprob(engine, t.tokenId, t.logprob), tokenId: t.tokenId }));
+  return { ...wireLogprob(engine, p.tokenId, p.logprob), tokenId: p.tokenId, rank: p.rank, top };
+}
+
 function wireLogprob(engine: Engine, tokenId: number, logprob: number): WireLogprob {
   const bytes = engine.tokenizer.tokenBytes(tokenId);
   return { token: decoder.decode(bytes), logprob, bytes: [...bytes] };
@@ -76,6 +92,7 @@ function toWire(engine: Engine, index: number, event: GenerationEvent): WireEven
       metrics: event.metrics,
     };
     if (event.beam) done.beam = event.beam;
+    if (event.promptLogprobs) done.promptLogprobs = event.promptLogprobs.map((p) => wirePromptLogprob(engine, p));
     return done;
   }
   const wire: WireEvent = { type: 'token', index, tokenId: event.tokenId, text: event.text };

@@ -207,6 +207,21 @@ export function completionLogprobs(tokens: TokenWire[], startOffset = 0): Comple
   return out;
 }
 
+/** vLLM's prompt_logprobs: per prompt token (the first: null), {id: {logprob, rank, decoded_token}} for it and its alternatives. */
+export function promptLogprobsField(done: DoneWire): { prompt_logprobs?: unknown[] } {
+  if (!done.promptLogprobs) return {};
+  return {
+    prompt_logprobs: done.promptLogprobs.map((p) => {
+      if (!p) return null;
+      const entries: Record<string, { logprob: number; rank: number | null; decoded_token: string }> = {};
+      for (const [i, t] of p.top.entries())
+        entries[t.tokenId] = { logprob: t.logprob, rank: i + 1, decoded_token: t.token };
+      entries[p.tokenId] = { logprob: p.logprob, rank: p.rank, decoded_token: p.token };
+      return entries;
+    }),
+  };
+}
+
 export function textCompletion(
   meta: ResponseMeta,
   tokens: TokenWire[][],
@@ -225,6 +240,7 @@ export function textCompletion(
       logprobs: logprobs ? completionLogprobs(tokens[index]) : null,
       finish_reason: finishReason(d.finishReason),
       ...beamFields(d),
+      ...promptLogprobsField(d),
     })),
     usage: usage(done, n),
     system_fingerprint: null,

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrowser, type Browser } from './helpers/browser.js';
-import { startDevServer, type DevServer } from './helpers/wrangler.js';
+import { startConfiguredServer, type DevServer } from './helpers/wrangler.js';
 
 const KEY = 'playground-test-key';
 const KEY_NAME = 'playground';
@@ -22,7 +22,7 @@ const consoleErrors: string[] = [];
 const requests: { url: string; authorization?: string }[] = [];
 
 beforeAll(async () => {
-  [server, browser] = await Promise.all([startDevServer({ API_KEYS: `${KEY_NAME}:${KEY}` }), startBrowser()]);
+  [server, browser] = await Promise.all([startConfiguredServer({ API_KEYS: `${KEY_NAME}:${KEY}` }), startBrowser()]);
   page = await browser.context.newPage();
   page.on('console', (msg) => {
     if (msg.type() === 'error') consoleErrors.push(msg.text());
@@ -61,7 +61,7 @@ describe('playground', () => {
   it('with the key: streams a reply, each token tinted by its probability, and reports TTFT and tokens/s', async () => {
     await page.fill('#key', KEY);
     await page.press('#key', 'Tab'); // `change`
-    await expect.poll(() => text('#model')).toBe('model: tiny');
+    await expect.poll(() => text('#model')).toBe('model: wordnet-chat');
     await page.fill('#temperature', '0');
     await page.fill('#max_tokens', '64');
 

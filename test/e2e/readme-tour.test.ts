@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../scripts/lib/free-port.js';
-import { startDevServer, type DevServer } from './helpers/wrangler.js';
+import { startConfiguredServer, type DevServer } from './helpers/wrangler.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const SCRATCH = `${ROOT}.scratch/`;
@@ -57,7 +57,7 @@ beforeAll(async () => {
     });
   });
   await new Promise<void>((resolve) => receiver.listen(receiverPort, '127.0.0.1', resolve));
-  server = await startDevServer();
+  server = await startConfiguredServer();
 });
 afterAll(async () => {
   await server?.stop();

@@ -75,6 +75,8 @@ export interface Completion {
     text: string;
     logprobs: CompletionLogprobs | null;
     finish_reason: string;
+    /** vLLM's, when asked: per prompt token (the first: null), its own and its alternatives' entries by id. */
+    prompt_logprobs?: (Record<string, { logprob: number; rank: number; decoded_token: string }> | null)[];
   })[];
   usage: Usage;
   system_fingerprint: null;

@@ -1,7 +1,7 @@
 // The OpenAI-compatible routes end to end inside workerd: worker → InferenceObject → engine, streamed and
 // not, with the response shapes OpenAI clients parse.
 import { describe, expect, it } from 'vitest';
-import { call, postJson, post, readSse, scrape } from './service-helpers.js';
+import { call, expectError, postJson, post, readSse, scrape } from './service-helpers.js';
 import type { ChatChunk, ChatCompletion, Completion, CompletionChunk } from './openai-wire.js';
 
 const user = (content: string) => [{ role: 'user', content }];
@@ -285,6 +285,26 @@ describe('POST /v1/completions', () => {
     expect(lp.text_offset[0]).toBe(0);
     expect([...lp.text_offset].sort((a, b) => a - b)).toEqual(lp.text_offset);
     for (const [i, t] of lp.tokens.entries()) expect(lp.top_logprobs[i][t]).toBe(lp.token_logprobs[i]);
+  });
+
+  it("returns vLLM's prompt_logprobs per choice, streamed and not; refuses a bad value by name", async () => {
+    const prompt = [5, 6, 7, 8, 9];
+    const request = { prompt, max_tokens: 2, prompt_logprobs: 1, ...greedy };
+    const body = await postJson<Completion>('/v1/completions', request);
+    const entries = body.choices[0].prompt_logprobs!;
+    expect(entries).toHaveLength(prompt.length);
+    expect(entries[0]).toBeNull();
+    for (const [p, entry] of entries.slice(1).entries()) {
+      // The prompt token itself, and the one most likely alternative (which it may be).
+      const own = entry![String(prompt[p + 1])];
+      expect(own).toEqual({ logprob: expect.any(Number), rank: expect.any(Number), decoded_token: expect.any(String) });
+      expect(own.logprob).toBeLessThanOrEqual(0);
+      expect(Object.keys(entry!).length).toBe(own.rank === 1 ? 1 : 2);
+    }
+    const { events } = await readSse<CompletionChunk>(await post('/v1/completions', { ...request, stream: true }));
+    const finish = events.find((e) => e.choices[0]?.finish_reason);
+    expect((finish!.choices[0] as { prompt_logprobs?: unknown }).prompt_logprobs).toEqual(entries);
+    await expectError(await post('/v1/completions', { ...request, prompt_logprobs: 21 }), 400, 'prompt_logprobs');
   });
 });
 

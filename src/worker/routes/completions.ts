@@ -8,6 +8,7 @@ import {
   completionChunk,
   completionLogprobs,
   finishReason,
+  promptLogprobsField,
   responseMeta,
   textCompletion,
   usage,
@@ -46,6 +47,7 @@ completions.post('/', async (c) => {
   // Legacy logprobs: an integer, the number of alternatives per token (0 = just the chosen token's).
   const logprobs = optInteger(body, 'logprobs');
   const sampling = samplingParams(body);
+  const promptLogprobs = body.prompt_logprobs;
 
   // Each prompt's n completions come from one prefill and copy-on-write forks of its cache.
   const requests = prompts.map(
@@ -54,6 +56,7 @@ completions.post('/', async (c) => {
       ...sampling,
       n,
       ...(logprobs !== undefined ? { logprobs: true, top_logprobs: logprobs } : {}),
+      ...(promptLogprobs !== undefined && promptLogprobs !== null ? { prompt_logprobs: promptLogprobs as number } : {}),
     }),
   );
   const choices = requests.length * n;
@@ -114,7 +117,15 @@ async function* completionChunks(
       done[event.index] = event;
       yield completionChunk(
         meta,
-        [{ index: event.index, text: '', logprobs: null, finish_reason: finishReason(event.finishReason) }],
+        [
+          {
+            index: event.index,
+            text: '',
+            logprobs: null,
+            finish_reason: finishReason(event.finishReason),
+            ...promptLogprobsField(event),
+          },
+        ],
         extra,
       );
     }
