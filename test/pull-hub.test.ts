@@ -2,7 +2,7 @@
 // URL layout, CDN redirects for LFS files, Range resume after a dropped connection or an interrupted run,
 // checksums, gated repos with HF_TOKEN, HF_ENDPOINT, clear errors; the pulled folder is served. Safetensors
 // repos are pulled and converted by model:import's importer (the same bytes as importing them by hand) and
-// run on the kernels; GGUF repos are recognised and refused until their importer exists.
+// run on the kernels; GGUF repos are imported as they are (the folder serves the .gguf) and run on the kernels.
 import { execFile } from 'node:child_process';
 import {
   copyFileSync,
@@ -24,6 +24,7 @@ import { pullModel } from '../scripts/import/pull.js';
 import { DOWNLOAD_DIR } from '../scripts/import/pull-safetensors.js';
 import { DEFAULT_SEED } from '../scripts/model-make.js';
 import { runImport } from '../scripts/model-import.js';
+import { presetGgufInput, writeLlamaGguf } from '../scripts/model/gguf-writer.js';
 import { PRESETS } from '../scripts/model/presets.js';
 import { parsePullArgs } from '../scripts/model-pull.js';
 import { collect, loadEngine, modelDir } from './helpers/engines.js';
@@ -73,7 +74,8 @@ beforeAll(async () => {
   writeFileSync(join(biased, 'config.json'), JSON.stringify({ ...config, attention_bias: true }));
   const gguf = join(dir, 'hub', GGUF);
   mkdirSync(gguf, { recursive: true });
-  writeFileSync(join(gguf, 'tiny-Q8_0.gguf'), 'GGUF\x03\0\0\0');
+  writeLlamaGguf(join(gguf, 'tiny-256-Q8_0.gguf'), presetGgufInput('tiny-256', DEFAULT_SEED), 'Q8_0');
+  writeLlamaGguf(join(gguf, 'tiny-256-Q4_K_M.gguf'), presetGgufInput('tiny-256', DEFAULT_SEED), 'Q4_K_M');
   writeFileSync(join(gguf, 'README.md'), '# gguf\n');
   const empty = join(dir, 'hub', EMPTY);
   mkdirSync(empty, { recursive: true });
@@ -365,12 +367,34 @@ describe('model:pull of safetensors and GGUF repos', () => {
     sameFolders(dest, out('safetensors'));
   });
 
-  it('a GGUF repo is recognised and refused for now; a repo with nothing loadable says what it has', async () => {
-    const mark = hub.log.length;
-    await expect(pullModel({ repo: GGUF, outDir: out('gguf'), endpoint: hub.endpoint })).rejects.toThrow(
-      /someorg\/tiny-GGUF@main holds GGUF files \(tiny-Q8_0\.gguf\); pulling gguf repos is not supported yet/,
+  it('a GGUF repo: its Q4_K_M file (or the one --file names) imported as it is, runs on the kernels', async () => {
+    const r = await pullModel({ repo: GGUF, outDir: out('gguf'), endpoint: hub.endpoint });
+    expect(r.format).toBe('gguf');
+    expect(r.files.map((f) => f.file)).toEqual(['tiny-256-Q4_K_M.gguf']);
+    expect(r.dtypes).toEqual(['gguf']);
+    same(join(dir, 'hub', GGUF, 'tiny-256-Q4_K_M.gguf'), join(out('gguf'), 'model.gguf'));
+    const engine = await Engine.load(await nodeRuntime('kernels'), directorySource(out('gguf')), {
+      kvCacheBytes: 1 << 20,
+    });
+    expect(engine.stats().runner).toBe('kernels');
+    const { done } = await collect(engine, { prompt: 'Hi', max_tokens: 4, temperature: 0, ignore_eos: true });
+    expect(done.tokenIds).toHaveLength(4);
+    await engine.runner.release();
+    const picked = await pullModel({
+      repo: GGUF,
+      outDir: out('gguf-q8'),
+      endpoint: hub.endpoint,
+      files: ['tiny-256-Q8_0.gguf'],
+    });
+    expect(picked.files.map((f) => f.file)).toEqual(['tiny-256-Q8_0.gguf']);
+    await expect(
+      pullModel({ repo: GGUF, outDir: out('gguf-bad'), endpoint: hub.endpoint, files: ['nope.gguf'] }),
+    ).rejects.toThrow(
+      /--file: someorg\/tiny-GGUF@main holds tiny-256-Q4_K_M\.gguf, tiny-256-Q8_0\.gguf; name one of them/,
     );
-    expect(hub.log.slice(mark).filter((e) => e.path.includes('/resolve/'))).toEqual([]);
+  });
+
+  it('a repo with nothing loadable says what it has', async () => {
     await expect(pullModel({ repo: EMPTY, outDir: out('empty'), endpoint: hub.endpoint })).rejects.toThrow(
       /has nothing the engine can load: no onnx\/model\*\.onnx, no model\.safetensors \(or its index\), no \.gguf \(it has README\.md\)/,
     );

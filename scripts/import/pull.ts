@@ -1,11 +1,12 @@
 // model:pull: which kind of repo it is, decided by the files it lists, and the puller for that kind.
 //   onnx          onnx/model.onnx, onnx/model_<dtype>.onnx (onnx-community's layout)     -> pull-onnx.ts
 //   safetensors   model.safetensors, or model.safetensors.index.json and its shards      -> pull-safetensors.ts
-//   gguf          *.gguf                                                                  -> not yet
+//   gguf          *.gguf (one quantisation picked)                                        -> pull-gguf.ts
 // A repo holding several (HuggingFaceTB/SmolLM2-135M-Instruct has onnx/ and model.safetensors) is pulled
 // as the first of that list unless --format picks another. Every puller fetches at the revision's commit
 // and verifies every file (hub-client.ts).
 import { destination, downloadFile, HubError, revisionInfo, type HubOptions, type Sibling } from './hub-client.js';
+import { pullGguf } from './pull-gguf.js';
 import { pullOnnx } from './pull-onnx.js';
 import { pullSafetensors } from './pull-safetensors.js';
 
@@ -52,14 +53,11 @@ export interface RepoPull {
 
 export type Puller = (pull: RepoPull) => Promise<PullResult>;
 
-/**
- * The puller of each format. GGUF repos get theirs with the GGUF importer (issue 20): it goes here, and
- * `formatsOf` already recognises them.
- */
-const PULLERS: Record<RepoFormat, Puller | undefined> = {
+/** The puller of each format. */
+const PULLERS: Record<RepoFormat, Puller> = {
   onnx: pullOnnx,
   safetensors: pullSafetensors,
-  gguf: undefined,
+  gguf: pullGguf,
 };
 
 const IS_FORMAT: Record<RepoFormat, (file: string) => boolean> = {
@@ -83,7 +81,9 @@ export async function pullModel(opts: PullOptions): Promise<PullResult> {
     throw new HubError(
       `${where} has no ${opts.format} files (it has ${formats.join(', ') || 'none the engine reads'})`,
     );
-  const format = opts.format ?? (opts.files?.length ? 'onnx' : formats[0]);
+  // --file names what it picks: a .gguf picks the GGUF format, a graph the ONNX one.
+  const picked = opts.files?.length ? (opts.files.every((f) => f.endsWith('.gguf')) ? 'gguf' : 'onnx') : undefined;
+  const format = opts.format ?? picked ?? formats[0];
   if (!format) {
     const listed = names.slice(0, 12).join(', ') + (names.length > 12 ? ', ...' : '');
     throw new HubError(
@@ -91,10 +91,6 @@ export async function pullModel(opts: PullOptions): Promise<PullResult> {
     );
   }
   const puller = PULLERS[format];
-  if (!puller)
-    throw new HubError(
-      `${where} holds ${format.toUpperCase()} files (${names.filter(IS_FORMAT[format]).join(', ')}); pulling ${format} repos is not supported yet`,
-    );
   const byName = new Map(info.siblings.map((s) => [s.rfilename, s]));
   const result: PullResult = {
     sha: info.sha,
