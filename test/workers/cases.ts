@@ -27,5 +27,7 @@ export type NodeExpectations = Record<'cpu' | 'kernels' | 'ort-wasm', Record<str
 declare module 'vitest' {
   export interface ProvidedContext {
     nodeExpectations: NodeExpectations;
+    /** quantProbe (test/helpers/quant-layout.ts) in Node, per kernels build. */
+    nodeKernelProbe: Record<string, Record<string, number[]>>;
   }
 }

@@ -1,0 +1,28 @@
+// Both builds of our kernels inside workerd's V8: the relaxed-SIMD build (the one the worker imports) and the
+// baseline give the same bits for the block-quantised product in every form, and the same bits as in Node.
+// This is the check PLATFORM.md's "relaxed SIMD is exact here" rests on, in the engine the product runs in.
+import { describe, expect, inject, it } from 'vitest';
+import baseline from '../../src/engine/kernels/edge-kernels.wasm';
+import relaxed from '../../src/engine/kernels/edge-kernels-relaxed.wasm';
+import { instantiateKernels } from '../../src/engine/kernels/edge-kernels.js';
+import { quantProbe } from '../helpers/quant-layout.js';
+
+describe('kernel builds in workerd', () => {
+  it('give the same bits in every quantised form as each other and as Node', async () => {
+    const inWorkerd: Record<string, Record<string, number[]>> = {};
+    for (const [build, module] of [
+      ['baseline', baseline],
+      ['relaxed', relaxed],
+    ] as const) {
+      const { kernels, memory } = await instantiateKernels(module);
+      inWorkerd[build] = quantProbe({ k: kernels, mem: memory });
+    }
+    const inNode = inject('nodeKernelProbe');
+    expect(Object.keys(inWorkerd.relaxed)).toHaveLength(8);
+    for (const format of Object.keys(inWorkerd.baseline)) {
+      expect(inWorkerd.relaxed[format], format).toEqual(inWorkerd.baseline[format]);
+      expect(inWorkerd.baseline[format], format).toEqual(inNode.baseline[format]);
+      expect(inNode.relaxed[format], format).toEqual(inNode.baseline[format]);
+    }
+  });
+});
