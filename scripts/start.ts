@@ -6,6 +6,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ignoreLargeModelFolders } from './import/assets-ignore.js';
+import { ensureInspectorProxyPatched } from './lib/wrangler-inspector-patch.js';
 import { startArgs } from './start-args.js';
 
 for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url)))) {
@@ -13,6 +14,8 @@ for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', im
     `models/${name} has files over the 25 MiB asset cap: left out of the assets (models/.assetsignore); serve it from R2 with npm run model:upload -- models/${name}`,
   );
 }
+// Without it a MODEL_URL weights file floods wrangler dev with sockets (scripts/lib/wrangler-inspector-patch.ts).
+ensureInspectorProxyPatched();
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
 const child = spawn(process.execPath, [wrangler, ...startArgs(process.env, process.argv.slice(2))], {
   stdio: 'inherit',

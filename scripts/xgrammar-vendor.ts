@@ -25,6 +25,54 @@ function replaceExact(text: string, from: string | RegExp, to: string, count = 1
   return text.replace(re, () => to);
 }
 
+/** An unsigned LEB128 at `at`: its value and where it ends. */
+function readLeb(bytes: Uint8Array, at: number): { value: number; end: number } {
+  let value = 0;
+  let scale = 1;
+  for (let i = at; ; i++) {
+    value += (bytes[i] & 0x7f) * scale;
+    scale *= 128;
+    if ((bytes[i] & 0x80) === 0) return { value, end: i + 1 };
+  }
+}
+
+/**
+ * Emscripten builds xgrammar with 16 MiB of initial memory (259 pages) and lets it grow. Each instance
+ * (runtime.ts keeps two: one holds the tokenizer and grammars, one only parses) then takes 16 MiB of an
+ * isolate's 128 MB at once, though its data and stack end below 136 KiB. Starting at the pages that hold
+ * them, each grows to what it uses. The minimum is rewritten in the bytes it took (a padded LEB128, which
+ * decoders accept), so nothing else in the module moves.
+ */
+export function shrinkInitialMemory(wasm: Uint8Array): Uint8Array {
+  const out = new Uint8Array(wasm);
+  let stackTop = 0;
+  let memoryMin: { at: number; end: number } | undefined;
+  for (let at = 8; at < out.length; ) {
+    const id = out[at];
+    const size = readLeb(out, at + 1);
+    const body = size.end;
+    if (id === 5) {
+      const count = readLeb(out, body);
+      if (count.value !== 1 || (out[count.end] & ~1) !== 0)
+        throw new Error('xgrammar-vendor: unexpected memory section');
+      const min = readLeb(out, count.end + 1);
+      memoryMin = { at: count.end + 1, end: min.end };
+    } else if (id === 6) {
+      // Global 0 is emscripten's stack pointer: an i32 (0x7f), mutable, set by i32.const (0x41) to the stack's top.
+      const first = readLeb(out, body).end;
+      if (out[first] !== 0x7f || out[first + 1] !== 1 || out[first + 2] !== 0x41)
+        throw new Error('xgrammar-vendor: global 0 is not the stack pointer');
+      stackTop = readLeb(out, first + 3).value;
+    }
+    at = body + size.value;
+  }
+  if (!memoryMin || stackTop === 0) throw new Error('xgrammar-vendor: no memory section or stack pointer');
+  const pages = Math.ceil(stackTop / 65_536) + 1;
+  const width = memoryMin.end - memoryMin.at;
+  for (let i = 0; i < width; i++) out[memoryMin.at + i] = ((pages >> (7 * i)) & 0x7f) | (i < width - 1 ? 0x80 : 0);
+  return out;
+}
+
 export interface VendoredXgrammar {
   glue: string;
   wasm: Uint8Array;
@@ -40,7 +88,7 @@ export function vendorXgrammar(): VendoredXgrammar {
   const dataUri = /"data:application\/octet-stream;base64,([A-Za-z0-9+/=]+)"/;
   const base64 = dataUri.exec(src)?.[1];
   if (!base64) throw new Error('xgrammar-vendor: no embedded wasm found');
-  const wasm = new Uint8Array(Buffer.from(base64, 'base64'));
+  const wasm = shrinkInitialMemory(new Uint8Array(Buffer.from(base64, 'base64')));
   src = replaceExact(src, dataUri, '""');
 
   // UMD wrapper → an ES module.

@@ -115,6 +115,26 @@ describe('seeded sampling', () => {
     expect(a.seed).not.toBe(b.seed);
     expect(seq(a.seed)).toEqual(seq(a.seed));
   });
+  it('samplers of one vocabulary, stepped in turn (as a batch is), draw what each draws alone', () => {
+    // They share their scratch rows: nothing of one call may leak into another's.
+    const kinds: SamplingInput[] = [
+      { ...params, seed: 1 },
+      { temperature: 0, seed: 2, logprobs: true, top_logprobs: 3 },
+      { temperature: 1.4, min_p: 0.05, presence_penalty: 0.8, seed: 3, logprobs: true, top_logprobs: 2 },
+      { temperature: 0.6, top_k: 4, seed: 4 },
+    ];
+    // Sampler i reads the rows from the i-th on, so in each step every sampler sees other logits.
+    const rowOf = (i: number, step: number) => rows[(step + i) % rows.length];
+    const alone = kinds.map((k, i) => {
+      const s = sampler(k, 50, [4, 5]);
+      return rows.map((_, step) => s.sample(rowOf(i, step)));
+    });
+    const batch = kinds.map((k) => sampler(k, 50, [4, 5]));
+    const inTurn = kinds.map((): ReturnType<TokenSampler['sample']>[] => []);
+    for (let step = 0; step < rows.length; step++)
+      for (const [i, s] of batch.entries()) inTurn[i].push(s.sample(rowOf(i, step)));
+    expect(inTurn).toEqual(alone);
+  });
 });
 
 describe('sampled distribution', () => {

@@ -237,6 +237,25 @@ describe('TextTokenizer', () => {
     expect(ids.some((id) => id >= 3 && (tok512.tokenBytes(id)[0] & 0xc0) === 0x80)).toBe(true);
   });
 
+  it("every id's bytes are its byte-level spelling's, whichever is asked first; a bad token fails alone", () => {
+    // The bytes of all ids are packed into one buffer on first use: asking for the last id first must
+    // still give each id its own bytes.
+    const fresh = TextTokenizer.fromJson(filesBig.tokenizerJson, filesBig.tokenizerConfig);
+    const last = fresh.vocabSize - 1;
+    expect(bytesToByteLevel(fresh.tokenBytes(last))).toBe(fresh.idToToken(last));
+    for (let id = 3; id < fresh.vocabSize; id++) {
+      if (bytesToByteLevel(fresh.tokenBytes(id)) !== fresh.idToToken(id)) throw new Error(`id ${id} has other bytes`);
+    }
+    // A vocabulary entry that is not byte-level throws for its own id only, every time it is asked for.
+    const json = structuredClone(json512) as BpeJson;
+    json.model.vocab['not\u{1F600}level'] = 512;
+    const odd = TextTokenizer.fromJson(json, files512.tokenizerConfig);
+    expect(odd.tokenBytes(3 + 0x41)).toEqual(new Uint8Array([0x41]));
+    expect(() => odd.tokenBytes(512)).toThrow(/not a byte-level string/);
+    expect(() => odd.tokenBytes(512)).toThrow(/not a byte-level string/);
+    expect(odd.tokenBytes(511)).toEqual(tok512.tokenBytes(511));
+  });
+
   it('rejects ids outside the vocabulary', () => {
     expect(() => tok512.decode([5, 512])).toThrow(RangeError);
     expect(() => tok512.tokenBytes(-1)).toThrow(RangeError);

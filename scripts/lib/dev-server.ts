@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from './free-port.js';
+import { ensureInspectorProxyPatched } from './wrangler-inspector-patch.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -39,6 +40,7 @@ export async function startDevServer(
   persistDir?: string,
   options: DevServerOptions = {},
 ): Promise<DevServer> {
+  ensureInspectorProxyPatched();
   const port = options.port ?? (await freePort());
   const inspectorPort = await freePort();
   const dir = persistDir ?? mkdtempSync(join(tmpdir(), 'edge-infer-dev-'));

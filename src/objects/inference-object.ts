@@ -97,7 +97,8 @@ export class InferenceObject extends DurableObject<Env> {
       assets: this.env.MODELS,
       url: this.env.MODEL_URL?.trim() || undefined,
     };
-    const { source } = await modelSourceFor(model, places);
+    const started = Date.now();
+    const { source, kind } = await modelSourceFor(model, places);
     const dtype = (this.env.MODEL_DTYPE?.trim() || 'fp32') as ModelDtype;
     const draftName = this.env.DRAFT_MODEL?.trim();
     // The draft lives beside the target (same bucket or assets); a MODEL_URL names one folder, the target's.
@@ -105,7 +106,7 @@ export class InferenceObject extends DurableObject<Env> {
       ? { source: (await modelSourceFor(draftName, { ...places, url: undefined })).source }
       : undefined;
     const speculative = speculativeVar(this.env);
-    return Engine.load(shardRuntime(this.env), source, {
+    const engine = await Engine.load(shardRuntime(this.env), source, {
       modelId: model,
       dtype,
       draft,
@@ -117,6 +118,9 @@ export class InferenceObject extends DurableObject<Env> {
       anyJsonWhitespace: anyJsonWhitespaceVar(this.env),
       kvStore: this.kvStore,
     });
+    // Wall time: in production the clock moves only across I/O, which is most of a load.
+    this.metrics.loaded({ seconds: (Date.now() - started) / 1000, source: kind });
+    return engine;
   }
 
   private blockStore: KvBlockStore | null | undefined;
@@ -202,6 +206,11 @@ export class InferenceObject extends DurableObject<Env> {
       this.kvStore?.usage(),
       this.limiter.snapshot(),
     );
+  }
+
+  /** The runner of the loaded engine (`kernels` or `onnxruntime`) for GET /v1/models; null before a load, which this never starts. */
+  async runner(): Promise<string | null> {
+    return this.loaded?.runner.stats().runner ?? null;
   }
 
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */

@@ -57,6 +57,14 @@ export interface ShardStats {
   keys: Record<string, KeyStats>;
   /** The shard's stored KV blocks (read from its SQLite, so known before the engine loads); absent when KV_STORE_MB is 0. */
   kvStore?: KvStoreUsage;
+  /** How long the last successful model load took and where the model came from; absent before one. */
+  modelLoad?: ModelLoad;
+}
+
+/** One model load: config, tokenizer and weights read from `source` and placed, the KV pool made. */
+export interface ModelLoad {
+  seconds: number;
+  source: string;
 }
 
 const TTFT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -74,6 +82,12 @@ export class ServiceMetrics {
   private cachedPromptTokens = 0;
   private readonly requests: Record<string, number> = {};
   private readonly keys = new Map<string, KeyStats>();
+  private modelLoad: ModelLoad | undefined;
+
+  /** The engine loaded (a later load, after a failed one, replaces the figure). */
+  loaded(load: ModelLoad): void {
+    this.modelLoad = load;
+  }
 
   interToken(ms: number): void {
     this.itl.observe(ms / 1000);
@@ -120,6 +134,7 @@ export class ServiceMetrics {
       keys[name] = { ...this.key(name), ...limits[name] };
     return {
       ...(kvStore ? { kvStore } : {}),
+      ...(this.modelLoad ? { modelLoad: { ...this.modelLoad } } : {}),
       model,
       engine,
       ttftSeconds: this.ttft.snapshot(),

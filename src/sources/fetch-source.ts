@@ -1,4 +1,5 @@
-import { oneChunk, readableChunks, type ModelSource } from '../engine/model/model-files.js';
+import { oneChunk, type ModelSource } from '../engine/model/model-files.js';
+import { sizedChunks } from './sized-chunks.js';
 
 /** Anything with a fetch: the global one, a static-assets binding, a service binding. */
 export interface Fetcher {
@@ -13,9 +14,11 @@ export function fetchSource(fetcher: Fetcher, baseUrl: string): ModelSource {
   const base = baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`;
   const get = async (path: string): Promise<Response | null> => {
     const res = await fetcher.fetch(new URL(path, base).toString());
+    if (res.ok) return res;
+    // A body nobody reads holds its connection until it is collected: let it go now.
+    await res.body?.cancel().catch(() => {});
     if (res.status === 404) return null;
-    if (!res.ok) throw new Error(`fetching ${path} from ${base}: HTTP ${res.status}`);
-    return res;
+    throw new Error(`fetching ${path} from ${base}: HTTP ${res.status}`);
   };
   return {
     async read(path) {
@@ -27,7 +30,7 @@ export function fetchSource(fetcher: Fetcher, baseUrl: string): ModelSource {
       if (!res) return null;
       const length = Number(res.headers.get('content-length') ?? NaN);
       const size = Number.isSafeInteger(length) ? length : undefined;
-      return { chunks: res.body ? readableChunks(res.body) : oneChunk(new Uint8Array(await res.arrayBuffer())), size };
+      return { chunks: res.body ? sizedChunks(res.body) : oneChunk(new Uint8Array(await res.arrayBuffer())), size };
     },
   };
 }

@@ -12,6 +12,9 @@ export interface ModelLocations {
   fetcher?: Fetcher;
 }
 
+/** Which of the three places a model was read from (a metric label: never the URL itself, which may hold a token). */
+export type ModelSourceKind = 'url' | 'r2' | 'assets';
+
 /**
  * Where the server reads model `name` from: MODEL_URL when set; else the R2 bucket when it holds
  * `<name>/config.json`; else the static assets. One model, one place: its files are never mixed.
@@ -19,10 +22,14 @@ export interface ModelLocations {
 export async function modelSourceFor(
   name: string,
   where: ModelLocations,
-): Promise<{ source: ModelSource; from: string }> {
+): Promise<{ source: ModelSource; from: string; kind: ModelSourceKind }> {
   if (where.url)
-    return { source: fetchSource(where.fetcher ?? { fetch: (u) => fetch(u) }, where.url), from: where.url };
+    return {
+      source: fetchSource(where.fetcher ?? { fetch: (u) => fetch(u) }, where.url),
+      from: where.url,
+      kind: 'url',
+    };
   if (where.bucket && (await where.bucket.head(`${name}/config.json`)))
-    return { source: r2Source(where.bucket, name), from: `R2 ${name}/` };
-  return { source: fetchSource(where.assets, `http://models.local/${name}/`), from: `assets ${name}/` };
+    return { source: r2Source(where.bucket, name), from: `R2 ${name}/`, kind: 'r2' };
+  return { source: fetchSource(where.assets, `http://models.local/${name}/`), from: `assets ${name}/`, kind: 'assets' };
 }

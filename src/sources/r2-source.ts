@@ -1,4 +1,5 @@
-import { readableChunks, type ModelSource } from '../engine/model/model-files.js';
+import type { ModelSource } from '../engine/model/model-files.js';
+import { sizedChunks } from './sized-chunks.js';
 
 /** The part of an R2 bucket binding a model needs (also what miniflare's local R2 gives `wrangler dev`). */
 export interface ObjectBucket {
@@ -21,7 +22,7 @@ export function r2Source(bucket: ObjectBucket, prefix: string): ModelSource {
     },
     async stream(path) {
       const object = await bucket.get(`${base}/${path}`);
-      return object && { chunks: readableChunks(object.body), size: object.size };
+      return object && { chunks: sizedChunks(object.body), size: object.size };
     },
   };
 }

@@ -23,6 +23,15 @@ interface AddedTokenInfo {
 }
 
 const EMPTY = new Uint8Array(0);
+
+interface PackedTokenBytes {
+  /** The bytes of ids 0, 1, ... end to end (added tokens take none). */
+  bytes: Uint8Array;
+  /** (vocabSize + 1) where each id's bytes begin; the last entry is the end. */
+  offsets: Uint32Array;
+  /** Ids whose bytes could not be made (no vocabulary entry, not byte-level), and why. */
+  failed: Map<number, Error>;
+}
 const utf8 = new TextEncoder();
 
 export class TextTokenizer {
@@ -40,7 +49,8 @@ export class TextTokenizer {
   readonly eosTokenIds: readonly number[];
 
   private readonly addedTokens: ReadonlyMap<number, AddedTokenInfo>;
-  private readonly bytesCache: (Uint8Array | undefined)[];
+  /** Every token's bytes, built on first use (see packTokenBytes). */
+  private packed: PackedTokenBytes | undefined;
 
   private constructor(
     private readonly hf: Tokenizer,
@@ -63,7 +73,6 @@ export class TextTokenizer {
     let maxId = -1;
     for (const id of hf.get_vocab(true).values()) maxId = Math.max(maxId, id);
     this.vocabSize = maxId + 1;
-    this.bytesCache = new Array(this.vocabSize);
 
     this.bosTokenId = this.configTokenId(config.bos_token);
     this.eosTokenId = this.configTokenId(config.eos_token);
@@ -77,7 +86,7 @@ export class TextTokenizer {
     if (!isObject(tokenizerJson)) throw new Error('tokenizer.json must be a JSON object');
     const config = isObject(tokenizerConfig) ? tokenizerConfig : {};
     return new TextTokenizer(
-      new Tokenizer(tokenizerJson, config),
+      buildHfTokenizer(tokenizerJson, config),
       config,
       usesByteFallback(tokenizerJson) ? sentencePieceToBytes : byteLevelToBytes,
     );
@@ -138,11 +147,43 @@ export class TextTokenizer {
     this.checkId(id);
     const added = this.addedTokens.get(id);
     if (added) return options.addedTokens === 'text' ? utf8.encode(added.content) : EMPTY;
-    const cached = this.bytesCache[id];
-    if (cached !== undefined) return cached;
-    const bytes = this.pieceBytes(this.idToToken(id));
-    this.bytesCache[id] = bytes;
-    return bytes;
+    this.packed ??= this.packTokenBytes();
+    const failed = this.packed.failed.get(id);
+    if (failed) throw failed;
+    return this.packed.bytes.subarray(this.packed.offsets[id], this.packed.offsets[id + 1]);
+  }
+
+  /**
+   * Every ordinary token's bytes end to end in one buffer, and where each id's begin. A Uint8Array per token
+   * cost ~220 bytes of objects for a few bytes of data: 10 MiB at a 49,152-token vocabulary once a grammar
+   * had spelled every token (docs/models.md, "Memory in the isolate"); this is ~0.5 MiB. A token whose
+   * bytes cannot be made keeps its error, thrown when that id is asked for, as before.
+   */
+  private packTokenBytes(): PackedTokenBytes {
+    const offsets = new Uint32Array(this.vocabSize + 1);
+    const failed = new Map<number, Error>();
+    let bytes = new Uint8Array(this.vocabSize * 8);
+    let end = 0;
+    for (let id = 0; id < this.vocabSize; id++) {
+      offsets[id] = end;
+      if (this.addedTokens.has(id)) continue;
+      let piece: Uint8Array;
+      try {
+        piece = this.pieceBytes(this.idToToken(id));
+      } catch (err) {
+        failed.set(id, err instanceof Error ? err : new Error(String(err)));
+        continue;
+      }
+      if (end + piece.length > bytes.length) {
+        const grown = new Uint8Array(Math.max(bytes.length * 2, end + piece.length));
+        grown.set(bytes.subarray(0, end));
+        bytes = grown;
+      }
+      bytes.set(piece, end);
+      end += piece.length;
+    }
+    offsets[this.vocabSize] = end;
+    return { bytes: bytes.slice(0, end), offsets, failed };
   }
 
   private checkId(id: number): void {
@@ -157,6 +198,28 @@ export class TextTokenizer {
       typeof token === 'string' ? token : isObject(token) && typeof token.content === 'string' ? token.content : null;
     return content === null ? null : (this.hf.token_to_id(content) ?? null);
   }
+}
+
+/**
+ * @huggingface/tokenizers (0.2.0) keeps the tokenizer.json it was built from (the Tokenizer and its model
+ * each hold it) and the merge list it ranked, though it reads them only while it is built: its own maps
+ * (token -> id, id -> token, merge ranks) are what it uses. Built from a copy of the model section whose
+ * vocabulary and merges are dropped afterwards, it holds those maps alone: at a 49,152-token vocabulary
+ * with 48,900 merges that is ~6 MiB of an isolate's 128 MB less (docs/models.md, "Memory in the isolate").
+ */
+function buildHfTokenizer(tokenizerJson: Record<string, unknown>, config: Record<string, unknown>): Tokenizer {
+  if (!isObject(tokenizerJson.model)) return new Tokenizer(tokenizerJson, config);
+  const model: Record<string, unknown> = { ...tokenizerJson.model };
+  // Merges as pairs in an array of our own, emptied below: BPE keeps the very array it was handed.
+  const merges = Array.isArray(model.merges)
+    ? model.merges.map((m: unknown) => (typeof m === 'string' ? m.split(' ', 2) : m))
+    : undefined;
+  if (merges) model.merges = merges;
+  const hf = new Tokenizer({ ...tokenizerJson, model }, config);
+  delete model.vocab;
+  delete model.merges;
+  if (merges) merges.length = 0;
+  return hf;
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {

@@ -17,8 +17,13 @@ describe('backend choice in workerd', () => {
       expect(key).toContain('backend="wasm"');
       expect(value).toBe(1);
     }
-    // The shard that served the request runs our kernels, and says how much linear memory they hold.
+    // The shard that served the request runs our kernels, and says so on /metrics and /v1/models, and how
+    // much linear memory they hold.
     expect(info.some(([key]) => key.includes('runner="kernels"'))).toBe(true);
+    expect(((await (await call('/v1/models')).json()) as { data: { runner: string }[] }).data[0].runner).toBe(
+      'kernels',
+    );
+    expect(((await (await call('/v1/models/tiny')).json()) as { runner: string }).runner).toBe('kernels');
     const memory = [...metrics].filter(([k]) => k.startsWith('edge_infer_wasm_memory_bytes{'));
     expect(memory.length).toBeGreaterThan(0);
     // Weights (tiny: 0.5 MiB) + the KV pool (KV_CACHE_MB, 16) + at most 16 MiB besides: the footprint rule, in workerd.

@@ -11,10 +11,22 @@ describe('GET /v1/models', () => {
   it('lists the served model', async () => {
     const res = await call('/v1/models');
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({
+    const body = (await res.json()) as { data: { runner: string | null }[] };
+    // runner: null until a shard has loaded the model (other files' requests may have loaded it already).
+    expect(body).toEqual({
       object: 'list',
-      data: [{ id: 'tiny', object: 'model', created: expect.any(Number), owned_by: 'edge-infer', backend: 'wasm' }],
+      data: [
+        {
+          id: 'tiny',
+          object: 'model',
+          created: expect.any(Number),
+          owned_by: 'edge-infer',
+          backend: 'wasm',
+          runner: body.data[0].runner,
+        },
+      ],
     });
+    expect([null, 'kernels']).toContain(body.data[0].runner);
     const one = await call('/v1/models/tiny');
     expect(((await one.json()) as { id: string }).id).toBe('tiny');
   });

@@ -9,7 +9,7 @@ import type { ModelConfig } from '../model/config.js';
 import { readOnnx, streamWeights, type ModelDtype, type ModelSource } from '../model/model-files.js';
 import type { OrtRuntime } from '../model/runtime.js';
 import { OnnxRunner } from '../onnx/onnx-runner.js';
-import { MemoryBudget, onnxruntimeFootprint } from './memory-budget.js';
+import { isolateFootprint, MemoryBudget, onnxruntimeFootprint } from './memory-budget.js';
 import type { ModelRunner } from './model-runner.js';
 
 /** What sizes a runner (the engine's limits) and how onnxruntime runs. */
@@ -46,7 +46,9 @@ export async function loadRunner(
   config: ModelConfig,
   options: RunnerOptions,
 ): Promise<LoadedRunner> {
-  const budget = new MemoryBudget(config, options.kvCacheBytes, options.memoryBudgetBytes);
+  // On wasm the budget stands for a Workers isolate, which also holds the tokenizer, streams and grammars.
+  const besides = runtime.name === 'wasm' ? [isolateFootprint(config.vocabSize, options.maxBatchSize)] : [];
+  const budget = new MemoryBudget(config, options.kvCacheBytes, options.memoryBudgetBytes, besides);
   const choice = runtime.runner ?? 'auto';
   const gpu = isGpuRuntime(runtime);
   if (dtype === 'gguf' && (choice === 'onnxruntime' || gpu || !runtime.kernels))

@@ -13,8 +13,9 @@ export interface FootprintPart {
 
 /**
  * The bytes a model may use (MEMORY_BUDGET_MB): its parts (weights, scratch, a runtime's own copies) plus
- * the KV pool. Runners check their footprint against it before they place anything, and again as weights
- * arrive from a source that could not say their size.
+ * the KV pool, and what the isolate holds besides (`besides`: isolateFootprint, where the budget stands for
+ * a Workers isolate). Runners check their footprint against it before they place anything, and again as
+ * weights arrive from a source that could not say their size.
  */
 export class MemoryBudget {
   /** Bytes a token of KV takes, for the advice on what would fit. */
@@ -25,12 +26,15 @@ export class MemoryBudget {
     private readonly kvCacheBytes: number,
     /** Undefined: no limit. */
     readonly budgetBytes: number | undefined,
+    /** Parts every check counts besides the runner's own. */
+    private readonly besides: readonly FootprintPart[] = [],
   ) {
     this.perToken = kvBytesPerToken(config);
   }
 
-  /** Refuses a footprint (its parts and the KV pool) past the budget, saying what would fit. */
-  check(parts: readonly FootprintPart[]): void {
+  /** Refuses a footprint (its parts, what is held besides, and the KV pool) past the budget, saying what would fit. */
+  check(runnerParts: readonly FootprintPart[]): void {
+    const parts = [...runnerParts, ...this.besides];
     const fixed = parts.reduce((n, p) => n + p.bytes, 0);
     const { budgetBytes, kvCacheBytes, perToken } = this;
     if (budgetBytes === undefined || fixed + kvCacheBytes <= budgetBytes) return;
@@ -47,6 +51,24 @@ export class MemoryBudget {
     );
   }
 }
+
+/**
+ * What a Workers isolate holds besides a runner's memory, as measured in workerd through the inspector (JS
+ * heap + ArrayBuffers + xgrammar's WebAssembly memories; scripts/bench/edge-memory.ts, docs/models.md
+ * "Memory in the isolate"): the code and the service, a cost per vocabulary entry (the tokenizer's maps,
+ * the token bytes, the sampler's shared rows, xgrammar's tokenizer tables once a grammar is used) and a
+ * cost per concurrent stream. bench-135m q4 with a 49,152-token tokenizer measured 8.2 MiB loaded, 9.4
+ * under 16 streams and 13.3 once a grammar was compiled.
+ */
+export function isolateFootprint(vocabSize: number, maxStreams: number): FootprintPart {
+  const bytes = ISOLATE_BASE_BYTES + vocabSize * ISOLATE_BYTES_PER_VOCAB_ENTRY + maxStreams * ISOLATE_BYTES_PER_STREAM;
+  return { label: 'isolate besides the runner (JS heap, buffers, xgrammar)', bytes };
+}
+
+/** Measured (docs/models.md, "Memory in the isolate"); rounded up. */
+const ISOLATE_BASE_BYTES = 3 * MiB;
+const ISOLATE_BYTES_PER_VOCAB_ENTRY = 200;
+const ISOLATE_BYTES_PER_STREAM = 96 * 1024;
 
 /**
  * What onnxruntime-web holds besides the KV pool, measured (process RSS around InferenceSession.create, plus

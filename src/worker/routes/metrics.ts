@@ -62,6 +62,17 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
         .filter(({ s }) => s.engine!.wasmMemoryBytes !== undefined)
         .map(({ labels, s }): [Record<string, string>, number] => [labels, s.engine!.wasmMemoryBytes!]),
     )
+    .family(
+      'edge_infer_model_load_seconds',
+      'gauge',
+      'How long the shard took to load its model (config, tokenizer, weights, KV pool), by source: url (MODEL_URL), r2 or assets.',
+      labelled
+        .filter(({ s }) => s.modelLoad !== undefined)
+        .map(({ labels, s }): [Record<string, string>, number] => [
+          { ...labels, source: s.modelLoad!.source },
+          s.modelLoad!.seconds,
+        ]),
+    )
     .histogram(
       'edge_infer_time_to_first_token_seconds',
       'Time from arrival to the first generated token.',

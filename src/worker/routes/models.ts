@@ -1,6 +1,7 @@
 import { Hono } from 'hono';
 import { modelName, serviceBackend, type Env } from '../../env.js';
 import { ApiError } from '../errors.js';
+import { shardCount, shardStub } from '../routing.js';
 
 /** GET /v1/models and GET /v1/models/:id: the one model this deployment serves. */
 const models = new Hono<{ Bindings: Env }>();
@@ -8,22 +9,36 @@ const models = new Hono<{ Bindings: Env }>();
 // OpenAI's `created` is when the model was published; a fixed time keeps responses stable across isolates.
 const CREATED = 1_767_225_600; // 2026-01-01T00:00:00Z
 
-// `backend` (an extra field, as vLLM adds its own): what the shards run the model on, wasm or webgpu.
-const card = (id: string, env: Env) => ({
+/**
+ * The runner a shard's loaded engine runs on (`kernels` or `onnxruntime`), asked of every shard (none loads
+ * its model for this); null while no shard has loaded it. Every shard runs one configuration, so the first
+ * answer is the answer: it shows whether a graph fell back from the kernels to onnxruntime.
+ */
+async function loadedRunner(env: Env): Promise<string | null> {
+  const runners = await Promise.all(Array.from({ length: shardCount(env) }, (_, i) => shardStub(env, i).runner()));
+  return runners.find((r) => r !== null) ?? null;
+}
+
+// Extra fields, as vLLM adds its own: `backend`, what the shards run the model on (wasm or webgpu), and
+// `runner`, what runs the graph there once a shard has loaded it.
+const card = (id: string, env: Env, runner: string | null) => ({
   id,
   object: 'model' as const,
   created: CREATED,
   owned_by: 'edge-infer',
   backend: serviceBackend(env),
+  runner,
 });
 
-models.get('/', (c) => c.json({ object: 'list', data: [card(modelName(c.env), c.env)] }));
+models.get('/', async (c) =>
+  c.json({ object: 'list', data: [card(modelName(c.env), c.env, await loadedRunner(c.env))] }),
+);
 
-models.get('/:id', (c) => {
+models.get('/:id', async (c) => {
   const id = c.req.param('id');
   if (id !== modelName(c.env))
     throw new ApiError(404, `the model '${id}' does not exist`, 'invalid_request_error', 'model', 'model_not_found');
-  return c.json(card(id, c.env));
+  return c.json(card(id, c.env, await loadedRunner(c.env)));
 });
 
 export default models;
