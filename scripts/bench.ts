@@ -6,7 +6,7 @@
 // Writes <out>/results.json, <out>/decode.svg and prints Markdown tables. Not part of `npm test`.
 //
 //   npm run bench -- [--quick] [--models bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32]
-//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore,structured]
+//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore,structured,edge,edge-memory]
 //     [--runs 5] [--batches 1,4,16,32] [--prefill 128,512,2048] [--histories 256,1024,4096]
 //     [--prompt 32] [--tokens 32] [--fresh 20] [--clients 1,16] [--session-models ...] [--out bench] [--append]
 // Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1). Each backend runs in a child process.
@@ -26,6 +26,8 @@ import type { SpeculationCase } from './bench/speculative-table.js';
 import type { WebGpuBenchRow } from './bench/webgpu-table.js';
 import type { WllamaBenchRow } from './bench/wllama-table.js';
 import type { KernelsBench } from './bench/kernels-table.js';
+import type { EdgeBench } from './bench/edge.js';
+import type { EdgeMemoryBench } from './bench/edge-memory.js';
 import type { StructuredBench } from './bench/structured.js';
 import { decodePlotSvg } from './bench/svg-plot.js';
 
@@ -88,6 +90,8 @@ const SCRIPT_SECTIONS: readonly string[] = [
   'kernels',
   'restore',
   'structured',
+  'edge',
+  'edge-memory',
 ];
 const engineSections = options.sections.filter((s) => !SCRIPT_SECTIONS.includes(s));
 const backends: BackendResult[] = [];
@@ -134,6 +138,16 @@ if (options.sections.includes('structured')) {
     String(options.runs),
   ]);
 }
+if (options.sections.includes('edge'))
+  results.edge = await runScriptChild<EdgeBench>([], 'scripts/bench/edge.ts', ['--runs', String(options.runs)]);
+if (options.sections.includes('edge-memory'))
+  // bench-135m with SmolLM2's vocabulary size, so the isolate holds what a real 135M model's would.
+  results.edgeMemory = await runScriptChild<EdgeMemoryBench>([], 'scripts/bench/edge-memory.ts', [
+    '--runs',
+    String(Math.min(options.runs, 3)),
+    '--vocab',
+    '49152',
+  ]);
 if (options.sections.includes('wllama')) {
   // Batch-1 greedy decode of 128 tokens, as the speculative section measures ours.
   results.wllama = await runScriptChild<WllamaBenchRow[]>([], 'scripts/bench/wllama.ts', [
@@ -154,6 +168,8 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   results.wllama ??= earlier.wllama;
   results.kernels ??= earlier.kernels;
   results.structured ??= earlier.structured;
+  results.edge ??= earlier.edge;
+  results.edgeMemory ??= earlier.edgeMemory;
   results.parts = [
     ...(earlier.parts ?? [{ machine: earlier.machine, options: earlier.options }]),
     { machine: results.machine, options },

@@ -19,6 +19,8 @@ export const SECTIONS = [
   'kernels',
   'restore',
   'structured',
+  'edge',
+  'edge-memory',
 ] as const;
 export type Section = (typeof SECTIONS)[number];
 

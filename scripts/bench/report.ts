@@ -1,6 +1,7 @@
 import { speculationTable } from './speculative-table.js';
 import { webGpuBenchTable } from './webgpu-table.js';
 import { wllamaBenchTable } from './wllama-table.js';
+import { edgeMemoryTable, edgeTable } from './edge-table.js';
 import { kernelsTable } from './kernels-table.js';
 // Markdown tables of a results object: what the bench prints, and what docs/benchmarks.md shows.
 import type { BenchResults, VariantResult } from './results.js';
@@ -239,5 +240,7 @@ export function markdownReport(r: BenchResults): string {
     );
   if (r.wllama) out.push(`\n${wllamaBenchTable(r.wllama)}`);
   if (r.kernels) out.push(`\n${kernelsTable(r.kernels)}`);
+  if (r.edge) out.push(`\n${edgeTable(r.edge)}`);
+  if (r.edgeMemory) out.push(`\n${edgeMemoryTable(r.edgeMemory)}`);
   return `${out.join('\n')}\n`;
 }

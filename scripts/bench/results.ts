@@ -3,6 +3,8 @@ import type { SpeculationCase } from './speculative-table.js';
 import type { WebGpuBenchRow } from './webgpu-table.js';
 import type { WllamaBenchRow } from './wllama-table.js';
 import type { KernelsBench } from './kernels-table.js';
+import type { EdgeBench } from './edge.js';
+import type { EdgeMemoryBench } from './edge-memory.js';
 // The shape of bench/results.json.
 import type { Sampled } from './stats.js';
 import type { StepPhases } from './overhead.js';
@@ -108,6 +110,10 @@ export interface BenchResults {
   wllama?: WllamaBenchRow[];
   /** Our edge kernels against onnxruntime-web on bench-135m (scripts/bench/kernels.ts). */
   kernels?: KernelsBench;
+  /** The engine in wrangler dev over HTTP against the same engine in Node (scripts/bench/edge.ts). */
+  edge?: EdgeBench;
+  /** The isolate's memory in workerd, idle, loaded and streaming (scripts/bench/edge-memory.ts). */
+  edgeMemory?: EdgeMemoryBench;
   /** When the run was made in parts (--append): each part's machine and options. */
   parts?: { machine: Machine; options: BenchOptions }[];
 }

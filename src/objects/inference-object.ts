@@ -99,7 +99,8 @@ export class InferenceObject extends DurableObject<Env> {
     };
     const started = Date.now();
     const { source, kind } = await modelSourceFor(model, places);
-    const dtype = (this.env.MODEL_DTYPE?.trim() || 'fp32') as ModelDtype;
+    // Unset: the folder's default weights (its GGUF file when config.json names one, else fp32).
+    const dtype = (this.env.MODEL_DTYPE?.trim() || undefined) as ModelDtype | undefined;
     const draftName = this.env.DRAFT_MODEL?.trim();
     // The draft lives beside the target (same bucket or assets); a MODEL_URL names one folder, the target's.
     const draft = draftName

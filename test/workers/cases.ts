@@ -29,5 +29,7 @@ declare module 'vitest' {
     nodeExpectations: NodeExpectations;
     /** quantProbe (test/helpers/quant-layout.ts) in Node, per kernels build. */
     nodeKernelProbe: Record<string, Record<string, number[]>>;
+    /** The greedy case on models/tiny-gguf (Q4_K_M) on the kernels in Node. */
+    nodeGgufGreedy: number[];
   }
 }

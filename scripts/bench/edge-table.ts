@@ -1,0 +1,36 @@
+import { describeIsolateMemory } from '../lib/isolate-memory.js';
+import type { EdgeBench } from './edge.js';
+import type { EdgeMemoryBench } from './edge-memory.js';
+
+// The edge sections' tables, apart from the benches themselves (which start wrangler dev).
+
+export function edgeTable(e: EdgeBench): string {
+  const f = (x: number, d = 1): string => x.toFixed(d);
+  const runs = (xs: readonly number[], d = 1): string => xs.map((x) => x.toFixed(d)).join(', ');
+  return [
+    `**The edge** (${e.model}; wrangler dev over HTTP against the same engine in Node, run by run)`,
+    '',
+    '| | workerd over HTTP | Node | ratio (median of runs) | runs (ratio) |',
+    '|---|---:|---:|---:|---|',
+    `| batch 1, decode tok/s | ${f(e.batch1.service.median)} | ${f(e.batch1.node.median)} | ${f(e.batch1.ratio.median, 2)}× | ${runs(e.batch1.ratio.runs, 2)} |`,
+    `| batch 1, time to first token (ms) | ${f(e.batch1.serviceTtftMs.median, 0)} | ${f(e.batch1.nodeTtftMs.median, 0)} | | |`,
+    `| ${e.streams.count} streams, aggregate tok/s | ${f(e.streams.service.median)} | ${f(e.streams.node.median)} | ${f(e.streams.ratio.median, 2)}× | ${runs(e.streams.ratio.runs, 2)} |`,
+    `| ${e.streams.count} streams over HTTP ÷ Node batch 1 | | | ${f(e.streams.serviceVsNodeBatch1.median, 2)}× | ${runs(e.streams.serviceVsNodeBatch1.runs, 2)} |`,
+  ].join('\n');
+}
+
+export function edgeMemoryTable(m: EdgeMemoryBench): string {
+  const lines = [
+    `**Isolate memory in workerd** (${m.model} ${m.dtype}, KV ${m.kvDtype}, a ${m.vocab}-token tokenizer, ${m.streams} streams of ${m.tokens} tokens; JS heap + ArrayBuffers + WebAssembly memories, read through the inspector)`,
+    '',
+    '| from | first request (s) | load (s) | idle | loaded | streaming | after | after a structured request |',
+    '|---|---:|---:|---|---|---|---|---|',
+  ];
+  const cell = (x: Parameters<typeof describeIsolateMemory>[0] | undefined): string =>
+    x ? describeIsolateMemory(x) : '';
+  for (const r of m.runs)
+    lines.push(
+      `| ${r.from} | ${r.firstRequestSeconds.toFixed(1)} | ${r.loadSeconds.toFixed(1)} | ${cell(r.idle)} | ${cell(r.loaded)} | ${cell(r.streaming)} | ${cell(r.after)} | ${cell(r.structured)} |`,
+    );
+  return lines.join('\n');
+}
