@@ -13,7 +13,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { onnxFileFor, type ModelDtype } from '../src/engine/model/model-files.js';
+import { weightsFileFor, type ModelDtype } from '../src/engine/model/model-files.js';
 
 export const MODEL_BUCKET = 'edge-infer-models';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -57,15 +57,21 @@ export function parseUploadArgs(argv: readonly string[]): UploadOptions {
 /** The files the server reads: config and tokenizer files, and the ONNX graph(s). */
 export function filesToUpload(folder: string, dtype?: string): string[] {
   if (!existsSync(join(folder, 'config.json'))) throw new Error(`${folder} has no config.json: not a model folder`);
+  const rawConfig = JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')) as Record<string, unknown>;
+  // A GGUF folder (model:import gguf, model:pull of a GGUF repo) holds its weights in the file config.json names.
+  const gguf = weightsFileFor('gguf', rawConfig);
   const graphs = dtype
-    ? [onnxFileFor(dtype as ModelDtype)]
-    : existsSync(join(folder, 'onnx'))
-      ? readdirSync(join(folder, 'onnx'))
-          .filter((f) => /^model(_[a-z0-9]+)?\.onnx$/.test(f))
-          .map((f) => `onnx/${f}`)
-      : [];
+    ? [weightsFileFor(dtype as ModelDtype, rawConfig)]
+    : [
+        ...(existsSync(join(folder, 'onnx'))
+          ? readdirSync(join(folder, 'onnx'))
+              .filter((f) => /^model(_[a-z0-9]+)?\.onnx$/.test(f))
+              .map((f) => `onnx/${f}`)
+          : []),
+        ...(existsSync(join(folder, gguf)) ? [gguf] : []),
+      ];
   for (const g of graphs) if (!existsSync(join(folder, g))) throw new Error(`${folder} has no ${g}`);
-  if (graphs.length === 0) throw new Error(`${folder} has no onnx/model*.onnx`);
+  if (graphs.length === 0) throw new Error(`${folder} has no onnx/model*.onnx and no ${gguf}`);
   return [...FOLDER_FILES.filter((f) => existsSync(join(folder, f))), ...graphs];
 }
 

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { InvalidRequestError } from '../src/engine/errors.js';
 import { renderChat } from '../src/tokenizer/chat-template.js';
 import { contentText, validateMessages } from '../src/tokenizer/chat-messages.js';
-import { chatMessages } from '../src/worker/params.js';
+import { chatMessages } from '../src/worker/request-params.js';
 
 const CHATML = '{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}';
 

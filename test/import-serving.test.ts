@@ -87,6 +87,20 @@ describe('model:upload and npm start arguments', () => {
     expect(() => parseUploadArgs(['x', '--name', 'a/b'])).toThrow(/--name "a\/b"/);
   });
 
+  it('uploads a GGUF folder with the file its config.json names, with or without --dtype gguf', () => {
+    const folder = mkdtempSync(join(tmpdir(), 'edge-infer-upload-gguf-'));
+    try {
+      writeFileSync(join(folder, 'config.json'), JSON.stringify({ model_type: 'llama', gguf_file: 'model.gguf' }));
+      writeFileSync(join(folder, 'tokenizer.json'), '{}');
+      expect(() => filesToUpload(folder)).toThrow(/has no onnx\/model\*\.onnx and no model\.gguf/);
+      writeFileSync(join(folder, 'model.gguf'), 'GGUF');
+      expect(filesToUpload(folder)).toEqual(['config.json', 'tokenizer.json', 'model.gguf']);
+      expect(filesToUpload(folder, 'gguf')).toEqual(['config.json', 'tokenizer.json', 'model.gguf']);
+    } finally {
+      rmSync(folder, { recursive: true, force: true });
+    }
+  });
+
   it('MODEL=<name> npm start passes the model vars (only those) to wrangler dev', async () => {
     const { startArgs } = await import('../scripts/start-args.js');
     expect(startArgs({ MODEL: 'smollm2', MODEL_DTYPE: 'q4', HF_TOKEN: 'secret' }, ['--var', 'API_KEYS:k'])).toEqual([

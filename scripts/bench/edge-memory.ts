@@ -149,8 +149,7 @@ async function oneRun(o: Options, from: ModelFrom, measureMemory: boolean): Prom
     MAX_BATCH: String(Math.max(16, o.streams)),
   };
   if (files) vars.MODEL_URL = files.url;
-  else
-    await uploadModel({ folder: modelDir(o.model), name: o.model, dtype: o.dtype, remote: false, persistTo: persist });
+  else await uploadModel({ folder, name, dtype: o.dtype, remote: false, persistTo: persist });
   const server = await startDevServer(vars, persist);
   const probe = measureMemory ? await IsolateMemoryProbe.open(server) : undefined;
   try {

@@ -3,7 +3,7 @@ import { dirname } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as ort from 'onnxruntime-web';
 import type { OrtRuntime, RunnerChoice } from '../engine/model/runtime.js';
-import { edgeKernelsModule } from './edge-kernels-node.js';
+import { edgeKernelsModule, preferredBuild } from './edge-kernels-node.js';
 import { xgrammarModule } from './xgrammar-node.js';
 
 /**
@@ -18,12 +18,18 @@ export function webWasmRuntimeForNode(numThreads = 1, runner: RunnerChoice = 'au
   ort.env.wasm.numThreads = numThreads;
   ort.env.wasm.proxy = false;
   const kernels = runner === 'onnxruntime' ? undefined : edgeKernelsModule();
+  // 8-bit graphs run faster on the baseline build (OrtRuntime.kernels8Bit), unless a build was asked for.
+  const kernels8Bit =
+    kernels && !process.env.EDGE_KERNELS_BUILD && preferredBuild() === 'relaxed'
+      ? edgeKernelsModule('baseline')
+      : undefined;
   return {
     name: 'wasm',
     InferenceSession: ort.InferenceSession,
     Tensor: ort.Tensor,
     executionProviders: ['wasm'],
     kernels,
+    kernels8Bit,
     runner,
     grammar: xgrammarModule(),
   };

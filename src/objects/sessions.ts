@@ -9,7 +9,7 @@
 import type { Engine } from '../engine/engine.js';
 import type { GenerationRequest } from '../engine/request.js';
 import type { DoneEvent } from '../engine/sequence-output.js';
-import { runGeneration, type Account, type EventSink } from './generation.js';
+import { runGeneration, type Account, type EventSink } from './generation-run.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { replyIds, turnFormat, userTurnIds } from './session-turns.js';
 import type { ShardContext } from './shard-context.js';

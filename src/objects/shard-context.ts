@@ -1,7 +1,7 @@
 /// <reference types="@cloudflare/workers-types" />
 import type { Engine } from '../engine/engine.js';
 import type { KvBlockStore } from '../engine/kv/block-store.js';
-import type { ServiceMetrics } from './metrics.js';
+import type { ServiceMetrics } from './service-metrics.js';
 import type { RateLimiter } from './tenancy/rate-limiter.js';
 
 /** What the object lends its session, hook and job modules: storage, the engine and the service metrics. */

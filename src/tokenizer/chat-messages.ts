@@ -1,5 +1,5 @@
 /**
- * The one check of OpenAI chat messages, used at the edge (src/worker/params.ts) and again by the chat
+ * The one check of OpenAI chat messages, used at the edge (src/worker/request-params.ts) and again by the chat
  * template, so both agree on what a message means. Semantics follow OpenAI's schema and vLLM's reading of
  * it: content is a string or an array of text parts, and text parts are joined with '\n' (as vLLM does);
  * an assistant message may have null or no content (OpenAI allows it), the others must have content;

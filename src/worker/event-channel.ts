@@ -1,5 +1,5 @@
 import { RpcTarget } from 'cloudflare:workers';
-import type { WireEvent } from '../objects/generation.js';
+import type { WireEvent } from '../objects/generation-run.js';
 
 /**
  * The worker's end of a generation: the object pushes events into it over RPC as they are generated, and

@@ -1,7 +1,7 @@
 import type { GenerationRequest } from '../engine/request.js';
 import type { JsonObject } from './body.js';
 import { badParam } from './errors.js';
-import { optBoolean, optInteger } from './params.js';
+import { optBoolean, optInteger } from './request-params.js';
 
 /**
  * OpenAI's chat `logprobs` + `top_logprobs` of a request body: whether to report them, and the engine's

@@ -1,7 +1,7 @@
 import type { FinishReason } from '../engine/sequence-output.js';
-import type { WireEvent, WireLogprob } from '../objects/generation.js';
+import type { WireEvent, WireLogprob } from '../objects/generation-run.js';
 import { ApiError } from './errors.js';
-import type { DoneWire, TokenWire } from './generation.js';
+import type { DoneWire, TokenWire } from './generation-stream.js';
 import { parseToolCalls, ToolCallParser } from './tool-calls.js';
 
 /** OpenAI response shapes, built from the object's events. Field order follows OpenAI's own responses. */

@@ -1,4 +1,4 @@
-import type { HistogramSnapshot } from '../objects/metrics.js';
+import type { HistogramSnapshot } from '../objects/service-metrics.js';
 
 type Labels = Record<string, string>;
 

@@ -1,16 +1,12 @@
 // Runs in Node before the workerd tests: makes the models (served to workerd by the assets binding) and
 // computes what the engine gives in Node, so the tests inside workerd can compare against it.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { ensureModels, MODELS_DIR } from '../../scripts/ensure-models.js';
-import { importGguf } from '../../scripts/import/gguf.js';
-import { DEFAULT_SEED } from '../../scripts/model-make.js';
-import { presetGgufInput, writeLlamaGguf } from '../../scripts/model/gguf-writer.js';
 import { edgeKernelsModule } from '../../src/backends/edge-kernels-node.js';
 import { instantiateKernels } from '../../src/engine/kernels/edge-kernels.js';
 import { collect, loadEngine } from '../helpers/engines.js';
+import { writeGgufFolder } from '../helpers/gguf-folder.js';
 import { quantProbe } from '../helpers/quant-layout.js';
 import { WORKERD_CASES, type NodeExpectations } from './cases.js';
 
@@ -39,13 +35,7 @@ export default async function setup(project: TestProject): Promise<void> {
  * its greedy tokens on the kernels in Node, for the GGUF test inside workerd.
  */
 async function ggufGreedyInNode(): Promise<number[]> {
-  const dir = mkdtempSync(join(tmpdir(), 'edge-infer-gguf-'));
-  const file = join(dir, 'tiny-256-Q4_K_M.gguf');
-  writeLlamaGguf(file, presetGgufInput('tiny-256', DEFAULT_SEED), 'Q4_K_M');
-  const out = join(MODELS_DIR, 'tiny-gguf');
-  rmSync(out, { recursive: true, force: true });
-  await importGguf(file, out);
-  rmSync(dir, { recursive: true, force: true });
+  await writeGgufFolder(join(MODELS_DIR, 'tiny-gguf'));
   const engine = await loadEngine('kernels', 'tiny-gguf');
   const tokens = (await collect(engine, WORKERD_CASES.greedy)).done.tokenIds;
   await engine.runner.release();

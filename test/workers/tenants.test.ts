@@ -9,7 +9,7 @@ import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
 import type { Env } from '../../src/env.js';
 import { JobStore } from '../../src/objects/jobs.js';
-import { ServiceMetrics } from '../../src/objects/metrics.js';
+import { ServiceMetrics } from '../../src/objects/service-metrics.js';
 import { SessionStore } from '../../src/objects/sessions.js';
 import { RateLimiter } from '../../src/objects/tenancy/rate-limiter.js';
 import type { Tenant } from '../../src/objects/tenancy/tenant.js';

@@ -73,7 +73,8 @@ export class KernelRunner implements ModelRunner {
   /**
    * Streams a weights file into a fresh linear memory, each tensor placed where the kernels will read it
    * (converted on the way where the file's layout is not theirs): the file is never held whole, so loading
-   * peaks at the weights plus one tensor's staging. The budget is checked on the file's size when known, and as the weights are placed.
+   * peaks at the weights plus one tensor's staging. The budget is checked as the weights are placed (and on a
+   * GGUF file's size first).
    */
   static async fromStream(
     module: WebAssembly.Module,
@@ -82,9 +83,9 @@ export class KernelRunner implements ModelRunner {
     { limits, budget, format = 'onnx' }: { limits: EngineLimits; budget: MemoryBudget; format?: 'onnx' | 'gguf' },
   ): Promise<KernelRunner> {
     const scratch = scratchBytes(config, limits.maxTokensPerStep, limits.maxBatchSize);
-    // A file of known size is judged whole before anything is placed, so the refusal names the weights'
-    // size (the kernels hold about the file's bytes); one of unknown size is judged as it arrives.
-    if (file.size !== undefined)
+    // A GGUF file's blocks are held as they lie, so a file of known size is judged whole before anything is
+    // placed; an ONNX file may hold float tables the kernels quantise, so it is judged as its weights arrive.
+    if (format === 'gguf' && file.size !== undefined)
       budget.check([
         { label: 'weights', bytes: file.size },
         { label: 'scratch', bytes: scratch },

@@ -12,6 +12,9 @@ import { OnnxRunner } from '../onnx/onnx-runner.js';
 import { isolateFootprint, MemoryBudget, onnxruntimeFootprint } from './memory-budget.js';
 import type { ModelRunner } from './model-runner.js';
 
+/** Variants whose every product is 8-bit: run on `runtime.kernels8Bit` where the runtime has one. */
+const EIGHT_BIT_DTYPES: ReadonlySet<ModelDtype> = new Set(['int8', 'uint8', 'quantized']);
+
 /** What sizes a runner (the engine's limits) and how onnxruntime runs. */
 export interface RunnerOptions extends EngineLimits {
   /** Threads for one op (onnxruntime-node's native CPU backend only). */
@@ -65,7 +68,8 @@ export async function loadRunner(
     );
   if (choice !== 'onnxruntime' && !gpu && runtime.kernels) {
     try {
-      const runner = await KernelRunner.fromStream(runtime.kernels, await streamWeights(source, file), config, {
+      const module = (EIGHT_BIT_DTYPES.has(dtype) && runtime.kernels8Bit) || runtime.kernels;
+      const runner = await KernelRunner.fromStream(module, await streamWeights(source, file), config, {
         limits: options,
         budget,
         format: dtype === 'gguf' ? 'gguf' : 'onnx',

@@ -5,7 +5,7 @@ import { readJsonObject } from '../body.js';
 import { badParam } from '../errors.js';
 import { withRequestWhitespace } from '../structured.js';
 import { toolUse } from '../tools.js';
-import { collect, startGeneration } from '../generation.js';
+import { collect, startGeneration } from '../generation-stream.js';
 import { chatChunks, chatCompletion, responseMeta } from '../openai.js';
 import {
   checkModel,
@@ -16,7 +16,7 @@ import {
   refuseUnsupported,
   samplingParams,
   streamOptions,
-} from '../params.js';
+} from '../request-params.js';
 import { shardForPrompt } from '../routing.js';
 import { rateLimitHeaders, withRateLimitHeaders } from '../rate-limit-headers.js';
 import { sseResponse } from '../sse.js';

@@ -3,7 +3,7 @@ import type { GenerationRequest } from '../../engine/request.js';
 import type { AppEnv } from '../app-env.js';
 import { readJsonObject } from '../body.js';
 import { ApiError, badParam } from '../errors.js';
-import { collect, startGeneration, type DoneWire, type Generation } from '../generation.js';
+import { collect, startGeneration, type DoneWire, type Generation } from '../generation-stream.js';
 import {
   completionChunk,
   completionLogprobs,
@@ -24,7 +24,7 @@ import {
   refuseUnsupported,
   samplingParams,
   streamOptions,
-} from '../params.js';
+} from '../request-params.js';
 import { shardForPrompt } from '../routing.js';
 import { rateLimitHeaders, withRateLimitHeaders } from '../rate-limit-headers.js';
 import { sseResponse } from '../sse.js';

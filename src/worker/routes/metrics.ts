@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import type { EngineStats } from '../../engine/engine-stats.js';
 import { serviceBackend, type Env } from '../../env.js';
-import type { KeyStats, ShardStats } from '../../objects/metrics.js';
+import type { KeyStats, ShardStats } from '../../objects/service-metrics.js';
 import { Exposition } from '../prometheus.js';
 import { shardCount, shardStub } from '../routing.js';
 

@@ -3,7 +3,7 @@ import type { GenerationRequest } from '../engine/request.js';
 import type { DoneEvent, FinishReason, GenerationEvent, TopLogprob } from '../engine/sequence-output.js';
 import type { RequestMetrics } from '../engine/request-metrics.js';
 import type { PromptTokenLogprob } from '../engine/sampling/prompt-logprobs.js';
-import type { ServiceMetrics } from './metrics.js';
+import type { ServiceMetrics } from './service-metrics.js';
 import type { ServiceError } from './rpc-error.js';
 
 /**

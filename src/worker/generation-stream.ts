@@ -1,6 +1,6 @@
 import type { GenerationRequest } from '../engine/request.js';
 import type { Env } from '../env.js';
-import type { WireEvent } from '../objects/generation.js';
+import type { WireEvent } from '../objects/generation-run.js';
 import type { Started } from '../objects/inference-object.js';
 import type { RpcResult } from '../objects/rpc-error.js';
 import type { RateLimitState } from '../objects/tenancy/rate-limiter.js';
