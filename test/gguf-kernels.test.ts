@@ -17,11 +17,13 @@ import { weightVariants } from '../scripts/lib/model-weights.js';
 import { nodeRuntime } from '../scripts/lib/runtimes.js';
 import { parseImportArgs, runImportAsync } from '../scripts/model-import.js';
 import { DEFAULT_SEED } from '../scripts/model-make.js';
+import { GGUF_FILE_TYPES } from '../scripts/model/gguf-quant-mix.js';
 import { presetGgufInput, writeLlamaGguf, type GgufFileType } from '../scripts/model/gguf-writer.js';
 import { generationConfigJson, llamaConfigJson, PRESETS } from '../scripts/model/presets.js';
 import { readGgufHeader } from '../src/engine/gguf/gguf-header.js';
 import { Engine } from '../src/engine/engine.js';
 import type { KernelRunner } from '../src/engine/kernels/kernel-runner.js';
+import { MemoryKvBlockStore } from '../src/engine/kv/memory-block-store.js';
 import { directorySource } from '../src/sources/directory-source.js';
 import { TextTokenizer } from '../src/tokenizer/tokenizer.js';
 import { collect, topGap } from './helpers/engines.js';
@@ -30,20 +32,7 @@ import { writeHfFolder } from './helpers/hf-folder.js';
 import { LlamaReference, type LlamaConfig } from './reference/llama-reference.js';
 
 const SHAPE = PRESETS['tiny-256'];
-const TYPES: GgufFileType[] = [
-  'F32',
-  'F16',
-  'BF16',
-  'Q8_0',
-  'Q4_0',
-  'Q4_1',
-  'Q5_0',
-  'Q5_1',
-  'Q4_K',
-  'Q5_K',
-  'Q6_K',
-  'Q4_K_M',
-];
+const TYPES = GGUF_FILE_TYPES;
 /** Relative RMS logit error against the dequantised file: float types compute it; the others quantise their activations to 8 bits per block of 32. */
 const BOUND = (t: GgufFileType): number => (t === 'F32' || t === 'F16' || t === 'BF16' ? 1e-5 : 0.06);
 
@@ -210,5 +199,14 @@ describe('the GGUF folder', () => {
     const { file, folder } = await imported('Q4_K_M', 'Q4_K_M-folder');
     expect(statSync(join(folder, 'model.gguf')).size).toBe(statSync(file).size);
     expect(JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')).gguf_file).toBe('model.gguf');
+  });
+
+  it('streams to its end under a KV block store, whose identity digests the weights as they arrive', async () => {
+    const { folder } = await imported('Q4_K_M', 'Q4_K_M-stored');
+    const kvStore = new MemoryKvBlockStore(16 << 20);
+    const engine = await loadKernels(folder, { kvStore });
+    const { done } = await collect(engine, { prompt: 'Hi', max_tokens: 4, temperature: 0, ignore_eos: true });
+    expect(done.tokenIds).toHaveLength(4);
+    await engine.runner.release();
   });
 });

@@ -4,24 +4,11 @@
 // the rest Q4_K. A row that is not a whole number of blocks falls back as llama.cpp does: Q4_K -> Q5_0,
 // Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 when even 32 does not divide it. Vectors (norms) stay F32.
 import { GGML_TYPE, ggmlLayout } from '../../src/engine/gguf/ggml-types.js';
-import type { QuantType } from './ggml-quants.js';
+import { QUANT_TYPES, type QuantType } from './ggml-quants.js';
 
 /** What `--type` takes: one type for every matrix, or llama.cpp's Q4_K_M mix. */
 export type GgufFileType = QuantType | 'Q4_K_M';
-export const GGUF_FILE_TYPES: readonly GgufFileType[] = [
-  'F32',
-  'F16',
-  'BF16',
-  'Q8_0',
-  'Q4_0',
-  'Q4_1',
-  'Q5_0',
-  'Q5_1',
-  'Q4_K',
-  'Q5_K',
-  'Q6_K',
-  'Q4_K_M',
-];
+export const GGUF_FILE_TYPES: readonly GgufFileType[] = [...QUANT_TYPES, 'Q4_K_M'];
 
 /** llama_ftype ids for general.file_type; a pure K type is llama.cpp's _S variant. */
 export const LLAMA_FTYPE: Record<GgufFileType, number> = {

@@ -38,7 +38,7 @@ afterAll(async () => {
 
 it('loads a GGUF folder from MODEL_URL onto the kernels, fetching each file once; greedy text equals Node', async () => {
   const res = await fetch(`${server.url}/v1/completions`, { method: 'POST', body: JSON.stringify(REQUEST) });
-  expect(res.status).toBe(200);
+  expect(res.status, await res.clone().text()).toBe(200);
   const body = (await res.json()) as { choices: { text: string }[]; usage: { completion_tokens: number } };
   const engine = await Engine.load(await nodeRuntime('kernels'), directorySource(join(dir, NAME)));
   const { done } = await collect(engine, REQUEST);
@@ -73,7 +73,7 @@ it('the isolate holds no more than the kernels’ memory plus the budget’s iso
       response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'object' } } },
     }),
   });
-  expect(structured.status).toBe(200);
+  expect(structured.status, await structured.clone().text()).toBe(200);
   const probe = await IsolateMemoryProbe.open(server);
   try {
     const measured = await probe.measure();

@@ -35,6 +35,8 @@ export interface ByteReader {
   peek(n: number): Uint8Array | null;
   /** Consumes n bytes that `peek` returned. */
   advance(n: number): void;
+  /** Consumes the rest of the data, so a source that watches its stream end (a digest) sees it end. */
+  toEnd(): Promise<void>;
 }
 
 const scratch = new DataView(new ArrayBuffer(8));
@@ -45,6 +47,7 @@ abstract class LittleEndianReader implements ByteReader {
   abstract bytes(n: number): Promise<Uint8Array>;
   abstract readInto(dest: Uint8Array): Promise<void>;
   abstract skip(n: number): Promise<void>;
+  abstract toEnd(): Promise<void>;
   abstract peek(n: number): Uint8Array | null;
   abstract advance(n: number): void;
 
@@ -132,6 +135,10 @@ export class BufferByteReader extends LittleEndianReader {
   advance(n: number): void {
     this.take(n);
   }
+
+  async toEnd(): Promise<void> {
+    this.at = this.data.length;
+  }
 }
 
 /**
@@ -204,6 +211,15 @@ export class ChunkByteReader extends LittleEndianReader {
     if (this.chunk.length - this.at < n) throw new RangeError(`advance(${n}) past what peek returned`);
     this.at += n;
     this.consumed += n;
+  }
+
+  async toEnd(): Promise<void> {
+    this.consumed += this.chunk.length - this.at;
+    this.at = this.chunk.length;
+    while (await this.fill()) {
+      this.consumed += this.chunk.length;
+      this.at = this.chunk.length;
+    }
   }
 }
 

@@ -91,6 +91,8 @@ export async function loadGgufWeights(
     }
     budget(mem.used - start);
   }
+  // Past the last tensor: read to the end, so whatever watches the stream (the weights' digest) sees it end.
+  await reader.toEnd();
 
   async function placeMatrix(t: GgufTensorInfo, heads: number, headDim: number): Promise<Matrix> {
     if (t.ne.length !== 2) throw new UnsupportedByKernels(`${t.name} has ${t.ne.length} dimensions, expected 2`);
