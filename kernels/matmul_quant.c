@@ -219,12 +219,16 @@ AI void tile(const int KIND, const int R, float *Y, const act_t *xq, const float
   for (int r = 0; r < R; r++) acc[r] = wasm_f32x4_splat(0);
   for (int b = 0; b < blocks; b++) {
     wblock wb[4];
+    // Fully unrolled, so the decoded blocks stay in locals (clang otherwise may keep them on the stack).
+#pragma clang loop unroll(full)
     for (int c = 0; c < 4; c++) wb[c] = decode(w, KIND, cols[c], blocks, b);
     sideinfo si = load_side(w, KIND, g, blocks, b);
+#pragma clang loop unroll(full)
     for (int r = 0; r < R; r++) {
       size_t row = (size_t)(m0 + r) * blocks + b;
       ablock a = load_acts(KIND, xq + row * 32);
       v128_t h0[4], h1[4];
+#pragma clang loop unroll(full)
       for (int c = 0; c < 4; c++) block_dot(KIND, &wb[c], &a, &h0[c], &h1[c]);
       // Totals over the whole block (t0), or over its halves (t0, t1) for the form with sub-scales.
       v128_t t0 = reduce4(h0[0], h0[1], h0[2], h0[3]);
