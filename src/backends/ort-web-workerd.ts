@@ -4,7 +4,7 @@ import { absentOrt } from './onnxruntime-absent.js';
 // forbids compiling WebAssembly from bytes at run time, so the module must arrive precompiled.
 import ortWasmModule from 'onnxruntime-web/ort-wasm-simd-threaded.wasm';
 // workerd's V8 runs relaxed SIMD, exactly from the first call (PLATFORM.md): the relaxed build, and the
-// baseline one for 8-bit graphs, which it runs faster (OrtRuntime.kernels8Bit).
+// baseline one for 8-bit graphs, which ran faster on it in Node (OrtRuntime.kernels8Bit; same bits).
 import edgeKernels from '../engine/kernels/edge-kernels-relaxed.wasm';
 import edgeKernels8Bit from '../engine/kernels/edge-kernels.wasm';
 import xgrammarWasm from '../engine/constraints/xgrammar/xgrammar.wasm';
