@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { freePort } from './lib/free-port.js';
+import { mulberry32 } from './lib/mulberry32.js';
 import { startDevServer, type DevServer } from './lib/dev-server.js';
 import { client, emptyCounts, type Context, type Session } from './soak/traffic.js';
 
@@ -27,16 +28,10 @@ const bounded = (name: string, raw: string, max: number): number => {
 const clients = Math.floor(bounded('clients', values.clients, 64));
 const minutes = bounded('minutes', values.minutes, 60);
 const maxRequests = Math.floor(bounded('max-requests', values['max-requests'], 1_000_000));
-let seed = Math.floor(Number(values.seed)) >>> 0 || 14;
+const seed = Math.floor(Number(values.seed)) >>> 0 || 14;
 
-/** mulberry32: a seeded generator, so a run's choices can be replayed. */
-function random(): number {
-  seed = (seed + 0x6d2b79f5) >>> 0;
-  let t = seed;
-  t = Math.imul(t ^ (t >>> 15), t | 1);
-  t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-}
+/** A seeded generator, so a run's choices can be replayed. */
+const random = mulberry32(seed);
 
 const logLines: string[] = [];
 const serverLog = (line: string): void => {

@@ -6,7 +6,7 @@
 // Token types (llama_token_type) decide the added tokens: CONTROL and UNKNOWN tokens are special,
 // USER_DEFINED ones are added but not special; BYTE tokens are <0xXX> fallbacks.
 import type { GgufMetadata } from '../../src/engine/gguf/gguf-metadata.js';
-import { sentencePieceTokenizerJson } from './sentencepiece-json.js';
+import { bosTemplate, sentencePieceTokenizerJson } from './sentencepiece-json.js';
 
 const TYPE = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;
 
@@ -109,17 +109,7 @@ function gpt2TokenizerJson(meta: GgufMetadata, tokens: string[], types: ArrayLik
     post_processor:
       bos === null
         ? { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true }
-        : {
-            type: 'TemplateProcessing',
-            single: [{ SpecialToken: { id: bos, type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
-            pair: [
-              { SpecialToken: { id: bos, type_id: 0 } },
-              { Sequence: { id: 'A', type_id: 0 } },
-              { SpecialToken: { id: bos, type_id: 1 } },
-              { Sequence: { id: 'B', type_id: 1 } },
-            ],
-            special_tokens: { [bos]: { id: bos, ids: [vocab[bos]], tokens: [bos] } },
-          },
+        : bosTemplate(bos, vocab[bos]),
     decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
     model: {
       type: 'BPE',

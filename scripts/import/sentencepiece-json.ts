@@ -35,6 +35,21 @@ export interface SentencePieceVocab {
 
 export const isBytePiece = (piece: string): boolean => BYTE_PIECE.test(piece);
 
+/** The post-processor that puts BOS (text `bos`, id `id`) before each sequence, as tokenizers' TemplateProcessing does. */
+export function bosTemplate(bos: string, id: number): Record<string, unknown> {
+  return {
+    type: 'TemplateProcessing',
+    single: [{ SpecialToken: { id: bos, type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
+    pair: [
+      { SpecialToken: { id: bos, type_id: 0 } },
+      { Sequence: { id: 'A', type_id: 0 } },
+      { SpecialToken: { id: bos, type_id: 1 } },
+      { Sequence: { id: 'B', type_id: 1 } },
+    ],
+    special_tokens: { [bos]: { id: bos, ids: [id], tokens: [bos] } },
+  };
+}
+
 export function sentencePieceTokenizerJson(v: SentencePieceVocab): Record<string, unknown> {
   const { pieces, scores } = v;
   const addedIds = new Set(v.added.map((t) => t.id));
@@ -81,20 +96,7 @@ export function sentencePieceTokenizerJson(v: SentencePieceVocab): Record<string
       ],
     },
     pre_tokenizer: null,
-    post_processor:
-      bos === null
-        ? null
-        : {
-            type: 'TemplateProcessing',
-            single: [{ SpecialToken: { id: bos, type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
-            pair: [
-              { SpecialToken: { id: bos, type_id: 0 } },
-              { Sequence: { id: 'A', type_id: 0 } },
-              { SpecialToken: { id: bos, type_id: 1 } },
-              { Sequence: { id: 'B', type_id: 1 } },
-            ],
-            special_tokens: { [bos]: { id: bos, ids: [vocab[bos]], tokens: [bos] } },
-          },
+    post_processor: bos === null ? null : bosTemplate(bos, vocab[bos]),
     decoder: {
       type: 'Sequence',
       decoders: [

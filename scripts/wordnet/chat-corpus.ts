@@ -2,6 +2,7 @@
 // definitions, example sentences, synonyms, parts of speech, JSON records and tool calls, with a few
 // greetings and system prompts so the playground's and README's first messages are in distribution.
 // Deterministic: a seeded PRNG and WordNet's own order; held-out conversations chosen by a hash of the word.
+import { mulberry32 } from '../lib/mulberry32.js';
 import { POS_FILES, POS_NAME, type PosFile, type Synset, type WordNet } from './wordnet-db.js';
 
 export interface ToolCallMessage {
@@ -34,18 +35,6 @@ export const DEFINE_TOOL = {
     },
   },
 };
-
-/** mulberry32: small, seeded, the same in every JS engine. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** FNV-1a: which split a word belongs to must not depend on anything but the word. */
 function fnv1a(text: string): number {
@@ -130,7 +119,7 @@ export interface CorpusOptions {
 
 /** Every conversation, in a seeded shuffled order. */
 export function buildConversations(wn: WordNet, { seed }: CorpusOptions): Conversation[] {
-  const random = seededRandom(seed);
+  const random = mulberry32(seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)];
   const out: Conversation[] = [];
   const posOfLemma = new Map<string, PosFile[]>();
