@@ -77,33 +77,108 @@ static float softmax_numerators(float *p, int n) {
   return hsum(sum);
 }
 
+// Keys and values are taken a chunk at a time: up to CHUNK consecutive tokens of one pool block, for one KV
+// head, contiguous there. A float16 chunk is widened once into a float32 copy (exact) that every query
+// of the step reads, instead of once per (query, key).
+#define CHUNK 16
+#define MAX_HEAD_DIM 256
+
+/** How many keys from j0 on make one chunk: at most CHUNK, never past the end of j0's block or of the keys. */
+static int chunk_len(int j0, int total, int block_size) {
+  int n = block_size - j0 % block_size;
+  if (n > CHUNK) n = CHUNK;
+  return n < total - j0 ? n : total - j0;
+}
+
+/** Tokens [j0, j0 + n) of the chunk as float32: in place for a float32 pool, else widened into buf. */
+static const float *chunk_f32(const void *pool, size_t at, int n, int head_dim, int kv_half, float *buf) {
+  if (!kv_half) return (const float *)pool + at;
+  const half *h = (const half *)pool + at;
+  for (int e = 0; e < n * head_dim; e += 8) half8_to_f32(wasm_v128_load(h + e), (v128_t *)(buf + e), (v128_t *)(buf + e + 4));
+  return buf;
+}
+
+/**
+ * row[k] = scale * (qh . keys[k]) for k in [0, n): each dot product in dot_f32's order (one lane chain
+ * over d, then hsum), four keys at a time so the four chains overlap instead of waiting on each other.
+ */
+static void score_chunk(float *row, const float *qh, const float *keys, int n, int head_dim, float scale) {
+  int k = 0;
+  for (; k + 4 <= n; k += 4) {
+    const float *k0 = keys + (size_t)k * head_dim;
+    v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0;
+    for (int d = 0; d < head_dim; d += 4) {
+      v128_t x = wasm_v128_load(qh + d);
+      a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(x, wasm_v128_load(k0 + d)));
+      a1 = wasm_f32x4_add(a1, wasm_f32x4_mul(x, wasm_v128_load(k0 + head_dim + d)));
+      a2 = wasm_f32x4_add(a2, wasm_f32x4_mul(x, wasm_v128_load(k0 + 2 * head_dim + d)));
+      a3 = wasm_f32x4_add(a3, wasm_f32x4_mul(x, wasm_v128_load(k0 + 3 * head_dim + d)));
+    }
+    row[k] = hsum(a0) * scale;
+    row[k + 1] = hsum(a1) * scale;
+    row[k + 2] = hsum(a2) * scale;
+    row[k + 3] = hsum(a3) * scale;
+  }
+  for (; k < n; k++) row[k] = dot_f32(qh, keys + (size_t)k * head_dim, head_dim) * scale;
+}
+
+/**
+ * o[0..head_dim) += p[k] * values[k] for k = 0, 1, ..., n - 1: each element's sum in key order, as when
+ * keys are taken one at a time, but o is held in registers across the chunk (16 elements at a time).
+ */
+static void add_values(float *o, const float *p, const float *values, int n, int head_dim) {
+  int d = 0;
+  for (; d + 16 <= head_dim; d += 16) {
+    v128_t o0 = wasm_v128_load(o + d), o1 = wasm_v128_load(o + d + 4), o2 = wasm_v128_load(o + d + 8), o3 = wasm_v128_load(o + d + 12);
+    for (int k = 0; k < n; k++) {
+      const float *v = values + (size_t)k * head_dim + d;
+      v128_t pk = wasm_f32x4_splat(p[k]);
+      o0 = wasm_f32x4_add(o0, wasm_f32x4_mul(pk, wasm_v128_load(v)));
+      o1 = wasm_f32x4_add(o1, wasm_f32x4_mul(pk, wasm_v128_load(v + 4)));
+      o2 = wasm_f32x4_add(o2, wasm_f32x4_mul(pk, wasm_v128_load(v + 8)));
+      o3 = wasm_f32x4_add(o3, wasm_f32x4_mul(pk, wasm_v128_load(v + 12)));
+    }
+    wasm_v128_store(o + d, o0);
+    wasm_v128_store(o + d + 4, o1);
+    wasm_v128_store(o + d + 8, o2);
+    wasm_v128_store(o + d + 12, o3);
+  }
+  for (; d < head_dim; d += 4) {
+    v128_t o0 = wasm_v128_load(o + d);
+    for (int k = 0; k < n; k++) o0 = wasm_f32x4_add(o0, wasm_f32x4_mul(wasm_f32x4_splat(p[k]), wasm_v128_load(values + (size_t)k * head_dim + d)));
+    wasm_v128_store(o + d, o0);
+  }
+}
+
 /**
  * One sequence's `count` new tokens (positions start .. start + count - 1) attend to its first
  * start + t + 1 keys, read in place from the pool through `table`; their own keys were written by
  * kv_write first. q and out: (count, heads * head_dim). kv_half: the pool holds float16.
  *
- * Each key and value is read once for every query that sees it: all `count` tokens and all heads of its
- * KV group (GQA) take their turn on it while it is in cache. What each (token, head) computes is still
- * its own: scores in key order with one dot product each, its softmax, then its values added in key
- * order; so its result does not depend on which tokens run beside it (prefix-cache invariance).
- * `scores`: scratch of count * (heads / kv_heads) * (start + count + 4) floats.
+ * Each chunk of keys and values is read once for every query that sees it: all `count` tokens and all heads
+ * of its KV group (GQA) take their turn on it while it is in cache. What each (token, head) computes is
+ * still its own: scores in key order with one dot product each, its softmax, then its values added in key
+ * order; so its result does not depend on which tokens run beside it (prefix-cache invariance) nor on the
+ * chunking. `scores`: scratch of count * (heads / kv_heads) * (start + count + 4) floats. head_dim: a
+ * multiple of 8, at most MAX_HEAD_DIM.
  */
 void EXPORT(attention)(float *out, const float *q, const void *kpool, const void *vpool, const int *table, int start, int count,
                        int heads, int kv_heads, int head_dim, int block_size, float scale, float *scores, int kv_half) {
   int group = heads / kv_heads, total = start + count;
   int stride = (total + 4) & ~3; // floats per (token, head) score row, room for softmax's padding
   size_t head_stride = (size_t)block_size * head_dim, block_stride = kv_heads * head_stride;
+  float buf[CHUNK * MAX_HEAD_DIM] __attribute__((aligned(16)));
   for (int g = 0; g < kv_heads; g++) {
     size_t head_off = (size_t)g * head_stride;
-    // Scores: key j is seen by tokens t with start + t >= j.
-    for (int j = 0; j < total; j++) {
-      size_t at = (size_t)table[j / block_size] * block_stride + head_off + (size_t)(j % block_size) * head_dim;
-      for (int t = j > start ? j - start : 0; t < count; t++) {
-        for (int i = 0; i < group; i++) {
-          const float *qh = q + ((size_t)t * heads + g * group + i) * head_dim;
-          float s = kv_half ? dot_f16(qh, (const half *)kpool + at, head_dim) : dot_f32(qh, (const float *)kpool + at, head_dim);
-          scores[((size_t)t * group + i) * stride + j] = s * scale;
-        }
+    // Scores. Token t sees keys j <= start + t.
+    for (int j0 = 0, n; j0 < total; j0 += n) {
+      n = chunk_len(j0, total, block_size);
+      size_t at = (size_t)table[j0 / block_size] * block_stride + head_off + (size_t)(j0 % block_size) * head_dim;
+      const float *keys = chunk_f32(kpool, at, n, head_dim, kv_half, buf);
+      for (int t = j0 > start ? j0 - start : 0; t < count; t++) {
+        int seen = start + t + 1 - j0 < n ? start + t + 1 - j0 : n;
+        for (int i = 0; i < group; i++)
+          score_chunk(scores + ((size_t)t * group + i) * stride + j0, q + ((size_t)t * heads + g * group + i) * head_dim, keys, seen, head_dim, scale);
       }
     }
     for (int t = 0; t < count; t++)
@@ -115,23 +190,14 @@ void EXPORT(attention)(float *out, const float *q, const void *kpool, const void
         for (int d = 0; d < head_dim; d += 4) wasm_v128_store(o + d, wasm_f32x4_splat(0));
       }
     // Values, in key order for every (token, head).
-    for (int j = 0; j < total; j++) {
-      size_t at = (size_t)table[j / block_size] * block_stride + head_off + (size_t)(j % block_size) * head_dim;
-      for (int t = j > start ? j - start : 0; t < count; t++) {
-        for (int i = 0; i < group; i++) {
-          v128_t p = wasm_f32x4_splat(scores[((size_t)t * group + i) * stride + j]);
-          float *o = out + ((size_t)t * heads + g * group + i) * head_dim;
-          for (int d = 0; d < head_dim; d += 8) {
-            v128_t v0, v1;
-            if (kv_half) half8_to_f32(wasm_v128_load((const half *)vpool + at + d), &v0, &v1);
-            else {
-              v0 = wasm_v128_load((const float *)vpool + at + d);
-              v1 = wasm_v128_load((const float *)vpool + at + d + 4);
-            }
-            wasm_v128_store(o + d, wasm_f32x4_add(wasm_v128_load(o + d), wasm_f32x4_mul(p, v0)));
-            wasm_v128_store(o + d + 4, wasm_f32x4_add(wasm_v128_load(o + d + 4), wasm_f32x4_mul(p, v1)));
-          }
-        }
+    for (int j0 = 0, n; j0 < total; j0 += n) {
+      n = chunk_len(j0, total, block_size);
+      size_t at = (size_t)table[j0 / block_size] * block_stride + head_off + (size_t)(j0 % block_size) * head_dim;
+      const float *values = chunk_f32(vpool, at, n, head_dim, kv_half, buf);
+      for (int t = j0 > start ? j0 - start : 0; t < count; t++) {
+        int seen = start + t + 1 - j0 < n ? start + t + 1 - j0 : n;
+        for (int i = 0; i < group; i++)
+          add_values(out + ((size_t)t * heads + g * group + i) * head_dim, scores + ((size_t)t * group + i) * stride + j0, values, seen, head_dim);
       }
     }
     for (int t = 0; t < count; t++)

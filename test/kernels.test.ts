@@ -207,19 +207,16 @@ describe('row kernels', () => {
 });
 
 describe('paged attention', () => {
-  const heads = 4;
-  const kvHeads = 2;
-  const hd = 8;
-  const bs = 4;
-  const numBlocks = 6;
   /** Float64 attention of `count` queries at positions start.. over keys/values listed by position. */
   function attentionRef(
+    shape: { heads: number; kvHeads: number; hd: number },
     q: Float32Array,
     keys: number[][][],
     values: number[][][],
     start: number,
     count: number,
   ): Float64Array {
+    const { heads, kvHeads, hd } = shape;
     const out = new Float64Array(count * heads * hd);
     for (let t = 0; t < count; t++)
       for (let h = 0; h < heads; h++) {
@@ -238,65 +235,86 @@ describe('paged attention', () => {
     return out;
   }
 
-  for (const half of [false, true]) {
-    it(`writes new keys and values into their blocks and attends in place${half ? ' (float16 pool)' : ''}`, () => {
-      const bytes = half ? 2 : 4;
-      const stride = numBlocks * kvHeads * bs * hd;
-      const kpool = mem.alloc(stride * bytes);
-      const vpool = mem.alloc(stride * bytes);
-      const table = put(Int32Array.from([4, 1, 5])); // positions 0..11 scattered over three blocks
-      const past = 5;
-      const count = 4;
-      const k1 = gaussian(20, (past + count) * kvHeads * hd);
-      const v1 = gaussian(21, (past + count) * kvHeads * hd);
-      const write = half ? k.kv_write_f16 : k.kv_write;
-      write(kpool, vpool, table, 0, past, put(k1), put(v1), kvHeads, hd, bs);
-      write(
-        kpool,
-        vpool,
-        table,
-        past,
-        count,
-        put(k1.subarray(past * kvHeads * hd)),
-        put(v1.subarray(past * kvHeads * hd)),
-        kvHeads,
-        hd,
-        bs,
-      );
-      const round = (a: Float32Array): Float32Array => (half ? fromHalf(toHalf(a)) : a);
-      const [kr, vr] = [round(k1), round(v1)];
-      const byPos = (a: Float32Array) =>
-        Array.from({ length: past + count }, (_, j) =>
-          Array.from({ length: kvHeads }, (_, h) =>
-            Array.from(a.subarray((j * kvHeads + h) * hd, (j * kvHeads + h + 1) * hd)),
-          ),
+  // Small blocks; blocks past the kernel's 16-key chunks, head_dim 24 (not a multiple of 16), queries that
+  // see part of a chunk; a block size that is no multiple of 16.
+  const cases = [
+    { heads: 4, kvHeads: 2, hd: 8, bs: 4, past: 5, count: 4, table: [4, 1, 5] },
+    { heads: 6, kvHeads: 2, hd: 24, bs: 32, past: 37, count: 11, table: [2, 0, 1] },
+    { heads: 3, kvHeads: 3, hd: 64, bs: 24, past: 19, count: 30, table: [3, 1, 0, 2] },
+  ];
+  for (const { heads, kvHeads, hd, bs, past, count, table: blocks } of cases)
+    for (const half of [false, true]) {
+      const what = `heads ${heads}/${kvHeads}, head_dim ${hd}, block ${bs}, ${past} cached + ${count}`;
+      it(`writes new keys and values into their blocks and attends in place (${what}${half ? ', float16 pool' : ''}); each token's bits are its own`, () => {
+        const bytes = half ? 2 : 4;
+        const numBlocks = 6;
+        const stride = numBlocks * kvHeads * bs * hd;
+        const kpool = mem.alloc(stride * bytes);
+        const vpool = mem.alloc(stride * bytes);
+        const table = put(Int32Array.from(blocks)); // positions scattered over the pool's blocks
+        const k1 = gaussian(20, (past + count) * kvHeads * hd);
+        const v1 = gaussian(21, (past + count) * kvHeads * hd);
+        const write = half ? k.kv_write_f16 : k.kv_write;
+        write(kpool, vpool, table, 0, past, put(k1), put(v1), kvHeads, hd, bs);
+        write(
+          kpool,
+          vpool,
+          table,
+          past,
+          count,
+          put(k1.subarray(past * kvHeads * hd)),
+          put(v1.subarray(past * kvHeads * hd)),
+          kvHeads,
+          hd,
+          bs,
         );
-      // The pool layout itself: position 6 is in table[6 / 4] = block 1, at offset 6 % 4 = 2.
-      const poolK = half ? fromHalf(new Uint16Array(mem.memory.buffer, kpool, stride).slice()) : floats(kpool, stride);
-      expect(
-        Array.from(poolK.subarray((1 * kvHeads + 1) * bs * hd + 2 * hd, (1 * kvHeads + 1) * bs * hd + 3 * hd)),
-      ).toEqual(byPos(kr)[6][1].map(Math.fround));
-      const q = gaussian(22, count * heads * hd);
-      const out = mem.alloc(count * heads * hd * 4);
-      k.attention(
-        out,
-        put(q),
-        kpool,
-        vpool,
-        table,
-        past,
-        count,
-        heads,
-        kvHeads,
-        hd,
-        bs,
-        1 / Math.sqrt(hd),
-        mem.alloc(64 * 4),
-        half ? 1 : 0,
-      );
-      expect(relErr(floats(out, count * heads * hd), attentionRef(q, byPos(kr), byPos(vr), past, count))).toBeLessThan(
-        1e-5,
-      );
-    });
-  }
+        const round = (a: Float32Array): Float32Array => (half ? fromHalf(toHalf(a)) : a);
+        const [kr, vr] = [round(k1), round(v1)];
+        const byPos = (a: Float32Array) =>
+          Array.from({ length: past + count }, (_, j) =>
+            Array.from({ length: kvHeads }, (_, h) =>
+              Array.from(a.subarray((j * kvHeads + h) * hd, (j * kvHeads + h + 1) * hd)),
+            ),
+          );
+        // The pool layout itself: position `at` is in block table[at / bs], at offset at % bs.
+        const at = past + 1;
+        const block = blocks[Math.floor(at / bs)];
+        const poolK = half
+          ? fromHalf(new Uint16Array(mem.memory.buffer, kpool, stride).slice())
+          : floats(kpool, stride);
+        const from = ((block * kvHeads + 1) * bs + (at % bs)) * hd;
+        expect(Array.from(poolK.subarray(from, from + hd))).toEqual(byPos(kr)[at][1].map(Math.fround));
+        const q = gaussian(22, count * heads * hd);
+        const qAt = put(q);
+        const row = heads * hd;
+        const attend = (start: number, n: number, qPtr: number): number => {
+          const out = mem.alloc(n * row * 4);
+          const scores = mem.alloc(n * heads * (start + n + 4) * 4);
+          k.attention(
+            out,
+            qPtr,
+            kpool,
+            vpool,
+            table,
+            start,
+            n,
+            heads,
+            kvHeads,
+            hd,
+            bs,
+            1 / Math.sqrt(hd),
+            scores,
+            half ? 1 : 0,
+          );
+          return out;
+        };
+        const out = floats(attend(past, count, qAt), count * row);
+        expect(relErr(out, attentionRef({ heads, kvHeads, hd }, q, byPos(kr), byPos(vr), past, count))).toBeLessThan(
+          1e-5,
+        );
+        // Token t alone (its keys are in the pool already) gives the bits it got beside the others.
+        for (let t = 0; t < count; t++)
+          expect(floats(attend(past + t, 1, qAt + t * row * 4), row)).toEqual(out.subarray(t * row, (t + 1) * row));
+      });
+    }
 });

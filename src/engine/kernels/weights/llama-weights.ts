@@ -28,6 +28,9 @@ export interface LlamaWeights {
   bytes: number;
 }
 
+/** kernels/attention.c's MAX_HEAD_DIM: the float32 copy of a float16 chunk of keys lies on its stack. */
+const MAX_HEAD_DIM = 256;
+
 /** Refuses weights whose shapes do not match config.json (a graph or file of another model). */
 export function checkShapes(w: LlamaWeights, config: ModelConfig): void {
   const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize } = config;
@@ -36,8 +39,10 @@ export function checkShapes(w: LlamaWeights, config: ModelConfig): void {
     if (m.k !== k || m.n !== n)
       throw new UnsupportedByKernels(`${what} is ${m.k} -> ${m.n}, expected ${k} -> ${n} from config.json`);
   };
-  if (H % 4 !== 0 || headDim % 8 !== 0)
-    throw new UnsupportedByKernels(`hidden_size ${H} and head_dim ${headDim} must be multiples of 4 and 8`);
+  if (H % 4 !== 0 || headDim % 8 !== 0 || headDim > MAX_HEAD_DIM)
+    throw new UnsupportedByKernels(
+      `hidden_size ${H} and head_dim ${headDim} must be multiples of 4 and 8, head_dim at most ${MAX_HEAD_DIM}`,
+    );
   if (numHeads % numKvHeads !== 0)
     throw new UnsupportedByKernels('num_attention_heads must be a multiple of num_key_value_heads');
   expect(w.embedding, H, vocabSize, 'the embedding');
