@@ -150,6 +150,93 @@ static void add_values(float *o, const float *p, const float *values, int n, int
   }
 }
 
+/** Query a of a KV group, in (token, head of the group) order: its row of q, and of out. */
+static inline const float *query(const float *q, int a, int group, int heads, int g, int head_dim) {
+  return q + ((size_t)(a / group) * heads + g * group + a % group) * head_dim;
+}
+static inline float *output(float *out, int a, int group, int heads, int g, int head_dim) {
+  return out + ((size_t)(a / group) * heads + g * group + a % group) * head_dim;
+}
+
+/** How many of the chunk's n keys from j0 on token t (position start + t) sees. */
+static inline int seen_of(int t, int start, int j0, int n) {
+  return start + t + 1 - j0 < n ? start + t + 1 - j0 : n;
+}
+
+/**
+ * score_chunk for two queries at once over their first n keys (a second query may see more: its caller
+ * scores those alone): each key is loaded once for both, eight chains in flight; every dot product is still
+ * dot_f32's own order.
+ */
+static void score_chunk2(float *row_a, float *row_b, const float *qa, const float *qb, const float *keys, int n, int head_dim, float scale) {
+  int k = 0;
+  for (; k + 4 <= n; k += 4) {
+    const float *k0 = keys + (size_t)k * head_dim;
+    v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int d = 0; d < head_dim; d += 4) {
+      v128_t x = wasm_v128_load(qa + d), y = wasm_v128_load(qb + d);
+      v128_t w0 = wasm_v128_load(k0 + d), w1 = wasm_v128_load(k0 + head_dim + d);
+      v128_t w2 = wasm_v128_load(k0 + 2 * head_dim + d), w3 = wasm_v128_load(k0 + 3 * head_dim + d);
+      a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(x, w0));
+      a1 = wasm_f32x4_add(a1, wasm_f32x4_mul(x, w1));
+      a2 = wasm_f32x4_add(a2, wasm_f32x4_mul(x, w2));
+      a3 = wasm_f32x4_add(a3, wasm_f32x4_mul(x, w3));
+      b0 = wasm_f32x4_add(b0, wasm_f32x4_mul(y, w0));
+      b1 = wasm_f32x4_add(b1, wasm_f32x4_mul(y, w1));
+      b2 = wasm_f32x4_add(b2, wasm_f32x4_mul(y, w2));
+      b3 = wasm_f32x4_add(b3, wasm_f32x4_mul(y, w3));
+    }
+    row_a[k] = hsum(a0) * scale;
+    row_a[k + 1] = hsum(a1) * scale;
+    row_a[k + 2] = hsum(a2) * scale;
+    row_a[k + 3] = hsum(a3) * scale;
+    row_b[k] = hsum(b0) * scale;
+    row_b[k + 1] = hsum(b1) * scale;
+    row_b[k + 2] = hsum(b2) * scale;
+    row_b[k + 3] = hsum(b3) * scale;
+  }
+  score_chunk(row_a + k, qa, keys + (size_t)k * head_dim, n - k, head_dim, scale);
+  score_chunk(row_b + k, qb, keys + (size_t)k * head_dim, n - k, head_dim, scale);
+}
+
+/** add_values for two queries over their first n keys: each value loaded once for both, each sum in key order. */
+static void add_values2(float *oa, float *ob, const float *pa, const float *pb, const float *values, int n, int head_dim) {
+  int d = 0;
+  for (; d + 16 <= head_dim; d += 16) {
+    v128_t a0 = wasm_v128_load(oa + d), a1 = wasm_v128_load(oa + d + 4), a2 = wasm_v128_load(oa + d + 8), a3 = wasm_v128_load(oa + d + 12);
+    v128_t b0 = wasm_v128_load(ob + d), b1 = wasm_v128_load(ob + d + 4), b2 = wasm_v128_load(ob + d + 8), b3 = wasm_v128_load(ob + d + 12);
+    for (int k = 0; k < n; k++) {
+      const float *v = values + (size_t)k * head_dim + d;
+      v128_t v0 = wasm_v128_load(v), v1 = wasm_v128_load(v + 4), v2 = wasm_v128_load(v + 8), v3 = wasm_v128_load(v + 12);
+      v128_t x = wasm_f32x4_splat(pa[k]), y = wasm_f32x4_splat(pb[k]);
+      a0 = wasm_f32x4_add(a0, wasm_f32x4_mul(x, v0));
+      a1 = wasm_f32x4_add(a1, wasm_f32x4_mul(x, v1));
+      a2 = wasm_f32x4_add(a2, wasm_f32x4_mul(x, v2));
+      a3 = wasm_f32x4_add(a3, wasm_f32x4_mul(x, v3));
+      b0 = wasm_f32x4_add(b0, wasm_f32x4_mul(y, v0));
+      b1 = wasm_f32x4_add(b1, wasm_f32x4_mul(y, v1));
+      b2 = wasm_f32x4_add(b2, wasm_f32x4_mul(y, v2));
+      b3 = wasm_f32x4_add(b3, wasm_f32x4_mul(y, v3));
+    }
+    wasm_v128_store(oa + d, a0);
+    wasm_v128_store(oa + d + 4, a1);
+    wasm_v128_store(oa + d + 8, a2);
+    wasm_v128_store(oa + d + 12, a3);
+    wasm_v128_store(ob + d, b0);
+    wasm_v128_store(ob + d + 4, b1);
+    wasm_v128_store(ob + d + 8, b2);
+    wasm_v128_store(ob + d + 12, b3);
+  }
+  if (d < head_dim) { // the last head_dim % 16 elements, one query at a time (the same sums)
+    for (int k = 0; k < n; k++)
+      for (int e = d; e < head_dim; e += 4) {
+        v128_t v = wasm_v128_load(values + (size_t)k * head_dim + e);
+        wasm_v128_store(oa + e, wasm_f32x4_add(wasm_v128_load(oa + e), wasm_f32x4_mul(wasm_f32x4_splat(pa[k]), v)));
+        wasm_v128_store(ob + e, wasm_f32x4_add(wasm_v128_load(ob + e), wasm_f32x4_mul(wasm_f32x4_splat(pb[k]), v)));
+      }
+  }
+}
+
 /**
  * One sequence's `count` new tokens (positions start .. start + count - 1) attend to its first
  * start + t + 1 keys, read in place from the pool through `table`; their own keys were written by
@@ -175,10 +262,20 @@ void EXPORT(attention)(float *out, const float *q, const void *kpool, const void
       n = chunk_len(j0, total, block_size);
       size_t at = (size_t)table[j0 / block_size] * block_stride + head_off + (size_t)(j0 % block_size) * head_dim;
       const float *keys = chunk_f32(kpool, at, n, head_dim, kv_half, buf);
-      for (int t = j0 > start ? j0 - start : 0; t < count; t++) {
-        int seen = start + t + 1 - j0 < n ? start + t + 1 - j0 : n;
-        for (int i = 0; i < group; i++)
-          score_chunk(scores + ((size_t)t * group + i) * stride + j0, q + ((size_t)t * heads + g * group + i) * head_dim, keys, seen, head_dim, scale);
+      // Queries in (token, head) order, two at a time: the second sees at least the first's keys.
+      for (int a = (j0 > start ? j0 - start : 0) * group; a < count * group; a += 2) {
+        float *row_a = scores + (size_t)a * stride + j0;
+        const float *qa = query(q, a, group, heads, g, head_dim);
+        int seen_a = seen_of(a / group, start, j0, n);
+        if (a + 1 == count * group) {
+          score_chunk(row_a, qa, keys, seen_a, head_dim, scale);
+          break;
+        }
+        float *row_b = row_a + stride;
+        const float *qb = query(q, a + 1, group, heads, g, head_dim);
+        int seen_b = seen_of((a + 1) / group, start, j0, n);
+        score_chunk2(row_a, row_b, qa, qb, keys, seen_a, head_dim, scale);
+        score_chunk(row_b + seen_a, qb, keys + (size_t)seen_a * head_dim, seen_b - seen_a, head_dim, scale);
       }
     }
     for (int t = 0; t < count; t++)
@@ -194,10 +291,19 @@ void EXPORT(attention)(float *out, const float *q, const void *kpool, const void
       n = chunk_len(j0, total, block_size);
       size_t at = (size_t)table[j0 / block_size] * block_stride + head_off + (size_t)(j0 % block_size) * head_dim;
       const float *values = chunk_f32(vpool, at, n, head_dim, kv_half, buf);
-      for (int t = j0 > start ? j0 - start : 0; t < count; t++) {
-        int seen = start + t + 1 - j0 < n ? start + t + 1 - j0 : n;
-        for (int i = 0; i < group; i++)
-          add_values(out + ((size_t)t * heads + g * group + i) * head_dim, scores + ((size_t)t * group + i) * stride + j0, values, seen, head_dim);
+      for (int a = (j0 > start ? j0 - start : 0) * group; a < count * group; a += 2) {
+        float *oa = output(out, a, group, heads, g, head_dim);
+        const float *pa = scores + (size_t)a * stride + j0;
+        int seen_a = seen_of(a / group, start, j0, n);
+        if (a + 1 == count * group) {
+          add_values(oa, pa, values, seen_a, head_dim);
+          break;
+        }
+        float *ob = output(out, a + 1, group, heads, g, head_dim);
+        const float *pb = pa + stride;
+        int seen_b = seen_of((a + 1) / group, start, j0, n);
+        add_values2(oa, ob, pa, pb, values, seen_a, head_dim);
+        add_values(ob, pb + seen_a, values + (size_t)seen_a * head_dim, seen_b - seen_a, head_dim);
       }
     }
     for (int t = 0; t < count; t++)

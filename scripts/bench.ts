@@ -17,7 +17,7 @@ import { join, resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ensureBenchModels } from './bench/models.js';
 import { machineInfo } from './bench/machine.js';
-import { parseBenchOptions } from './bench/options.js';
+import { type Backend, parseBenchOptions } from './bench/options.js';
 import { markdownReport } from './bench/report.js';
 import type { BackendResult, BenchResults } from './bench/results.js';
 import { runService } from './bench/service.js';
@@ -107,13 +107,17 @@ if (options.sections.includes('restore'))
     log,
   );
 if (options.sections.includes('speculative')) {
-  results.speculative = await runScriptChild<SpeculationCase[]>([], 'scripts/bench/speculative.ts', [
-    'cpu',
-    '--runs',
-    String(options.runs),
-    '--tokens',
-    '128',
-  ]);
+  // onnxruntime-node (cpu) and the edge kernels (wasm runs Llama graphs on them), each where asked for.
+  const speculate = (backend: Backend) =>
+    runScriptChild<SpeculationCase[]>([], 'scripts/bench/speculative.ts', [
+      backend,
+      '--runs',
+      String(options.runs),
+      '--tokens',
+      '128',
+    ]);
+  if (options.backends.includes('cpu')) results.speculative = await speculate('cpu');
+  if (options.backends.includes('wasm')) results.speculativeKernels = await speculate('wasm');
 }
 if (options.sections.includes('webgpu')) {
   // --liftoff-only: otherwise V8 spends ~30 s optimising ORT's WebGPU wasm (PLATFORM.md).
@@ -164,6 +168,7 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   results.service ??= earlier.service;
   results.serviceRestore ??= earlier.serviceRestore;
   results.speculative ??= earlier.speculative;
+  results.speculativeKernels ??= earlier.speculativeKernels;
   results.webgpu ??= earlier.webgpu;
   results.wllama ??= earlier.wllama;
   results.kernels ??= earlier.kernels;

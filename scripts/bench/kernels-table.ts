@@ -4,8 +4,16 @@ import type { Sampled } from './stats.js';
 export interface KernelsBench {
   runs: number;
   /** Batch-1 decode tokens/s per runner and dtype, and its ratio to onnxruntime-web fp32 in the same run. */
-  decode: Record<string, { tokPerS: Sampled; vsOrtFp32: Sampled }>;
-  batch16: { kernelsInt8: Sampled; ortFp32: Sampled; vsOwnBatch1: Sampled; vsOrtFp32: Sampled };
+  decode: Record<string, { tokPerS: Sampled; vsOrtFp32: Sampled; vsOrtNodeFp32?: Sampled }>;
+  batch16: {
+    kernelsInt8: Sampled;
+    ortFp32: Sampled;
+    vsOwnBatch1: Sampled;
+    vsOrtFp32: Sampled;
+    /** 16 q4 streams against q4's own batch 1 (runs since the attention and batching work of issue 21). */
+    kernelsQ4?: Sampled;
+    q4VsOwnBatch1?: Sampled;
+  };
   prefill512: Record<string, { tokPerS: Sampled; vsOrtFp32: Sampled }>;
   session: { history: number; cachedTurnS: Sampled; freshTurnS: Sampled; ratio: Sampled };
   memory: { linearMemoryBytes: number; weightBytes: number; kvBytes: number };
@@ -18,15 +26,19 @@ export function kernelsTable(k: KernelsBench): string {
   const lines = [
     `Edge kernels vs onnxruntime-web (bench-135m, one thread, median of ${k.runs} runs; ratios taken run by run)`,
     '',
-    '| Batch-1 decode | tok/s | × onnxruntime-web fp32 |',
-    '|---|---:|---:|',
+    '| Batch-1 decode | tok/s | × onnxruntime-web fp32 | × onnxruntime-node fp32 (two threads) |',
+    '|---|---:|---:|---:|',
     ...Object.entries(k.decode).map(
-      ([name, r]) => `| ${name} | ${f(r.tokPerS.median)} | ${f(r.vsOrtFp32.median, 2)}× |`,
+      ([name, r]) =>
+        `| ${name} | ${f(r.tokPerS.median)} | ${f(r.vsOrtFp32.median, 2)}× | ${r.vsOrtNodeFp32 ? `${f(r.vsOrtNodeFp32.median, 2)}×` : ''} |`,
     ),
     '',
     '| 16 streams | aggregate tok/s | × |',
     '|---|---:|---:|',
     `| kernels int8 | ${f(k.batch16.kernelsInt8.median)} | ${f(k.batch16.vsOwnBatch1.median, 2)}× its batch 1, ${f(k.batch16.vsOrtFp32.median, 2)}× onnxruntime-web fp32 at 16 |`,
+    ...(k.batch16.kernelsQ4 && k.batch16.q4VsOwnBatch1
+      ? [`| kernels q4 | ${f(k.batch16.kernelsQ4.median)} | ${f(k.batch16.q4VsOwnBatch1.median, 2)}× its batch 1 |`]
+      : []),
     `| onnxruntime-web fp32 | ${f(k.batch16.ortFp32.median)} | |`,
     '',
     '| Prefill 512 tokens | tok/s | × onnxruntime-web fp32 |',

@@ -1,7 +1,8 @@
 // The edge kernels against onnxruntime-web on bench-135m, one thread, side by side in one process:
 // every figure is a median over runs, every comparison a ratio taken inside each run.
-//   decode:   batch-1 decode steps/s: kernels fp32, int8, q4 against onnxruntime-web fp32
-//   batch 16: aggregate decode tok/s of 16 streams (kernels int8; onnxruntime-web fp32)
+//   decode:   batch-1 decode steps/s: kernels fp32, int8, q4 against onnxruntime-web fp32 and onnxruntime-node
+//             fp32 (its native CPU backend, two threads: what `--backend auto` would otherwise run)
+//   batch 16: aggregate decode tok/s of 16 streams (kernels int8 and q4; onnxruntime-web fp32)
 //   prefill:  512-token prompt tokens/s (kernels fp32 and int8; onnxruntime-web fp32)
 //   session:  TTFT of a 20-token turn after 4096 cached tokens against a fresh 20-token prompt (kernels int8)
 //   memory:   linear memory of a q4 engine with a 16 MiB KV pool (what a Durable Object would hold)
@@ -25,7 +26,7 @@ export type { KernelsBench } from './kernels-table.js';
 
 const MODEL = 'bench-135m';
 
-async function load(backend: 'kernels' | 'ort-wasm', dtype: ModelDtype, kvMiB = 200): Promise<Engine> {
+async function load(backend: 'kernels' | 'ort-wasm' | 'cpu', dtype: ModelDtype, kvMiB = 200): Promise<Engine> {
   return Engine.load(await nodeRuntime(backend), directorySource(modelDir(MODEL)), {
     dtype,
     autoRun: false,
@@ -80,39 +81,52 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
   ensureBenchModels((['fp32', 'int8', 'q4'] as const).map((dtype) => ({ model: MODEL, dtype })));
   const steps = quick ? 8 : 32;
   const ort = await load('ort-wasm', 'fp32');
+  const ortNode = await load('cpu', 'fp32');
   const kernels = {
     fp32: await load('kernels', 'fp32'),
     int8: await load('kernels', 'int8'),
     q4: await load('kernels', 'q4'),
   };
   const decode: Record<string, number[]> = {
+    'ort-node fp32': [],
     'ort-wasm fp32': [],
     'kernels fp32': [],
     'kernels int8': [],
     'kernels q4': [],
   };
-  const batch16: Record<string, number[]> = { 'ort-wasm fp32': [], 'kernels int8': [], 'kernels int8 batch 1': [] };
+  const batch16: Record<string, number[]> = {
+    'ort-wasm fp32': [],
+    'kernels int8': [],
+    'kernels int8 batch 1': [],
+    'kernels q4': [],
+    'kernels q4 batch 1': [],
+  };
   const prefill: Record<string, number[]> = { 'ort-wasm fp32': [], 'kernels fp32': [], 'kernels int8': [] };
   // Run 0 warms up and is not kept: V8 runs WebAssembly on its baseline compiler until the hot functions
   // are tiered up, which takes a few passes (the first engine measured would otherwise pay for it).
   for (let run = 0; run <= runs; run++) {
     log(run === 0 ? 'kernels bench: warm-up' : `kernels bench: run ${run}/${runs}`);
     if (run === 0) {
-      for (const e of [ort, ...Object.values(kernels)]) await decodeRate(e, 1, steps);
+      for (const e of [ortNode, ort, ...Object.values(kernels)]) await decodeRate(e, 1, steps);
       await decodeRate(kernels.int8, 16, 2);
+      await decodeRate(kernels.q4, 16, 2);
       continue;
     }
+    decode['ort-node fp32'].push(await decodeRate(ortNode, 1, steps));
     decode['ort-wasm fp32'].push(await decodeRate(ort, 1, steps));
     for (const d of ['fp32', 'int8', 'q4'] as const)
       decode[`kernels ${d}`].push(await decodeRate(kernels[d], 1, steps));
     batch16['ort-wasm fp32'].push(await decodeRate(ort, 16, steps / 4));
     batch16['kernels int8'].push(await decodeRate(kernels.int8, 16, steps / 4));
     batch16['kernels int8 batch 1'].push(decode['kernels int8'][run - 1]);
+    batch16['kernels q4'].push(await decodeRate(kernels.q4, 16, steps / 4));
+    batch16['kernels q4 batch 1'].push(decode['kernels q4'][run - 1]);
     prefill['ort-wasm fp32'].push(await prefillRate(ort, 512));
     prefill['kernels fp32'].push(await prefillRate(kernels.fp32, 512));
     prefill['kernels int8'].push(await prefillRate(kernels.int8, 512));
   }
   await ort.runner.release();
+  await ortNode.runner.release();
 
   // A session's next turn: 4096 tokens already cached (prefilled once), then a 20-token turn, timed to its
   // logits; the turn is dropped again (truncate) so every run sees the same 4096. Against a fresh 20-token prompt.
@@ -157,7 +171,11 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
     decode: Object.fromEntries(
       Object.entries(decode).map(([k, v]) => [
         k,
-        { tokPerS: rate(v), vsOrtFp32: ratioByRun(v, decode['ort-wasm fp32']) },
+        {
+          tokPerS: rate(v),
+          vsOrtFp32: ratioByRun(v, decode['ort-wasm fp32']),
+          vsOrtNodeFp32: ratioByRun(v, decode['ort-node fp32']),
+        },
       ]),
     ),
     batch16: {
@@ -165,6 +183,8 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
       ortFp32: rate(batch16['ort-wasm fp32']),
       vsOwnBatch1: ratioByRun(batch16['kernels int8'], batch16['kernels int8 batch 1']),
       vsOrtFp32: ratioByRun(batch16['kernels int8'], batch16['ort-wasm fp32']),
+      kernelsQ4: rate(batch16['kernels q4']),
+      q4VsOwnBatch1: ratioByRun(batch16['kernels q4'], batch16['kernels q4 batch 1']),
     },
     prefill512: Object.fromEntries(
       Object.entries(prefill).map(([k, v]) => [

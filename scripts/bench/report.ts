@@ -234,6 +234,7 @@ export function markdownReport(r: BenchResults): string {
     );
   }
   if (r.speculative) out.push(`\n${speculationTable('cpu', r.speculative)}`);
+  if (r.speculativeKernels) out.push(`\n${speculationTable('edge kernels', r.speculativeKernels)}`);
   if (r.webgpu)
     out.push(
       `\n**WebGPU vs wasm** (tiny; on lavapipe, a CPU standing in for a GPU: dispatch overhead, not GPU speed)\n\n${webGpuBenchTable(r.webgpu)}`,

@@ -104,6 +104,8 @@ export interface BenchResults {
   structured?: StructuredBench;
   /** Decode with and without speculation, same prompts, same run (scripts/bench/speculative.ts; cpu). */
   speculative?: SpeculationCase[];
+  /** The same on the edge kernels (backend wasm, which runs Llama graphs on them). */
+  speculativeKernels?: SpeculationCase[];
   /** webgpu against wasm on tiny (scripts/bench/webgpu.ts): on lavapipe this measures dispatch overhead, not a GPU. */
   webgpu?: WebGpuBenchRow[];
   /** llama.cpp's WebAssembly build on bench-135m as GGUF F32/Q8_0/Q4_0, batch-1 decode (scripts/bench/wllama.ts). */
