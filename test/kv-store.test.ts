@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Engine, EngineOptions } from '../src/engine/engine.js';
+import { blockHash, ROOT_HASH, tailHash } from '../src/engine/kv/block-hash.js';
 import { blockChecksum } from '../src/engine/kv/block-store.js';
 import { MemoryKvBlockStore } from '../src/engine/kv/memory-block-store.js';
 import type { NodeBackend } from '../scripts/lib/runtimes.js';
@@ -11,6 +12,15 @@ import { KV_STORE_CASES } from './helpers/kv-store-cases.js';
 
 const BLOCK = 16;
 const MB = 2 ** 20;
+
+/** The store's name for the partial last block of a session whose cache holds `tokens`. */
+function tailName(engine: Engine, tokens: readonly number[]): string {
+  const identity = engine.kv.cacheIdentity;
+  const full = Math.floor(tokens.length / BLOCK);
+  let parent = ROOT_HASH;
+  for (let i = 0; i < full; i++) parent = blockHash(parent, tokens.slice(i * BLOCK, (i + 1) * BLOCK), identity);
+  return tailHash(parent, tokens.slice(full * BLOCK), identity);
+}
 
 async function greedy(engine: Engine, prompt: number[], session?: string): Promise<{ ids: number[]; cached: number }> {
   const { tokens, done } = await collect(
@@ -37,19 +47,23 @@ describe.each(backends)('a fresh engine restores stored blocks (%s %j)', (backen
     const turn1 = await greedy(first, history, 's1');
     await first.storeKv();
     const log = [...history, ...turn1.ids];
-    // Full blocks of what the pass computed: the last sampled token never was.
-    const storedBlocks = Math.floor((log.length - 1) / BLOCK);
-    expect(store.usage().blocks).toBe(storedBlocks);
+    // What the pass computed (the last sampled token never was): its full blocks, and its partial last block.
+    const computed = log.length - 1;
+    const storedBlocks = Math.floor(computed / BLOCK);
+    expect(computed % BLOCK).toBeGreaterThan(0);
+    expect(store.usage().blocks).toBe(storedBlocks + 1);
+    expect(store.storedTokens('s1')).toBe(computed);
     const turn2Prompt = [...log, ...randomIds(502, 9, 3, 400)];
     const reference = await greedy(first, turn2Prompt, 's1');
-    expect(reference.cached).toBe(log.length - 1);
+    expect(reference.cached).toBe(computed);
 
     const restarted = await loadEngine(backend, 'tiny', { ...options, kvStore: store });
     const restored = await greedy(restarted, turn2Prompt, 's1');
     expect(restored.ids).toEqual(reference.ids);
-    expect(restored.cached).toBe(storedBlocks * BLOCK);
-    expect(restarted.stats().kvStore?.restored.blocks).toBe(storedBlocks);
-    expect(restarted.stats().prefillTokens).toBe(turn2Prompt.length - storedBlocks * BLOCK);
+    expect(restored.cached).toBe(computed);
+    expect(restarted.stats().kvStore?.restored.blocks).toBe(storedBlocks + 1);
+    expect(restarted.stats().kvStore?.restored.tokens).toBe(computed);
+    expect(restarted.stats().prefillTokens).toBe(turn2Prompt.length - computed);
     await first.runner.release();
     await restarted.runner.release();
   });
@@ -65,15 +79,59 @@ describe('what is stored', () => {
     await greedy(engine, prompts[1], 'b');
     await greedy(engine, prompts[2]);
     await engine.storeKv();
-    // Each: 64 + 40 prompt + 24 generated - 1 computed = 127 tokens, 7 full blocks, of which 4 are the shared ones.
-    expect(store.usage().blocks).toBe(4 + 3 * 3);
-    expect(engine.stats().kvStore?.storedBlocks).toBe(13);
-    expect(store.storedTokens('a')).toBe(7 * BLOCK);
-    expect(store.storedTokens('b')).toBe(7 * BLOCK);
+    // Each: 64 + 40 prompt + 24 generated - 1 computed = 127 tokens, 7 full blocks, of which 4 are the shared
+    // ones, and for the two sessions a partial last block of 15 (a stateless request's is not kept).
+    expect(store.usage().blocks).toBe(4 + 3 * 3 + 2);
+    expect(engine.stats().kvStore?.storedBlocks).toBe(15);
+    expect(store.storedTokens('a')).toBe(127);
+    expect(store.storedTokens('b')).toBe(127);
     // A deleted session takes what only it needed; the shared prefix stays for the other.
     store.unpin('a');
-    expect(store.usage().blocks).toBe(4 + 2 * 3);
-    expect(store.storedTokens('b')).toBe(7 * BLOCK);
+    expect(store.usage().blocks).toBe(4 + 2 * 3 + 1);
+    expect(store.storedTokens('b')).toBe(127);
+    await engine.runner.release();
+  });
+
+  it("a session's next turn replaces its stored partial block; the block is stored without what its pool block held before", async () => {
+    const store = new MemoryKvBlockStore(64 * MB);
+    const engine = await loadEngine('kernels', 'tiny', { kvStore: store, kvCacheBytes: 2 * MB });
+    // Something else first, so the pool blocks the session gets next have held other tokens.
+    await greedy(engine, randomIds(520, 200, 3, 400));
+    engine.evictPrefixCache();
+    const history = randomIds(521, 37, 3, 400);
+    const turn1 = await greedy(engine, history, 's');
+    await engine.storeKv();
+    const log1 = [...history, ...turn1.ids];
+    const computed1 = log1.length - 1; // 60: three full blocks and 12 tokens
+    expect(store.usage().blocks).toBe(4);
+    const tail1 = tailName(engine, log1.slice(0, computed1));
+    const bytes = store.read(tail1);
+    expect(bytes).toBeDefined();
+    const { numLayers, numKvHeads, headDim } = engine.config;
+    const perToken = headDim * 4;
+    // Per layer, keys then values, each (kv heads, block, head_dim): positions 12..15 of every head are zero.
+    let beyond = 0;
+    let within = 0;
+    for (let part = 0; part < 2 * numLayers; part++)
+      for (let h = 0; h < numKvHeads; h++) {
+        const head = (part * numKvHeads + h) * BLOCK * perToken;
+        for (let i = head; i < head + BLOCK * perToken; i++) {
+          if (i < head + 12 * perToken) within += bytes![i] !== 0 ? 1 : 0;
+          else beyond += bytes![i] !== 0 ? 1 : 0;
+        }
+      }
+    expect(within).toBeGreaterThan(0);
+    expect(beyond).toBe(0);
+
+    const turn2 = await greedy(engine, [...log1, ...randomIds(522, 5, 3, 400)], 's');
+    await engine.storeKv();
+    const log2 = [...log1, ...randomIds(522, 5, 3, 400), ...turn2.ids];
+    expect(store.has(tail1)).toBe(false);
+    expect(store.has(tailName(engine, log2.slice(0, log2.length - 1)))).toBe(true);
+    expect(store.usage().blocks).toBe(Math.ceil((log2.length - 1) / BLOCK));
+    expect(store.storedTokens('s')).toBe(log2.length - 1);
+    store.unpin('s');
+    expect(store.usage().blocks).toBe(0);
     await engine.runner.release();
   });
 

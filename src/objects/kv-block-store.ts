@@ -1,4 +1,5 @@
 /// <reference types="@cloudflare/workers-types" />
+import { blockTokens } from '../engine/kv/block-hash.js';
 import { blockChecksum, type KvBlockStore, type KvStoreUsage, type StoredBlock } from '../engine/kv/block-store.js';
 
 /** Bytes per stored part: a Durable Object's SQLite row holds at most 2 MB, and a block may be larger. */
@@ -147,9 +148,18 @@ export class SqlKvBlockStore implements KvBlockStore {
 
   pin(owner: string, chain: readonly string[]): void {
     this.atomically(() => {
+      // Partial last blocks (named `<hash>+<tokens>`) of this owner's previous turn that no one else pins.
+      const tails = this.sql
+        .exec<{ hash: string }>(
+          "SELECT hash FROM kv_pins p WHERE owner = ? AND hash LIKE '%+%' AND NOT EXISTS (SELECT 1 FROM kv_pins q WHERE q.hash = p.hash AND q.owner <> ?)",
+          owner,
+          owner,
+        )
+        .toArray();
       this.sql.exec('DELETE FROM kv_pins WHERE owner = ?', owner);
       for (const [position, hash] of chain.entries())
         this.sql.exec('INSERT INTO kv_pins (owner, position, hash) VALUES (?, ?, ?)', owner, position, hash);
+      for (const { hash } of tails) if (!chain.includes(hash)) this.delete(hash);
     });
   }
 
@@ -168,13 +178,18 @@ export class SqlKvBlockStore implements KvBlockStore {
   }
 
   storedTokens(owner: string): number {
-    const { pinned, missing } = this.sql
-      .exec<{ pinned: number; missing: number | null }>(
-        'SELECT count(*) AS pinned, min(CASE WHEN b.hash IS NULL THEN p.position END) AS missing FROM kv_pins p LEFT JOIN kv_blocks b ON b.hash = p.hash WHERE p.owner = ?',
+    const chain = this.sql
+      .exec<{ hash: string; stored: number }>(
+        'SELECT p.hash AS hash, b.hash IS NOT NULL AS stored FROM kv_pins p LEFT JOIN kv_blocks b ON b.hash = p.hash WHERE p.owner = ? ORDER BY p.position',
         owner,
       )
-      .one();
-    return (missing ?? pinned) * this.tokensPerBlock;
+      .toArray();
+    let tokens = 0;
+    for (const { hash, stored } of chain) {
+      if (!stored) break;
+      tokens += blockTokens(hash, this.tokensPerBlock);
+    }
+    return tokens;
   }
 
   usage(): KvStoreUsage {

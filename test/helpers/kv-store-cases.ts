@@ -83,6 +83,25 @@ export const KV_STORE_CASES: KvStoreCase[] = [
     },
   },
   {
+    name: "a partial last block counts its own tokens, and a session's next chain deletes the one it replaces (unless another session pins it)",
+    budget: 10 * BYTES,
+    run(store) {
+      chain(store, ['t1', 't2', 't2+5']);
+      store.pin('owner', ['t1', 't2', 't2+5']);
+      expect(store.storedTokens('owner')).toBe(2 * 16 + 5);
+      chain(store, ['t3', 't3+9']);
+      store.pin('owner', ['t1', 't2', 't3', 't3+9']);
+      expect(has(store, ['t1', 't2', 't2+5', 't3', 't3+9'])).toEqual([true, true, false, true, true]);
+      expect(store.storedTokens('owner')).toBe(3 * 16 + 9);
+      store.pin('twin', ['t1', 't2', 't3', 't3+9']); // the same tokens in another session
+      chain(store, ['t4+1']);
+      store.pin('owner', ['t1', 't2', 't3', 't4+1']);
+      expect(has(store, ['t3+9', 't4+1'])).toEqual([true, true]);
+      store.unpin('owner');
+      expect(has(store, ['t1', 't3+9', 't4+1'])).toEqual([true, true, false]);
+    },
+  },
+  {
     name: 'drops everything when the cache identity changes (other weights, dtype, KV dtype, code)',
     budget: 10 * BYTES,
     run(store) {

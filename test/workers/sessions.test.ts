@@ -220,9 +220,11 @@ describe('sessions', () => {
     const one = await say(id, 'Turn one');
     const two = await say(id, 'Turn two');
     const before = await getSession(id);
-    // Full blocks of what turn two computed (its prompt and reply, less the last sampled token).
-    const storedBlocks = Math.floor((two.usage.prompt_tokens + two.usage.completion_tokens - 1) / 16);
-    expect(before.stored_tokens).toBe(storedBlocks * 16);
+    // What turn two computed (its prompt and reply, less the last sampled token): its full blocks and its
+    // partial last block.
+    const computed = two.usage.prompt_tokens + two.usage.completion_tokens - 1;
+    const storedBlocks = Math.ceil(computed / 16);
+    expect(before.stored_tokens).toBe(computed);
 
     await abortAllDurableObjects();
     const after = await getSession(id);
@@ -232,7 +234,7 @@ describe('sessions', () => {
     expect(after.stored_tokens).toBe(before.stored_tokens);
 
     const three = await say(id, 'Turn three');
-    // A fresh engine restores the stored blocks; only the rest of the log and the new message are prefilled.
+    // A fresh engine restores the stored blocks; only the last sampled token and the new message are prefilled.
     expect(three.usage.prompt_tokens_details.cached_tokens).toBe(before.stored_tokens);
     expect((await engineStats(id)).kvStore?.restored.blocks).toBe(storedBlocks);
     const previousLog = two.usage.prompt_tokens + two.usage.completion_tokens;

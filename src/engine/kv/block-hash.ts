@@ -16,3 +16,23 @@ export function blockHash(parentHash: string, tokens: ArrayLike<number>, modelId
 
 /** The hash before the first block. */
 export const ROOT_HASH = '';
+
+/**
+ * Name of a session's partial last block, the `tokens.length` (< block size) tokens after `parentHash`:
+ * hashed apart from full blocks, with its token count after a `+`, so a store can say how many tokens
+ * it holds (blockTokens) without the engine.
+ */
+export function tailHash(parentHash: string, tokens: ArrayLike<number>, modelId: string): string {
+  return `${blockHash(parentHash, tokens, `${modelId}\u0000tail`)}+${tokens.length}`;
+}
+
+/** Whether a stored block's name is a partial last block's (tailHash). */
+export function isTail(hash: string): boolean {
+  return hash.includes('+');
+}
+
+/** Tokens a stored block holds: a partial last block's count, else a full block's `tokensPerBlock`. */
+export function blockTokens(hash: string, tokensPerBlock: number): number {
+  const plus = hash.indexOf('+');
+  return plus < 0 ? tokensPerBlock : Number(hash.slice(plus + 1));
+}

@@ -1,11 +1,13 @@
 import type { BlockPool } from './block-pool.js';
-import { ROOT_HASH } from './block-hash.js';
+import { blockTokens, ROOT_HASH } from './block-hash.js';
 import type { KvBlockStore } from './block-store.js';
 import { yieldToEventLoop } from '../event-loop.js';
 
 /** A retired sequence's full blocks (root first). */
 interface QueuedChain {
   chain: string[];
+  /** A session turn's partial last block, held in the pool until it is written or dropped. */
+  tail: { hash: string; block: number } | undefined;
   /** The session the sequence was a turn of: deleting the session drops the chain. */
   session: string | undefined;
   /** Pin the chain to its session (a finished turn, whose cache the session keeps). */
@@ -30,12 +32,16 @@ export interface PersistCounters {
 const SLICE_BYTES = 2 ** 20;
 /** Chains kept for a host that flushes rarely (or never): past this, the oldest are dropped unwritten. */
 const MAX_QUEUED = 1024;
+/** Partial blocks held for the writer: past this, the oldest queued ones are let go unwritten (pool room first). */
+const MAX_TAILS = 8;
 
 /**
  * Writes retired sequences' full blocks to the durable store, after the fact: the engine queues a chain
  * when a sequence retires, and the host calls flush() once the generation's last event is out. A block is
  * read from the pool at write time, if the pool still has it (cached blocks are immutable; one the pool
- * has lost cannot be stored, and nothing past it in its chain could be restored either).
+ * has lost cannot be stored, and nothing past it in its chain could be restored either). A session turn's
+ * partial last block is not cached, so the queue holds it (a reference) until it is written: the session's
+ * next turn, if it comes first, writes into a copy.
  */
 export class BlockPersistence {
   private readonly counts = { storedBlocks: 0, storedBytes: 0, writeMs: 0, failedChains: 0 };
@@ -52,17 +58,35 @@ export class BlockPersistence {
     return { ...this.counts, pendingChains: this.queue.length + (this.current ? 1 : 0) };
   }
 
-  /** Queues a retired sequence's chain; `pin`: the session keeps this cache (a finished turn). */
-  enqueue(chain: readonly string[], session: string | undefined, pin: boolean): void {
-    if (chain.length === 0) return;
-    this.queue.push({ chain: [...chain], session, pin: pin && session !== undefined, cancelled: false });
-    if (this.queue.length > MAX_QUEUED) this.queue.shift();
+  /**
+   * Queues a retired sequence's chain; `pin`: the session keeps this cache (a finished turn); `tail`: its
+   * partial last block (KvCacheManager.tailOf), written after the chain.
+   */
+  enqueue(
+    chain: readonly string[],
+    session: string | undefined,
+    pin: boolean,
+    tail?: { hash: string; block: number },
+  ): void {
+    if (chain.length === 0 && !tail) return;
+    if (tail) this.pool.retain(tail.block);
+    this.queue.push({ chain: [...chain], tail, session, pin: pin && session !== undefined, cancelled: false });
+    if (this.queue.length > MAX_QUEUED) this.done(this.queue.shift()!);
+    const holding = this.queue.filter((e) => e.tail);
+    for (const entry of holding.slice(0, Math.max(0, holding.length - MAX_TAILS))) this.done(entry);
   }
 
   /** A deleted session: none of its chains is written (one being written stops), so nothing of it is left behind. */
   forget(session: string): void {
-    for (let i = this.queue.length - 1; i >= 0; i--) if (this.queue[i].session === session) this.queue.splice(i, 1);
+    for (let i = this.queue.length - 1; i >= 0; i--)
+      if (this.queue[i].session === session) this.done(this.queue.splice(i, 1)[0]);
     if (this.current?.session === session) this.current.cancelled = true;
+  }
+
+  /** Lets go of an entry written or dropped: its tail block goes back to the pool. */
+  private done(entry: QueuedChain): void {
+    if (entry.tail) this.pool.release(entry.tail.block);
+    entry.tail = undefined;
   }
 
   /** Writes everything queued; resolves when the queue is empty. One writer at a time. */
@@ -82,16 +106,20 @@ export class BlockPersistence {
         console.warn(
           `KV block store: a chain of ${entry.chain.length} blocks was not stored: ${err instanceof Error ? err.message : String(err)}`,
         );
+      } finally {
+        this.done(entry);
       }
       this.current = this.queue.shift();
     }
   }
 
   private async write(entry: QueuedChain): Promise<void> {
-    // A chain longer than the whole budget would evict its own root to store its tip.
-    let chain = entry.chain.slice(0, Math.floor(this.store.usage().budgetBytes / this.pool.blockBytes));
+    // A chain longer than the whole budget would evict its own root to store its tip (and has no use for a tail).
+    const room = Math.floor(this.store.usage().budgetBytes / this.pool.blockBytes);
+    let chain = entry.chain.slice(0, room);
+    const tail = entry.chain.length < room ? entry.tail : undefined;
     // Pinned, and its stored prefix touched, first: making room for its new blocks then never evicts its own.
-    if (entry.pin) this.store.pin(entry.session!, chain);
+    if (entry.pin) this.store.pin(entry.session!, tail ? [...chain, tail.hash] : chain);
     this.store.touch(chain);
     let slice = 0;
     for (let i = 0; i < chain.length; i++) {
@@ -124,6 +152,18 @@ export class BlockPersistence {
         if (entry.cancelled) return;
       }
     }
-    this.store.touch(chain);
+    // The tail only follows a whole chain: a restore reaches it through every block before it.
+    if (tail && chain.length === entry.chain.length && !this.store.has(tail.hash)) {
+      const t0 = performance.now();
+      const bytes = await this.pool.readBlock(tail.block);
+      if (entry.cancelled) return;
+      this.pool.clearFrom(bytes, blockTokens(tail.hash, this.pool.blockSize));
+      if (this.store.write({ hash: tail.hash, parent: chain.at(-1) ?? ROOT_HASH, bytes })) {
+        this.counts.storedBlocks++;
+        this.counts.storedBytes += bytes.length;
+      }
+      this.counts.writeMs += performance.now() - t0;
+    }
+    this.store.touch(tail ? [...chain, tail.hash] : chain);
   }
 }

@@ -156,6 +156,20 @@ export class BlockPool {
     return out;
   }
 
+  /**
+   * Zeroes token positions `tokens` .. blockSize - 1 of a block's bytes in readBlock's layout: a partial block
+   * is stored without whatever an earlier owner of its pool block left past its tokens.
+   */
+  clearFrom(bytes: Uint8Array, tokens: number): void {
+    const { numKvHeads, headDim } = this.shape;
+    const element = this.keys[0].BYTES_PER_ELEMENT;
+    const token = headDim * element;
+    const part = this.blockStride * element;
+    for (let at = 0; at < bytes.length; at += part)
+      for (let h = 0; h < numKvHeads; h++)
+        bytes.fill(0, at + (h * this.blockSize + tokens) * token, at + (h + 1) * this.blockSize * token);
+  }
+
   /** Overwrites block `id` with bytes readBlock gave (a block restored from the store); a device runner replaces it. */
   writeBlock(id: number, bytes: Uint8Array): void {
     if (bytes.length !== this.blockBytes)

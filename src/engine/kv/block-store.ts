@@ -13,7 +13,7 @@ export interface StoredBlock {
 }
 
 /**
- * Durable storage for full KV blocks, so a cache outlives the engine that computed it (an evicted or
+ * Durable storage for KV blocks (full ones, and a session turn's partial last one), so a cache outlives the engine that computed it (an evicted or
  * restarted Durable Object restores a session's history instead of prefilling it again).
  *
  * A full block is immutable and named by its chained prefix hash, which is salted with the cache
@@ -47,11 +47,15 @@ export interface KvBlockStore {
    * block never loses its parent to eviction.
    */
   touch(chain: readonly string[]): void;
-  /** The chain a session needs now, replacing what it needed before: pinned blocks are evicted last. */
+  /**
+   * The chain a session needs now, replacing what it needed before: pinned blocks are evicted last. A
+   * partial last block (block-hash.ts tailHash) the session pinned before and no longer does is deleted,
+   * unless another session pins it: it continued a turn that the new chain has gone past.
+   */
   pin(owner: string, chain: readonly string[]): void;
   /** Forgets a session (deleted): the blocks only it pinned are deleted. */
   unpin(owner: string): void;
-  /** Tokens of a session's pinned chain that could be restored now: its blocks up to the first one missing. */
+  /** Tokens of a session's pinned chain that could be restored now: its blocks' up to the first one missing. */
   storedTokens(owner: string): number;
   usage(): KvStoreUsage;
 }

@@ -1,3 +1,4 @@
+import { blockTokens, isTail } from './block-hash.js';
 import { blockChecksum, type KvBlockStore, type KvStoreUsage, type StoredBlock } from './block-store.js';
 
 interface Entry {
@@ -61,7 +62,9 @@ export class MemoryKvBlockStore implements KvBlockStore {
   }
 
   pin(owner: string, chain: readonly string[]): void {
+    const before = this.pins.get(owner) ?? [];
     this.pins.set(owner, [...chain]);
+    for (const hash of before) if (isTail(hash) && !chain.includes(hash) && !this.pinned(hash)) this.delete(hash);
   }
 
   unpin(owner: string): void {
@@ -71,9 +74,12 @@ export class MemoryKvBlockStore implements KvBlockStore {
   }
 
   storedTokens(owner: string): number {
-    const chain = this.pins.get(owner) ?? [];
-    const missing = chain.findIndex((hash) => !this.blocks.has(hash));
-    return (missing < 0 ? chain.length : missing) * this.tokensPerBlock;
+    let tokens = 0;
+    for (const hash of this.pins.get(owner) ?? []) {
+      if (!this.blocks.has(hash)) break;
+      tokens += blockTokens(hash, this.tokensPerBlock);
+    }
+    return tokens;
   }
 
   usage(): KvStoreUsage {

@@ -1,7 +1,7 @@
 import type { BlockPool } from './block-pool.js';
-import { blockHash, ROOT_HASH } from './block-hash.js';
+import { blockHash, ROOT_HASH, tailHash } from './block-hash.js';
 
-/** Where matchPrefix finds full blocks the pool has lost (the durable block store). */
+/** Where matchPrefix finds blocks the pool has lost (the durable block store): full ones, and sessions' partial last ones. */
 export interface BlockSource {
   read(hash: string): Uint8Array | undefined;
 }
@@ -142,8 +142,9 @@ export class KvCacheManager {
   /**
    * Attaches the longest run of cached full blocks that starts `tokens` to an empty sequence, and returns
    * how many tokens it covers: blocks from the pool's prefix cache, and past them, blocks restored from
-   * the block source, if one is attached. The last token is never taken from the cache: a pass must
-   * compute it to give logits.
+   * the block source, if one is attached, then the longest stored partial block that continues them (a
+   * session turn's last block). The last token is never taken from the cache: a pass must compute it to
+   * give logits.
    */
   matchPrefix(kv: PagedSequenceKv, tokens: readonly number[]): number {
     if (kv.length !== 0 || kv.blocks.length !== 0) throw new Error('matchPrefix needs an empty sequence');
@@ -153,22 +154,57 @@ export class KvCacheManager {
       const hash = blockHash(parent, tokens.slice(i * bs, (i + 1) * bs), this.cacheIdentity);
       const cached = this.pool.lookup(hash);
       if (cached !== undefined) this.pool.retain(cached);
-      const block = cached ?? this.restore(hash, this.blocksFor(tokens.length - (i + 1) * bs));
+      const block = cached ?? this.restore(hash, this.blocksFor(tokens.length - (i + 1) * bs), bs, true);
       if (block === undefined) break;
       kv.blocks.push(block);
       kv.hashes.push(hash);
       parent = hash;
     }
     kv.length = kv.blocks.length * bs;
+    if (this.source) this.restoreTail(kv, tokens, parent);
     return kv.length;
   }
 
   /**
-   * A pool block holding `hash`'s stored bytes, cached under it and held once; undefined if it is not
-   * stored, cannot be read, or there is no room. Room means a block beyond the `after` blocks the rest of
-   * the prompt needs: restoring what the request then could not start with would only evict others' prefixes.
+   * The longest stored partial block (1 .. blockSize - 1 tokens) that continues `kv`'s full blocks with
+   * `tokens`, restored as the sequence's own writable last block: the next pass writes after it.
    */
-  private restore(hash: string, after: number): number | undefined {
+  private restoreTail(kv: PagedSequenceKv, tokens: readonly number[], parent: string): void {
+    const from = kv.length;
+    const after = this.blocksFor(tokens.length - from) - 1; // blocks the prompt needs past this one
+    if (this.pool.available <= after) return;
+    const failed = this.restored.failed;
+    for (let n = Math.min(this.pool.blockSize - 1, tokens.length - 1 - from); n >= 1; n--) {
+      const block = this.restore(tailHash(parent, tokens.slice(from, from + n), this.cacheIdentity), after, n, false);
+      if (block !== undefined) {
+        kv.blocks.push(block);
+        kv.length += n;
+        return;
+      }
+      if (this.restored.failed !== failed) return; // the store failed: one miss is enough
+    }
+  }
+
+  /**
+   * A session's partial last block as the store names it, for BlockPersistence to write once the turn is
+   * over; undefined when `kv` ends on a block boundary (or its full blocks are not all in the prefix cache).
+   */
+  tailOf(kv: PagedSequenceKv, tokens: readonly number[]): { hash: string; block: number } | undefined {
+    const bs = this.pool.blockSize;
+    const full = kv.hashes.length;
+    const n = kv.length - full * bs;
+    if (n <= 0 || n >= bs || kv.blocks.length <= full) return undefined;
+    const parent = kv.hashes[full - 1] ?? ROOT_HASH;
+    return { hash: tailHash(parent, tokens.slice(full * bs, kv.length), this.cacheIdentity), block: kv.blocks[full] };
+  }
+
+  /**
+   * A pool block holding `hash`'s stored bytes (`tokens` of them), held once and, if `cache`, cached under
+   * it (a full block; a partial one stays the sequence's own); undefined if it is not stored, cannot be
+   * read, or there is no room. Room means a block beyond the `after` blocks the rest of the prompt needs:
+   * restoring what the request then could not start with would only evict others' prefixes.
+   */
+  private restore(hash: string, after: number, tokens: number, cache: boolean): number | undefined {
     if (!this.source || this.pool.available <= after) return undefined;
     const t0 = performance.now();
     let block: number | undefined;
@@ -181,9 +217,9 @@ export class KvCacheManager {
       }
       block = this.pool.allocate()!;
       this.pool.writeBlock(block, bytes);
-      this.pool.cache(block, hash);
+      if (cache) this.pool.cache(block, hash);
       this.restored.blocks++;
-      this.restored.tokens += this.pool.blockSize;
+      this.restored.tokens += tokens;
       return block;
     } catch (err) {
       // A slower answer, never a failed one: the rest of the prompt is prefilled.
