@@ -13,8 +13,9 @@ export interface StoredBlock {
 }
 
 /**
- * Durable storage for KV blocks (full ones, and a session turn's partial last one), so a cache outlives the engine that computed it (an evicted or
- * restarted Durable Object restores a session's history instead of prefilling it again).
+ * Durable storage for KV blocks (full ones, and a session turn's partial last one), so a cache outlives the
+ * engine that computed it (an evicted or restarted Durable Object restores a session's history instead of
+ * prefilling it again).
  *
  * A full block is immutable and named by its chained prefix hash, which is salted with the cache
  * identity (model, weights digest, dtype, KV dtype, block size, runner): equal names mean equal bytes,
@@ -55,7 +56,7 @@ export interface KvBlockStore {
   pin(owner: string, chain: readonly string[]): void;
   /** Forgets a session (deleted): the blocks only it pinned are deleted. */
   unpin(owner: string): void;
-  /** Tokens of a session's pinned chain that could be restored now: its blocks' up to the first one missing. */
+  /** Tokens of a session's pinned chain that could be restored now: the tokens of its blocks up to the first one missing. */
   storedTokens(owner: string): number;
   usage(): KvStoreUsage;
 }
