@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import type { Engine, EngineOptions } from '../src/engine/engine.js';
 import { blockHash, ROOT_HASH, tailHash } from '../src/engine/kv/block-hash.js';
-import { blockChecksum } from '../src/engine/kv/block-store.js';
+import { BlockPersistence } from '../src/engine/kv/block-persistence.js';
+import { BlockPool } from '../src/engine/kv/block-pool.js';
+import { blockChecksum, type KvBlockStore } from '../src/engine/kv/block-store.js';
 import { MemoryKvBlockStore } from '../src/engine/kv/memory-block-store.js';
 import type { NodeBackend } from '../scripts/lib/runtimes.js';
 import { collect, loadEngine, randomIds } from './helpers/engines.js';
@@ -13,13 +15,13 @@ import { KV_STORE_CASES } from './helpers/kv-store-cases.js';
 const BLOCK = 16;
 const MB = 2 ** 20;
 
-/** The store's name for the partial last block of a session whose cache holds `tokens`. */
-function tailName(engine: Engine, tokens: readonly number[]): string {
+/** The store's name for the partial last block of `session`, whose cache holds `tokens`. */
+function tailName(engine: Engine, tokens: readonly number[], session: string): string {
   const identity = engine.kv.cacheIdentity;
   const full = Math.floor(tokens.length / BLOCK);
   let parent = ROOT_HASH;
   for (let i = 0; i < full; i++) parent = blockHash(parent, tokens.slice(i * BLOCK, (i + 1) * BLOCK), identity);
-  return tailHash(parent, tokens.slice(full * BLOCK), identity);
+  return tailHash(parent, tokens.slice(full * BLOCK), identity, session);
 }
 
 async function greedy(engine: Engine, prompt: number[], session?: string): Promise<{ ids: number[]; cached: number }> {
@@ -94,17 +96,16 @@ describe('what is stored', () => {
 
   it("a session's next turn replaces its stored partial block; the block is stored without what its pool block held before", async () => {
     const store = new MemoryKvBlockStore(64 * MB);
-    const engine = await loadEngine('kernels', 'tiny', { kvStore: store, kvCacheBytes: 2 * MB });
-    // Something else first, so the pool blocks the session gets next have held other tokens.
-    await greedy(engine, randomIds(520, 200, 3, 400));
-    engine.evictPrefixCache();
+    const engine = await loadEngine('kernels', 'tiny', { kvStore: store });
+    // Every pool block holds something already (as after other sessions' tokens): none of it may be stored.
+    for (const array of [...engine.kv.pool.keys, ...engine.kv.pool.values]) array.fill(0.5);
     const history = randomIds(521, 37, 3, 400);
     const turn1 = await greedy(engine, history, 's');
     await engine.storeKv();
     const log1 = [...history, ...turn1.ids];
     const computed1 = log1.length - 1; // 60: three full blocks and 12 tokens
     expect(store.usage().blocks).toBe(4);
-    const tail1 = tailName(engine, log1.slice(0, computed1));
+    const tail1 = tailName(engine, log1.slice(0, computed1), 's');
     const bytes = store.read(tail1);
     expect(bytes).toBeDefined();
     const { numLayers, numKvHeads, headDim } = engine.config;
@@ -127,12 +128,32 @@ describe('what is stored', () => {
     await engine.storeKv();
     const log2 = [...log1, ...randomIds(522, 5, 3, 400), ...turn2.ids];
     expect(store.has(tail1)).toBe(false);
-    expect(store.has(tailName(engine, log2.slice(0, log2.length - 1)))).toBe(true);
+    expect(store.has(tailName(engine, log2.slice(0, log2.length - 1), 's'))).toBe(true);
     expect(store.usage().blocks).toBe(Math.ceil((log2.length - 1) / BLOCK));
     expect(store.storedTokens('s')).toBe(log2.length - 1);
     store.unpin('s');
     expect(store.usage().blocks).toBe(0);
     await engine.runner.release();
+  });
+
+  it("a session's partial block is its own: another session or a stateless request with the same tokens restores only the full blocks", async () => {
+    const store = new MemoryKvBlockStore(64 * MB);
+    const history = randomIds(530, 40, 3, 400);
+    const first = await loadEngine('kernels', 'tiny', { kvStore: store });
+    const turn1 = await greedy(first, history, 'mine');
+    await first.storeKv();
+    await first.runner.release();
+    const log = [...history, ...turn1.ids]; // 63 computed: 3 full blocks and 15 tokens
+    const next = [...log, ...randomIds(531, 6, 3, 400)];
+    for (const session of [undefined, 'theirs']) {
+      const engine = await loadEngine('kernels', 'tiny', { kvStore: store });
+      expect((await greedy(engine, next, session)).cached).toBe(3 * BLOCK);
+      await engine.runner.release();
+    }
+    const mine = await loadEngine('kernels', 'tiny', { kvStore: store });
+    expect((await greedy(mine, next, 'mine')).cached).toBe(log.length - 1);
+    expect(mine.stats().kvStore?.restored.tokens).toBe(log.length - 1);
+    await mine.runner.release();
   });
 
   it('nothing is written until the host asks, and nothing of a session deleted before then', async () => {
@@ -144,6 +165,8 @@ describe('what is stored', () => {
     await engine.storeKv();
     expect(store.usage().blocks).toBe(0);
     expect(store.storedTokens('gone')).toBe(0);
+    expect(engine.stats().kv.used).toBe(0); // its partial block, held for the writer, went back too
+    engine.kv.pool.checkInvariants();
     await engine.runner.release();
   });
   it('a session deleted during its turn leaves nothing in the store', async () => {
@@ -161,7 +184,46 @@ describe('what is stored', () => {
     }
     await engine.storeKv();
     expect(store.usage().blocks).toBe(0);
+    expect(engine.stats().kv.used).toBe(0);
     await engine.runner.release();
+  });
+
+  it('partial blocks held for the writer: at most 8, each given back when written, dropped, forgotten or failed', async () => {
+    const pool = new BlockPool({ numLayers: 1, numKvHeads: 1, headDim: 4 }, 20, 4);
+    const store = new MemoryKvBlockStore(MB);
+    store.open('identity', 4);
+    const persistence = new BlockPersistence(pool, store);
+    for (let i = 0; i < 12; i++) {
+      const block = pool.allocate()!;
+      persistence.enqueue([], `s${i}`, true, { hash: `t${i}+1`, block });
+      pool.release(block); // the session's own reference: the writer's is left
+    }
+    expect(pool.stats().used).toBe(8); // the four oldest were let go unwritten
+    persistence.forget('s11');
+    expect(pool.stats().used).toBe(7);
+    await persistence.flush();
+    expect(pool.stats().used).toBe(0);
+    expect(store.usage().blocks).toBe(7);
+    expect(store.storedTokens('s5')).toBe(1);
+    expect(store.storedTokens('s2')).toBe(0);
+
+    const failing = new BlockPersistence(pool, {
+      ...store,
+      has: () => false,
+      usage: () => store.usage(),
+      pin: () => undefined,
+      touch: () => undefined,
+      write: () => {
+        throw new Error('SQLITE_FULL');
+      },
+    } as unknown as KvBlockStore);
+    const block = pool.allocate()!;
+    failing.enqueue([], 's', true, { hash: 'u+2', block });
+    pool.release(block);
+    await failing.flush();
+    expect(failing.counters.failedChains).toBe(1);
+    expect(pool.stats().used).toBe(0);
+    pool.checkInvariants();
   });
 });
 

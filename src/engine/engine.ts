@@ -536,7 +536,12 @@ export class Engine {
     // A session turn that did not finish leaves the session as it was, in storage too (it may be being deleted).
     // A finished turn's partial last block is stored too: its next turn, restored, then prefills nothing of it.
     if (seq.session === undefined || kept)
-      this.persistence?.enqueue(chain, seq.session, kept, kept ? this.kv.tailOf(seq.kv, seq.tokens) : undefined);
+      this.persistence?.enqueue(
+        chain,
+        seq.session,
+        kept,
+        kept ? this.kv.tailOf(seq.kv, seq.tokens, seq.session!) : undefined,
+      );
     this.speculator.release(seq.id);
     this.active.delete(seq);
     seq.group.events.push(seq.output.done());

@@ -23,6 +23,8 @@ export interface SchedulableSequence {
   readonly fairnessGroup?: string;
   /** Computes its whole prompt, never taking blocks from the prefix cache (it wants the prompt's logits). */
   readonly skipsPrefixCache?: boolean;
+  /** The session this is a turn of: its previous turn's partial last block may be restored for it. */
+  readonly session?: string;
 }
 
 export interface SchedulerLimits {
@@ -174,7 +176,7 @@ export class Scheduler<S extends SchedulableSequence> {
       if (seq.kv.length === 0) {
         const own = this.ownCache(seq);
         if (own) seq.kv = own;
-        else if (!seq.skipsPrefixCache) this.kv.matchPrefix(seq.kv, seq.tokens);
+        else if (!seq.skipsPrefixCache) this.kv.matchPrefix(seq.kv, seq.tokens, seq.session);
       }
       const cachedTokens = seq.kv.length;
       const count = Math.min(seq.tokens.length - seq.kv.length, budget);

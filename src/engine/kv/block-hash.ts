@@ -19,11 +19,12 @@ export const ROOT_HASH = '';
 
 /**
  * Name of a session's partial last block, the `tokens.length` (< block size) tokens after `parentHash`:
- * hashed apart from full blocks, with its token count after a `+`, so a store can say how many tokens
- * it holds (blockTokens) without the engine.
+ * hashed apart from full blocks and salted with the session, so only that session's next turn finds it
+ * (full blocks are shared by content; a session's latest tokens are not), with its token count after a
+ * `+`, so a store can say how many tokens it holds (blockTokens) without the engine.
  */
-export function tailHash(parentHash: string, tokens: ArrayLike<number>, modelId: string): string {
-  return `${blockHash(parentHash, tokens, `${modelId}\u0000tail`)}+${tokens.length}`;
+export function tailHash(parentHash: string, tokens: ArrayLike<number>, modelId: string, session: string): string {
+  return `${blockHash(parentHash, tokens, `${modelId}\u0000tail\u0000${session}`)}+${tokens.length}`;
 }
 
 /** Whether a stored block's name is a partial last block's (tailHash). */

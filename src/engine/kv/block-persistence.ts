@@ -32,7 +32,7 @@ export interface PersistCounters {
 const SLICE_BYTES = 2 ** 20;
 /** Chains kept for a host that flushes rarely (or never): past this, the oldest are dropped unwritten. */
 const MAX_QUEUED = 1024;
-/** Partial blocks held for the writer: past this, the oldest queued ones are let go unwritten (pool room first). */
+/** Partial blocks held for the writer, the one being written included: past this, the oldest queued ones are let go unwritten (pool room first). */
 const MAX_TAILS = 8;
 
 /**
@@ -72,8 +72,10 @@ export class BlockPersistence {
     if (tail) this.pool.retain(tail.block);
     this.queue.push({ chain: [...chain], tail, session, pin: pin && session !== undefined, cancelled: false });
     if (this.queue.length > MAX_QUEUED) this.done(this.queue.shift()!);
+    // The entry being written holds one too.
     const holding = this.queue.filter((e) => e.tail);
-    for (const entry of holding.slice(0, Math.max(0, holding.length - MAX_TAILS))) this.done(entry);
+    const allowed = MAX_TAILS - (this.current?.tail ? 1 : 0);
+    for (const entry of holding.slice(0, Math.max(0, holding.length - allowed))) this.done(entry);
   }
 
   /** A deleted session: none of its chains is written (one being written stops), so nothing of it is left behind. */

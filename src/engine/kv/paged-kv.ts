@@ -142,11 +142,11 @@ export class KvCacheManager {
   /**
    * Attaches the longest run of cached full blocks that starts `tokens` to an empty sequence, and returns
    * how many tokens it covers: blocks from the pool's prefix cache, and past them, blocks restored from
-   * the block source, if one is attached, then the longest stored partial block that continues them (a
-   * session turn's last block). The last token is never taken from the cache: a pass must compute it to
-   * give logits.
+   * the block source, if one is attached, then, for a turn of `session`, the longest partial block of that
+   * session's that continues them (its previous turn's last block, cached or stored). The last token is never
+   * taken from the cache: a pass must compute it to give logits.
    */
-  matchPrefix(kv: PagedSequenceKv, tokens: readonly number[]): number {
+  matchPrefix(kv: PagedSequenceKv, tokens: readonly number[], session?: string): number {
     if (kv.length !== 0 || kv.blocks.length !== 0) throw new Error('matchPrefix needs an empty sequence');
     const bs = this.pool.blockSize;
     let parent = ROOT_HASH;
@@ -154,28 +154,33 @@ export class KvCacheManager {
       const hash = blockHash(parent, tokens.slice(i * bs, (i + 1) * bs), this.cacheIdentity);
       const cached = this.pool.lookup(hash);
       if (cached !== undefined) this.pool.retain(cached);
-      const block = cached ?? this.restore(hash, this.blocksFor(tokens.length - (i + 1) * bs), bs, true);
+      const block = cached ?? this.restore(hash, this.blocksFor(tokens.length - (i + 1) * bs), bs);
       if (block === undefined) break;
       kv.blocks.push(block);
       kv.hashes.push(hash);
       parent = hash;
     }
     kv.length = kv.blocks.length * bs;
-    if (this.source) this.restoreTail(kv, tokens, parent);
+    if (this.source && session !== undefined) this.matchTail(kv, tokens, parent, session);
     return kv.length;
   }
 
   /**
-   * The longest stored partial block (1 .. blockSize - 1 tokens) that continues `kv`'s full blocks with
-   * `tokens`, restored as the sequence's own writable last block: the next pass writes after it.
+   * The longest partial block (1 .. blockSize - 1 tokens) of `session`'s that continues `kv`'s full blocks
+   * with `tokens`: from the prefix cache (where an earlier restore left it) or the store. It is cached, so the
+   * sequence's first write copies it (reserve), and a request that waits and comes back finds it in the pool.
    */
-  private restoreTail(kv: PagedSequenceKv, tokens: readonly number[], parent: string): void {
+  private matchTail(kv: PagedSequenceKv, tokens: readonly number[], parent: string, session: string): void {
     const from = kv.length;
-    const after = this.blocksFor(tokens.length - from) - 1; // blocks the prompt needs past this one
+    // Room for it, its copy, and the blocks the prompt needs past it.
+    const after = this.blocksFor(tokens.length - from);
     if (this.pool.available <= after) return;
     const failed = this.restored.failed;
     for (let n = Math.min(this.pool.blockSize - 1, tokens.length - 1 - from); n >= 1; n--) {
-      const block = this.restore(tailHash(parent, tokens.slice(from, from + n), this.cacheIdentity), after, n, false);
+      const hash = tailHash(parent, tokens.slice(from, from + n), this.cacheIdentity, session);
+      const cached = this.pool.lookup(hash);
+      if (cached !== undefined) this.pool.retain(cached);
+      const block = cached ?? this.restore(hash, after, n);
       if (block !== undefined) {
         kv.blocks.push(block);
         kv.length += n;
@@ -189,22 +194,22 @@ export class KvCacheManager {
    * A session's partial last block as the store names it, for BlockPersistence to write once the turn is
    * over; undefined when `kv` ends on a block boundary (or its full blocks are not all in the prefix cache).
    */
-  tailOf(kv: PagedSequenceKv, tokens: readonly number[]): { hash: string; block: number } | undefined {
+  tailOf(kv: PagedSequenceKv, tokens: readonly number[], session: string): { hash: string; block: number } | undefined {
     const bs = this.pool.blockSize;
     const full = kv.hashes.length;
     const n = kv.length - full * bs;
     if (n <= 0 || n >= bs || kv.blocks.length <= full) return undefined;
     const parent = kv.hashes[full - 1] ?? ROOT_HASH;
-    return { hash: tailHash(parent, tokens.slice(full * bs, kv.length), this.cacheIdentity), block: kv.blocks[full] };
+    const hash = tailHash(parent, tokens.slice(full * bs, kv.length), this.cacheIdentity, session);
+    return { hash, block: kv.blocks[full] };
   }
 
   /**
-   * A pool block holding `hash`'s stored bytes (`tokens` of them), held once and, if `cache`, cached under
-   * it (a full block; a partial one stays the sequence's own); undefined if it is not stored, cannot be
-   * read, or there is no room. Room means a block beyond the `after` blocks the rest of the prompt needs:
-   * restoring what the request then could not start with would only evict others' prefixes.
+   * A pool block holding `hash`'s stored bytes (`tokens` of them), cached under it and held once; undefined
+   * if it is not stored, cannot be read, or there is no room. Room means a block beyond the `after` blocks the
+   * rest of the prompt needs: restoring what the request then could not start with would only evict others' prefixes.
    */
-  private restore(hash: string, after: number, tokens: number, cache: boolean): number | undefined {
+  private restore(hash: string, after: number, tokens: number): number | undefined {
     if (!this.source || this.pool.available <= after) return undefined;
     const t0 = performance.now();
     let block: number | undefined;
@@ -217,7 +222,7 @@ export class KvCacheManager {
       }
       block = this.pool.allocate()!;
       this.pool.writeBlock(block, bytes);
-      if (cache) this.pool.cache(block, hash);
+      this.pool.cache(block, hash);
       this.restored.blocks++;
       this.restored.tokens += tokens;
       return block;
