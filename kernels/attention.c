@@ -90,6 +90,11 @@ static int chunk_len(int j0, int total, int block_size) {
   return n < total - j0 ? n : total - j0;
 }
 
+/** Where token j0 of KV head g's keys (or values) lies in a pool: its block through `table`, then its row. */
+static inline size_t token_at(const int *table, int j0, int g, int kv_heads, int head_dim, int block_size) {
+  return (((size_t)table[j0 / block_size] * kv_heads + g) * block_size + j0 % block_size) * head_dim;
+}
+
 /** Tokens [j0, j0 + n) of the chunk as float32: in place for a float32 pool, else widened into buf. */
 static const float *chunk_f32(const void *pool, size_t at, int n, int head_dim, int kv_half, float *buf) {
   if (!kv_half) return (const float *)pool + at;
@@ -122,6 +127,15 @@ static void score_chunk(float *row, const float *qh, const float *keys, int n, i
   for (; k < n; k++) row[k] = dot_f32(qh, keys + (size_t)k * head_dim, head_dim) * scale;
 }
 
+/** add_values for elements d.. of o only (the last head_dim % 16), four at a time. */
+static void add_values_from(float *o, const float *p, const float *values, int n, int head_dim, int d) {
+  for (; d < head_dim; d += 4) {
+    v128_t o0 = wasm_v128_load(o + d);
+    for (int k = 0; k < n; k++) o0 = wasm_f32x4_add(o0, wasm_f32x4_mul(wasm_f32x4_splat(p[k]), wasm_v128_load(values + (size_t)k * head_dim + d)));
+    wasm_v128_store(o + d, o0);
+  }
+}
+
 /**
  * o[0..head_dim) += p[k] * values[k] for k = 0, 1, ..., n - 1: each element's sum in key order, as when
  * keys are taken one at a time, but o is held in registers across the chunk (16 elements at a time).
@@ -143,19 +157,12 @@ static void add_values(float *o, const float *p, const float *values, int n, int
     wasm_v128_store(o + d + 8, o2);
     wasm_v128_store(o + d + 12, o3);
   }
-  for (; d < head_dim; d += 4) {
-    v128_t o0 = wasm_v128_load(o + d);
-    for (int k = 0; k < n; k++) o0 = wasm_f32x4_add(o0, wasm_f32x4_mul(wasm_f32x4_splat(p[k]), wasm_v128_load(values + (size_t)k * head_dim + d)));
-    wasm_v128_store(o + d, o0);
-  }
+  add_values_from(o, p, values, n, head_dim, d);
 }
 
-/** Query a of a KV group, in (token, head of the group) order: its row of q, and of out. */
-static inline const float *query(const float *q, int a, int group, int heads, int g, int head_dim) {
-  return q + ((size_t)(a / group) * heads + g * group + a % group) * head_dim;
-}
-static inline float *output(float *out, int a, int group, int heads, int g, int head_dim) {
-  return out + ((size_t)(a / group) * heads + g * group + a % group) * head_dim;
+/** Where query a of KV group g (queries in (token, head of the group) order) lies in q and in out. */
+static inline size_t query_at(int a, int group, int heads, int g, int head_dim) {
+  return ((size_t)(a / group) * heads + g * group + a % group) * head_dim;
 }
 
 /** How many of the chunk's n keys from j0 on token t (position start + t) sees. */
@@ -227,14 +234,8 @@ static void add_values2(float *oa, float *ob, const float *pa, const float *pb, 
     wasm_v128_store(ob + d + 8, b2);
     wasm_v128_store(ob + d + 12, b3);
   }
-  if (d < head_dim) { // the last head_dim % 16 elements, one query at a time (the same sums)
-    for (int k = 0; k < n; k++)
-      for (int e = d; e < head_dim; e += 4) {
-        v128_t v = wasm_v128_load(values + (size_t)k * head_dim + e);
-        wasm_v128_store(oa + e, wasm_f32x4_add(wasm_v128_load(oa + e), wasm_f32x4_mul(wasm_f32x4_splat(pa[k]), v)));
-        wasm_v128_store(ob + e, wasm_f32x4_add(wasm_v128_load(ob + e), wasm_f32x4_mul(wasm_f32x4_splat(pb[k]), v)));
-      }
-  }
+  add_values_from(oa, pa, values, n, head_dim, d);
+  add_values_from(ob, pb, values, n, head_dim, d);
 }
 
 /**
@@ -253,64 +254,57 @@ void EXPORT(attention)(float *out, const float *q, const void *kpool, const void
                        int heads, int kv_heads, int head_dim, int block_size, float scale, float *scores, int kv_half) {
   int group = heads / kv_heads, total = start + count;
   int stride = (total + 4) & ~3; // floats per (token, head) score row, room for softmax's padding
-  size_t head_stride = (size_t)block_size * head_dim, block_stride = kv_heads * head_stride;
   float buf[CHUNK * MAX_HEAD_DIM] __attribute__((aligned(16)));
   for (int g = 0; g < kv_heads; g++) {
-    size_t head_off = (size_t)g * head_stride;
     // Scores. Token t sees keys j <= start + t.
     for (int j0 = 0, n; j0 < total; j0 += n) {
       n = chunk_len(j0, total, block_size);
-      size_t at = (size_t)table[j0 / block_size] * block_stride + head_off + (size_t)(j0 % block_size) * head_dim;
-      const float *keys = chunk_f32(kpool, at, n, head_dim, kv_half, buf);
+      const float *keys = chunk_f32(kpool, token_at(table, j0, g, kv_heads, head_dim, block_size), n, head_dim, kv_half, buf);
       // Queries in (token, head) order, two at a time: the second sees at least the first's keys.
       for (int a = (j0 > start ? j0 - start : 0) * group; a < count * group; a += 2) {
         float *row_a = scores + (size_t)a * stride + j0;
-        const float *qa = query(q, a, group, heads, g, head_dim);
+        const float *qa = q + query_at(a, group, heads, g, head_dim);
         int seen_a = seen_of(a / group, start, j0, n);
         if (a + 1 == count * group) {
           score_chunk(row_a, qa, keys, seen_a, head_dim, scale);
           break;
         }
         float *row_b = row_a + stride;
-        const float *qb = query(q, a + 1, group, heads, g, head_dim);
+        const float *qb = q + query_at(a + 1, group, heads, g, head_dim);
         int seen_b = seen_of((a + 1) / group, start, j0, n);
         score_chunk2(row_a, row_b, qa, qb, keys, seen_a, head_dim, scale);
         score_chunk(row_b + seen_a, qb, keys + (size_t)seen_a * head_dim, seen_b - seen_a, head_dim, scale);
       }
     }
-    for (int t = 0; t < count; t++)
-      for (int i = 0; i < group; i++) {
-        float *p = scores + ((size_t)t * group + i) * stride;
-        float inv = 1.0f / softmax_numerators(p, start + t + 1);
-        p[total] = inv; // kept beside the row: the values pass below scales by it at the end
-        float *o = out + ((size_t)t * heads + g * group + i) * head_dim;
-        for (int d = 0; d < head_dim; d += 4) wasm_v128_store(o + d, wasm_f32x4_splat(0));
-      }
+    for (int a = 0; a < count * group; a++) {
+      float *p = scores + (size_t)a * stride;
+      p[total] = 1.0f / softmax_numerators(p, start + a / group + 1); // beside the row: the values pass scales by it last
+      float *o = out + query_at(a, group, heads, g, head_dim);
+      for (int d = 0; d < head_dim; d += 4) wasm_v128_store(o + d, wasm_f32x4_splat(0));
+    }
     // Values, in key order for every (token, head).
     for (int j0 = 0, n; j0 < total; j0 += n) {
       n = chunk_len(j0, total, block_size);
-      size_t at = (size_t)table[j0 / block_size] * block_stride + head_off + (size_t)(j0 % block_size) * head_dim;
-      const float *values = chunk_f32(vpool, at, n, head_dim, kv_half, buf);
+      const float *values = chunk_f32(vpool, token_at(table, j0, g, kv_heads, head_dim, block_size), n, head_dim, kv_half, buf);
       for (int a = (j0 > start ? j0 - start : 0) * group; a < count * group; a += 2) {
-        float *oa = output(out, a, group, heads, g, head_dim);
+        float *oa = out + query_at(a, group, heads, g, head_dim);
         const float *pa = scores + (size_t)a * stride + j0;
         int seen_a = seen_of(a / group, start, j0, n);
         if (a + 1 == count * group) {
           add_values(oa, pa, values, seen_a, head_dim);
           break;
         }
-        float *ob = output(out, a + 1, group, heads, g, head_dim);
+        float *ob = out + query_at(a + 1, group, heads, g, head_dim);
         const float *pb = pa + stride;
         int seen_b = seen_of((a + 1) / group, start, j0, n);
         add_values2(oa, ob, pa, pb, values, seen_a, head_dim);
         add_values(ob, pb + seen_a, values + (size_t)seen_a * head_dim, seen_b - seen_a, head_dim);
       }
     }
-    for (int t = 0; t < count; t++)
-      for (int i = 0; i < group; i++) {
-        v128_t inv = wasm_f32x4_splat(scores[((size_t)t * group + i) * stride + total]);
-        float *o = out + ((size_t)t * heads + g * group + i) * head_dim;
-        for (int d = 0; d < head_dim; d += 4) wasm_v128_store(o + d, wasm_f32x4_mul(wasm_v128_load(o + d), inv));
-      }
+    for (int a = 0; a < count * group; a++) {
+      v128_t inv = wasm_f32x4_splat(scores[(size_t)a * stride + total]);
+      float *o = out + query_at(a, group, heads, g, head_dim);
+      for (int d = 0; d < head_dim; d += 4) wasm_v128_store(o + d, wasm_f32x4_mul(wasm_v128_load(o + d), inv));
+    }
   }
 }
