@@ -3,7 +3,7 @@ import type { Engine, EngineOptions } from '../src/engine/engine.js';
 import { blockHash, ROOT_HASH, tailHash } from '../src/engine/kv/block-hash.js';
 import { BlockPersistence } from '../src/engine/kv/block-persistence.js';
 import { BlockPool } from '../src/engine/kv/block-pool.js';
-import { blockChecksum, type KvBlockStore } from '../src/engine/kv/block-store.js';
+import { blockChecksum } from '../src/engine/kv/block-store.js';
 import { MemoryKvBlockStore } from '../src/engine/kv/memory-block-store.js';
 import type { NodeBackend } from '../scripts/lib/runtimes.js';
 import { collect, loadEngine, randomIds } from './helpers/engines.js';
@@ -207,16 +207,12 @@ describe('what is stored', () => {
     expect(store.storedTokens('s5')).toBe(1);
     expect(store.storedTokens('s2')).toBe(0);
 
-    const failing = new BlockPersistence(pool, {
-      ...store,
-      has: () => false,
-      usage: () => store.usage(),
-      pin: () => undefined,
-      touch: () => undefined,
-      write: () => {
-        throw new Error('SQLITE_FULL');
-      },
-    } as unknown as KvBlockStore);
+    const full = new MemoryKvBlockStore(MB);
+    full.open('identity', 4);
+    full.write = () => {
+      throw new Error('SQLITE_FULL');
+    };
+    const failing = new BlockPersistence(pool, full);
     const block = pool.allocate()!;
     failing.enqueue([], 's', true, { hash: 'u+2', block });
     pool.release(block);
