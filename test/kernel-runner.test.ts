@@ -19,6 +19,7 @@ import { ENGINE_DEFAULTS, resolveEngineLimits } from '../src/engine/defaults.js'
 import { oneChunk } from '../src/engine/model/model-files.js';
 import { MemoryBudget } from '../src/engine/runners/memory-budget.js';
 import { KernelRunner } from '../src/engine/kernels/kernel-runner.js';
+import { KernelModel } from '../src/engine/kernels/kernel-model.js';
 import { PRESETS } from '../scripts/model/presets.js';
 import { effectiveWeights } from '../scripts/model/weight-ops.js';
 import { LlamaReference, type LlamaConfig } from './reference/llama-reference.js';
@@ -268,11 +269,14 @@ describe('loading the weights as a stream', () => {
   it('places the same weights, and gives the same logits, in chunks of any size as in one chunk', async () => {
     const config = (await loadEngine('kernels', 'tiny', { autoRun: false })).config;
     const file = new Uint8Array(readFileSync(join(modelDir('tiny'), 'onnx', 'model_int8.onnx')));
-    const load = (chunks: AsyncIterable<Uint8Array>) =>
-      KernelRunner.fromStream(edgeKernelsModule(), { chunks }, config, {
-        limits: resolveEngineLimits({}),
-        budget: new MemoryBudget(config, ENGINE_DEFAULTS.kvCacheBytes, undefined),
-      });
+    const limits = resolveEngineLimits({});
+    const load = async (chunks: AsyncIterable<Uint8Array>) =>
+      (
+        await KernelModel.fromStream(edgeKernelsModule(), { chunks }, config, {
+          limits,
+          budget: new MemoryBudget(config, ENGINE_DEFAULTS.kvCacheBytes, undefined),
+        })
+      ).runner(limits);
     const whole = await load(oneChunk(file));
     // Chunks from 1 byte to 5 KB: every field, varint and tensor ends up split somewhere.
     async function* ragged(): AsyncGenerator<Uint8Array> {

@@ -13,10 +13,18 @@ import { SessionCaches } from './kv/session-caches.js';
 import { snapshotPool, type PoolSnapshot, type SequenceBlocks } from './kv/pool-snapshot.js';
 import { StepHistory, type StepRecord } from './step-history.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
-import { defaultDtype, loadModelMeta, weightsFileFor, type ModelDtype, type ModelSource } from './model/model-files.js';
-import { digestingSource } from './model/weights-digest.js';
-import { loadRunner, type RunnerOptions } from './runners/create-runner.js';
-import type { ModelRunner, StepLogits } from './runners/model-runner.js';
+import type { ModelDtype, ModelSource } from './model/model-files.js';
+import { loadModel, type LoadedModel } from './model-load.js';
+import type { RunnerOptions } from './runners/create-runner.js';
+import { IsolatePoolPlan, sharedModelKey, type IsolateShare } from './runners/isolate-pool.js';
+import type { FootprintPart } from './runners/memory-budget.js';
+import {
+  settled,
+  type DeviceSampling,
+  type ModelRunner,
+  type StepLogits,
+  type StepRow,
+} from './runners/model-runner.js';
 import { resolveEngineLimits, type EngineLimits } from './defaults.js';
 import type { KvDtype } from './kv/block-pool.js';
 import type { SampledToken } from './sampling/sampler.js';
@@ -29,11 +37,13 @@ import type { SpeculativeParams } from './speculative/speculative-params.js';
 import { Speculator, type Proposal } from './speculative/speculator.js';
 import { settleProposals } from './speculative/verification.js';
 import { NO_LOGITS, streamGroup, type Sequence, type RequestGroup, type ScheduledRow } from './sequence.js';
-import { TextTokenizer } from '../tokenizer/tokenizer.js';
+import type { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { renderChat } from '../tokenizer/chat-template.js';
 import { ConstraintCompiler } from './constraints/compiler.js';
 
-export interface EngineOptions extends Partial<EngineLimits>, Omit<RunnerOptions, keyof EngineLimits> {
+export interface EngineOptions
+  extends Partial<EngineLimits>,
+    Omit<RunnerOptions, keyof EngineLimits | 'isolateBudget'> {
   dtype?: ModelDtype;
   /** Name the model is served under; also part of every prefix-cache block hash. */
   modelId?: string;
@@ -56,6 +66,17 @@ export interface EngineOptions extends Partial<EngineLimits>, Omit<RunnerOptions
    * digested as it loads, since the digest is part of every stored block's name.
    */
   kvStore?: KvBlockStore;
+  /**
+   * Engines sharing an isolate (Durable Objects of one class): the model is loaded once for all of them,
+   * and each gets a KV pool sized so that `isolate.engines` of them fit the memory budget together.
+   */
+  isolate?: IsolateShare;
+}
+
+/** What a model pass gives the step: logits, and the tokens drawn on the device where the runner draws them. */
+interface PassOutput {
+  logits: StepLogits;
+  drawn: Map<Sequence, SampledToken>;
 }
 
 export interface GenerateOptions {
@@ -157,34 +178,55 @@ export class Engine {
         `the KV cache's element type must be fp32 or fp16, got ${JSON.stringify(kvDtype)}`,
         'unsupported_model',
       );
-    const files = await loadModelMeta(source);
-    const dtype = options.dtype ?? defaultDtype(files.rawConfig);
-    const weightsFile = weightsFileFor(dtype, files.rawConfig);
-    const digesting = options.kvStore ? digestingSource(source, weightsFile) : undefined;
-    const tokenizer = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
-    const { runner, weightBytes } = await loadRunner(
-      runtime,
-      digesting?.source ?? source,
-      dtype,
-      weightsFile,
-      files.config,
-      {
-        ...options,
-        ...limits,
-      },
+    const loadOptions = { ...options, digest: options.kvStore !== undefined };
+    const share = options.isolate;
+    if (!share) {
+      const model = await loadModel(runtime, source, loadOptions, limits);
+      return Engine.assemble(runtime, model, await model.takeRunner(limits), limits, options);
+    }
+    // An object's earlier instance (the runtime replaced it) holds nothing any more.
+    share.models.release(share.holder);
+    const key = sharedModelKey(share, runtime, options);
+    const plan = new IsolatePoolPlan(share, key, limits, kvDtype, runtime.name === 'wasm');
+    const model = await share.models.model(key, async () =>
+      plan.withIsolatePart(await loadModel(runtime, source, { ...loadOptions, isolateBudget: plan.budget }, limits)),
     );
-    const template = files.tokenizerConfig.chat_template;
-    if (typeof template !== 'string')
-      throw new InvalidRequestError('model', 'tokenizer_config.json has no chat_template');
-    const chat = { template, config: files.tokenizerConfig };
+    const runner = await model.takeRunner(limits);
+    let pool: { kvCacheBytes: number; parts: FootprintPart[] };
+    try {
+      pool = plan.pool(model);
+    } catch (err) {
+      await runner.release();
+      throw err;
+    }
+    const engine = await Engine.assemble(
+      runtime,
+      model,
+      runner,
+      { ...limits, kvCacheBytes: pool.kvCacheBytes },
+      options,
+    );
+    share.models.hold(share.holder, key, pool.parts, () => void runner.release(), engine);
+    return engine;
+  }
+
+  /** An engine over a loaded model and a runner of its own: its KV pool, its draft model, its cache identity. */
+  private static async assemble(
+    runtime: OrtRuntime,
+    model: LoadedModel,
+    runner: ModelRunner,
+    limits: EngineLimits,
+    options: EngineOptions,
+  ): Promise<Engine> {
+    const kvDtype = options.kvDtype ?? 'fp32';
     const modelId = options.modelId ?? 'default';
     const draft = options.draft
       ? await loadDraftModel(runtime, options.draft, {
-          config: files.config,
-          tokenizerModel: files.tokenizerJson.model,
-          samplableVocab: Math.min(files.config.vocabSize, tokenizer.vocabSize),
+          config: model.config,
+          tokenizerModel: model.tokenizerModel,
+          samplableVocab: Math.min(model.config.vocabSize, model.tokenizer.vocabSize),
           modelId,
-          weightBytes,
+          weightBytes: model.weightBytes,
           limits,
           intraOpNumThreads: options.intraOpNumThreads,
         })
@@ -193,9 +235,9 @@ export class Engine {
     const identity = [
       KV_FORMAT_VERSION,
       modelId,
-      dtype,
-      digesting ? await digesting.digest() : '',
-      JSON.stringify(files.rawConfig),
+      model.dtype,
+      model.digest,
+      JSON.stringify(model.rawConfig),
       kvDtype,
       limits.blockSize,
       runner.kvIdentity,
@@ -204,9 +246,9 @@ export class Engine {
     const cacheIdentity = `${modelId}:${sha256Hex(new TextEncoder().encode(identity))}`;
     return new Engine(
       modelId,
-      files.config,
-      tokenizer,
-      chat,
+      model.config,
+      model.tokenizer,
+      model.chat,
       runner,
       runtime.name,
       limits,
@@ -333,13 +375,27 @@ export class Engine {
     const starts = plan.rows.map((r) => r.seq.kv.length);
     const fed = plan.rows.map((r) => r.tokens.length);
     for (const [i, row] of plan.rows.entries()) row.tokens.push(...(proposals[i]?.tokens ?? []));
-    const { logits, drawn } = await this.runPass(plan.rows, proposals);
-    this.counters.steps++;
-    this.counters.lastBatchSize = plan.rows.length;
-    this.counters.lastStepTokens = plan.rows.reduce((n, r) => n + r.tokens.length, 0);
-    this.stepHistory.push({ step: this.counters.steps, batch: plan.rows.length, tokens: this.counters.lastStepTokens });
+    // The logits are read in the turn the pass returns them: a synchronous runner's lie in scratch that the
+    // next pass reuses, and that may be another engine's of the same isolate.
+    await settled(this.runPass(plan.rows, proposals), (pass) =>
+      this.afterPass(plan.rows, proposals, starts, fed, pass),
+    );
+  }
 
-    for (const [i, { seq, samples }] of plan.rows.entries()) {
+  /** Streams what a pass gave: verifies proposals, commits the new tokens to the cache, samples. */
+  private afterPass(
+    rows: readonly ScheduledRow[],
+    proposals: readonly (Proposal | undefined)[],
+    starts: readonly number[],
+    fed: readonly number[],
+    { logits, drawn }: PassOutput,
+  ): void {
+    this.counters.steps++;
+    this.counters.lastBatchSize = rows.length;
+    this.counters.lastStepTokens = rows.reduce((n, r) => n + r.tokens.length, 0);
+    this.stepHistory.push({ step: this.counters.steps, batch: rows.length, tokens: this.counters.lastStepTokens });
+
+    for (const [i, { seq, samples }] of rows.entries()) {
       // Gone during this loop: a beam the search dropped when a sibling's logits completed its step.
       if (!this.active.has(seq)) continue;
       const decode = samples && fed[i] === 1 && starts[i] >= seq.output.request.promptIds.length;
@@ -406,10 +462,10 @@ export class Engine {
    * speculating and beam ones) get their tokens drawn by our kernels, one dispatch for the step, and the
    * logits come back to the CPU only when some row needs them.
    */
-  private async runPass(
+  private runPass(
     rows: readonly ScheduledRow[],
     proposals: readonly (Proposal | undefined)[],
-  ): Promise<{ logits: StepLogits; drawn: Map<Sequence, SampledToken> }> {
+  ): PassOutput | Promise<PassOutput> {
     const passRows = rows.map((r, i) => ({
       kv: r.seq.kv,
       tokens: r.tokens,
@@ -417,7 +473,17 @@ export class Engine {
     }));
     const drawn = new Map<Sequence, SampledToken>();
     const device = this.runner.deviceSampling;
-    if (!device) return { logits: await this.runner.forward(passRows), drawn };
+    if (!device) return settled(this.runner.forward(passRows), (logits) => ({ logits, drawn }));
+    return this.runOnDevice(device, rows, proposals, passRows);
+  }
+
+  private async runOnDevice(
+    device: DeviceSampling,
+    rows: readonly ScheduledRow[],
+    proposals: readonly (Proposal | undefined)[],
+    passRows: StepRow[],
+  ): Promise<PassOutput> {
+    const drawn = new Map<Sequence, SampledToken>();
     const sampling = rows.map((r, i) => r.samples && !r.seq.output.finished && proposals[i] === undefined);
     // A row and the forks that will branch from it (n > 1) each draw from the row's logits.
     const draws = rows.flatMap((r, i) =>

@@ -1,6 +1,7 @@
 // Quantised matrices for the kernel tests: random logical values per form (kernels/quant.h), laid out in
 // the documented planes by a writer independent of the loaders, and the quantize_rows + matmul_q product.
-import type { KernelExports, LinearMemory } from '../../src/engine/kernels/edge-kernels.js';
+import type { KernelExports } from '../../src/engine/kernels/edge-kernels.js';
+import type { LinearMemory } from '../../src/engine/kernels/linear-memory.js';
 import {
   allocQuant,
   QUANT_FORMATS,

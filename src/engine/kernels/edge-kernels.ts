@@ -1,3 +1,5 @@
+import { LinearMemory } from './linear-memory.js';
+
 /**
  * The edge kernels (kernels/*.c, built into edge-kernels.wasm) instantiated over a memory the host
  * sizes: weights, KV pool and scratch all live in that one WebAssembly.Memory, and every pointer below
@@ -66,74 +68,6 @@ export interface KernelExports {
 }
 
 const PAGE = 65536;
-
-/**
- * The kernels' linear memory: a bump allocator over one WebAssembly.Memory that only grows. Typed views
- * die when the memory grows, so views are made fresh from pointers (`f32`, `u8`) and whoever keeps one
- * (the KV pool's arrays) registers to have it remade (`onGrow`).
- */
-export class LinearMemory {
-  private top: number;
-  private readonly growListeners: (() => void)[] = [];
-
-  constructor(
-    readonly memory: WebAssembly.Memory,
-    heapBase: number,
-  ) {
-    this.top = align(heapBase, 64);
-  }
-
-  get bytes(): number {
-    return this.memory.buffer.byteLength;
-  }
-
-  /** Bytes handed out so far (the high-water mark of the bump allocator). */
-  get used(): number {
-    return this.top;
-  }
-
-  /** `size` bytes at a 64-byte-aligned offset, growing the memory if it must. */
-  alloc(size: number): number {
-    const ptr = this.top;
-    this.top = align(ptr + size, 64);
-    if (this.top > this.memory.buffer.byteLength) {
-      this.memory.grow(Math.ceil((this.top - this.memory.buffer.byteLength) / PAGE));
-      for (const listener of this.growListeners) listener();
-    }
-    return ptr;
-  }
-
-  /** Everything allocated from `mark` on is free again (scratch between passes). */
-  resetTo(mark: number): void {
-    this.top = mark;
-  }
-
-  write(ptr: number, bytes: Uint8Array): void {
-    this.u8(ptr, bytes.length).set(bytes);
-  }
-
-  read(ptr: number, size: number): Uint8Array {
-    return this.u8(ptr, size).slice();
-  }
-
-  onGrow(listener: () => void): void {
-    this.growListeners.push(listener);
-  }
-
-  f32(ptr: number, length: number): Float32Array {
-    return new Float32Array(this.memory.buffer, ptr, length);
-  }
-
-  u8(ptr: number, length: number): Uint8Array {
-    return new Uint8Array(this.memory.buffer, ptr, length);
-  }
-
-  i32(ptr: number, length: number): Int32Array {
-    return new Int32Array(this.memory.buffer, ptr, length);
-  }
-}
-
-export const align = (n: number, to: number): number => Math.ceil(n / to) * to;
 
 /** Instantiates the kernels with a fresh memory of `initialBytes` (it grows as weights are placed). */
 export async function instantiateKernels(

@@ -1,36 +1,15 @@
-import type { EngineLimits } from '../defaults.js';
 import type { KvArray, KvDtype, KvShape, KvStorage } from '../kv/block-pool.js';
 import type { ModelConfig } from '../model/config.js';
-import type { ByteStream } from '../model/model-files.js';
-import type { MemoryBudget } from '../runners/memory-budget.js';
 import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../runners/model-runner.js';
-import { align, instantiateKernels, type KernelExports, type LinearMemory } from './edge-kernels.js';
-import { loadGgufWeights } from './gguf/gguf-weights.js';
-import { loadOnnxWeights } from './onnx/onnx-weights.js';
+import type { KernelExports } from './edge-kernels.js';
+import type { KernelModel } from './kernel-model.js';
+import { align, type LinearMemory } from './linear-memory.js';
+import { CHUNK, LOGIT_ROWS, passLayout, type PassLayout } from './scratch-layout.js';
 import type { LlamaWeights } from './weights/llama-weights.js';
 import type { Matrix } from './weights/matrix.js';
 
-/** Tokens whose activations are in scratch at once: bounds scratch memory whatever the pass's size. */
-const CHUNK = 32;
-/** Logit rows computed in a pass beyond one per row (speculative verifications): bounds the logits' scratch. */
-const LOGIT_ROWS = 32;
-
-/** Pointers of one chunk's activations (float32 unless noted), sized for CHUNK rows. */
-interface Scratch {
-  h: number; // (CHUNK, hidden): normed input of attention / MLP
-  q: number; // (CHUNK, heads * head_dim)
-  k: number; // (CHUNK, kv_heads * head_dim)
-  v: number; // (CHUNK, kv_heads * head_dim)
-  ctx: number; // (CHUNK, heads * head_dim)
-  out: number; // (CHUNK, hidden): o_proj and down_proj outputs
-  gate: number; // (CHUNK, intermediate)
-  up: number; // (CHUNK, intermediate)
-  xq: number; // (CHUNK, widest input padded to 32) int8 or int16 (by build): quantised activations
-  xs: number; // (CHUNK, widest input / 32): their block scales
-  xsum: number; // (CHUNK, widest input / 32, 2) int32: their half-block sums
-  scores: number; // (CHUNK, heads / kv_heads, longest row + 8): the attention scores of one row's run of tokens
-  lazyLogits: number; // (vocab): logits asked for one position at a time
-}
+/** Pointers of one pass's scratch buffers (scratch-layout.ts has their shapes). */
+type Scratch = { [K in keyof PassLayout]: number };
 
 /**
  * The model runner on our own WebAssembly kernels (kernels/*.c): the whole Llama forward pass over
@@ -52,54 +31,30 @@ export class KernelRunner implements ModelRunner {
   readonly kvIdentity = 'kernels';
   readonly deviceSampling = undefined;
 
+  readonly config: ModelConfig;
+  readonly memory: LinearMemory;
+  readonly weights: LlamaWeights;
+  private readonly kernels: KernelExports;
+  /** This engine's KV pool: one region of the shared memory (every layer's keys, then every layer's values). */
+  private pool: { region: number; stopRemaking: () => void } | undefined;
   private kvKeys: number[] = [];
   private kvValues: number[] = [];
   private blockSize = 0;
   private kvHalf = false;
-  private scratchBase = 0;
-  /** This pass's scratch; past the KV pool, laid out anew each pass. */
+  /** Set once released (or its pool taken back by the isolate): a later pass would write bytes it no longer owns. */
+  private released = false;
+  /** This pass's scratch, laid out anew each pass in the model's shared arena. */
   private scratch!: Scratch;
   private quantMemo: { x: number; rows: number; blocks: number } | undefined;
-  /** The last pass's residual stream (M, hidden) and each row's token offsets in it, for lazy logits. */
-  private last: { residual: number; firstToken: number[] } | undefined;
+  /** The last pass's residual stream (M, hidden), each row's token offsets in it, and its arena epoch. */
+  private last: { residual: number; firstToken: number[]; epoch: number } | undefined;
 
-  private constructor(
-    readonly config: ModelConfig,
-    private readonly kernels: KernelExports,
-    readonly memory: LinearMemory,
-    readonly weights: LlamaWeights,
-  ) {}
-
-  /**
-   * Streams a weights file into a fresh linear memory, each tensor placed where the kernels will read it
-   * (converted on the way where the file's layout is not theirs): the file is never held whole, so loading
-   * peaks at the weights plus one tensor's staging. The budget is checked as the weights are placed (and on a
-   * GGUF file's size first).
-   */
-  static async fromStream(
-    module: WebAssembly.Module,
-    file: ByteStream,
-    config: ModelConfig,
-    { limits, budget, format = 'onnx' }: { limits: EngineLimits; budget: MemoryBudget; format?: 'onnx' | 'gguf' },
-  ): Promise<KernelRunner> {
-    const scratch = scratchBytes(config, limits.maxTokensPerStep, limits.maxBatchSize);
-    // A GGUF file's blocks are held as they lie, so a file of known size is judged whole before anything is
-    // placed; an ONNX file may hold float tables the kernels quantise, so it is judged as its weights arrive.
-    if (format === 'gguf' && file.size !== undefined)
-      budget.check([
-        { label: 'weights', bytes: file.size },
-        { label: 'scratch', bytes: scratch },
-      ]);
-    const { kernels, memory } = await instantiateKernels(module);
-    const check = (placed: number): void =>
-      budget.check([
-        { label: 'weights (so far)', bytes: placed },
-        { label: 'scratch', bytes: scratch },
-      ]);
-    const ctx = { memory, kernels, report: (message: string) => console.warn(`edge kernels: ${message}`) };
-    const load = format === 'gguf' ? loadGgufWeights : loadOnnxWeights;
-    const weights = await load(file.chunks, config, ctx, check);
-    return new KernelRunner(config, kernels, memory, weights);
+  /** A runner over `model`'s shared weights (KernelModel.runner). */
+  constructor(private readonly model: KernelModel) {
+    this.config = model.config;
+    this.memory = model.memory;
+    this.weights = model.weights;
+    this.kernels = model.kernels;
   }
 
   stats(): RunnerStats {
@@ -109,7 +64,7 @@ export class KernelRunner implements ModelRunner {
   /** The KV pool lives in linear memory (createKvStorage); nothing mirrors it. */
   attachPool(): void {}
 
-  /** Bytes of linear memory now (weights + KV pool + scratch + the kernels' own stack and data). */
+  /** Bytes of linear memory now (weights + every KV pool + scratch + the kernels' own stack and data). */
   get memoryBytes(): number {
     return this.memory.bytes;
   }
@@ -119,12 +74,13 @@ export class KernelRunner implements ModelRunner {
    * blockSize, head_dim) float32 or float16, the layout BlockPool describes. Returns the views BlockPool holds.
    */
   createKvStorage(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): KvStorage {
-    if (this.kvKeys.length) throw new Error('the KV pool is already allocated');
+    if (this.pool) throw new Error('the KV pool is already allocated');
     const elements = numBlocks * shape.numKvHeads * blockSize * shape.headDim;
     const bytes = dtype === 'fp16' ? 2 : 4;
+    const region = this.memory.alloc(2 * shape.numLayers * elements * bytes);
     for (let layer = 0; layer < shape.numLayers; layer++) {
-      this.kvKeys.push(this.memory.alloc(elements * bytes));
-      this.kvValues.push(this.memory.alloc(elements * bytes));
+      this.kvKeys.push(region + layer * elements * bytes);
+      this.kvValues.push(region + (shape.numLayers + layer) * elements * bytes);
     }
     this.blockSize = blockSize;
     this.kvHalf = dtype === 'fp16';
@@ -138,33 +94,25 @@ export class KernelRunner implements ModelRunner {
       }
     };
     remake();
-    this.memory.onGrow(remake);
-    this.scratchBase = this.memory.used;
+    this.pool = { region, stopRemaking: this.memory.onGrow(remake) };
     return storage;
   }
 
-  async forward(rows: readonly StepRow[]): Promise<StepLogits> {
-    if (!this.kvKeys.length) throw new Error('createKvStorage() before the first pass');
-    const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize, numLayers } = this.config;
+  /**
+   * Synchronous: the pass runs start to end without yielding, and its logits live in the shared scratch
+   * until the next pass over this model's memory (any engine's), so the engine reads them before it yields.
+   */
+  forward(rows: readonly StepRow[]): StepLogits {
+    if (this.released) throw new Error('this runner was released: its KV pool is no longer its own');
+    if (!this.pool) throw new Error('createKvStorage() before the first pass');
+    const { hiddenSize: H, headDim, vocabSize, numLayers, numHeads, numKvHeads } = this.config;
     const k = this.kernels;
     const kvs = rows.map(({ kv }) => kv);
     const counts = rows.map((r) => r.tokens.length);
     const starts = kvs.map((kv) => kv.length);
     for (const [r, kv] of kvs.entries()) kv.checkWritable(counts[r]);
     const { offsets: firstToken, total: M } = packedOffsets(counts);
-
-    // Scratch for this pass: everything past the KV pool is reused from pass to pass.
-    this.memory.resetTo(this.scratchBase);
-    this.quantMemo = undefined;
-    const mem = this.memory;
-    const residual = mem.alloc(M * H * 4); // (M, hidden)
-    const cos = mem.alloc(M * (headDim / 2) * 4); // (M, head_dim / 2)
-    const sin = mem.alloc(M * (headDim / 2) * 4);
     const { offsets: tableStart, total: tableEntries } = packedOffsets(kvs.map((kv) => kv.blocks.length));
-    const tables = mem.alloc(4 * tableEntries);
-    const longest = Math.max(...kvs.map((_kv, r) => Math.min(CHUNK, counts[r]) * (starts[r] + counts[r] + 8)));
-    this.scratch = this.allocScratch(longest);
-    const s = this.scratch;
     // Logits for each row's last positions (its last token, or a verification's proposals and the token after
     // them), in one batched output projection; past LOGIT_ROWS more than one per row, the rest are lazy.
     const want = rows.map((r, i) => Math.min(counts[i], Math.max(1, r.logits ?? 1)));
@@ -174,8 +122,18 @@ export class KernelRunner implements ModelRunner {
       extra -= want[i] - 1;
     }
     const { offsets: logitStart, total: logitRows } = packedOffsets(want);
-    const logits = mem.alloc(logitRows * vocabSize * 4); // (logit rows, vocab)
-    const lastRows = mem.alloc(logitRows * H * 4); // (logit rows, hidden)
+
+    // Scratch for this pass, from the shared arena: whatever the last pass (of any engine) left there is gone.
+    const epoch = this.model.arena.begin();
+    this.quantMemo = undefined;
+    const mem = this.memory;
+    const scoreRow = Math.max(...kvs.map((_kv, r) => Math.min(CHUNK, counts[r]) * (starts[r] + counts[r] + 8)));
+    const sizes = passLayout(this.config, { tokens: M, tableEntries, scoreRow, logitRows }, this.weights);
+    const scratch = {} as Scratch;
+    for (const name of Object.keys(sizes) as (keyof Scratch)[]) scratch[name] = this.model.arena.alloc(sizes[name]);
+    this.scratch = scratch;
+    const s = scratch;
+    const { residual, cos, sin, tables, logits, lastRows } = s;
 
     // Inputs: embeddings, RoPE tables, block tables. Views are made after every alloc (none grows later).
     const ids: number[] = rows.flatMap((r) => r.tokens);
@@ -277,8 +235,11 @@ export class KernelRunner implements ModelRunner {
       this.quantMemo = undefined;
       this.linear(logits + r0 * vocabSize * 4, s.h, n, this.weights.lmHead);
     }
-    this.last = { residual, firstToken };
-    const view = (slot: number): Float32Array => mem.f32(logits + slot * vocabSize * 4, vocabSize);
+    this.last = { residual, firstToken, epoch };
+    const view = (slot: number): Float32Array => {
+      this.checkCurrent(epoch);
+      return mem.f32(logits + slot * vocabSize * 4, vocabSize);
+    };
     return {
       last: (row) => view(logitStart[row] + want[row] - 1),
       at: (row, index) => {
@@ -290,45 +251,21 @@ export class KernelRunner implements ModelRunner {
     };
   }
 
+  /** A pass's logits are read before another pass over the shared scratch; anything else is a bug to say aloud. */
+  private checkCurrent(epoch: number): void {
+    if (!this.model.arena.current(epoch))
+      throw new Error('kernel logits read after another pass reused the scratch (read them before yielding)');
+  }
+
   /** Logits after token `t` of the last pass (copied out: the next call reuses the buffer). */
   private logitsAt(t: number): Float32Array {
     const { hiddenSize: H, vocabSize } = this.config;
+    this.checkCurrent(this.last!.epoch);
     const s = this.scratch;
     this.kernels.rmsnorm(s.h, this.last!.residual + t * H * 4, this.weights.norm, 1, H, this.config.rmsNormEps);
     this.quantMemo = undefined;
     this.linear(s.lazyLogits, s.h, 1, this.weights.lmHead);
     return this.memory.f32(s.lazyLogits, vocabSize).slice();
-  }
-
-  /** `scoreRow`: the most (tokens x keys) one attention call of this pass scores, per head of a KV group. */
-  private allocScratch(scoreRow: number): Scratch {
-    const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize } = this.config;
-    const I = this.weights.intermediateSize;
-    const f = (n: number): number => this.memory.alloc(align(n, 4) * 4);
-    // The widest quantised input, padded to whole blocks (a block of 128 pads K = 64 to 128).
-    const widest = Math.max(align(Math.max(H, I, numHeads * headDim), 32), ...this.quantInputs());
-    return {
-      h: f(CHUNK * H),
-      q: f(CHUNK * numHeads * headDim),
-      k: f(CHUNK * numKvHeads * headDim),
-      v: f(CHUNK * numKvHeads * headDim),
-      ctx: f(CHUNK * numHeads * headDim),
-      out: f(CHUNK * H),
-      gate: f(CHUNK * I),
-      up: f(CHUNK * I),
-      xq: this.memory.alloc(CHUNK * widest * 2),
-      xs: f((CHUNK * widest) / 32),
-      xsum: f((CHUNK * widest) / 16),
-      scores: f((numHeads / numKvHeads) * scoreRow),
-      lazyLogits: f(vocabSize),
-    };
-  }
-
-  /** K of every quantised matrix, padded to its blocks. */
-  private quantInputs(): number[] {
-    const w = this.weights;
-    const all = [w.lmHead, ...w.layers.flatMap((l) => [l.q, l.k, l.v, l.o, l.gate, l.up, l.down])];
-    return all.map((m) => (m.kind === 'quant' ? m.blocks * 32 : 0));
   }
 
   private embed(out: number, id: number): void {
@@ -372,23 +309,19 @@ export class KernelRunner implements ModelRunner {
     k.matmul_q(out, s.xq, s.xs, s.xsum, w.header, rows, w.blocks, w.n);
   }
 
-  async release(): Promise<void> {
+  /**
+   * Gives the KV pool's bytes back to the shared memory, at once (the isolate takes a pool back from an
+   * object that went away this way); the weights stay for the other runners. Later passes are refused.
+   */
+  release(): Promise<void> {
     this.last = undefined;
+    if (!this.released && this.pool) {
+      this.pool.stopRemaking();
+      this.memory.free(this.pool.region);
+    }
+    this.released = true;
+    return Promise.resolve();
   }
-}
-
-/**
- * Scratch a pass of `tokens` tokens over `rows` rows needs at most (forward()'s allocations), plus the
- * kernels' 64 KiB stack: what the footprint adds to weights and KV pool.
- */
-export function scratchBytes(config: ModelConfig, tokens: number, rows: number): number {
-  const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize, maxPositionEmbeddings } = config;
-  const I = 4 * H; // an upper bound for Llama shapes until the weights say (SmolLM2: 1536 = 2.7 H)
-  const widest = Math.max(I, numHeads * headDim);
-  const perToken = H + headDim + 16; // residual, RoPE tables, a block-table entry
-  const chunk = CHUNK * (2 * H + 2 * numHeads * headDim + 2 * numKvHeads * headDim + 2 * I + widest / 2 + widest / 32);
-  const scores = CHUNK * (numHeads / numKvHeads) * (maxPositionEmbeddings + 8);
-  return 4 * (tokens * perToken + chunk + scores + vocabSize + (rows + LOGIT_ROWS) * (vocabSize + H)) + 65536;
 }
 
 /** Where each of `sizes` starts when they are laid end to end, and the length of them all. */

@@ -3,13 +3,13 @@ import type { EngineLimits } from '../defaults.js';
 import { isGpuRuntime } from '../gpu/gpu-runtime.js';
 import { GpuRunner, UnsupportedOnDevice } from '../gpu/gpu-runner.js';
 import { WgslKernels } from '../gpu/wgsl-kernels.js';
-import { KernelRunner } from '../kernels/kernel-runner.js';
+import { KernelModel } from '../kernels/kernel-model.js';
 import { UnsupportedByKernels } from '../kernels/weights/unsupported.js';
 import type { ModelConfig } from '../model/config.js';
 import { readOnnx, streamWeights, type ModelDtype, type ModelSource } from '../model/model-files.js';
 import type { OrtRuntime } from '../model/runtime.js';
 import { OnnxRunner } from '../onnx/onnx-runner.js';
-import { isolateFootprint, MemoryBudget, onnxruntimeFootprint } from './memory-budget.js';
+import { isolateFootprint, MemoryBudget, onnxruntimeFootprint, type FootprintPart } from './memory-budget.js';
 import type { ModelRunner } from './model-runner.js';
 
 /** Variants whose every product is 8-bit: run on `runtime.kernels8Bit` where the runtime has one. */
@@ -23,12 +23,26 @@ export interface RunnerOptions extends EngineLimits {
   kvOnDevice?: boolean;
   /** On WebGPU: draw tokens where the logits are (default true). */
   sampleOnDevice?: boolean;
+  /**
+   * Where engines share an isolate (isolate-models.ts): what the budget counts besides the runner's own
+   * parts, and the KV pools it must leave room for, in place of one engine's isolate part and kvCacheBytes.
+   */
+  isolateBudget?: (config: ModelConfig) => { besides: FootprintPart[]; kvBytes: number };
 }
 
-/** A loaded runner, and the bytes of the weights file it read (for a draft model's budget). */
+/**
+ * A loaded runner, the bytes of the weights file it read (for a draft model's budget), and how further
+ * engines of the same isolate get a runner over the same weights.
+ */
 export interface LoadedRunner {
   runner: ModelRunner;
   weightBytes: number;
+  /** Another runner over these weights, for another engine: its own KV pool, the weights not loaded again. */
+  another(limits: EngineLimits): Promise<ModelRunner>;
+  /** Bytes held once however many runners there are (the weights; the kernels' shared scratch, as it is now). */
+  shared(): FootprintPart[];
+  /** Bytes each runner holds besides its KV pool (an onnxruntime session of its own). */
+  perRunner: FootprintPart[];
 }
 
 /**
@@ -50,8 +64,10 @@ export async function loadRunner(
   options: RunnerOptions,
 ): Promise<LoadedRunner> {
   // On wasm the budget stands for a Workers isolate, which also holds the tokenizer, streams and grammars.
-  const besides = runtime.name === 'wasm' ? [isolateFootprint(config.vocabSize, options.maxBatchSize)] : [];
-  const budget = new MemoryBudget(config, options.kvCacheBytes, options.memoryBudgetBytes, besides);
+  const shared = options.isolateBudget?.(config);
+  const besides =
+    shared?.besides ?? (runtime.name === 'wasm' ? [isolateFootprint(config.vocabSize, options.maxBatchSize)] : []);
+  const budget = new MemoryBudget(config, shared?.kvBytes ?? options.kvCacheBytes, options.memoryBudgetBytes, besides);
   const choice = runtime.runner ?? 'auto';
   const gpu = isGpuRuntime(runtime);
   if (dtype === 'gguf' && (choice === 'onnxruntime' || gpu || !runtime.kernels))
@@ -69,12 +85,21 @@ export async function loadRunner(
   if (choice !== 'onnxruntime' && !gpu && runtime.kernels) {
     try {
       const module = (EIGHT_BIT_DTYPES.has(dtype) && runtime.kernels8Bit) || runtime.kernels;
-      const runner = await KernelRunner.fromStream(module, await streamWeights(source, file), config, {
+      const model = await KernelModel.fromStream(module, await streamWeights(source, file), config, {
         limits: options,
         budget,
         format: dtype === 'gguf' ? 'gguf' : 'onnx',
       });
-      return { runner, weightBytes: runner.weights.bytes };
+      return {
+        runner: model.runner(options),
+        weightBytes: model.weights.bytes,
+        another: async (limits) => model.runner(limits),
+        shared: () => [
+          { label: 'weights', bytes: model.weights.bytes },
+          { label: 'scratch', bytes: model.arena.bytes },
+        ],
+        perRunner: [],
+      };
     } catch (err) {
       if (!(err instanceof UnsupportedByKernels)) throw err;
       if (choice === 'kernels' || runtime.hasOnnxruntime === false || dtype === 'gguf') {
@@ -93,15 +118,29 @@ export async function loadRunner(
     budget.check([{ label: 'weights', bytes: onnx.byteLength }]);
     const kernels = await WgslKernels.create(runtime.gpu.device, runtime.shaders);
     try {
-      const runner = await GpuRunner.create(runtime, onnx, config, kernels, {
-        logitsOnDevice: options.sampleOnDevice !== false,
-      });
-      return { runner, weightBytes: onnx.byteLength };
+      const create = (): Promise<ModelRunner> =>
+        GpuRunner.create(runtime, onnx, config, kernels, { logitsOnDevice: options.sampleOnDevice !== false });
+      return {
+        runner: await create(),
+        weightBytes: onnx.byteLength,
+        another: create,
+        shared: () => [{ label: 'weights', bytes: onnx.byteLength }],
+        perRunner: [],
+      };
     } catch (err) {
       if (!(err instanceof UnsupportedOnDevice)) throw err;
     }
   }
-  budget.check(onnxruntimeFootprint(runtime.name, onnx.byteLength, dtype === 'fp16'));
-  const runner = await OnnxRunner.create(runtime, onnx, config, { intraOpNumThreads: options.intraOpNumThreads });
-  return { runner, weightBytes: onnx.byteLength };
+  const [weights, ...session] = onnxruntimeFootprint(runtime.name, onnx.byteLength, dtype === 'fp16');
+  budget.check([weights, ...session]);
+  const create = (): Promise<ModelRunner> =>
+    OnnxRunner.create(runtime, onnx, config, { intraOpNumThreads: options.intraOpNumThreads });
+  // Each engine gets a session of its own (onnxruntime's own copies of the weights), counted per engine.
+  return {
+    runner: await create(),
+    weightBytes: onnx.byteLength,
+    another: create,
+    shared: () => [weights],
+    perRunner: session,
+  };
 }

@@ -66,10 +66,27 @@ export function isolateFootprint(vocabSize: number, maxStreams: number): Footpri
   return { label: 'isolate besides the runner (JS heap, buffers, xgrammar)', bytes };
 }
 
+/**
+ * isolateFootprint split for an isolate whose engines share one model: the code, the service and the
+ * tokenizer once (`shared`), and per engine its own JS state, xgrammar instance and streams (`perEngine`).
+ */
+export function sharedIsolateFootprint(vocabSize: number): FootprintPart {
+  const bytes = ISOLATE_BASE_BYTES + vocabSize * ISOLATE_BYTES_PER_VOCAB_ENTRY;
+  return { label: 'isolate besides the runners (code, JS heap, tokenizer)', bytes };
+}
+
+export function engineIsolateFootprint(vocabSize: number, maxStreams: number): FootprintPart {
+  const bytes = ENGINE_BASE_BYTES + vocabSize * ENGINE_BYTES_PER_VOCAB_ENTRY + maxStreams * ISOLATE_BYTES_PER_STREAM;
+  return { label: 'its JS state, grammars and streams', bytes };
+}
+
 /** Measured (docs/models.md, "Memory in the isolate"); rounded up. */
 const ISOLATE_BASE_BYTES = 4 * MiB;
 const ISOLATE_BYTES_PER_VOCAB_ENTRY = 200;
 const ISOLATE_BYTES_PER_STREAM = 96 * 1024;
+/** Each further engine of an isolate (an object's state, SQLite, sampler, its own xgrammar tables). */
+const ENGINE_BASE_BYTES = MiB;
+const ENGINE_BYTES_PER_VOCAB_ENTRY = 64;
 
 /**
  * What onnxruntime-web holds besides the KV pool, measured (process RSS around InferenceSession.create, plus

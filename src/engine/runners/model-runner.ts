@@ -75,8 +75,18 @@ export interface ModelRunner {
   createKvStorage(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): KvStorage | undefined;
   /** The pool, once built: a runner that mirrors it elsewhere (the GPU) follows its copies and restores. */
   attachPool(pool: BlockPool): void;
-  /** One batched pass: every row's new tokens attend to its cache, are written into it, and give logits. */
-  forward(rows: readonly StepRow[]): Promise<StepLogits>;
+  /**
+   * One batched pass: every row's new tokens attend to its cache, are written into it, and give logits.
+   * A runner whose pass is synchronous (our kernels) returns the logits themselves: they may live in
+   * scratch that engines of the same isolate share, valid until the next pass, so a caller reads them
+   * before it yields (`settled` keeps a synchronous result synchronous).
+   */
+  forward(rows: readonly StepRow[]): StepLogits | Promise<StepLogits>;
   stats(): RunnerStats;
   release(): Promise<void>;
+}
+
+/** A value or its promise, continued without a microtask in between when it is already a value. */
+export function settled<T, U>(value: T | Promise<T>, then: (value: T) => U): U | Promise<U> {
+  return value instanceof Promise ? value.then(then) : then(value);
 }

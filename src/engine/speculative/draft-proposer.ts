@@ -1,6 +1,6 @@
 import type { BlockPoolStats } from '../kv/block-pool.js';
 import type { KvCacheManager, PagedSequenceKv } from '../kv/paged-kv.js';
-import type { ModelRunner } from '../runners/model-runner.js';
+import { settled, type ModelRunner } from '../runners/model-runner.js';
 import type { SamplingParams } from '../sampling/sampling-params.js';
 import { DraftSampler, type DraftToken } from './draft-sampler.js';
 
@@ -45,12 +45,15 @@ export class DraftModelProposer {
       return state ? [{ i, state, feed: request.tokens.slice(state.kv.length), count: request.count }] : [];
     });
     while (live.length > 0) {
-      const logits = await this.runner.forward(live.map(({ state, feed }) => ({ kv: state.kv, tokens: feed })));
-      live.forEach(({ i, state, feed }, row) => {
-        state.held.push(...feed);
-        this.kv.commit(state.kv, state.held);
-        proposals[i].push(state.sampler.next(logits.last(row).subarray(0, this.samplableVocab)));
-      });
+      const pass = this.runner.forward(live.map(({ state, feed }) => ({ kv: state.kv, tokens: feed })));
+      // Read in the turn the pass returns: a synchronous runner's logits are valid until the next pass.
+      await settled(pass, (logits) =>
+        live.forEach(({ i, state, feed }, row) => {
+          state.held.push(...feed);
+          this.kv.commit(state.kv, state.held);
+          proposals[i].push(state.sampler.next(logits.last(row).subarray(0, this.samplableVocab)));
+        }),
+      );
       live = live
         .filter(({ i, count }) => proposals[i].length < count)
         .map((entry) => ({ ...entry, feed: [proposals[entry.i][proposals[entry.i].length - 1].tokenId] }));

@@ -127,7 +127,6 @@ export async function loadGgufWeights(
     }
     const matrix = quantMatrix(ctx, form.format, k, n, blocks, planes, form.zp);
     // Rows arrive through a staging area past the planes, then move into them: the area is free again after.
-    const mark = mem.used;
     const rowsPerStage = heads ? 1 : Math.max(1, Math.floor(STAGING / rowBytes));
     const staging = mem.alloc(rowsPerStage * rowBytes);
     for (let row = 0; row < n; row += rowsPerStage) {
@@ -135,7 +134,7 @@ export async function loadGgufWeights(
       await reader.readInto(mem.u8(staging, rows * rowBytes));
       ctx.kernels.repack_ggml(t.type, staging, dest(row), rows, blocks, matrix.header);
     }
-    mem.resetTo(mark);
+    mem.free(staging);
     return matrix;
   }
 

@@ -1,5 +1,6 @@
 import { halfValue } from '../../model/half.js';
-import type { KernelExports, LinearMemory } from '../edge-kernels.js';
+import type { KernelExports } from '../edge-kernels.js';
+import type { LinearMemory } from '../linear-memory.js';
 import {
   ONNX_BFLOAT16,
   ONNX_FLOAT,

@@ -1,4 +1,4 @@
-import type { LinearMemory } from '../edge-kernels.js';
+import type { LinearMemory } from '../linear-memory.js';
 
 /**
  * Block-quantised forms the kernels multiply (kernels/quant.h has the layouts): a value plane of 4, 5, 6

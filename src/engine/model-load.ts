@@ -1,0 +1,83 @@
+import type { EngineLimits } from './defaults.js';
+import { InvalidRequestError } from './errors.js';
+import type { ModelConfig } from './model/config.js';
+import { defaultDtype, loadModelMeta, weightsFileFor, type ModelDtype, type ModelSource } from './model/model-files.js';
+import type { OrtRuntime } from './model/runtime.js';
+import { digestingSource } from './model/weights-digest.js';
+import { loadRunner, type LoadedRunner, type RunnerOptions } from './runners/create-runner.js';
+import type { FootprintPart } from './runners/memory-budget.js';
+import type { ModelRunner } from './runners/model-runner.js';
+import { TextTokenizer } from '../tokenizer/tokenizer.js';
+
+/** What loading a model needs besides its source: which weights, and how the runner is sized and checked. */
+export interface ModelLoadOptions extends Omit<RunnerOptions, keyof EngineLimits> {
+  dtype?: ModelDtype;
+  /** Digest the weights file as it loads (a durable KV store names its blocks by it). */
+  digest?: boolean;
+}
+
+/**
+ * A model folder, loaded: everything engines read and never write (config, tokenizer, chat template, the
+ * weights on their runner), so every engine of an isolate that serves the model can share one load.
+ */
+export interface LoadedModel {
+  config: ModelConfig;
+  rawConfig: Record<string, unknown>;
+  tokenizer: TextTokenizer;
+  /** tokenizer.json's `model` section: a draft model must map ids to the same tokens. */
+  tokenizerModel: unknown;
+  chat: { template: string; config: Record<string, unknown> };
+  dtype: ModelDtype;
+  /** The weights file's digest, or '' when it was not asked for. */
+  digest: string;
+  weightBytes: number;
+  /** Bytes held once however many engines share it (weights, shared scratch). */
+  shared(): FootprintPart[];
+  /** Bytes each engine's runner holds besides its KV pool. */
+  perRunner: readonly FootprintPart[];
+  /** A runner for one more engine: the one the load built first, then others over the same weights. */
+  takeRunner(limits: EngineLimits): Promise<ModelRunner>;
+}
+
+/** Reads a model folder's config and tokenizer and places its weights on the runner `loadRunner` picks. */
+export async function loadModel(
+  runtime: OrtRuntime,
+  source: ModelSource,
+  options: ModelLoadOptions,
+  limits: EngineLimits,
+): Promise<LoadedModel> {
+  const files = await loadModelMeta(source);
+  const dtype = options.dtype ?? defaultDtype(files.rawConfig);
+  const weightsFile = weightsFileFor(dtype, files.rawConfig);
+  const digesting = options.digest ? digestingSource(source, weightsFile) : undefined;
+  const tokenizer = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
+  const loaded = await loadRunner(runtime, digesting?.source ?? source, dtype, weightsFile, files.config, {
+    ...options,
+    ...limits,
+  });
+  const template = files.tokenizerConfig.chat_template;
+  if (typeof template !== 'string')
+    throw new InvalidRequestError('model', 'tokenizer_config.json has no chat_template');
+  return {
+    config: files.config,
+    rawConfig: files.rawConfig,
+    tokenizer,
+    tokenizerModel: files.tokenizerJson.model,
+    chat: { template, config: files.tokenizerConfig },
+    dtype,
+    digest: digesting ? await digesting.digest() : '',
+    weightBytes: loaded.weightBytes,
+    shared: loaded.shared,
+    perRunner: loaded.perRunner,
+    takeRunner: firstThenAnother(loaded),
+  };
+}
+
+function firstThenAnother(loaded: LoadedRunner): (limits: EngineLimits) => Promise<ModelRunner> {
+  let first: ModelRunner | undefined = loaded.runner;
+  return async (limits) => {
+    const runner = first ?? (await loaded.another(limits));
+    first = undefined;
+    return runner;
+  };
+}

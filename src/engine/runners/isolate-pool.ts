@@ -1,0 +1,115 @@
+import type { EngineLimits } from '../defaults.js';
+import { InvalidRequestError } from '../errors.js';
+import type { KvDtype } from '../kv/block-pool.js';
+import { kvBytesPerToken, type ModelConfig } from '../model/config.js';
+import type { LoadedModel } from '../model-load.js';
+import type { OrtRuntime } from '../model/runtime.js';
+import type { IsolateModels } from './isolate-models.js';
+import { engineIsolateFootprint, mib, sharedIsolateFootprint, type FootprintPart } from './memory-budget.js';
+
+/** An engine's place in an isolate whose engines share their model (a Durable Object among others). */
+export interface IsolateShare {
+  models: IsolateModels;
+  /** Who holds the engine: the object's id (an object whose instance is replaced holds one engine still). */
+  holder: string;
+  /** Where the model's files come from (e.g. `r2:<name>`): with the options, what makes two loads' bytes the same. */
+  source: string;
+  /** How many engines the isolate may hold at once (SHARD_COUNT): each engine's pool leaves room for them all. */
+  engines: number;
+}
+
+/** The smallest KV pool an engine of a shared isolate is given; below it the engine is refused. */
+export const POOL_FLOOR_BLOCKS = 4;
+
+/** What makes two engines' weights the same bytes: where they come from, which file, which runner. */
+export function sharedModelKey(
+  share: IsolateShare,
+  runtime: OrtRuntime,
+  options: { modelId?: string; dtype?: string; kvStore?: unknown },
+): string {
+  return JSON.stringify([
+    share.source,
+    options.modelId ?? 'default',
+    options.dtype ?? '',
+    runtime.name,
+    runtime.runner ?? 'auto',
+    options.kvStore !== undefined,
+  ]);
+}
+
+const total = (parts: readonly FootprintPart[]): number => parts.reduce((n, p) => n + p.bytes, 0);
+
+/**
+ * How an engine of a shared isolate is sized: the model's parts once (weights, shared scratch, the code and
+ * the tokenizer), then per engine its own state and a KV pool. The pool is KV_CACHE_MB where that many
+ * engines fit in the budget, else an equal share of what is left, so `engines` engines always fit (whichever
+ * comes first) and none depends on the order they came in; never below POOL_FLOOR_BLOCKS blocks: an engine
+ * that would get less is refused, naming what the isolate holds.
+ */
+export class IsolatePoolPlan {
+  constructor(
+    private readonly share: IsolateShare,
+    private readonly key: string,
+    private readonly limits: EngineLimits,
+    private readonly kvDtype: KvDtype,
+    /** A Workers isolate (wasm): the code and JS heap beside the runners are counted too. */
+    private readonly countsIsolate: boolean,
+  ) {}
+
+  private floor(config: ModelConfig): number {
+    return POOL_FLOOR_BLOCKS * this.limits.blockSize * kvBytesPerToken(config, this.kvDtype === 'fp16' ? 2 : 4);
+  }
+
+  private enginePart(config: ModelConfig): FootprintPart[] {
+    return this.countsIsolate ? [engineIsolateFootprint(config.vocabSize, this.limits.maxBatchSize)] : [];
+  }
+
+  /** Engines still to come, this one included, that the rest of the budget is kept for. */
+  private remaining(): number {
+    return Math.max(1, this.share.engines - this.share.models.holders(this.key, this.share.holder));
+  }
+
+  /** The budget's terms while the first engine loads the model: what the isolate holds already, and room for every engine at the floor. */
+  readonly budget = (config: ModelConfig): { besides: FootprintPart[]; kvBytes: number } => {
+    const engines = this.remaining();
+    const mine = this.enginePart(config).map((p) => ({ label: `${engines} x ${p.label}`, bytes: engines * p.bytes }));
+    const shared = this.countsIsolate ? [sharedIsolateFootprint(config.vocabSize)] : [];
+    const held = total(this.share.models.counted(this.share.holder));
+    const others = held ? [{ label: 'held by the isolate already', bytes: held }] : [];
+    return { besides: [...shared, ...mine, ...others], kvBytes: engines * this.floor(config) };
+  };
+
+  /** The model as the registry counts it: its runner's shared parts and, in a Workers isolate, the code and tokenizer. */
+  withIsolatePart(model: LoadedModel): LoadedModel {
+    if (!this.countsIsolate) return model;
+    const part = sharedIsolateFootprint(model.config.vocabSize);
+    const runnerParts = model.shared;
+    return { ...model, shared: () => [...runnerParts(), part] };
+  }
+
+  /** This engine's KV pool bytes and everything it will hold, or a refusal naming what the isolate holds. */
+  pool(model: LoadedModel): { kvCacheBytes: number; parts: FootprintPart[] } {
+    const { config } = model;
+    const { memoryBudgetBytes: budget, kvCacheBytes: wanted, blockSize } = this.limits;
+    const own = [...this.enginePart(config), ...model.perRunner];
+    const blockBytes = blockSize * kvBytesPerToken(config, this.kvDtype === 'fp16' ? 2 : 4);
+    const counted = this.share.models.counted(this.share.holder);
+    const remaining = this.remaining();
+    const room = budget === undefined ? Infinity : budget - total(counted) - remaining * total(own);
+    const share = Math.min(wanted, Math.floor(room / remaining));
+    const blocks = Math.floor(share / blockBytes);
+    if (blocks < POOL_FLOOR_BLOCKS) {
+      const held = counted.map((p) => `${p.label} ${mib(p.bytes)}`).join(' + ');
+      throw new InvalidRequestError(
+        'model',
+        `the isolate has no room for another engine: it holds ${mib(total(counted))} (${held}); ` +
+          `one more needs ${mib(total(own))} + a KV pool of at least ${mib(this.floor(config))} (${POOL_FLOOR_BLOCKS} blocks), ` +
+          `within the budget of ${mib(budget ?? 0)}; fewer shards (SHARD_COUNT), a smaller or more quantised model, ` +
+          'or a larger MEMORY_BUDGET_MB would fit',
+        'model_too_large',
+      );
+    }
+    const kvCacheBytes = blocks * blockBytes;
+    return { kvCacheBytes, parts: [{ label: 'KV pool', bytes: kvCacheBytes }, ...own] };
+  }
+}
