@@ -101,6 +101,14 @@ export class IsolateModels {
     return parts;
   }
 
+  /** Each loaded model and how many engines hold it, for /metrics and /v1/models. */
+  snapshot(): { countedBytes: number; models: { key: string; holders: number }[] } {
+    const models = [...this.models].flatMap(([key, entry]) =>
+      entry.state === 'ready' ? [{ key, holders: this.holders(key) }] : [],
+    );
+    return { countedBytes: this.countedBytes(), models };
+  }
+
   /** Bytes counted now (what /metrics shows as the isolate's use). */
   countedBytes(): number {
     return this.counted().reduce((n, p) => n + p.bytes, 0);
