@@ -1,5 +1,6 @@
 import { DurableObject } from 'cloudflare:workers';
 import { Engine } from '../engine/engine.js';
+import { isolateModels } from '../engine/runners/isolate-models.js';
 import type { ModelDtype } from '../engine/model/model-files.js';
 import type { GenerationRequest } from '../engine/request.js';
 import { resolveSpeculativeParams } from '../engine/speculative/speculative-params.js';
@@ -17,7 +18,7 @@ import { SqlKvBlockStore } from './kv-block-store.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import { modelSourceFor } from '../sources/model-source.js';
 import { runGeneration, type EventSink } from './generation-run.js';
-import { ServiceMetrics, type ShardStats } from './service-metrics.js';
+import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import type { JobView } from './jobs.js';
@@ -118,6 +119,13 @@ export class InferenceObject extends DurableObject<Env> {
       maxBatchSize: intVar(this.env, 'MAX_BATCH'),
       anyJsonWhitespace: anyJsonWhitespaceVar(this.env),
       kvStore: this.kvStore,
+      // One copy of the weights for every shard this isolate runs; each shard's pool sized so all of them fit.
+      isolate: {
+        models: isolateModels,
+        holder: this.ctx.id.toString(),
+        source: `${kind}:${model}`,
+        engines: intVar(this.env, 'SHARD_COUNT'),
+      },
     });
     // Wall time: in production the clock moves only across I/O, which is most of a load.
     this.metrics.loaded({ seconds: (Date.now() - started) / 1000, source: kind });
@@ -201,12 +209,21 @@ export class InferenceObject extends DurableObject<Env> {
 
   /** Metrics for GET /metrics. Does not load the engine: a shard nobody used reports `engine: null`. */
   async stats(): Promise<ShardStats> {
-    return this.metrics.snapshot(
+    const stats = this.metrics.snapshot(
       modelName(this.env),
       this.loaded?.stats() ?? null,
       this.kvStore?.usage(),
       this.limiter.snapshot(),
     );
+    const isolate = await this.isolate();
+    return isolate ? { ...stats, isolate } : stats;
+  }
+
+  /** The isolate's counted memory and the objects sharing the weights, once this shard's engine is loaded (else null). */
+  async isolate(): Promise<IsolateUse | null> {
+    if (!this.loaded) return null;
+    const { countedBytes, models } = isolateModels.snapshot();
+    return { countedBytes, objects: models.reduce((n, m) => n + m.holders, 0) };
   }
 
   /** The runner of the loaded engine (`kernels` or `onnxruntime`) for GET /v1/models; null before a load, which this never starts. */

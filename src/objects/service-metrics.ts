@@ -59,6 +59,14 @@ export interface ShardStats {
   kvStore?: KvStoreUsage;
   /** How long the last successful model load took and where the model came from; absent before one. */
   modelLoad?: ModelLoad;
+  /** The isolate this shard runs in, once its engine is loaded: what its budget counts, and the objects sharing its weights. */
+  isolate?: IsolateUse;
+}
+
+/** What an isolate's memory budget counts (weights once, every object's pool and state) and how many objects share the weights. */
+export interface IsolateUse {
+  countedBytes: number;
+  objects: number;
 }
 
 /** One model load: config, tokenizer and weights read from `source` and placed, the KV pool made. */

@@ -11,7 +11,7 @@ describe('GET /v1/models', () => {
   it('lists the served model', async () => {
     const res = await call('/v1/models');
     expect(res.status).toBe(200);
-    const body = (await res.json()) as { data: { runner: string | null }[] };
+    const body = (await res.json()) as { data: { runner: string | null; weights: { shared_by: number | null } }[] };
     // runner: null until a shard has loaded the model (other files' requests may have loaded it already).
     expect(body).toEqual({
       object: 'list',
@@ -23,6 +23,7 @@ describe('GET /v1/models', () => {
           owned_by: 'edge-infer',
           backend: 'wasm',
           runner: body.data[0].runner,
+          weights: { shared: 'per isolate', shared_by: body.data[0].weights.shared_by },
         },
       ],
     });

@@ -63,6 +63,28 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
         .map(({ labels, s }): [Record<string, string>, number] => [labels, s.engine!.wasmMemoryBytes!]),
     )
     .family(
+      'edge_infer_isolate_counted_bytes',
+      'gauge',
+      "Bytes the isolate's memory budget counts for the shard's isolate: the weights once, every object's KV pool and state, the code and tokenizer.",
+      labelled
+        .filter(({ s }) => s.isolate !== undefined)
+        .map(({ labels, s }): [Record<string, string>, number] => [labels, s.isolate!.countedBytes]),
+    )
+    .family(
+      'edge_infer_isolate_objects',
+      'gauge',
+      "Objects in the shard's isolate sharing one copy of the weights (shards add throughput only in different isolates).",
+      labelled
+        .filter(({ s }) => s.isolate !== undefined)
+        .map(({ labels, s }): [Record<string, string>, number] => [labels, s.isolate!.objects]),
+    )
+    .family(
+      'edge_infer_kv_pool_bytes',
+      'gauge',
+      "Bytes of the shard's own KV block pool (sized so that SHARD_COUNT objects fit one isolate's budget).",
+      engine((e) => e.kv.bytesTotal),
+    )
+    .family(
       'edge_infer_model_load_seconds',
       'gauge',
       'How long the shard took to load its model (config, tokenizer, weights, KV pool), by source: url (MODEL_URL), r2 or assets.',

@@ -19,26 +19,37 @@ async function loadedRunner(env: Env): Promise<string | null> {
   return runners.find((r) => r !== null) ?? null;
 }
 
+/** The largest count of shards sharing one isolate's weights, among the loaded shards (null while none is). */
+async function sharing(env: Env): Promise<number | null> {
+  const uses = await Promise.all(Array.from({ length: shardCount(env) }, (_, i) => shardStub(env, i).isolate()));
+  const objects = uses.flatMap((u) => (u ? [u.objects] : []));
+  return objects.length ? Math.max(...objects) : null;
+}
+
 // Extra fields, as vLLM adds its own: `backend`, what the shards run the model on (wasm or webgpu), and
 // `runner`, what runs the graph there once a shard has loaded it.
-const card = (id: string, env: Env, runner: string | null) => ({
-  id,
-  object: 'model' as const,
-  created: CREATED,
-  owned_by: 'edge-infer',
-  backend: serviceBackend(env),
-  runner,
-});
+// `weights`: loaded once per isolate and shared by every shard the platform runs there (`shared_by`, null
+// until a shard has loaded them).
+const card = async (id: string, env: Env) => {
+  const [runner, sharedBy] = await Promise.all([loadedRunner(env), sharing(env)]);
+  return {
+    id,
+    object: 'model' as const,
+    created: CREATED,
+    owned_by: 'edge-infer',
+    backend: serviceBackend(env),
+    runner,
+    weights: { shared: 'per isolate', shared_by: sharedBy },
+  };
+};
 
-models.get('/', async (c) =>
-  c.json({ object: 'list', data: [card(modelName(c.env), c.env, await loadedRunner(c.env))] }),
-);
+models.get('/', async (c) => c.json({ object: 'list', data: [await card(modelName(c.env), c.env)] }));
 
 models.get('/:id', async (c) => {
   const id = c.req.param('id');
   if (id !== modelName(c.env))
     throw new ApiError(404, `the model '${id}' does not exist`, 'invalid_request_error', 'model', 'model_not_found');
-  return c.json(card(id, c.env, await loadedRunner(c.env)));
+  return c.json(await card(id, c.env));
 });
 
 export default models;
