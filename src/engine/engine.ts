@@ -666,6 +666,17 @@ export class Engine {
     }
   }
 
+  /**
+   * Sequences waiting for a batch slot, by fairness group: a waiting request counts with the siblings
+   * (n > 1) that will fork from it, since each will hold a slot. For hosts that share the queue fairly.
+   */
+  waitingByGroup(): Map<string | undefined, number> {
+    const out = new Map<string | undefined, number>();
+    for (const seq of this.scheduler.waiting)
+      out.set(seq.fairnessGroup, (out.get(seq.fairnessGroup) ?? 0) + 1 + seq.forks.length);
+    return out;
+  }
+
   /** True while any request is queued or running. */
   get busy(): boolean {
     return this.active.size > 0;

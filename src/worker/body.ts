@@ -2,6 +2,7 @@ import type { Context } from 'hono';
 import { intVar, type Env } from '../env.js';
 import { discardBody } from './body-discard.js';
 import { ApiError } from './errors.js';
+import { JsonDepthError, readJsonText } from '../json-limits.js';
 
 export type JsonObject = Record<string, unknown>;
 
@@ -59,8 +60,10 @@ export async function readJsonObject<E extends { Bindings: Env }>(c: Context<E>)
   const bytes = await readBodyBytes(c);
   let parsed: unknown;
   try {
-    parsed = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+    parsed = readJsonText(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
   } catch (err) {
+    if (err instanceof JsonDepthError)
+      throw new ApiError(400, `the request body ${err.message}`, 'invalid_request_error', null, 'json_too_deep');
     const why = err instanceof Error ? err.message : String(err);
     throw new ApiError(
       400,
