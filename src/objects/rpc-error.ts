@@ -7,7 +7,7 @@ import type { RateLimitState } from './tenancy/rate-limiter.js';
  * into OpenAI error bodies (src/worker/errors.ts `unwrap`).
  */
 export interface ServiceError {
-  status: 400 | 401 | 403 | 404 | 409 | 413 | 429 | 500 | 503;
+  status: 400 | 401 | 403 | 404 | 408 | 409 | 413 | 429 | 500 | 503;
   message: string;
   type: string;
   param: string | null;

@@ -35,8 +35,22 @@ export async function readBodyBytes<E extends { Bindings: Env }>(c: Context<E>):
   const body = c.req.raw.body;
   if (body) {
     const reader = body.getReader();
+    // A body whose Content-Length is more than is sent held the request until the client gave up.
+    const timeoutMs = intVar(c.env, 'BODY_READ_TIMEOUT_MS');
+    const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const { done, value } = await reader.read();
+      const next = await beforeDeadline(reader.read(), deadline);
+      if (next === 'late') {
+        await discardBody(reader, 100, 100);
+        throw new ApiError(
+          408,
+          `the request body did not arrive within ${timeoutMs} ms (BODY_READ_TIMEOUT_MS)`,
+          'invalid_request_error',
+          null,
+          'request_timeout',
+        );
+      }
+      const { done, value } = next;
       if (done) break;
       size += value.byteLength;
       if (size > limit) {
@@ -53,6 +67,13 @@ export async function readBodyBytes<E extends { Bindings: Env }>(c: Context<E>):
     at += chunk.byteLength;
   }
   return bytes;
+}
+
+/** `read`, or 'late' once `deadline` (epoch ms) has passed without it. */
+async function beforeDeadline<T>(read: Promise<T>, deadline: number): Promise<T | 'late'> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), deadline - Date.now())));
+  return Promise.race([read, late]).finally(() => clearTimeout(timer));
 }
 
 /** The request body (see readBodyBytes) as a JSON object. */
