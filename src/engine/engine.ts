@@ -32,6 +32,7 @@ import { settleProposals } from './speculative/verification.js';
 import { NO_LOGITS, streamGroup, type Sequence, type RequestGroup, type ScheduledRow } from './sequence.js';
 import { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { renderChat } from '../tokenizer/chat-template.js';
+import { encodeChat } from '../tokenizer/chat-encoding.js';
 import { ConstraintCompiler } from './constraints/compiler.js';
 
 export interface EngineOptions extends Partial<EngineLimits>, Omit<RunnerOptions, keyof EngineLimits> {
@@ -240,6 +241,10 @@ export class Engine {
       encodePrompt: (text) => this.tokenizer.encodePrompt(text),
       renderChat: (messages, tools) =>
         renderChat(this.chatTemplate.template, messages, this.chatTemplate.config, { tools }),
+      encodeChat: (messages, tools) =>
+        encodeChat(this.tokenizer, messages, (m) =>
+          renderChat(this.chatTemplate.template, m, this.chatTemplate.config, { tools }),
+        ),
       compileConstraint: (constraint) => this.constraints.compile(constraint),
       vocabSize: this.config.vocabSize,
       samplableVocab: this.samplableVocab,
