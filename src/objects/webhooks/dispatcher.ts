@@ -182,8 +182,10 @@ export class WebhookDispatcher {
       return;
     }
     const wanted = Math.min(...candidates);
-    // An alarm set sooner is kept: when it fires with nothing due, it sets the next one.
-    if (current === null || wanted < current) {
+    // An alarm set sooner is kept: when it fires with nothing due, it sets the next one. One whose time
+    // has passed is not kept: storage can hold a past alarm workerd never fires (the server stopped while
+    // an alarm ran), and keeping it stalled every retry on the shard for good.
+    if (current === null || wanted < current || current <= Date.now()) {
       await this.alarms.setAlarm(wanted);
     }
   }
