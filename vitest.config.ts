@@ -28,6 +28,7 @@ export default defineConfig({
             'test/speculative.test.ts',
             'test/structured-outputs.test.ts',
             'test/structured-composition.test.ts',
+            'test/request-faults.test.ts',
           ],
           env: { EDGE_INFER_SUITE_BACKEND: 'kernels' },
           testTimeout: 60_000,

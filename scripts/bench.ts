@@ -151,6 +151,8 @@ if (options.sections.includes('edge-memory'))
     String(Math.min(options.runs, 3)),
     '--vocab',
     '49152',
+    '--shards',
+    '1,2,4',
   ]);
 if (options.sections.includes('wllama')) {
   // Batch-1 greedy decode of 128 tokens, as the speculative section measures ours.

@@ -37,6 +37,10 @@ export interface Env {
   MAX_BATCH?: string;
   MAX_QUEUE?: string;
   MAX_BODY_BYTES?: string;
+  /** Unfinished (queued or generating) webhook jobs one key may have on a shard; further events get 429. */
+  MAX_JOBS_PER_KEY?: string;
+  /** Milliseconds a request body may take to arrive in full before the request is refused (408). */
+  BODY_READ_TIMEOUT_MS?: string;
   WEBHOOK_RETRY_BASE_MS?: string;
   WEBHOOK_MAX_ATTEMPTS?: string;
   ALLOW_LOOPBACK_CALLBACKS?: string;
@@ -70,6 +74,8 @@ export const DEFAULTS = {
   MAX_BATCH: 16,
   MAX_QUEUE: 64,
   MAX_BODY_BYTES: 1 << 20,
+  MAX_JOBS_PER_KEY: 16,
+  BODY_READ_TIMEOUT_MS: 10_000,
   WEBHOOK_RETRY_BASE_MS: 2000,
   WEBHOOK_MAX_ATTEMPTS: 6,
 } as const;

@@ -2,7 +2,7 @@
 // point; and the grammar matcher's rollback and fork, which beams and speculation lean on.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine/engine.js';
-import { parseToolCalls, ToolCallParser, type ToolCallDelta } from '../src/worker/tool-calls.js';
+import { parseToolCalls, ToolCallParser, withoutTail, type ToolCallDelta } from '../src/worker/tool-calls.js';
 import { toolCallText, TOOL_CALL_SUFFIX, toolCallPrefix } from '../src/tokenizer/tool-format.js';
 import type { JsonObject } from '../src/worker/body.js';
 import { withRequestWhitespace } from '../src/worker/structured.js';
@@ -54,6 +54,22 @@ describe('tool-call parsing', () => {
     });
     expect(parseToolCalls('a < b <tool')).toEqual({ content: 'a < b <tool', calls: [] });
     expect(`${toolCallPrefix('f')}{}${TOOL_CALL_SUFFIX}`).toBe(call('f', '{}'));
+  });
+});
+
+describe('the arguments tail is trimmed in linear time', () => {
+  it('strips what /\\s*\\}?\\s*$/ stripped', () => {
+    for (const text of ['{"a":1} }  ', '{"a":1}\n}\n', '  ', '}', '{"a": "x }"}', '{"a":1}  }}', ''])
+      expect(withoutTail(text), JSON.stringify(text)).toBe(text.replace(/\s*\}?\s*$/, ''));
+  });
+
+  it('a megabyte of whitespace streamed into the arguments stays fast', () => {
+    const parser = new ToolCallParser();
+    const started = performance.now();
+    parser.push(`${toolCallPrefix('f')}{"a": 1${' '.repeat(5_000)}`);
+    for (let i = 0; i < 200; i++) parser.push(' '.repeat(5_000));
+    // 200 tokens over 1 MB of blanks: the old regex took minutes here.
+    expect(performance.now() - started).toBeLessThan(5_000);
   });
 });
 

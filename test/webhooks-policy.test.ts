@@ -96,6 +96,50 @@ describe('callback URLs', () => {
     expect(ok('http://10.0.0.1/', dev)).toBe(false);
   });
 
+  it('refuses IPv4-translated (::ffff:0:0/96) and local-use NAT64 (64:ff9b:1::/48) addresses', () => {
+    for (const url of [
+      'https://[::ffff:0:7f00:1]/',
+      'https://[::ffff:0:a9fe:a9fe]/',
+      'https://[::ffff:0:10.0.0.1]/',
+      'https://[64:ff9b:1::a9fe:a9fe]/',
+      'https://[64:ff9b:1::808:808]/',
+    ])
+      expect(ok(url), url).toBe(false);
+    expect(ok('http://[::ffff:0:7f00:1]:8787/', dev), 'translated 127.0.0.1 is loopback, allowed in dev').toBe(true);
+    // Public addresses in the well-known NAT64 prefix stay allowed.
+    expect(ok('https://[64:ff9b::808:808]/')).toBe(true);
+  });
+
+  it('strips every trailing dot before judging a host', () => {
+    for (const url of [
+      'https://localhost../',
+      'https://printer.local../',
+      'https://intranet.../',
+      'https://10.0.0.1../',
+    ])
+      expect(ok(url), url).toBe(false);
+    expect(ok('https://example.com../')).toBe(true);
+  });
+
+  it("refuses inbound hook paths on every host, and the service's own host", () => {
+    for (const url of [
+      'https://example.com/v1/hooks/hk_0.abc',
+      'https://example.com//v1//HOOKS/x',
+      'https://example.com/v1/%68ooks/x',
+      'https://example.com/a/../v1/hooks/x',
+      'https://example.com/v1/hooks',
+    ])
+      expect(ok(url), url).toBe(false);
+    expect(ok('https://example.com/v1/hooksmith')).toBe(true);
+    const self = { allowLoopback: true, selfHost: '127.0.0.1:8787' };
+    expect(checkCallbackUrl('http://127.0.0.1:8787/inbox', self).ok).toBe(false);
+    expect(checkCallbackUrl('http://127.0.0.1:9999/inbox', self).ok).toBe(true);
+    const deployed = { allowLoopback: false, selfHost: 'edge.example.com' };
+    expect(checkCallbackUrl('https://edge.example.com./inbox', deployed).ok).toBe(false);
+    expect(checkCallbackUrl('https://EDGE.example.com:443/x', deployed).ok).toBe(false);
+    expect(checkCallbackUrl('https://other.example.com/x', deployed).ok).toBe(true);
+  });
+
   it('parses IPv6 forms', () => {
     expect(parseIpv6('::1')).toEqual([0, 0, 0, 0, 0, 0, 0, 1]);
     expect(parseIpv6('1:2:3:4:5:6:7:8')).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);

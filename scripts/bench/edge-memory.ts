@@ -4,10 +4,11 @@
 // with the model loaded, and under N concurrent streams.
 //
 //   tsx scripts/bench/edge-memory.ts [--model bench-135m] [--dtype q4] [--kv-dtype fp16] [--streams 16]
-//     [--tokens 96] [--runs 3] [--sources r2,url] [--vocab 49152] [--json out.json]
+//     [--tokens 96] [--runs 3] [--sources r2,url] [--vocab 49152] [--shards 1,2,4] [--json out.json]
 // --vocab serves the model with its tokenizer extended to that many tokens (full-vocab.ts: bench-135m's own
 // stops at 5,868, SmolLM2's has 49,152). `npm run bench -- --sections edge-memory` runs it on bench-135m q4
-// with a 49,152-token tokenizer.
+// with a 49,152-token tokenizer. --shards runs each figure with SHARD_COUNT at each value, every shard loaded
+// (prompts sent until each reports edge_infer_engine_loaded 1): wrangler dev puts them all in one isolate.
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,6 +25,10 @@ export type ModelFrom = 'r2' | 'url';
 
 export interface EdgeMemoryRun {
   from: ModelFrom;
+  /** SHARD_COUNT, every shard loaded in the one isolate. */
+  shards: number;
+  /** What the isolate's budget counts (edge_infer_isolate_counted_bytes), once every shard is loaded. */
+  countedBytes: number;
   /** What the first request waited for, and what the shard says the load took (edge_infer_model_load_seconds). */
   firstRequestSeconds: number;
   loadSeconds: number;
@@ -59,6 +64,7 @@ interface Options {
   sources: ModelFrom[];
   /** Extend the tokenizer to this many tokens (undefined: the model's own). */
   vocab?: number;
+  shards: number[];
   json?: string;
 }
 
@@ -71,6 +77,7 @@ function parseArgs(argv: readonly string[]): Options {
     tokens: 96,
     runs: 3,
     sources: ['r2', 'url'],
+    shards: [1],
   };
   for (let i = 0; i < argv.length; i += 2) {
     const [flag, value] = [argv[i], argv[i + 1]];
@@ -83,6 +90,7 @@ function parseArgs(argv: readonly string[]): Options {
     else if (flag === '--runs') o.runs = Number(value);
     else if (flag === '--sources') o.sources = value.split(',') as ModelFrom[];
     else if (flag === '--vocab') o.vocab = Number(value);
+    else if (flag === '--shards') o.shards = value.split(',').map(Number);
     else if (flag === '--json') o.json = value;
     else throw new Error(`unknown option ${flag}`);
   }
@@ -95,6 +103,15 @@ const JSON_SCHEMA = {
   type: 'json_schema',
   json_schema: { name: 'point', schema: { type: 'object', properties: { x: { type: 'integer' } }, required: ['x'] } },
 };
+
+/** The largest sample of a gauge over its shards (a figure every shard of one isolate reports alike). */
+function maxMetric(text: string, name: string): number {
+  const values = text
+    .split('\n')
+    .filter((line) => line.startsWith(`${name}{`) || line.startsWith(`${name} `))
+    .map((line) => Number(line.slice(line.lastIndexOf(' ') + 1)));
+  return values.length ? Math.max(...values) : 0;
+}
 
 async function metrics(server: DevServer): Promise<string> {
   return (await fetch(`${server.url}/metrics`)).text();
@@ -136,14 +153,14 @@ function servedFolder(o: Options): { folder: string; name: string } {
   return { folder: fullVocabFolder(modelDir(o.model), join(modelDir(o.model), '..', name), o.vocab), name };
 }
 
-async function oneRun(o: Options, from: ModelFrom, measureMemory: boolean): Promise<EdgeMemoryRun> {
+async function oneRun(o: Options, from: ModelFrom, measureMemory: boolean, shards: number): Promise<EdgeMemoryRun> {
   const persist = mkdtempSync(join(tmpdir(), 'edge-memory-'));
   const { folder, name } = servedFolder(o);
   const files = from === 'url' ? await startStaticServer(folder) : undefined;
   const vars: Record<string, string> = {
     MODEL: name,
     MODEL_DTYPE: o.dtype,
-    SHARD_COUNT: '1',
+    SHARD_COUNT: String(shards),
     BACKEND: 'kernels',
     KV_DTYPE: o.kvDtype,
     MAX_BATCH: String(Math.max(16, o.streams)),
@@ -158,7 +175,14 @@ async function oneRun(o: Options, from: ModelFrom, measureMemory: boolean): Prom
     const t0 = performance.now();
     await (await completion(server, { prompt: 'Hi', max_tokens: 1 })).arrayBuffer();
     run.firstRequestSeconds = (performance.now() - t0) / 1000;
+    // Prompts hash to shards by their prefix: distinct ones until every shard has loaded the model.
+    for (let i = 0; sumMetric(await metrics(server), 'edge_infer_engine_loaded') < shards; i++) {
+      if (i > 200) throw new Error(`only some of ${shards} shards loaded`);
+      await (await completion(server, { prompt: `Load shard ${i}`, max_tokens: 1 })).arrayBuffer();
+    }
     const text = await metrics(server);
+    run.shards = shards;
+    run.countedBytes = maxMetric(text, 'edge_infer_isolate_counted_bytes');
     run.loadSeconds = sumMetric(text, 'edge_infer_model_load_seconds');
     run.wasmMemoryMetric = sumMetric(text, 'edge_infer_wasm_memory_bytes');
     if (probe) {
@@ -178,6 +202,7 @@ async function oneRun(o: Options, from: ModelFrom, measureMemory: boolean): Prom
     }
     const phases = { idle: run.idle, loaded: run.loaded, streaming: run.streaming, structured: run.structured };
     for (const [label, m] of Object.entries(phases)) if (m) log(`${from}: ${label}: ${describeIsolateMemory(m)}`);
+    log(`${from}, ${shards} shards: counted ${(run.countedBytes / 2 ** 20).toFixed(1)} MiB`);
     log(`${from}: load ${run.loadSeconds.toFixed(2)} s (first request ${run.firstRequestSeconds.toFixed(2)} s)`);
     return run as EdgeMemoryRun;
   } finally {
@@ -192,7 +217,9 @@ export async function runEdgeMemory(o: Options): Promise<EdgeMemoryBench> {
   ensureBenchModels([{ model: o.model, dtype: o.dtype }]);
   const runs: EdgeMemoryRun[] = [];
   for (let r = 0; r < o.runs; r++)
-    for (const from of r % 2 ? [...o.sources].reverse() : o.sources) runs.push(await oneRun(o, from, r === 0));
+    for (const shards of o.shards)
+      for (const from of r % 2 ? [...o.sources].reverse() : o.sources)
+        runs.push(await oneRun(o, from, r === 0, shards));
   const vocab = JSON.parse(readFileSync(join(servedFolder(o).folder, 'tokenizer.json'), 'utf8')) as {
     model: { vocab: Record<string, number> };
   };

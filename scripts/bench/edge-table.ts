@@ -23,14 +23,14 @@ export function edgeMemoryTable(m: EdgeMemoryBench): string {
   const lines = [
     `**Isolate memory in workerd** (${m.model} ${m.dtype}, KV ${m.kvDtype}, a ${m.vocab}-token tokenizer, ${m.streams} streams of ${m.tokens} tokens; JS heap + ArrayBuffers + WebAssembly memories, read through the inspector)`,
     '',
-    '| from | first request (s) | load (s) | idle | loaded | streaming | after | after a structured request |',
-    '|---|---:|---:|---|---|---|---|---|',
+    '| from | shards | first request (s) | load (s) | counted by the budget | idle | loaded | streaming | after | after a structured request |',
+    '|---|---:|---:|---:|---:|---|---|---|---|---|',
   ];
   const cell = (x: Parameters<typeof describeIsolateMemory>[0] | undefined): string =>
     x ? describeIsolateMemory(x) : '';
   for (const r of m.runs)
     lines.push(
-      `| ${r.from} | ${r.firstRequestSeconds.toFixed(1)} | ${r.loadSeconds.toFixed(1)} | ${cell(r.idle)} | ${cell(r.loaded)} | ${cell(r.streaming)} | ${cell(r.after)} | ${cell(r.structured)} |`,
+      `| ${r.from} | ${r.shards ?? 1} | ${r.firstRequestSeconds.toFixed(1)} | ${r.loadSeconds.toFixed(1)} | ${((r.countedBytes ?? 0) / 2 ** 20).toFixed(1)} MiB | ${cell(r.idle)} | ${cell(r.loaded)} | ${cell(r.streaming)} | ${cell(r.after)} | ${cell(r.structured)} |`,
     );
   return lines.join('\n');
 }

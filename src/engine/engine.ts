@@ -1,7 +1,8 @@
 import { BeamGroup } from './beam/beam-group.js';
 import { BeamSearch } from './beam/beam-search.js';
 import type { EngineStats } from './engine-stats.js';
-import { InvalidRequestError } from './errors.js';
+import { InvalidRequestError, SequenceFailedError } from './errors.js';
+import { PassFaults } from './pass-faults.js';
 import { EventQueue } from './event-queue.js';
 import { yieldToEventLoop } from './event-loop.js';
 import { BlockPool } from './kv/block-pool.js';
@@ -39,6 +40,7 @@ import { settleProposals } from './speculative/verification.js';
 import { NO_LOGITS, streamGroup, type Sequence, type RequestGroup, type ScheduledRow } from './sequence.js';
 import type { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { renderChat } from '../tokenizer/chat-template.js';
+import { encodeChat } from '../tokenizer/chat-encoding.js';
 import { ConstraintCompiler } from './constraints/compiler.js';
 
 export interface EngineOptions
@@ -114,6 +116,11 @@ export class Engine {
   private readonly stepHistory = new StepHistory();
   /** Structured outputs: grammars compiled for this tokenizer, cached by spec. */
   readonly constraints: ConstraintCompiler;
+  /** A failed pass: its rows rerun alone until the one at fault is found (see pass-faults.ts). */
+  private readonly faults = new PassFaults<Sequence>({
+    rewind: (seq, length) => this.kv.truncate(seq.kv, Math.min(length, seq.kv.length)),
+    fail: (seq, err) => this.failRequest(seq.group, err),
+  });
   private readonly counters = {
     prefixHitTokens: 0,
     prefillTokens: 0,
@@ -276,6 +283,10 @@ export class Engine {
       encodePrompt: (text) => this.tokenizer.encodePrompt(text),
       renderChat: (messages, tools) =>
         renderChat(this.chatTemplate.template, messages, this.chatTemplate.config, { tools }),
+      encodeChat: (messages, tools) =>
+        encodeChat(this.tokenizer, messages, (m) =>
+          renderChat(this.chatTemplate.template, m, this.chatTemplate.config, { tools }),
+        ),
       compileConstraint: (constraint) => this.constraints.compile(constraint),
       vocabSize: this.config.vocabSize,
       samplableVocab: this.samplableVocab,
@@ -369,6 +380,7 @@ export class Engine {
       if (!seq.admitted) seq.output.cachedTokens = cachedTokens;
       seq.admitted = true;
     }
+    plan.rows = this.faults.rowsToRun(plan.rows);
     if (plan.rows.length === 0) return;
 
     const proposals = await this.propose(plan.rows);
@@ -377,9 +389,15 @@ export class Engine {
     for (const [i, row] of plan.rows.entries()) row.tokens.push(...(proposals[i]?.tokens ?? []));
     // The logits are read in the turn the pass returns them: a synchronous runner's lie in scratch that the
     // next pass reuses, and that may be another engine's of the same isolate.
-    await settled(this.runPass(plan.rows, proposals), (pass) =>
-      this.afterPass(plan.rows, proposals, starts, fed, pass),
-    );
+    let pass: PassOutput | Promise<PassOutput>;
+    try {
+      pass = this.runPass(plan.rows, proposals);
+      if (pass instanceof Promise) pass = await pass;
+    } catch (err) {
+      this.faults.passFailed(plan.rows, starts, err);
+      return;
+    }
+    this.afterPass(plan.rows, proposals, starts, fed, pass);
   }
 
   /** Streams what a pass gave: verifies proposals, commits the new tokens to the cache, samples. */
@@ -398,25 +416,45 @@ export class Engine {
     for (const [i, { seq, samples }] of rows.entries()) {
       // Gone during this loop: a beam the search dropped when a sibling's logits completed its step.
       if (!this.active.has(seq)) continue;
-      const decode = samples && fed[i] === 1 && starts[i] >= seq.output.request.promptIds.length;
-      if (!decode) this.counters.prefillTokens += fed[i];
-      seq.output.promptLogprobs?.record(starts[i], fed[i], (j) => logits.at(i, j));
-      const proposal = proposals[i];
-      if (proposal) {
-        this.verify(seq, proposal, (j) => logits.at(i, fed[i] - 1 + j), starts[i] + fed[i]);
-        continue;
+      try {
+        this.settleRow(seq, samples, i, starts[i], fed[i], proposals[i], logits, drawn);
+      } catch (err) {
+        this.failRequest(seq.group, err);
       }
-      this.kv.commit(seq.kv, seq.tokens);
-      if (!samples || seq.output.finished) continue;
-      // A beam the search continued earlier in this loop has a token this pass did not compute.
-      if (seq.group.beams) {
-        if (seq.kv.length === seq.tokens.length) this.onBeamLogits(seq, logits.last(i));
-        continue;
-      }
-      // The prompt is prefilled: siblings fork its cache now and sample from the same logits.
-      const forks = seq.forks.splice(0).map((child) => this.startFork(seq, child));
-      for (const sibling of [seq, ...forks]) this.sample(sibling, drawn.get(sibling) ?? logits.last(i));
     }
+  }
+
+  /**
+   * Row `i` of the pass, after it: prompt logprobs, speculation, the prefix cache, then the row's token
+   * (and its forks'). `start` is where its cache stood before the pass, `fed` the tokens the pass took.
+   */
+  private settleRow(
+    seq: Sequence,
+    samples: boolean,
+    i: number,
+    start: number,
+    fed: number,
+    proposal: Proposal | undefined,
+    logits: StepLogits,
+    drawn: Map<Sequence, SampledToken>,
+  ): void {
+    const decode = samples && fed === 1 && start >= seq.output.request.promptIds.length;
+    if (!decode) this.counters.prefillTokens += fed;
+    seq.output.promptLogprobs?.record(start, fed, (j) => logits.at(i, j));
+    if (proposal) {
+      this.verify(seq, proposal, (j) => logits.at(i, fed - 1 + j), start + fed);
+      return;
+    }
+    this.kv.commit(seq.kv, seq.tokens);
+    if (!samples || seq.output.finished) return;
+    // A beam the search continued earlier in this loop has a token this pass did not compute.
+    if (seq.group.beams) {
+      if (seq.kv.length === seq.tokens.length) this.onBeamLogits(seq, logits.last(i));
+      return;
+    }
+    // The prompt is prefilled: siblings fork its cache now and sample from the same logits.
+    const forks = seq.forks.splice(0).map((child) => this.startFork(seq, child));
+    for (const sibling of [seq, ...forks]) this.sample(sibling, drawn.get(sibling) ?? logits.last(i));
   }
 
   /** Proposals for the rows the scheduler gave room to speculate (undefined for the others). */
@@ -618,6 +656,32 @@ export class Engine {
     }
   }
 
+  /**
+   * Ends one request with an error, and only it: every sequence of its group (its n siblings, its beams)
+   * leaves the batch and frees its blocks, keeping nothing for a session; the error is the last event of
+   * its stream. Everything else in the batch goes on.
+   */
+  private failRequest(group: RequestGroup, err: unknown): void {
+    const error =
+      err instanceof SequenceFailedError
+        ? err
+        : new SequenceFailedError(
+            `the generation failed: ${err instanceof Error ? err.message : String(err)}`,
+            'generation_failed',
+            { cause: err },
+          );
+    group.beams?.abandon();
+    for (const seq of [...this.active]) {
+      if (seq.group !== group) continue;
+      seq.output.cancel();
+      this.scheduler.remove(seq);
+      this.speculator.release(seq.id);
+      this.active.delete(seq);
+    }
+    group.cancelRequested = true;
+    group.events.push(error);
+  }
+
   /** Tokens a session's kept cache holds now (0 once released for room, or never kept). */
   sessionCachedTokens(session: string): number {
     return this.sessions.cachedTokens(session);
@@ -670,6 +734,17 @@ export class Engine {
     } finally {
       this.looping = false;
     }
+  }
+
+  /**
+   * Sequences waiting for a batch slot, by fairness group: a waiting request counts with the siblings
+   * (n > 1) that will fork from it, since each will hold a slot. For hosts that share the queue fairly.
+   */
+  waitingByGroup(): Map<string | undefined, number> {
+    const out = new Map<string | undefined, number>();
+    for (const seq of this.scheduler.waiting)
+      out.set(seq.fairnessGroup, (out.get(seq.fairnessGroup) ?? 0) + 1 + seq.forks.length);
+    return out;
   }
 
   /** True while any request is queued or running. */

@@ -132,6 +132,8 @@ export interface RequestContext {
   encodePrompt(text: string): number[];
   /** Chat messages (and tools, if any) to prompt text; throws InvalidRequestError('messages') for malformed ones. */
   renderChat(messages: unknown, tools?: readonly unknown[]): string;
+  /** Token ids of the rendered chat, control tokens from the template only (tokenizer/chat-encoding.ts). */
+  encodeChat?(messages: unknown, tools?: readonly unknown[]): number[];
   /** Compiles a grammar (cached); throws InvalidRequestError naming the field for what cannot be enforced. */
   compileConstraint?(constraint: Constrained): CompiledConstraint;
   /** Ids the model knows (prompts may use them all). */
@@ -164,7 +166,10 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
       throw new InvalidRequestError('prompt_ids', 'prompt_ids must be an array of token ids');
     promptIds = [...request.prompt_ids];
   } else {
-    promptIds = ctx.encode(ctx.renderChat(request.messages, request.tools ?? undefined));
+    const tools = request.tools ?? undefined;
+    promptIds = ctx.encodeChat
+      ? ctx.encodeChat(request.messages, tools)
+      : ctx.encode(ctx.renderChat(request.messages, tools));
   }
   checkTokenIds(promptIds, ctx.vocabSize, given[0]);
   const maxTokens = resolveMaxTokens(request.max_tokens, promptIds.length, ctx.contextWindow);

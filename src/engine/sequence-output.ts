@@ -1,6 +1,7 @@
 import type { RequestMetrics } from './request-metrics.js';
 import { RequestClock } from './request-metrics.js';
 import type { ResolvedRequest } from './request.js';
+import { SequenceFailedError } from './errors.js';
 import { DeviceSamplerState } from './gpu/device-sampler.js';
 import { TokenSampler, type SampledToken } from './sampling/sampler.js';
 import { StopStringMatcher } from './stop-strings.js';
@@ -138,9 +139,13 @@ export class SequenceOutput {
 
   private emit(sampled: SampledToken): TokenEvent {
     const tokenId = sampled.tokenId;
-    // The sampler drew from the grammar's mask, so this holds unless that contract broke.
+    // The sampler drew from the grammar's mask, so this fails only where the mask was empty: a grammar
+    // with no way on from here (a rule that never ends). Only this sequence fails (see Engine.step).
     if (this.grammar && !this.grammar.accept(tokenId))
-      throw new Error(`token ${tokenId} violates the request's grammar`);
+      throw new SequenceFailedError(
+        `the grammar allows no token after ${this.outputIds.length} generated tokens: no text can complete it`,
+        'grammar_dead_end',
+      );
     this.outputIds.push(tokenId);
     this.clock.token();
 

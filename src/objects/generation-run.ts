@@ -4,7 +4,7 @@ import type { DoneEvent, FinishReason, GenerationEvent, TopLogprob } from '../en
 import type { RequestMetrics } from '../engine/request-metrics.js';
 import type { PromptTokenLogprob } from '../engine/sampling/prompt-logprobs.js';
 import type { ServiceMetrics } from './service-metrics.js';
-import type { ServiceError } from './rpc-error.js';
+import { fromGenerationError, type ServiceError } from './rpc-error.js';
 
 /**
  * One generation run by an object for the worker: one or more engine requests (a batch of prompts, each
@@ -215,16 +215,7 @@ export function runGeneration(
     .catch((err: unknown) => {
       abort.abort();
       console.error('generation failed', err);
-      writer.send({
-        type: 'error',
-        error: {
-          status: 500,
-          type: 'server_error',
-          message: 'the generation failed',
-          param: null,
-          code: 'internal_error',
-        },
-      });
+      writer.send({ type: 'error', error: fromGenerationError(err) });
     })
     .then(() => writer.close())
     .finally(() => (sink as Partial<Disposable>)[Symbol.dispose]?.())

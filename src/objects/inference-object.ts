@@ -21,6 +21,7 @@ import { runGeneration, type EventSink } from './generation-run.js';
 import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
+import { queueRefusal } from './tenancy/queue-share.js';
 import type { JobView } from './jobs.js';
 import type { SamplingFields, SessionView } from './sessions.js';
 import { createShardServices, type ShardServices } from './shard-services.js';
@@ -30,14 +31,6 @@ import type { AcceptedEvent, HookAddress, HookInput } from './webhooks/service.j
 import { shardQuota, type ShardLimits } from './tenancy/rate-limit-config.js';
 import { RateLimiter, type Admission, type RateLimitState, type Ticket } from './tenancy/rate-limiter.js';
 import type { Caller, Tenant } from './tenancy/tenant.js';
-
-const overloaded = (): ServiceError => ({
-  status: 429,
-  type: 'rate_limit_error',
-  message: 'the model is overloaded; retry shortly',
-  param: null,
-  code: 'overloaded',
-});
 
 /** A generation handed to the engine; `rateLimit` is its key's limits after it (absent when it has none). */
 export interface Started {
@@ -165,9 +158,12 @@ export class InferenceObject extends DurableObject<Env> {
     }
   }
 
-  /** Refuses new work while too many requests already wait for a batch slot (the worker answers 429). */
-  private overloaded(engine: Engine): boolean {
-    return engine.stats().queueDepth >= intVar(this.env, 'MAX_QUEUE');
+  /**
+   * Refuses new work of `owner` (`sequences` places) when the queue is full, or when the owner holds its
+   * fair share of it while other keys wait (tenancy/queue-share.ts): the 429 to answer, else undefined.
+   */
+  private overloaded(engine: Engine, owner: string, sequences: number): ServiceError | undefined {
+    return queueRefusal(engine, intVar(this.env, 'MAX_QUEUE'), owner, sequences);
   }
 
   /**
@@ -189,7 +185,9 @@ export class InferenceObject extends DurableObject<Env> {
     const loaded = await this.engineOrUnavailable();
     if (!loaded.ok) return loaded;
     const engine = loaded.value;
-    if (this.overloaded(engine)) return fail(overloaded());
+    const sequences = requests.reduce((count, r) => count + (r.n ?? 1), 0);
+    const full = this.overloaded(engine, caller.tenant.owner, sequences);
+    if (full) return fail(full);
     const admitted = this.admit(caller.tenant.name, caller.limits);
     if (!admitted.ok) return admitted;
     const { ticket, state } = admitted.value;
@@ -202,7 +200,8 @@ export class InferenceObject extends DurableObject<Env> {
       );
       return ok(started(state));
     } catch (err) {
-      ticket.refund();
+      // A refused request still used a slot: tokenising and checking it cost the shard its time.
+      ticket.settle(0);
       return fail(fromEngineError(err));
     }
   }
@@ -263,7 +262,14 @@ export class InferenceObject extends DurableObject<Env> {
     id: string,
     tenant: Tenant,
     init: { system?: string; defaults?: SamplingFields },
+    limits?: ShardLimits,
   ): Promise<RpcResult<SessionView>> {
+    // Creating costs the shard a write (and a defaults check): it takes a request slot like a generation.
+    if (limits) {
+      const admitted = this.admit(tenant.name, limits);
+      if (!admitted.ok) return admitted;
+      admitted.value.ticket.settle(0);
+    }
     if (init.defaults) {
       const loaded = await this.engineOrUnavailable();
       if (!loaded.ok) return loaded;
@@ -303,7 +309,8 @@ export class InferenceObject extends DurableObject<Env> {
     const loaded = await this.engineOrUnavailable();
     if (!loaded.ok) return loaded;
     const engine = loaded.value;
-    if (this.overloaded(engine)) return fail(overloaded());
+    const full = this.overloaded(engine, caller.tenant.owner, 1);
+    if (full) return fail(full);
     const admitted = this.admit(caller.tenant.name, caller.limits);
     if (!admitted.ok) return admitted;
     const { ticket, state } = admitted.value;
@@ -312,7 +319,7 @@ export class InferenceObject extends DurableObject<Env> {
       account,
       onSettled: (completionTokens) => ticket.settle(completionTokens),
     });
-    if (!result.ok) ticket.refund();
+    if (!result.ok) ticket.settle(0); // refused, but it used its slot (see generate)
     return result.ok ? ok(started(state)) : result;
   }
 
@@ -326,8 +333,16 @@ export class InferenceObject extends DurableObject<Env> {
     input: HookInput,
     id: string,
     create: boolean,
+    limits?: ShardLimits,
+    selfHost?: string,
   ): Promise<RpcResult<{ hook: HookView; created: boolean }>> {
-    return this.services.webhooks.putHook(tenant, name, input, id, create);
+    // Like a session, a hook's creation or replacement takes a request slot.
+    if (limits) {
+      const admitted = this.admit(tenant.name, limits);
+      if (!admitted.ok) return admitted;
+      admitted.value.ticket.settle(0);
+    }
+    return this.services.webhooks.putHook(tenant, name, input, id, create, selfHost);
   }
 
   async getHook(tenant: Tenant, name: string): Promise<RpcResult<HookView>> {
@@ -345,7 +360,7 @@ export class InferenceObject extends DurableObject<Env> {
   async receiveHookEvent(
     address: HookAddress,
     headers: Record<string, string>,
-    body: string,
+    body: Uint8Array,
     jobId: string,
     limits: ShardLimits,
   ): Promise<RpcResult<AcceptedEvent>> {

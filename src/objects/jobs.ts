@@ -202,6 +202,24 @@ export class JobStore {
       .map(fromRow);
   }
 
+  /** How many of `owner`'s jobs have not finished generating (queued or running): what MAX_JOBS_PER_KEY caps. */
+  unfinishedOf(owner: string): number {
+    const row = this.sql
+      .exec<{ n: number }>("SELECT COUNT(*) AS n FROM jobs WHERE owner = ? AND status IN ('queued', 'running')", owner)
+      .toArray()[0];
+    return row?.n ?? 0;
+  }
+
+  /** Ends a job where it stands, undelivered (its key was removed): nothing more runs or is sent for it. */
+  stopped(id: string, error: JobError): void {
+    this.update(id, {
+      status: 'failed',
+      error: JSON.stringify(error),
+      next_attempt_at: null,
+      last_error: error.message,
+    });
+  }
+
   /** Jobs whose next delivery attempt is due. */
   dueDeliveries(now: number): Job[] {
     return this.sql

@@ -1,4 +1,4 @@
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError, SequenceFailedError } from '../engine/errors.js';
 import type { RateLimitState } from './tenancy/rate-limiter.js';
 
 /**
@@ -7,7 +7,7 @@ import type { RateLimitState } from './tenancy/rate-limiter.js';
  * into OpenAI error bodies (src/worker/errors.ts `unwrap`).
  */
 export interface ServiceError {
-  status: 400 | 401 | 403 | 404 | 409 | 413 | 429 | 500 | 503;
+  status: 400 | 401 | 403 | 404 | 408 | 409 | 413 | 429 | 500 | 503;
   message: string;
   type: string;
   param: string | null;
@@ -33,4 +33,17 @@ export function invalidRequest(
 export function fromEngineError(err: unknown): ServiceError {
   if (err instanceof InvalidRequestError) return invalidRequest(err.message, err.param, err.code);
   throw err;
+}
+
+/**
+ * A generation that failed while it ran. One whose sequence failed alone (SequenceFailedError) says why: a
+ * grammar that reached a dead end is the request's own (400), any other failure of that sequence a 500
+ * naming it. Anything else is an engine failure, told only as `internal_error`.
+ */
+export function fromGenerationError(err: unknown): ServiceError {
+  if (err instanceof SequenceFailedError)
+    return err.code === 'grammar_dead_end'
+      ? invalidRequest(err.message, null, err.code)
+      : { status: 500, type: 'server_error', message: err.message, param: null, code: err.code };
+  return { status: 500, type: 'server_error', message: 'the generation failed', param: null, code: 'internal_error' };
 }

@@ -2,7 +2,8 @@
  * Sessions, hooks and jobs of one shard, built once per object instance over its SQLite storage (tables
  * are created if missing, so a new or restarted object is ready at once).
  */
-import { boolVar, type Env } from '../env.js';
+import { boolVar, intVar, type Env } from '../env.js';
+import { liveKeys } from './tenancy/live-keys.js';
 import { JobStore } from './jobs.js';
 import { SessionStore } from './sessions.js';
 import type { ShardContext } from './shard-context.js';
@@ -20,6 +21,11 @@ export function createShardServices(shard: ShardContext, storage: DurableObjectS
   const urls = { allowLoopback: boolVar(env, 'ALLOW_LOOPBACK_CALLBACKS') };
   const hooks = new HookStore(shard.sql);
   const jobs = new JobStore(shard.sql);
-  const dispatcher = new WebhookDispatcher(shard, hooks, jobs, storage, retryPolicyFromEnv(env), urls);
-  return { sessions: new SessionStore(shard), webhooks: new Webhooks(shard, hooks, jobs, dispatcher, urls) };
+  const keyIsLive = liveKeys(env);
+  const dispatcher = new WebhookDispatcher(shard, hooks, jobs, storage, retryPolicyFromEnv(env), urls, keyIsLive);
+  const limits = { maxQueue: intVar(env, 'MAX_QUEUE'), maxJobsPerKey: intVar(env, 'MAX_JOBS_PER_KEY') };
+  return {
+    sessions: new SessionStore(shard),
+    webhooks: new Webhooks(shard, hooks, jobs, dispatcher, urls, keyIsLive, limits),
+  };
 }

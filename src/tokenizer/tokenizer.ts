@@ -137,6 +137,13 @@ export class TextTokenizer {
     return this.specialTokenIds.has(id);
   }
 
+  /** The texts of the added tokens (`<|im_end|>`...): what encode() turns into control ids wherever it meets them. */
+  get addedTokenTexts(): string[] {
+    this.addedTexts ??= [...new Set([...this.addedTokens.values()].map((t) => t.content).filter((t) => t.length > 0))];
+    return this.addedTexts;
+  }
+  private addedTexts: string[] | undefined;
+
   /** Added tokens (special or not) are decoded as their own text, never as byte-level bytes. */
   isAddedToken(id: number): boolean {
     return this.addedTokens.has(id);

@@ -51,3 +51,17 @@ export const requireApiKey: MiddlewareHandler<AppEnv> = async (c, next) => {
   c.set('tenant', await tenantOf(c.env, keys, entry.name));
   return next();
 };
+
+/**
+ * The routes anyone may call, without a key: the playground page (it holds no data; what it calls needs
+ * the key) and inbound webhook events (their Standard Webhooks signature is their authentication).
+ */
+export const PUBLIC_ROUTES: readonly { method: string; path: RegExp; what: string }[] = [
+  { method: 'GET', path: /^\/$/, what: 'the playground page' },
+  { method: 'HEAD', path: /^\/$/, what: 'the playground page' },
+  { method: 'POST', path: /^\/v1\/hooks\/[^/]+$/, what: 'an inbound webhook event (signed)' },
+];
+
+export function publicRoute(method: string, path: string): boolean {
+  return PUBLIC_ROUTES.some((route) => route.method === method && route.path.test(path));
+}

@@ -2,6 +2,7 @@ import type { Context } from 'hono';
 import { intVar, type Env } from '../env.js';
 import { discardBody } from './body-discard.js';
 import { ApiError } from './errors.js';
+import { JsonDepthError, readJsonText } from '../json-limits.js';
 
 export type JsonObject = Record<string, unknown>;
 
@@ -34,8 +35,22 @@ export async function readBodyBytes<E extends { Bindings: Env }>(c: Context<E>):
   const body = c.req.raw.body;
   if (body) {
     const reader = body.getReader();
+    // A body whose Content-Length is more than is sent held the request until the client gave up.
+    const timeoutMs = intVar(c.env, 'BODY_READ_TIMEOUT_MS');
+    const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const { done, value } = await reader.read();
+      const next = await beforeDeadline(reader.read(), deadline);
+      if (next === 'late') {
+        await discardBody(reader, 100, 100);
+        throw new ApiError(
+          408,
+          `the request body did not arrive within ${timeoutMs} ms (BODY_READ_TIMEOUT_MS)`,
+          'invalid_request_error',
+          null,
+          'request_timeout',
+        );
+      }
+      const { done, value } = next;
       if (done) break;
       size += value.byteLength;
       if (size > limit) {
@@ -54,13 +69,22 @@ export async function readBodyBytes<E extends { Bindings: Env }>(c: Context<E>):
   return bytes;
 }
 
+/** `read`, or 'late' once `deadline` (epoch ms) has passed without it. */
+async function beforeDeadline<T>(read: Promise<T>, deadline: number): Promise<T | 'late'> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), deadline - Date.now())));
+  return Promise.race([read, late]).finally(() => clearTimeout(timer));
+}
+
 /** The request body (see readBodyBytes) as a JSON object. */
 export async function readJsonObject<E extends { Bindings: Env }>(c: Context<E>): Promise<JsonObject> {
   const bytes = await readBodyBytes(c);
   let parsed: unknown;
   try {
-    parsed = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+    parsed = readJsonText(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
   } catch (err) {
+    if (err instanceof JsonDepthError)
+      throw new ApiError(400, `the request body ${err.message}`, 'invalid_request_error', null, 'json_too_deep');
     const why = err instanceof Error ? err.message : String(err);
     throw new ApiError(
       400,

@@ -17,8 +17,20 @@ export interface ToolCallDelta {
 
 /** `{"name": "...", "arguments": ` at the start of a call block, once the arguments have begun (so the whitespace before them is known). */
 const HEADER = /^\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*(?=\S)/;
-/** What may close the arguments: the call object's `}`, whitespace, and (part of) the end marker. */
-const TAIL = /\s*\}?\s*$/;
+/**
+ * `text` without what may close the arguments: whitespace, the call object's `}`, whitespace (what
+ * /\s*\}?\s*$/ matched). Scanned from the end, in time linear in what it strips: that regex, tried at
+ * every start position, went cubic on a long run of whitespace, which guided_regex can force, and it
+ * runs again on every streamed token.
+ */
+export function withoutTail(text: string): string {
+  const space = (i: number): boolean => i >= 0 && /\s/.test(text[i]);
+  let end = text.length;
+  while (space(end - 1)) end--;
+  if (text[end - 1] === '}') end--;
+  while (space(end - 1)) end--;
+  return text.slice(0, end);
+}
 
 const callId = (): string =>
   `call_${[...crypto.getRandomValues(new Uint8Array(12))].map((b) => b.toString(16).padStart(2, '0')).join('')}`;
@@ -76,9 +88,7 @@ export class ToolCallParser {
         const body = this.buffer.slice(argsStart, end < 0 ? this.buffer.length : end);
         // Unfinished: hold back what may be the end marker, the call's `}` and the whitespace around it.
         const safe =
-          end < 0
-            ? body.slice(0, body.length - partialMarker(body, TOOL_CALL_END)).replace(TAIL, '')
-            : body.replace(TAIL, '');
+          end < 0 ? withoutTail(body.slice(0, body.length - partialMarker(body, TOOL_CALL_END))) : withoutTail(body);
         if (safe.length > this.current.sent) {
           const fragment = safe.slice(this.current.sent);
           deltas.push({ index, function: { arguments: fragment } });

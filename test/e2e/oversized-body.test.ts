@@ -6,7 +6,7 @@ import { startDevServer, type DevServer } from './helpers/wrangler.js';
 
 let server: DevServer;
 beforeAll(async () => {
-  server = await startDevServer();
+  server = await startDevServer({ BODY_READ_TIMEOUT_MS: '2000' });
 });
 afterAll(() => server?.stop());
 
@@ -90,6 +90,16 @@ describe('oversized bodies', () => {
     const { status, ms } = await rawStatus(head, JSON.stringify(chat), 10_000);
     expect(status).toBe('HTTP/1.1 413 Payload Too Large');
     expect(ms).toBeLessThan(5000);
+    expect(await plainChat()).toBe(200);
+  });
+
+  it('a Content-Length under the limit but larger than what is sent: 408 after BODY_READ_TIMEOUT_MS, not held', async () => {
+    const body = JSON.stringify(chat);
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: ${body.length + 5000}\r\n\r\n`;
+    const { status, ms } = await rawStatus(head, body, 15_000);
+    expect(status).toBe('HTTP/1.1 408 Request Timeout');
+    expect(ms).toBeGreaterThanOrEqual(1900);
+    expect(ms).toBeLessThan(8000);
     expect(await plainChat()).toBe(200);
   });
 

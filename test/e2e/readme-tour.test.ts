@@ -7,6 +7,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { Webhook } from 'standardwebhooks';
+import { deliverySecret } from '../../src/objects/webhooks/delivery-key.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../scripts/lib/free-port.js';
 import { startConfiguredServer, type DevServer } from './helpers/wrangler.js';
@@ -136,10 +137,9 @@ describe("README's tour", () => {
     const text = JSON.parse(m![2]) as string;
     await expect.poll(() => deliveries.length, { timeout: 20_000 }).toBeGreaterThan(0);
     const secretBytes = /Buffer\.from\('([^']+)'\)/.exec(b.code)![1];
-    const payload = new Webhook(`whsec_${Buffer.from(secretBytes).toString('base64')}`).verify(
-      deliveries[0].body,
-      deliveries[0].headers,
-    ) as {
+    // Deliveries are signed with the hook's delivery secret, derived from its secret (docs/sessions-webhooks.md).
+    const hookSecret = `whsec_${Buffer.from(secretBytes).toString('base64')}`;
+    const payload = new Webhook(await deliverySecret(hookSecret)).verify(deliveries[0].body, deliveries[0].headers) as {
       type: string;
       output: { text: string };
     };

@@ -1,13 +1,18 @@
 // A real webhook receiver for the workerd tests, run in Node by the global setup: each test registers a
 // key with the hook's secret and how many deliveries to fail, then reads back what arrived. Signatures
-// are checked with the `standardwebhooks` package, independently of the service's own signer.
+// are checked with the `standardwebhooks` package, independently of the service's own signer, against the
+// hook's delivery secret (derived from its secret, as docs/sessions-webhooks.md tells receivers); that
+// the hook's own secret does not verify a delivery is recorded too (a delivery is no valid inbound event).
 import { createServer, type Server } from 'node:http';
 import { Webhook } from 'standardwebhooks';
+import { deliverySecret } from '../../src/objects/webhooks/delivery-key.js';
 
 export interface ReceivedDelivery {
   headers: Record<string, string>;
   body: string;
   verified: boolean;
+  /** Whether the hook's own (inbound) secret verifies it too: it must not, or the delivery could loop. */
+  inboundValid: boolean;
   /** What the receiver answered. */
   status: number;
   at: number;
@@ -29,7 +34,7 @@ export async function startWebhookReceiver(): Promise<{ url: string; close(): Pr
   const server: Server = createServer((req, res) => {
     let body = '';
     req.on('data', (chunk) => (body += chunk));
-    req.on('end', () => {
+    req.on('end', async () => {
       const [, kind, key] = (req.url ?? '').split('/');
       const json = (status: number, value: unknown) =>
         res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
@@ -42,19 +47,23 @@ export async function startWebhookReceiver(): Promise<{ url: string; close(): Pr
       const inbox = inboxes.get(key);
       if (kind !== 'deliver' || !inbox) return json(404, { error: 'no such inbox' });
       const headers = Object.fromEntries(Object.entries(req.headers).map(([k, v]) => [k, String(v)]));
-      let verified = true;
-      try {
-        new Webhook(inbox.secret).verify(body, headers);
-      } catch {
-        verified = false;
-      }
+      const verifies = (secret: string): boolean => {
+        try {
+          new Webhook(secret).verify(body, headers);
+          return true;
+        } catch {
+          return false;
+        }
+      };
+      const verified = verifies(await deliverySecret(inbox.secret));
+      const inboundValid = verifies(inbox.secret);
       let status = 204;
       if (!verified) status = 401;
       else if (inbox.failures !== 0) {
         status = 503;
         if (inbox.failures > 0) inbox.failures--;
       }
-      inbox.deliveries.push({ headers, body, verified, status, at: Date.now() });
+      inbox.deliveries.push({ headers, body, verified, inboundValid, status, at: Date.now() });
       res.writeHead(status).end();
     });
   });

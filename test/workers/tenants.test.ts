@@ -317,17 +317,18 @@ describe('per-key limits', () => {
   };
   const completion = { prompt: 'Count me', max_tokens: 2, temperature: 0 };
 
-  it('rpm: 429 with the x-ratelimit-* and retry-after headers past it; other keys go on; bad input costs nothing', async () => {
-    const vars = limited({ default: { rpm: 100 }, alice: { rpm: 2 } });
+  it('rpm: 429 with the x-ratelimit-* and retry-after headers past it; other keys go on; refused input and creation count', async () => {
+    const vars = limited({ default: { rpm: 100 }, alice: { rpm: 3 } });
     const alice = client(vars, 'sk-alice');
+    // Refused by the shard (400), it still cost the shard its time: it takes a slot (issue 34).
     await expectError(
       await alice.send('/v1/completions', { method: 'POST', body: JSON.stringify({ ...completion, temperature: -1 }) }),
       400,
     );
     const first = await alice.send('/v1/completions', { method: 'POST', body: JSON.stringify(completion) });
     expect(first.status).toBe(200);
-    expect(first.headers.get('x-ratelimit-limit-requests')).toBe('2');
-    expect(first.headers.get('x-ratelimit-remaining-requests')).toBe('1');
+    expect(first.headers.get('x-ratelimit-limit-requests')).toBe('3');
+    expect(first.headers.get('x-ratelimit-remaining-requests'), 'the 400 used one').toBe('1');
     expect(first.headers.get('x-ratelimit-reset-requests')).toMatch(/^(1m0s|\d+(\.\d+)?s)$/);
     expect(first.headers.get('x-ratelimit-limit-tokens')).toBeNull();
     await first.arrayBuffer();
@@ -346,10 +347,9 @@ describe('per-key limits', () => {
     expect(error.type).toBe('requests');
     expect(error.message).toMatch(/key 'alice\d+'/);
     expect(error.message).not.toContain('sk-alice');
-    // Sessions are requests too; bob has his own window.
-    const session = await alice.post('/v1/sessions', {}, 201);
+    // Creating a session is a request too; bob has his own window.
     await expectError(
-      await alice.send(`/v1/sessions/${session.id}/messages`, { method: 'POST', body: '{"content":"hi"}' }),
+      await alice.send('/v1/sessions', { method: 'POST', body: '{}' }),
       429,
       null,
       'rate_limit_exceeded',
@@ -397,7 +397,8 @@ describe('per-key limits', () => {
   });
 
   it("inbound events count against the hook owner's limits", async () => {
-    const vars = limited({ alice: { rpm: 1 } });
+    // Two: the hook's creation takes one (issue 34), the first event the other.
+    const vars = limited({ alice: { rpm: 2 } });
     const secret = newSecret();
     const box = await inbox(secret);
     const hook = await client(vars, 'sk-alice').put(`/v1/hooks/${name('limited')}`, hookConfig(box.url, secret));
@@ -420,13 +421,22 @@ describe('per-key limits', () => {
     expect(error.message).toContain('RATE_LIMITS.alice.rps');
   });
 
-  it('each shard enforces its share: rpm 3 over 2 shards is 2 on shard 0 and 1 on shard 1', async () => {
-    const vars = limited({ alice: { rpm: 3 } }, { SHARD_COUNT: '2' });
+  it('each shard enforces its share: rpm 5 over 2 shards is 3 on shard 0 and 2 on shard 1', async () => {
+    const vars = limited({ alice: { rpm: 5 } }, { SHARD_COUNT: '2' });
     const alice = client(vars, 'sk-alice');
     const limits = new Map<string, string | null>();
     // Sessions spread over the shards by their system prompt; each answer (200 or 429) names its shard's share.
+    // A session's creation takes a slot too, so a shard already spent refuses it: try the next prompt.
     for (let i = 0; i < 16 && limits.size < 2; i++) {
-      const session = await alice.post('/v1/sessions', { system: `share ${i} ${Date.now()}` }, 201);
+      const created = await alice.send('/v1/sessions', {
+        method: 'POST',
+        body: JSON.stringify({ system: `share ${i} ${Date.now()}` }),
+      });
+      if (created.status !== 201) {
+        await created.arrayBuffer();
+        continue;
+      }
+      const session = (await created.json()) as Body;
       const res = await alice.send(`/v1/sessions/${session.id}/messages`, {
         method: 'POST',
         body: JSON.stringify({ content: 'x', max_tokens: 1 }),
@@ -434,7 +444,7 @@ describe('per-key limits', () => {
       limits.set(session.id.split('.')[0], res.headers.get('x-ratelimit-limit-requests'));
       await res.arrayBuffer();
     }
-    expect(Object.fromEntries(limits)).toEqual({ '0': '2', '1': '1' });
+    expect(Object.fromEntries(limits)).toEqual({ '0': '3', '1': '2' });
   });
 });
 

@@ -23,6 +23,7 @@ export interface Delivery {
   headers: Record<string, string>;
   body: string;
   verified: boolean;
+  inboundValid: boolean;
   status: number;
   at: number;
 }

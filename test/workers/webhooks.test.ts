@@ -1,6 +1,7 @@
 // Webhook-triggered generation end to end: a hook is configured, a signed event arrives, the job
 // generates in the background and its result is POSTed to a real receiver (Node, loopback) that checks
 // the signature with the `standardwebhooks` package. Retries run from the object's alarm.
+import { deliverySecret } from '../../src/objects/webhooks/delivery-key.js';
 import { describe, expect, it } from 'vitest';
 import { call, expectError, postJson } from './service-helpers.js';
 import type { ChatCompletion, Completion } from './openai-wire.js';
@@ -94,6 +95,26 @@ describe('hooks', () => {
   });
 });
 
+describe('hooks cannot loop', () => {
+  it("refuses a callback_url under /v1/hooks/ or at the service's own host", async () => {
+    const own = await setUp();
+    const self = (await (await call(`/v1/hooks/${own.name}`)).json()) as { url: string };
+    for (const callback of [self.url, 'http://127.0.0.1:9/v1//Hooks/x', 'http://edge-infer.test/inbox']) {
+      const res = await putHook(hookName(), { template, callback_url: callback, secret: newSecret(), params });
+      await expectError(res, 400, 'callback_url', 'invalid_callback_url');
+    }
+  });
+
+  it('answers a delivery_secret: what deliveries are signed with, never valid as an inbound event', async () => {
+    const { name, secret } = await setUp();
+    const shown = (await (await call(`/v1/hooks/${name}`)).json()) as { delivery_secret: string };
+    expect(shown.delivery_secret).toBe(await deliverySecret(secret));
+    expect(shown.delivery_secret).not.toBe(secret);
+    // A delivery replayed to the hook as an event (signed with the delivery secret) is refused.
+    await expectError(await sendEvent(name, shown.delivery_secret, event), 401, null, 'invalid_signature');
+  });
+});
+
 describe('inbound events', () => {
   it('round trip: 202 with a job, generation, a signed delivery the reference package verifies', async () => {
     const { name, secret, box } = await setUp();
@@ -105,6 +126,7 @@ describe('inbound events', () => {
     const deliveries = await box.deliveries();
     expect(deliveries).toHaveLength(1);
     expect(deliveries[0].verified).toBe(true);
+    expect(deliveries[0].inboundValid, "the hook's own secret does not verify a delivery").toBe(false);
     expect(deliveries[0].headers['webhook-id']).toBe(jobId);
     expect(JSON.parse(deliveries[0].body)).toEqual({
       type: 'generation.completed',

@@ -92,6 +92,14 @@ export class ConstraintCompiler {
           throw new InvalidRequestError(param, `${param}: ${err.message || 'the grammar could not be parsed'}`);
         throw err;
       }
+      if (!admitsAnything(runtime, compiled)) {
+        compiled.delete();
+        throw new InvalidRequestError(
+          param,
+          `${param}: no text satisfies this grammar (its language is empty, e.g. a rule or $ref that only refers to itself)`,
+          'empty_grammar',
+        );
+      }
       const seconds = (now() - started) / 1000;
       this.stats.compiles++;
       this.stats.compileSecondsTotal += seconds;
@@ -123,6 +131,21 @@ export class ConstraintCompiler {
     );
     this.stats.initSeconds = (now() - started) / 1000;
     return this.runtime;
+  }
+}
+
+/**
+ * Whether a generation can even begin under `compiled`: some token is allowed first, or the grammar is
+ * complete before any. A grammar that allows nothing at its start (`{"$ref":"#"}`, `root ::= root`)
+ * would fail every sequence that used it, so it is refused when compiled. A grammar that dead-ends later
+ * (a rule reached after some text that never ends) fails only its own sequence (Engine.step).
+ */
+function admitsAnything(runtime: XgrammarRuntime, compiled: XgCompiledGrammar): boolean {
+  const matcher = new ConstraintMatcher(runtime, compiled, []);
+  try {
+    return matcher.terminated || matcher.nextMask().some((word) => word !== 0);
+  } finally {
+    matcher.dispose();
   }
 }
 

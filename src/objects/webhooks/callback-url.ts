@@ -13,6 +13,27 @@
 export interface CallbackUrlPolicy {
   /** Dev: allow http(s) to 127.0.0.0/8, ::1 and localhost. */
   allowLoopback: boolean;
+  /**
+   * The service's own host (`host[:port]` of the URL a request came in on), when known: a callback there
+   * would deliver into the service itself. Paths under /v1/hooks/ are refused on every host.
+   */
+  selfHost?: string;
+}
+
+/** An inbound-webhook path, however spelled (`//v1//Hooks/x`, `/v1/%68ooks/x`): a delivery there could loop. */
+function isHookPath(pathname: string): boolean {
+  let path = pathname;
+  try {
+    path = decodeURIComponent(pathname);
+  } catch {
+    // Not decodable: judged as written.
+  }
+  return /\/v1\/+hooks(\/|$)/i.test(path.replace(/\/+/g, '/'));
+}
+
+/** A host name without its trailing dots (`example.com..` is `example.com` to a resolver). */
+function withoutTrailingDots(host: string): string {
+  return host.replace(/\.+$/, '');
 }
 
 export type CallbackUrlCheck = { ok: true; url: URL } | { ok: false; reason: string };
@@ -49,7 +70,11 @@ export function checkCallbackUrl(raw: unknown, policy: CallbackUrlPolicy): Callb
   if (url.protocol !== 'https:' && url.protocol !== 'http:') return refuse('callback_url must be an https URL');
   if (url.username || url.password) return refuse('callback_url must not carry credentials');
 
-  const host = url.hostname.toLowerCase().replace(/\.$/, '');
+  if (isHookPath(url.pathname))
+    return refuse('callback_url must not be an inbound webhook path (/v1/hooks/): a delivery there could loop');
+  const host = withoutTrailingDots(url.hostname.toLowerCase());
+  if (policy.selfHost !== undefined && sameHost(url, host, policy.selfHost))
+    return refuse("callback_url must not point at this service's own host");
   const loopback = isLoopbackHost(host);
   if (loopback) {
     return policy.allowLoopback ? { ok: true, url } : refuse('callback_url must not point at a loopback address');
@@ -74,8 +99,21 @@ export function checkCallbackUrl(raw: unknown, policy: CallbackUrlPolicy): Callb
   return { ok: true, url };
 }
 
+/** Whether `url` (its host `host`, dots stripped) is `selfHost` (`host[:port]`), default ports included. */
+function sameHost(url: URL, host: string, selfHost: string): boolean {
+  let self: URL;
+  try {
+    self = new URL(`${url.protocol}//${selfHost}`);
+  } catch {
+    return false;
+  }
+  const port = (u: URL): string => u.port || (u.protocol === 'https:' ? '443' : '80');
+  return withoutTrailingDots(self.hostname.toLowerCase()) === host && port(self) === port(url);
+}
+
 /** 127.0.0.0/8, ::1 (also IPv4-mapped 127/8) and localhost, *.localhost. */
-export function isLoopbackHost(host: string): boolean {
+export function isLoopbackHost(raw: string): boolean {
+  const host = withoutTrailingDots(raw);
   if (host === 'localhost' || host.endsWith('.localhost')) return true;
   const v4 = parseIpv4(host);
   if (v4 !== null) return v4 >>> 24 === 127;
@@ -145,11 +183,15 @@ export function parseIpv6(text: string): number[] | null {
   return given === 8 ? head : null;
 }
 
-/** The IPv4 address an IPv6 one carries (mapped ::ffff:0:0/96, compatible ::/96, NAT64 64:ff9b::/96), or null. */
+/**
+ * The IPv4 address an IPv6 one carries, or null: mapped ::ffff:0:0/96, translated ::ffff:0:0:0/96
+ * (`::ffff:0:7f00:1` is 127.0.0.1, RFC 2765), compatible ::/96, well-known NAT64 64:ff9b::/96.
+ */
 function embeddedV4(g: number[]): number | null {
   const low = ((g[6] << 16) | g[7]) >>> 0;
   const zeros = (n: number): boolean => g.slice(0, n).every((x) => x === 0);
   if (zeros(5) && g[5] === 0xffff) return low;
+  if (zeros(4) && g[4] === 0xffff && g[5] === 0) return low;
   if (zeros(6) && low > 1) return low;
   if (g[0] === 0x64 && g[1] === 0xff9b && g.slice(2, 6).every((x) => x === 0)) return low;
   return null;
@@ -165,6 +207,8 @@ function blockedV6(g: number[]): string | null {
   if ((g[0] & 0xffc0) === 0xfec0) return 'site-local (fec0::/10)';
   if ((g[0] & 0xff00) === 0xff00) return 'multicast';
   if (g[0] === 0x2001 && g[1] === 0x0db8) return 'documentation';
+  // Local-use NAT64 (RFC 8215): translated by the operator's own gateway to any IPv4, its network's too.
+  if (g[0] === 0x64 && g[1] === 0xff9b && g[2] === 0x0001) return 'local-use NAT64 (64:ff9b:1::/48)';
   if (g[0] === 0x0100 && g.slice(1, 4).every((x) => x === 0)) return 'discard-only';
   // 6to4 carries an IPv4 address in bits 16-48.
   if (g[0] === 0x2002) return blockedV4(((g[1] << 16) | g[2]) >>> 0);

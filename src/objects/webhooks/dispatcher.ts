@@ -17,6 +17,8 @@ import { checkCallbackUrl, type CallbackUrlPolicy } from './callback-url.js';
 import { deliver } from './delivery.js';
 import type { HookStore } from './hooks.js';
 import { WebhookSigner } from './standard-webhooks.js';
+import { deliverySecret } from './delivery-key.js';
+import type { KeyIsLive } from '../tenancy/live-keys.js';
 
 /** How long a generation may look stalled before the alarm assumes its object stopped and reruns it. */
 export const WATCHDOG_MS = 60_000;
@@ -43,7 +45,19 @@ export class WebhookDispatcher {
     private readonly alarms: AlarmScheduler,
     private readonly retry: RetryPolicy,
     private readonly urls: CallbackUrlPolicy,
+    /** Whether a job's key is still configured: a removed key's jobs stop (live-keys.ts). */
+    private readonly keyIsLive: KeyIsLive = async () => true,
   ) {}
+
+  /** Stops `job` when its key is gone; true if it was stopped. */
+  private async stoppedForKey(job: Job): Promise<boolean> {
+    if (await this.keyIsLive(job.owner)) return false;
+    this.jobs.stopped(job.id, {
+      message: "the hook's API key is no longer configured; the job was stopped",
+      code: 'key_revoked',
+    });
+    return true;
+  }
 
   /**
    * Starts an accepted job in the background; the alarm picks it up if this object stops first. `ticket`
@@ -74,6 +88,7 @@ export class WebhookDispatcher {
     try {
       const job = this.jobs.get(jobId);
       if (!job || (job.status !== 'queued' && job.status !== 'running')) return;
+      if (await this.stoppedForKey(job)) return;
       this.jobs.running(jobId);
       await this.reschedule();
       const outcome = await this.generate(job);
@@ -133,6 +148,7 @@ export class WebhookDispatcher {
     try {
       const job = this.jobs.get(jobId);
       if (job?.status !== 'delivering') return;
+      if (await this.stoppedForKey(job)) return;
       const hook = this.hooks.row(job.owner, job.hook);
       if (!hook) return this.jobs.attemptFailed(jobId, `hook '${job.hook}' was deleted`, null);
       // Checked again at delivery: the policy may have tightened since the hook was configured.
@@ -140,7 +156,8 @@ export class WebhookDispatcher {
       if (!url.ok) return this.jobs.attemptFailed(jobId, url.reason, null);
 
       const attempts = this.jobs.attemptStarted(jobId);
-      const signer = await WebhookSigner.fromSecret(hook.secret);
+      // Signed with the delivery secret, never the inbound one: a delivery is no valid event for any hook.
+      const signer = await WebhookSigner.fromSecret(await deliverySecret(hook.secret));
       const outcome = await deliver(url.url.href, job.id, JSON.stringify(payload(job)), signer);
       if (outcome.ok) return this.jobs.delivered(jobId);
       const retryAt = attempts >= this.retry.maxAttempts ? null : Date.now() + retryDelayMs(attempts, this.retry);
@@ -165,8 +182,10 @@ export class WebhookDispatcher {
       return;
     }
     const wanted = Math.min(...candidates);
-    // An alarm set sooner is kept: when it fires with nothing due, it sets the next one.
-    if (current === null || wanted < current) {
+    // An alarm set sooner is kept: when it fires with nothing due, it sets the next one. One whose time
+    // has passed is not kept: storage can hold a past alarm workerd never fires (the server stopped while
+    // an alarm ran), and keeping it stalled every retry on the shard for good.
+    if (current === null || wanted < current || current <= Date.now()) {
       await this.alarms.setAlarm(wanted);
     }
   }

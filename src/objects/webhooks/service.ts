@@ -14,6 +14,10 @@ import type { WebhookDispatcher } from './dispatcher.js';
 import { checkTemplate, renderHookTemplate } from './hook-template.js';
 import { hookView, type Hook, type HookMode, type HookStore, type HookView } from './hooks.js';
 import { parseSecret, WebhookSigner, WebhookVerificationError } from './standard-webhooks.js';
+import { deliverySecret } from './delivery-key.js';
+import type { KeyIsLive } from '../tenancy/live-keys.js';
+import { queueRefusal } from '../tenancy/queue-share.js';
+import { readJsonText } from '../../json-limits.js';
 
 export interface HookInput {
   template: string;
@@ -49,6 +53,22 @@ const notFound = (what: string, code: string): ServiceError => ({
   code,
 });
 
+/** The limits inbound events are held to, besides the owner's rate limits. */
+export interface EventLimits {
+  /** The shard's queue (MAX_QUEUE, in sequences, shared fairly between keys). */
+  maxQueue: number;
+  /** Unfinished jobs one key may have on the shard (MAX_JOBS_PER_KEY). */
+  maxJobsPerKey: number;
+}
+
+/** A hook as its owner sees it: with the secret its deliveries are signed with (delivery-key.ts). */
+export type OwnHookView = HookView & { delivery_secret: string };
+
+const ownView = async (hook: Hook): Promise<OwnHookView> => ({
+  ...hookView(hook),
+  delivery_secret: await deliverySecret(hook.secret),
+});
+
 export class Webhooks {
   constructor(
     private readonly shard: ShardContext,
@@ -56,6 +76,8 @@ export class Webhooks {
     private readonly jobs: JobStore,
     readonly dispatcher: WebhookDispatcher,
     private readonly urls: CallbackUrlPolicy,
+    private readonly keyIsLive: KeyIsLive,
+    private readonly limits: EventLimits,
   ) {}
 
   /**
@@ -68,10 +90,11 @@ export class Webhooks {
     input: HookInput,
     id: string,
     create: boolean,
-  ): Promise<RpcResult<{ hook: HookView; created: boolean }>> {
+    selfHost?: string,
+  ): Promise<RpcResult<{ hook: OwnHookView; created: boolean }>> {
     const secret = parseSecret(input.secret);
     if ('error' in secret) return fail(invalidRequest(secret.error, 'secret'));
-    const url = checkCallbackUrl(input.callback_url, this.urls);
+    const url = checkCallbackUrl(input.callback_url, { ...this.urls, selfHost });
     if (!url.ok) return fail(invalidRequest(url.reason, 'callback_url', 'invalid_callback_url'));
     const templateError = checkTemplate(input.template);
     if (templateError) return fail(invalidRequest(templateError, 'template', 'invalid_template'));
@@ -86,12 +109,12 @@ export class Webhooks {
     const config = { template: input.template, callback_url: url.url.href, secret: input.secret, params };
     const put = this.hooks.put(tenant, name, { ...config, mode: input.mode ?? 'chat' }, id, create);
     if (!put) return fail(notFound(`no hook '${name}'`, 'hook_not_found'));
-    return ok({ hook: hookView(put.hook), created: put.created });
+    return ok({ hook: await ownView(put.hook), created: put.created });
   }
 
-  getHook(tenant: Tenant, name: string): RpcResult<HookView> {
+  async getHook(tenant: Tenant, name: string): Promise<RpcResult<OwnHookView>> {
     const hook = this.hooks.find(tenant, name);
-    return hook ? ok(hookView(hook)) : fail(notFound(`no hook '${name}'`, 'hook_not_found'));
+    return hook ? ok(await ownView(hook)) : fail(notFound(`no hook '${name}'`, 'hook_not_found'));
   }
 
   deleteHook(tenant: Tenant, name: string): RpcResult<{ name: string; object: 'hook'; deleted: true }> {
@@ -101,14 +124,15 @@ export class Webhooks {
   }
 
   /**
-   * An inbound event. 401 unless signed with the hook's secret within ±5 minutes of our clock; a
-   * webhook-id seen before answers its earlier job; otherwise the template is rendered over the event,
-   * the hook owner's rate limits are asked (`admit`), and a job is queued under `jobId` and started.
+   * An inbound event. 401 unless signed with the hook's secret within ±5 minutes of our clock (over the
+   * bytes as they arrived), and unless the hook's key is still configured; a webhook-id seen before
+   * answers its earlier job; otherwise the template is rendered over the event, the queue, the owner's
+   * cap on unfinished jobs and its rate limits (`admit`) are asked, and a job is queued under `jobId`.
    */
   async receive(
     address: HookAddress,
     headers: Record<string, string>,
-    body: string,
+    body: Uint8Array,
     jobId: string,
     admit: Admit,
   ): Promise<RpcResult<AcceptedEvent>> {
@@ -122,15 +146,25 @@ export class Webhooks {
       if (!(err instanceof WebhookVerificationError)) throw err;
       return fail({ status: 401, type: 'invalid_request_error', message: err.message, param: null, code: err.reason });
     }
+    if (!(await this.keyIsLive(hook.owner)))
+      return fail({
+        status: 401,
+        type: 'invalid_request_error',
+        message: "this hook's API key is no longer configured: its events are refused",
+        param: null,
+        code: 'key_revoked',
+      });
     const seen = this.jobs.byWebhookId(hook.owner, name, webhookId);
     if (seen) return ok({ job_id: seen.id, status: seen.status, duplicate: true });
 
     let event: unknown;
     try {
-      event = JSON.parse(body);
-    } catch {
-      return fail(invalidRequest('the event body must be JSON', null, 'invalid_json'));
+      event = readJsonText(new TextDecoder('utf-8', { fatal: true }).decode(body));
+    } catch (err) {
+      return fail(invalidRequest(`the event body must be JSON: ${(err as Error).message}`, null, 'invalid_json'));
     }
+    const busy = this.refusedForLoad(hook);
+    if (busy) return fail(busy);
     let prompt: string;
     try {
       prompt = renderHookTemplate(hook.template, event, name);
@@ -159,6 +193,30 @@ export class Webhooks {
     });
     this.dispatcher.start(job.id, ticket);
     return ok({ job_id: job.id, status: job.status, duplicate: false, rateLimit: state });
+  }
+
+  /**
+   * Whether the shard can take another job of the hook's owner: its queue share (a job is one request
+   * among the owner's others) and its cap on unfinished jobs. A 429 with a retry-after, else undefined.
+   */
+  private refusedForLoad(hook: Hook): ServiceError | undefined {
+    const engine = this.shard.loadedEngine();
+    const sequences = typeof hook.params.n === 'number' ? hook.params.n : 1;
+    const full = engine && queueRefusal(engine, this.limits.maxQueue, hook.owner, sequences);
+    if (full) return full;
+    const unfinished = this.jobs.unfinishedOf(hook.owner);
+    if (unfinished < this.limits.maxJobsPerKey) return undefined;
+    return {
+      status: 429,
+      type: 'rate_limit_error',
+      message: `this key has ${unfinished} unfinished webhook jobs on this shard, its limit (MAX_JOBS_PER_KEY ${this.limits.maxJobsPerKey}); retry when they finish`,
+      param: null,
+      code: 'too_many_jobs',
+      rateLimit: {
+        requests: { limit: this.limits.maxJobsPerKey, remaining: 0, resetMs: 1000 },
+        retryAfterMs: 1000,
+      },
+    };
   }
 
   job(id: string, tenant: Tenant): RpcResult<JobView> {

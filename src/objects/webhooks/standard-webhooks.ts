@@ -86,7 +86,7 @@ export class WebhookSigner {
    */
   async verify(
     headers: Headers | Record<string, string | undefined>,
-    body: string,
+    body: string | Uint8Array,
     nowMs = Date.now(),
   ): Promise<string> {
     const get = (name: string): string | null =>
@@ -127,8 +127,18 @@ export class WebhookSigner {
   }
 }
 
-function signedContent(id: string, timestampS: number, body: string): Uint8Array<ArrayBuffer> {
-  return new TextEncoder().encode(`${id}.${timestampS}.${body}`) as Uint8Array<ArrayBuffer>;
+/**
+ * The bytes a signature covers. An inbound body is verified as the bytes that arrived (a body that is not
+ * valid UTF-8 must not be "repaired" into one the sender never signed), so bytes are joined as bytes.
+ */
+function signedContent(id: string, timestampS: number, body: string | Uint8Array): Uint8Array<ArrayBuffer> {
+  const encoder = new TextEncoder();
+  if (typeof body === 'string') return encoder.encode(`${id}.${timestampS}.${body}`) as Uint8Array<ArrayBuffer>;
+  const head = encoder.encode(`${id}.${timestampS}.`);
+  const out = new Uint8Array(head.length + body.length);
+  out.set(head);
+  out.set(body, head.length);
+  return out;
 }
 
 export function base64Encode(bytes: Uint8Array): string {

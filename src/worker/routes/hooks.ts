@@ -68,8 +68,18 @@ hooks.put('/:name', async (c) => {
   const input = hookInput(await readJsonObject(c));
   const tenant = c.get('tenant');
   const [own, ...others] = homes(c.env, tenant, name);
+  // The service's own host, so a callback_url cannot deliver into the service itself.
+  const selfHost = new URL(c.req.url).host;
   const put = async (shard: number, create: boolean) =>
-    shardStub(c.env, shard).putHook(tenant, name, input, ID_PREFIX + (await issueId(c.env, shard)), create);
+    shardStub(c.env, shard).putHook(
+      tenant,
+      name,
+      input,
+      ID_PREFIX + (await issueId(c.env, shard)),
+      create,
+      shardLimits(c.env, shard),
+      selfHost,
+    );
   // An existing hook is replaced where it is (its id names that shard); a new one is made on the tenant's own.
   let result = await put(own, others.length === 0);
   for (const shard of others) if (notFoundOnShard(result)) result = await put(shard, false);
@@ -98,8 +108,8 @@ hooks.delete('/:name', async (c) => c.json(await onHome(c, (stub, tenant, name) 
 
 hooks.post('/:ref', async (c) => {
   const ref = hookName(c.req.param('ref'));
-  // The signature covers the exact bytes, so the body is passed on as text, unparsed.
-  const body = new TextDecoder().decode(await readBodyBytes(c));
+  // The signature covers the exact bytes, so the body is passed on as they arrived, unparsed.
+  const body = await readBodyBytes(c);
   const headers: Record<string, string> = {};
   for (const h of ['webhook-id', 'webhook-timestamp', 'webhook-signature']) {
     const v = c.req.header(h);

@@ -93,7 +93,12 @@ sessions.post('/', async (c) => {
       ? hash32(`system\n${system}`) % shardCount(c.env)
       : Math.floor(Math.random() * shardCount(c.env));
   const session = unwrap(
-    await shardStub(c.env, shard).createSession(await issueId(c.env, shard), c.get('tenant'), { system, defaults }),
+    await shardStub(c.env, shard).createSession(
+      await issueId(c.env, shard),
+      c.get('tenant'),
+      { system, defaults },
+      shardLimits(c.env, shard),
+    ),
   );
   return c.json(session, 201);
 });
