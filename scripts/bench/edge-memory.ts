@@ -188,10 +188,11 @@ async function oneRun(o: Options, from: ModelFrom, measureMemory: boolean, shard
     if (probe) {
       run.loaded = await probe.measure();
       const running = streams(server, o.streams, o.tokens);
-      await until(
-        async () => sumMetric(await metrics(server), 'edge_infer_running_requests') >= o.streams,
-        `${o.streams} streams to run`,
-      );
+      await until(async () => {
+        // Running or waiting for a batch slot: where the pools are small, not all of them run at once.
+        const text = await metrics(server);
+        return sumMetric(text, 'edge_infer_running_requests') + sumMetric(text, 'edge_infer_queue_depth') >= o.streams;
+      }, `${o.streams} streams to be admitted`);
       run.streaming = await probe.measure();
       await Promise.all(running);
       run.after = await probe.measure();

@@ -10,10 +10,15 @@ import type { ModelRunner } from './runners/model-runner.js';
 import { TextTokenizer } from '../tokenizer/tokenizer.js';
 
 /** What loading a model needs besides its source: which weights, and how the runner is sized and checked. */
-export interface ModelLoadOptions extends Omit<RunnerOptions, keyof EngineLimits> {
+export interface ModelLoadOptions extends Omit<RunnerOptions, keyof EngineLimits | 'isolateBudget'> {
   dtype?: ModelDtype;
   /** Digest the weights file as it loads (a durable KV store names its blocks by it). */
   digest?: boolean;
+  /** RunnerOptions.isolateBudget, told the tokenizer's vocabulary too (what the isolate's JS part grows with). */
+  isolateBudget?: (
+    config: ModelConfig,
+    tokenizerVocab: number,
+  ) => ReturnType<NonNullable<RunnerOptions['isolateBudget']>>;
 }
 
 /**
@@ -51,9 +56,11 @@ export async function loadModel(
   const weightsFile = weightsFileFor(dtype, files.rawConfig);
   const digesting = options.digest ? digestingSource(source, weightsFile) : undefined;
   const tokenizer = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
+  const { isolateBudget } = options;
   const loaded = await loadRunner(runtime, digesting?.source ?? source, dtype, weightsFile, files.config, {
     ...options,
     ...limits,
+    isolateBudget: isolateBudget && ((config) => isolateBudget(config, tokenizer.vocabSize)),
   });
   const template = files.tokenizerConfig.chat_template;
   if (typeof template !== 'string')

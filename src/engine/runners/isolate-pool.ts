@@ -60,8 +60,9 @@ export class IsolatePoolPlan {
     return POOL_FLOOR_BLOCKS * this.limits.blockSize * kvBytesPerToken(config, this.kvDtype === 'fp16' ? 2 : 4);
   }
 
-  private enginePart(config: ModelConfig): FootprintPart[] {
-    return this.countsIsolate ? [engineIsolateFootprint(config.vocabSize, this.limits.maxBatchSize)] : [];
+  /** An engine's own JS part grows with the tokenizer's vocabulary (its grammars' tables), not the model's rows. */
+  private enginePart(tokenizerVocab: number): FootprintPart[] {
+    return this.countsIsolate ? [engineIsolateFootprint(tokenizerVocab, this.limits.maxBatchSize)] : [];
   }
 
   /** Engines still to come, this one included, that the rest of the budget is kept for. */
@@ -70,10 +71,10 @@ export class IsolatePoolPlan {
   }
 
   /** The budget's terms while the first engine loads the model: what the isolate holds already, and room for every engine at the floor. */
-  readonly budget = (config: ModelConfig): { besides: FootprintPart[]; kvBytes: number } => {
+  readonly budget = (config: ModelConfig, vocab: number): { besides: FootprintPart[]; kvBytes: number } => {
     const engines = this.remaining();
-    const mine = this.enginePart(config).map((p) => ({ label: `${engines} x ${p.label}`, bytes: engines * p.bytes }));
-    const shared = this.countsIsolate ? [sharedIsolateFootprint(config.vocabSize)] : [];
+    const mine = this.enginePart(vocab).map((p) => ({ label: `${engines} x ${p.label}`, bytes: engines * p.bytes }));
+    const shared = this.countsIsolate ? [sharedIsolateFootprint(vocab)] : [];
     const held = total(this.share.models.counted(this.share.holder));
     const others = held ? [{ label: 'held by the isolate already', bytes: held }] : [];
     return { besides: [...shared, ...mine, ...others], kvBytes: engines * this.floor(config) };
@@ -82,7 +83,7 @@ export class IsolatePoolPlan {
   /** The model as the registry counts it: its runner's shared parts and, in a Workers isolate, the code and tokenizer. */
   withIsolatePart(model: LoadedModel): LoadedModel {
     if (!this.countsIsolate) return model;
-    const part = sharedIsolateFootprint(model.config.vocabSize);
+    const part = sharedIsolateFootprint(model.tokenizer.vocabSize);
     const runnerParts = model.shared;
     return { ...model, shared: () => [...runnerParts(), part] };
   }
@@ -91,7 +92,7 @@ export class IsolatePoolPlan {
   pool(model: LoadedModel): { kvCacheBytes: number; parts: FootprintPart[] } {
     const { config } = model;
     const { memoryBudgetBytes: budget, kvCacheBytes: wanted, blockSize } = this.limits;
-    const own = [...this.enginePart(config), ...model.perRunner];
+    const own = [...this.enginePart(model.tokenizer.vocabSize), ...model.perRunner];
     const blockBytes = blockSize * kvBytesPerToken(config, this.kvDtype === 'fp16' ? 2 : 4);
     const counted = this.share.models.counted(this.share.holder);
     const remaining = this.remaining();
