@@ -13,7 +13,8 @@ import { SessionCaches } from './kv/session-caches.js';
 import { snapshotPool, type PoolSnapshot, type SequenceBlocks } from './kv/pool-snapshot.js';
 import { StepHistory, type StepRecord } from './step-history.js';
 import { kvBytesPerToken, type ModelConfig } from './model/config.js';
-import { defaultDtype, loadModelMeta, weightsFileFor, type ModelDtype, type ModelSource } from './model/model-files.js';
+import { chooseWeights } from './model/default-weights.js';
+import { loadModelMeta, type ModelDtype, type ModelSource } from './model/model-files.js';
 import { digestingSource } from './model/weights-digest.js';
 import { loadRunner, type RunnerOptions } from './runners/create-runner.js';
 import type { ModelRunner, StepLogits } from './runners/model-runner.js';
@@ -34,7 +35,10 @@ import { renderChat } from '../tokenizer/chat-template.js';
 import { ConstraintCompiler } from './constraints/compiler.js';
 
 export interface EngineOptions extends Partial<EngineLimits>, Omit<RunnerOptions, keyof EngineLimits> {
+  /** Which weights: unset, the folder's default (model/default-weights.ts: its only weights, else GGUF, else fp32). */
   dtype?: ModelDtype;
+  /** The host's name for `dtype`, for the refusal that lists a folder's weights (`MODEL_DTYPE`, `--dtype`). */
+  dtypeOption?: string;
   /** Name the model is served under; also part of every prefix-cache block hash. */
   modelId?: string;
   /** The KV cache's element type: fp32 (default), or fp16 for twice the tokens per byte (edge kernels only). */
@@ -158,8 +162,12 @@ export class Engine {
         'unsupported_model',
       );
     const files = await loadModelMeta(source);
-    const dtype = options.dtype ?? defaultDtype(files.rawConfig);
-    const weightsFile = weightsFileFor(dtype, files.rawConfig);
+    const { dtype, file: weightsFile } = await chooseWeights(
+      source,
+      files.rawConfig,
+      options.dtype,
+      options.dtypeOption,
+    );
     const digesting = options.kvStore ? digestingSource(source, weightsFile) : undefined;
     const tokenizer = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
     const { runner, weightBytes } = await loadRunner(
