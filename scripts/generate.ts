@@ -4,10 +4,9 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { Engine } from '../src/engine/engine.js';
 import { InvalidRequestError } from '../src/engine/errors.js';
-import type { ModelDtype } from '../src/engine/model/model-files.js';
 import type { GenerationRequest } from '../src/engine/request.js';
 import { directorySource } from '../src/sources/directory-source.js';
-import { onlyWeights } from './lib/model-weights.js';
+import { folderWeights } from './lib/model-weights.js';
 import { isNodeBackend, nodeRuntime, NODE_BACKENDS } from './lib/runtimes.js';
 
 const USAGE = `usage: npm run generate -- --model <dir> (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json)
@@ -16,8 +15,9 @@ const USAGE = `usage: npm run generate -- --model <dir> (--prompt TEXT | --promp
   [--speculative ngram|draft] [--num-speculative-tokens N] [--draft-model <dir>]
   [--beam-width K] [--length-penalty A] [--early-stopping true|false|never] [--n N]
   [--dtype fp32|fp16|int8|q4|gguf|...] [--backend auto|cpu|wasm|kernels|ort-wasm|webgpu] [--json]
-  --dtype defaults to the folder's only weights (or fp32); --backend auto runs float weights on
-  onnxruntime-node and quantised ones on our kernels (WebGPU first where a GPU adapter exists).`;
+  --dtype defaults to the folder's only weights, else its GGUF, else fp32 (as the server's MODEL_DTYPE does);
+  --backend auto runs quantised and GGUF weights on our kernels, float ones on onnxruntime-node (WebGPU
+  instead where a hardware GPU adapter exists).`;
 
 const { values: args } = parseArgs({
   options: {
@@ -94,7 +94,8 @@ try {
       'backend',
       `--backend must be one of ${NODE_BACKENDS.join(', ')}, got ${args.backend}`,
     );
-  const dtype = (args.dtype ?? onlyWeights(args.model)) as ModelDtype;
+  // The rule the server follows too: the folder's only weights, else its GGUF, else fp32 (default-weights.ts).
+  const { dtype } = await folderWeights(args.model, args.dtype);
   const runtime = await nodeRuntime(args.backend, dtype);
   const draft = args['draft-model'] === undefined ? undefined : { source: directorySource(args['draft-model']) };
   const engine = await Engine.load(runtime, directorySource(args.model), { dtype, draft });

@@ -1,6 +1,8 @@
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { InvalidRequestError } from '../../src/engine/errors.js';
+import { chooseWeights, type WeightsChoice } from '../../src/engine/model/default-weights.js';
+import { directorySource } from '../../src/sources/directory-source.js';
 
 /**
  * The weight variants a model folder holds, by dtype: `onnx/model.onnx` is fp32, `onnx/model_<d>.onnx` is d,
@@ -16,15 +18,17 @@ export function weightVariants(dir: string): string[] {
   return variants.sort();
 }
 
-/** The dtype to run when none is asked for: the folder's only weights, else fp32 if it has them. */
-export function onlyWeights(dir: string): string {
-  const variants = weightVariants(dir);
-  if (variants.length === 1) return variants[0];
-  if (variants.includes('fp32')) return 'fp32';
-  throw new InvalidRequestError(
-    'dtype',
-    variants.length === 0
-      ? `${dir} holds no weights (onnx/model*.onnx or model.gguf)`
-      : `${dir} holds several weight variants (${variants.join(', ')}): choose one with --dtype`,
-  );
+/**
+ * The weights a folder on disk runs: the one rule the engine and the service use (src/engine/model/default-weights.ts),
+ * `asked` being --dtype. Refuses a folder without config.json, naming it.
+ */
+export async function folderWeights(dir: string, asked?: string): Promise<WeightsChoice> {
+  const configPath = join(dir, 'config.json');
+  if (!existsSync(configPath))
+    throw new InvalidRequestError(
+      'model',
+      `${dir} is not a model folder: it has no config.json (make one with npm run model:import, model:pull or model:make)`,
+    );
+  const rawConfig = JSON.parse(readFileSync(configPath, 'utf8')) as Record<string, unknown>;
+  return chooseWeights(directorySource(dir), rawConfig, asked, '--dtype');
 }

@@ -46,7 +46,10 @@ import { ConstraintCompiler } from './constraints/compiler.js';
 export interface EngineOptions
   extends Partial<EngineLimits>,
     Omit<RunnerOptions, keyof EngineLimits | 'isolateBudget'> {
+  /** Which weights: unset, the folder's default (model/default-weights.ts: its only weights, else GGUF, else fp32). */
   dtype?: ModelDtype;
+  /** The host's name for `dtype`, for the refusal that lists a folder's weights (`MODEL_DTYPE`, `--dtype`). */
+  dtypeOption?: string;
   /** Name the model is served under; also part of every prefix-cache block hash. */
   modelId?: string;
   /** The KV cache's element type: fp32 (default), or fp16 for twice the tokens per byte (edge kernels only). */

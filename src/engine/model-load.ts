@@ -1,7 +1,8 @@
 import type { EngineLimits } from './defaults.js';
 import { InvalidRequestError } from './errors.js';
 import type { ModelConfig } from './model/config.js';
-import { defaultDtype, loadModelMeta, weightsFileFor, type ModelDtype, type ModelSource } from './model/model-files.js';
+import { chooseWeights } from './model/default-weights.js';
+import { loadModelMeta, type ModelDtype, type ModelSource } from './model/model-files.js';
 import type { OrtRuntime } from './model/runtime.js';
 import { digestingSource } from './model/weights-digest.js';
 import { loadRunner, type LoadedRunner, type RunnerOptions } from './runners/create-runner.js';
@@ -12,6 +13,8 @@ import { TextTokenizer } from '../tokenizer/tokenizer.js';
 /** What loading a model needs besides its source: which weights, and how the runner is sized and checked. */
 export interface ModelLoadOptions extends Omit<RunnerOptions, keyof EngineLimits | 'isolateBudget'> {
   dtype?: ModelDtype;
+  /** The host's name for `dtype`, for the refusal that lists a folder's weights (`MODEL_DTYPE`, `--dtype`). */
+  dtypeOption?: string;
   /** Digest the weights file as it loads (a durable KV store names its blocks by it). */
   digest?: boolean;
   /** RunnerOptions.isolateBudget, told the tokenizer's vocabulary too (what the isolate's JS part grows with). */
@@ -52,8 +55,7 @@ export async function loadModel(
   limits: EngineLimits,
 ): Promise<LoadedModel> {
   const files = await loadModelMeta(source);
-  const dtype = options.dtype ?? defaultDtype(files.rawConfig);
-  const weightsFile = weightsFileFor(dtype, files.rawConfig);
+  const { dtype, file: weightsFile } = await chooseWeights(source, files.rawConfig, options.dtype, options.dtypeOption);
   const digesting = options.digest ? digestingSource(source, weightsFile) : undefined;
   const tokenizer = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
   const { isolateBudget } = options;

@@ -3,9 +3,19 @@ import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ModelSource } from '../engine/model/model-files.js';
 
-/** A model folder on local disk (Node only). */
-export function directorySource(dir: string): ModelSource {
+/** A model folder on local disk (Node only); `where` names it in messages (default: the path). */
+export function directorySource(dir: string, where: string = dir, fix?: string): ModelSource {
   return {
+    where,
+    fix,
+    async exists(path) {
+      try {
+        return (await stat(join(dir, path))).isFile();
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+        throw err;
+      }
+    },
     async read(path) {
       try {
         return new Uint8Array(await readFile(join(dir, path)));

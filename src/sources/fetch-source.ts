@@ -3,14 +3,14 @@ import { sizedChunks } from './sized-chunks.js';
 
 /** Anything with a fetch: the global one, a static-assets binding, a service binding. */
 export interface Fetcher {
-  fetch(input: string): Promise<Response>;
+  fetch(input: string, init?: RequestInit): Promise<Response>;
 }
 
 /**
  * A model folder served over HTTP(S) or by a Workers static-assets binding, under `baseUrl`
  * (e.g. `https://assets.local/tiny/`). A 404 means the file does not exist; other failures throw.
  */
-export function fetchSource(fetcher: Fetcher, baseUrl: string): ModelSource {
+export function fetchSource(fetcher: Fetcher, baseUrl: string, where?: string, fix?: string): ModelSource {
   const base = baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`;
   const get = async (path: string): Promise<Response | null> => {
     const res = await fetcher.fetch(new URL(path, base).toString());
@@ -21,6 +21,22 @@ export function fetchSource(fetcher: Fetcher, baseUrl: string): ModelSource {
     throw new Error(`fetching ${path} from ${base}: HTTP ${res.status}`);
   };
   return {
+    where,
+    fix,
+    async exists(path) {
+      // HEAD: a weights file is not read to learn that it is there.
+      const res = await fetcher.fetch(new URL(path, base).toString(), { method: 'HEAD' });
+      await res.body?.cancel().catch(() => {});
+      if (res.ok) return true;
+      if (res.status === 404) return false;
+      if (res.status === 405 || res.status === 501) {
+        // A server without HEAD: ask with GET and let the body go unread.
+        const full = await get(path);
+        await full?.body?.cancel().catch(() => {});
+        return full !== null;
+      }
+      throw new Error(`checking ${path} at ${base}: HTTP ${res.status}`);
+    },
     async read(path) {
       const res = await get(path);
       return res && new Uint8Array(await res.arrayBuffer());

@@ -15,9 +15,20 @@ export interface ModelLocations {
 /** Which of the three places a model was read from (a metric label: never the URL itself, which may hold a token). */
 export type ModelSourceKind = 'url' | 'r2' | 'assets';
 
+/** What to do when model `name` is in none of the places: the commands that put a folder there. */
+export function modelFolderFix(name: string): string {
+  return (
+    `put the folder in ./models (npm run model:import -- gguf|safetensors|llama2c <file> --out models/${name}, ` +
+    `or npm run model:pull -- <org>/<repo> --out models/${name}); a folder with files over the 25 MiB asset cap ` +
+    `goes to R2 (npm run model:upload -- models/${name}); or set MODEL to a folder that exists`
+  );
+}
+
 /**
  * Where the server reads model `name` from: MODEL_URL when set; else the R2 bucket when it holds
- * `<name>/config.json`; else the static assets. One model, one place: its files are never mixed.
+ * `<name>/config.json`; else the static assets. One model, one place: its files are never mixed. Each source
+ * says where it is (`where`), and the assets' also where else was searched, so a missing folder's refusal
+ * names every place and the fix (model-files.ts, missingFile) without a request more.
  */
 export async function modelSourceFor(
   name: string,
@@ -25,11 +36,30 @@ export async function modelSourceFor(
 ): Promise<{ source: ModelSource; from: string; kind: ModelSourceKind }> {
   if (where.url)
     return {
-      source: fetchSource(where.fetcher ?? { fetch: (u) => fetch(u) }, where.url),
+      source: fetchSource(
+        where.fetcher ?? { fetch: (u, init) => fetch(u, init) },
+        where.url,
+        'the folder MODEL_URL names',
+        "point MODEL_URL at a folder holding config.json, the tokenizer files and the weights (a hub repo's .../resolve/<revision>/, or a folder model:pull wrote, on any HTTP server), or unset it to read the R2 bucket and ./models",
+      ),
       from: where.url,
       kind: 'url',
     };
   if (where.bucket && (await where.bucket.head(`${name}/config.json`)))
-    return { source: r2Source(where.bucket, name), from: `R2 ${name}/`, kind: 'r2' };
-  return { source: fetchSource(where.assets, `http://models.local/${name}/`), from: `assets ${name}/`, kind: 'assets' };
+    return {
+      source: r2Source(where.bucket, name, `the R2 bucket (MODEL_BUCKET) under ${name}/`),
+      from: `R2 ${name}/`,
+      kind: 'r2',
+    };
+  const searched = where.bucket ? `the R2 bucket (MODEL_BUCKET) has no ${name}/config.json` : 'no R2 bucket is bound';
+  return {
+    source: fetchSource(
+      where.assets,
+      `http://models.local/${name}/`,
+      `static assets models/${name}/ (searched first: MODEL_URL is not set; ${searched})`,
+      modelFolderFix(name),
+    ),
+    from: `assets ${name}/`,
+    kind: 'assets',
+  };
 }

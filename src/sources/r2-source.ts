@@ -13,9 +13,13 @@ export interface ObjectBucket {
  * A model folder stored in an R2 bucket under `<prefix>/` (keys `<prefix>/config.json`, `<prefix>/onnx/model_q4.onnx`, ...).
  * R2 has no 25 MiB per-file cap as static assets do, so real models live here (`npm run model:upload`).
  */
-export function r2Source(bucket: ObjectBucket, prefix: string): ModelSource {
+export function r2Source(bucket: ObjectBucket, prefix: string, where?: string): ModelSource {
   const base = prefix.replace(/\/+$/, '');
   return {
+    where: where ?? `the R2 bucket under ${base}/`,
+    async exists(path) {
+      return (await bucket.head(`${base}/${path}`)) !== null;
+    },
     async read(path) {
       const object = await bucket.get(`${base}/${path}`);
       return object ? new Uint8Array(await object.arrayBuffer()) : null;

@@ -12,6 +12,22 @@ export interface ModelSource {
    * stream them straight into linear memory). Null for a missing file. Optional: sources without it are read whole.
    */
   stream?(path: string): Promise<ByteStream | null>;
+  /**
+   * Whether the file exists, without reading it (a stat, an R2 head, an HTTP HEAD): how the default
+   * weights are found. Optional: sources without it are asked with `read`.
+   */
+  exists?(path: string): Promise<boolean>;
+  /**
+   * Where this folder is, for messages (`static assets models/tiny/`, `R2 edge-infer-models/tiny/`): never a
+   * URL that may hold a token. With `fix`, what to do when the folder is not there.
+   */
+  where?: string;
+  fix?: string;
+}
+
+/** Whether `path` exists in `source`: its own check where it has one, else a read. */
+export async function fileExists(source: ModelSource, path: string): Promise<boolean> {
+  return source.exists ? source.exists(path) : (await source.read(path)) !== null;
 }
 
 /** A file as it arrives, and its size when the source knows it (to check a memory budget before loading). */
@@ -61,11 +77,6 @@ export function weightsFileFor(dtype: ModelDtype, rawConfig: Record<string, unkn
   return typeof rawConfig.gguf_file === 'string' ? rawConfig.gguf_file : 'model.gguf';
 }
 
-/** The dtype a folder runs when none is asked for: its GGUF file when config.json names one, else fp32. */
-export function defaultDtype(rawConfig: Record<string, unknown>): ModelDtype {
-  return typeof rawConfig.gguf_file === 'string' ? 'gguf' : 'fp32';
-}
-
 export interface ModelFiles {
   config: ModelConfig;
   rawConfig: Record<string, unknown>;
@@ -75,9 +86,20 @@ export interface ModelFiles {
   dtype: ModelDtype;
 }
 
+/** The refusal for a missing file, saying where it was looked for and (for config.json, the folder itself) what to do. */
+export function missingFile(source: ModelSource, path: string): InvalidRequestError {
+  const where = source.where ? ` in ${source.where}` : '';
+  const fix = path === 'config.json' && source.fix ? `: ${source.fix}` : '';
+  const what =
+    path === 'config.json'
+      ? `no model folder: config.json is missing${where}`
+      : `model file ${path} is missing${where}`;
+  return new InvalidRequestError('model', `${what}${fix}`, 'model_not_found');
+}
+
 async function required(source: ModelSource, path: string): Promise<Uint8Array> {
   const bytes = await source.read(path);
-  if (!bytes) throw new InvalidRequestError('model', `model file ${path} is missing`, 'model_not_found');
+  if (!bytes) throw missingFile(source, path);
   return bytes;
 }
 
@@ -110,7 +132,7 @@ export async function streamWeights(source: ModelSource, path: string): Promise<
     return { chunks: oneChunk(bytes), size: bytes.length };
   }
   const stream = await source.stream(path);
-  if (!stream) throw new InvalidRequestError('model', `model file ${path} is missing`, 'model_not_found');
+  if (!stream) throw missingFile(source, path);
   return stream;
 }
 

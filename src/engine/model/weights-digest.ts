@@ -47,6 +47,9 @@ export class PieceDigest {
 export function digestingSource(source: ModelSource, path: string): { source: ModelSource; digest(): Promise<string> } {
   let last: Promise<string> | undefined;
   const wrapped: ModelSource = {
+    where: source.where,
+    fix: source.fix,
+    ...(source.exists ? { exists: source.exists.bind(source) } : {}),
     read: async (p) => {
       const bytes = await source.read(p);
       if (p === path && bytes) {
