@@ -44,7 +44,8 @@ export function probeGpuAdapter(): AdapterInfo {
   try {
     dawn = pathToFileURL(createRequire(import.meta.url).resolve('webgpu')).href;
   } catch {
-    return (probed = { kind: 'none', description: '' });
+    probed = { kind: 'none', description: '' };
+    return probed;
   }
   const run = spawnSync(process.execPath, ['--input-type=module', '-e', CHILD, dawn], {
     encoding: 'utf8',
@@ -59,5 +60,6 @@ export function probeGpuAdapter(): AdapterInfo {
     info = null;
   }
   const description = info ? [info.vendor, info.architecture, info.device].filter((s) => s).join(' ') : '';
-  return (probed = { kind: adapterKind(info), description });
+  probed = { kind: adapterKind(info), description };
+  return probed;
 }
