@@ -1,8 +1,11 @@
 import type { OrtRuntime } from '../../src/engine/model/runtime.js';
+import { probeGpuAdapter, type AdapterKind } from './gpu-probe.js';
 
 /**
- * Backends a Node process can run: `auto` is webgpu when a WebGPU adapter exists, else the fastest runner for the
- * weights: onnxruntime-node for float, our kernels (wasm) for quantised ones. `wasm` runs
+ * Backends a Node process can run: `auto` is the runner that serves the weights fastest here: our kernels (wasm)
+ * for quantised and GGUF weights, which they multiply where onnxruntime dequantises them and which WebGPU
+ * cannot run (GGUF); for float weights webgpu on a hardware GPU, else onnxruntime-node (a software adapter
+ * such as lavapipe decodes at ~1 tok/s against 28: PLATFORM.md). `wasm` runs
  * Llama graphs on our edge kernels and others on onnxruntime-web; `kernels` insists on the kernels,
  * `ort-wasm` on onnxruntime-web (the two the bench compares).
  */
@@ -32,10 +35,18 @@ export async function nodeRuntime(backend: NodeBackend, dtype?: string): Promise
   if (backend === 'ort-wasm')
     return (await import('../../src/backends/ort-web-node.js')).webWasmRuntimeForNode(1, 'onnxruntime');
   if (backend === 'webgpu') return (await import('../../src/backends/ort-webgpu-node.js')).webGpuRuntimeForNode();
-  if (backend === 'auto') {
-    const { nodeGpuAdapter } = await import('../../src/backends/ort-webgpu-node.js');
-    if (await nodeGpuAdapter()) return nodeRuntime('webgpu');
-    return nodeRuntime(FLOAT_DTYPES.has(dtype ?? 'fp32') ? 'cpu' : 'wasm');
-  }
+  if (backend === 'auto') return nodeRuntime(autoBackend(dtype));
   throw new Error(`unknown backend ${String(backend)}; use ${NODE_BACKENDS.join(', ')}`);
+}
+
+/**
+ * What `auto` resolves to for weights of `dtype`: never a runner that would refuse them. Dawn is asked (in a
+ * child, gpu-probe.ts) only for float weights, so a quantised run never starts Vulkan or prints its warnings.
+ */
+export function autoBackend(
+  dtype: string | undefined,
+  adapter: () => AdapterKind = () => probeGpuAdapter().kind,
+): Exclude<NodeBackend, 'auto'> {
+  if (!FLOAT_DTYPES.has(dtype ?? 'fp32')) return 'wasm';
+  return adapter() === 'hardware' ? 'webgpu' : 'cpu';
 }
