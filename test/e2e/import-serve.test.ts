@@ -92,7 +92,9 @@ describe('a model past MEMORY_BUDGET_MB', () => {
     expect(res.status).toBe(503);
     expect(body.error.code).toBe('model_too_large');
     expect(body.error.message).toMatch(
-      /^model "stories-e2e" cannot be served: the model does not fit the memory budget: weights (\(so far\) )?\d+\.\d MiB \+ scratch \d+\.\d MiB \+ isolate besides the runner \(JS heap, buffers, xgrammar\) \d+\.\d MiB \+ KV cache 2\.0 MiB = .* > budget 1\.0 MiB/,
+      // The isolate's terms: the code and tokenizer once, each of the SHARD_COUNT shards' own part, and room
+      // for every shard's KV pool at its floor (docs/deploy.md, "Isolates: what a shard costs").
+      /^model "stories-e2e" cannot be served: the model does not fit the memory budget: weights (\(so far\) )?\d+\.\d MiB \+ scratch \d+\.\d MiB \+ isolate besides the runners \(code, JS heap, tokenizer\) \d+\.\d MiB \+ 2 x its JS state, grammars and streams \d+\.\d MiB \+ KV cache \d+\.\d MiB = .* > budget 1\.0 MiB/,
     );
     expect((await fetch(`${server.url}/v1/models`)).status).toBe(200);
   });

@@ -26,6 +26,10 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
   const stored = labelled.filter(({ s }) => s.kvStore !== undefined);
   const store = (f: (u: NonNullable<ShardStats['kvStore']>) => number) =>
     stored.map(({ labels, s }): [Record<string, string>, number] => [labels, f(s.kvStore!)]);
+  const isolate = (f: (u: NonNullable<ShardStats['isolate']>) => number) =>
+    labelled
+      .filter(({ s }) => s.isolate !== undefined)
+      .map(({ labels, s }): [Record<string, string>, number] => [labels, f(s.isolate!)]);
   const withStore = loaded.filter(({ s }) => s.engine!.kvStore !== undefined);
   // Per key name (never a key): one sample per shard and key the shard has seen.
   const perKey = (f: (k: KeyStats) => number | undefined) =>
@@ -66,17 +70,13 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
       'edge_infer_isolate_counted_bytes',
       'gauge',
       "Bytes the isolate's memory budget counts for the shard's isolate: the weights once, every object's KV pool and state, the code and tokenizer.",
-      labelled
-        .filter(({ s }) => s.isolate !== undefined)
-        .map(({ labels, s }): [Record<string, string>, number] => [labels, s.isolate!.countedBytes]),
+      isolate((u) => u.countedBytes),
     )
     .family(
       'edge_infer_isolate_objects',
       'gauge',
       "Objects in the shard's isolate sharing one copy of the weights (shards add throughput only in different isolates).",
-      labelled
-        .filter(({ s }) => s.isolate !== undefined)
-        .map(({ labels, s }): [Record<string, string>, number] => [labels, s.isolate!.objects]),
+      isolate((u) => u.objects),
     )
     .family(
       'edge_infer_kv_pool_bytes',
