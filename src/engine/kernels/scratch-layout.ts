@@ -30,7 +30,12 @@ interface Widths {
   widestQuant: number;
 }
 
+/** Widths of loaded weights, found once: every pass lays out its scratch from them. */
+const knownWidths = new WeakMap<LlamaWeights, Widths>();
+
 function widths(config: ModelConfig, weights?: LlamaWeights): Widths {
+  const known = weights && knownWidths.get(weights);
+  if (known) return known;
   const { hiddenSize: H, numHeads, headDim } = config;
   // An upper bound for Llama shapes until the weights say (SmolLM2: 1536 = 2.7 H).
   const intermediate = weights?.intermediateSize ?? 4 * H;
@@ -40,7 +45,9 @@ function widths(config: ModelConfig, weights?: LlamaWeights): Widths {
       )
     : [];
   const padded = Math.ceil(Math.max(H, intermediate, numHeads * headDim) / 32) * 32;
-  return { intermediate, widestQuant: Math.max(padded, ...quant) };
+  const found = { intermediate, widestQuant: Math.max(padded, ...quant) };
+  if (weights) knownWidths.set(weights, found);
+  return found;
 }
 
 /**
