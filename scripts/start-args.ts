@@ -16,6 +16,7 @@ export const MODEL_ENV_VARS = [
   'KV_DTYPE',
   'SPECULATIVE',
   'DRAFT_MODEL',
+  'PIPELINE_STAGES',
 ] as const;
 
 /** wrangler dev's arguments for `npm start`: its address, the model vars found in `env`, then the user's own. */

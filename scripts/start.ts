@@ -7,6 +7,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ignoreLargeModelFolders } from './import/assets-ignore.js';
 import { ensureInspectorProxyPatched } from './lib/wrangler-inspector-patch.js';
+import { readFileSync } from 'node:fs';
+import { pipelineConfigArgs } from './lib/stage-configs.js';
 import { startArgs } from './start-args.js';
 
 for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url)))) {
@@ -17,7 +19,11 @@ for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', im
 // Without it a MODEL_URL weights file floods wrangler dev with sockets (scripts/lib/wrangler-inspector-patch.ts).
 ensureInspectorProxyPatched();
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
-const child = spawn(process.execPath, [wrangler, ...startArgs(process.env, process.argv.slice(2))], {
+const args = startArgs(process.env, process.argv.slice(2));
+// PIPELINE_STAGES: the head and each stage Worker, every one an isolate of its own, in this one wrangler dev.
+const root = fileURLToPath(new URL('..', import.meta.url));
+const configs = pipelineConfigArgs(root, readFileSync(join(root, 'wrangler.toml'), 'utf8'), args);
+const child = spawn(process.execPath, [wrangler, args[0], ...configs, ...args.slice(1)], {
   stdio: 'inherit',
 });
 for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => child.kill(signal));

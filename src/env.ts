@@ -1,6 +1,8 @@
 /// <reference types="@cloudflare/workers-types" />
 import type { RunnerChoice } from './engine/model/runtime.js';
+import { InvalidRequestError } from './engine/errors.js';
 import type { InferenceObject } from './objects/inference-object.js';
+import type { StageObject } from './objects/stage-object.js';
 
 /**
  * Bindings and vars (wrangler.toml). Vars arrive as strings; read them with `intVar`/`boolVar`, which fall
@@ -52,6 +54,25 @@ export interface Env {
   DRAFT_MODEL?: string;
   /** `false` frees whitespace between JSON tokens in constrained outputs (vLLM's option); default true. */
   DISABLE_ANY_WHITESPACE?: string;
+  /** The model's layers on this many stage Workers (bound as STAGE_1 .. STAGE_N); unset or 0: in the head's isolate. */
+  PIPELINE_STAGES?: string;
+}
+
+/** The stage Workers' objects, bound STAGE_1 .. STAGE_N by the generated config (scripts/lib/stage-configs.ts). */
+export type StageBindings = Record<`STAGE_${number}`, DurableObjectNamespace<StageObject> | undefined>;
+
+/** PIPELINE_STAGES: 0 (unset, empty, 0) keeps every layer in the head's isolate. */
+export function pipelineStagesVar(env: Env): number {
+  const raw = env.PIPELINE_STAGES?.trim() ?? '';
+  if (raw === '' || raw === '0') return 0;
+  const n = Number(raw);
+  if (!Number.isSafeInteger(n) || n < 1 || n > 64)
+    throw new InvalidRequestError(
+      'PIPELINE_STAGES',
+      `PIPELINE_STAGES must be a whole number 0..64, got ${JSON.stringify(raw)}`,
+      'unsupported_model',
+    );
+  return n;
 }
 
 declare global {

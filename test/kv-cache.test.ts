@@ -7,6 +7,8 @@ import { describe, expect, it } from 'vitest';
 import { BlockPool } from '../src/engine/kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from '../src/engine/kv/paged-kv.js';
 import type { KvShape } from '../src/engine/kv/block-pool.js';
+import { clearTokensFrom } from '../src/engine/kv/kv-memory.js';
+import { ArrayKvMemory } from '../src/engine/runners/array-kv-memory.js';
 
 const SHAPE: KvShape = { numLayers: 2, numKvHeads: 2, headDim: 3 };
 const BLOCK = 4;
@@ -18,10 +20,27 @@ function keyAt(tokens: readonly number[], pos: number, layer: number, head: numb
   return ((h ^ (layer * 7919 + head * 131 + d * 17)) % 100_003) + 0.5;
 }
 
-/** Computes and stores tokens [kv.length, tokens.length) like a model pass would. */
-function writeTokens(kv: PagedSequenceKv, tokens: readonly number[]): void {
+/** A pool's bookkeeping and its bytes (JS arrays, as onnxruntime's runner keeps them), and their manager. */
+function newCache(
+  numBlocks: number,
+  identity = 'm',
+): { pool: BlockPool; memory: ArrayKvMemory; manager: KvCacheManager } {
+  const pool = new BlockPool(SHAPE, numBlocks, BLOCK);
+  const memory = new ArrayKvMemory(SHAPE, numBlocks, BLOCK);
+  return { pool, memory, manager: new KvCacheManager(pool, identity, memory) };
+}
+
+/** The manager's memory, which newCache made an ArrayKvMemory. */
+function arrays(manager: KvCacheManager): ArrayKvMemory {
+  if (!(manager.memory instanceof ArrayKvMemory)) throw new Error('not an ArrayKvMemory');
+  return manager.memory;
+}
+
+/** Computes and stores tokens [kv.length, tokens.length) like a model pass would (checked as a runner checks). */
+function writeTokens(memory: ArrayKvMemory, kv: PagedSequenceKv, tokens: readonly number[]): void {
   const start = kv.length;
   const count = tokens.length - start;
+  kv.checkWritable(count);
   for (let layer = 0; layer < SHAPE.numLayers; layer++) {
     const keys = new Float32Array(SHAPE.numKvHeads * count * SHAPE.headDim); // (kv_heads, count, head_dim)
     const values = new Float32Array(keys.length);
@@ -31,19 +50,19 @@ function writeTokens(kv: PagedSequenceKv, tokens: readonly number[]): void {
           keys[(h * count + t) * SHAPE.headDim + d] = keyAt(tokens, start + t, layer, h, d);
           values[(h * count + t) * SHAPE.headDim + d] = -keyAt(tokens, start + t, layer, h, d);
         }
-    kv.scatter(layer, keys, values, count, 0, count);
+    memory.scatter(kv, layer, keys, values, count, 0, count);
   }
   kv.advance(count);
 }
 
 /** Gathers the sequence with some left padding and checks every cached value. */
-function checkContents(kv: PagedSequenceKv, tokens: readonly number[]): void {
+function checkContents(memory: ArrayKvMemory, kv: PagedSequenceKv, tokens: readonly number[]): void {
   const pad = 3;
   const slots = kv.length + pad;
   for (let layer = 0; layer < SHAPE.numLayers; layer++) {
     const keys = new Float32Array(SHAPE.numKvHeads * slots * SHAPE.headDim);
     const values = new Float32Array(keys.length);
-    kv.gather(layer, keys, values, slots, pad);
+    memory.gather(kv, layer, keys, values, slots, pad);
     for (let h = 0; h < SHAPE.numKvHeads; h++)
       for (let t = 0; t < kv.length; t++)
         for (let d = 0; d < SHAPE.headDim; d++) {
@@ -93,14 +112,13 @@ function admit(manager: KvCacheManager, tokens: number[]): Live | null {
     manager.free(kv);
     return null;
   }
-  writeTokens(kv, tokens);
+  writeTokens(arrays(manager), kv, tokens);
   manager.commit(kv, tokens);
   return { kv, tokens };
 }
 
 function run(ops: Op[], numBlocks: number): void {
-  const pool = new BlockPool(SHAPE, numBlocks, BLOCK);
-  const manager = new KvCacheManager(pool, 'model-a');
+  const { pool, memory, manager } = newCache(numBlocks, 'model-a');
   const live: Live[] = [];
   const pick = (i: number): Live | undefined => live[i % Math.max(live.length, 1)];
   for (const op of ops) {
@@ -111,14 +129,14 @@ function run(ops: Op[], numBlocks: number): void {
       const seq = pick(op.which);
       if (seq && manager.reserve(seq.kv, 1)) {
         seq.tokens.push(op.token);
-        writeTokens(seq.kv, seq.tokens);
+        writeTokens(memory, seq.kv, seq.tokens);
         manager.commit(seq.kv, seq.tokens);
       }
     } else if (op.kind === 'speculate') {
       // A verification pass writes every proposal, then the rejected ones are cut off again.
       const seq = pick(op.which);
       if (seq && manager.reserve(seq.kv, op.proposals.length)) {
-        writeTokens(seq.kv, [...seq.tokens, ...op.proposals]);
+        writeTokens(memory, seq.kv, [...seq.tokens, ...op.proposals]);
         seq.tokens.push(...op.proposals.slice(0, op.accepted % (op.proposals.length + 1)));
         manager.truncate(seq.kv, seq.tokens.length);
         manager.commit(seq.kv, seq.tokens);
@@ -146,7 +164,7 @@ function run(ops: Op[], numBlocks: number): void {
       }
     }
     pool.checkInvariants();
-    for (const seq of live) checkContents(seq.kv, seq.tokens);
+    for (const seq of live) checkContents(memory, seq.kv, seq.tokens);
   }
   for (const seq of live) manager.free(seq.kv);
   pool.checkInvariants();
@@ -166,28 +184,27 @@ describe('paged KV cache invariants (fast-check)', () => {
 
 describe('paged KV cache, by example', () => {
   it('a second sequence with the same prefix reuses its full blocks and computes only the rest', () => {
-    const manager = new KvCacheManager(new BlockPool(SHAPE, 16, BLOCK), 'm');
+    const { manager } = newCache(16);
     const prefix = [1, 2, 0, 1, 2, 2, 0, 1, 1]; // two full blocks and one token
     const a = admit(manager, [...prefix, 0, 0])!;
     const kv = manager.create();
     expect(manager.matchPrefix(kv, [...prefix, 2, 2, 2])).toBe(8);
     expect(kv.blocks.slice(0, 2)).toEqual(a.kv.blocks.slice(0, 2));
     // Another model never shares blocks.
-    const other = new KvCacheManager(manager.pool, 'model-b');
+    const other = new KvCacheManager(manager.pool, 'model-b', manager.memory);
     expect(other.matchPrefix(other.create(), [...prefix, 2])).toBe(0);
     manager.free(kv);
   });
 
   it('never reuses the whole prompt: its last token must be computed for logits', () => {
-    const manager = new KvCacheManager(new BlockPool(SHAPE, 16, BLOCK), 'm');
+    const { manager } = newCache(16);
     const prompt = [1, 2, 0, 1, 2, 2, 0, 1]; // exactly two blocks
     admit(manager, prompt);
     expect(manager.matchPrefix(manager.create(), prompt)).toBe(4);
   });
 
   it('evicts idle cached blocks least recently used first, and only when space is needed', () => {
-    const pool = new BlockPool(SHAPE, 4, BLOCK);
-    const manager = new KvCacheManager(pool, 'm');
+    const { pool, manager } = newCache(4);
     const first = admit(manager, [0, 0, 0, 0, 1])!;
     const second = admit(manager, [1, 1, 1, 1, 2])!;
     manager.free(first.kv);
@@ -204,8 +221,7 @@ describe('paged KV cache, by example', () => {
   });
 
   it('evictIdle forgets every cached block no sequence holds, and keeps held ones', () => {
-    const pool = new BlockPool(SHAPE, 8, BLOCK);
-    const manager = new KvCacheManager(pool, 'm');
+    const { pool, manager } = newCache(8);
     const idle = admit(manager, [0, 0, 0, 0, 1])!;
     const held = admit(manager, [1, 1, 1, 1, 2])!;
     manager.free(idle.kv);
@@ -220,26 +236,46 @@ describe('paged KV cache, by example', () => {
   });
 
   it('a block read out and written into another block of another pool reads back the same', () => {
-    const pool = new BlockPool(SHAPE, 4, BLOCK);
-    const manager = new KvCacheManager(pool, 'm');
+    const { memory, manager } = newCache(4);
     const seq = admit(manager, [5, 6, 7, 8, 9])!;
-    const other = new BlockPool(SHAPE, 4, BLOCK);
-    return pool.readBlock(seq.kv.blocks[0]).then((bytes) => {
-      expect(bytes.length).toBe(pool.blockBytes);
+    const other = new ArrayKvMemory(SHAPE, 4, BLOCK);
+    return memory.readBlock(seq.kv.blocks[0]).then((bytes) => {
+      expect(bytes.length).toBe(memory.blockBytes);
       other.writeBlock(3, bytes);
       for (let layer = 0; layer < SHAPE.numLayers; layer++) {
-        const n = pool.blockStride;
+        const n = memory.blockStride;
         const at = seq.kv.blocks[0] * n;
-        expect(other.keys[layer].subarray(3 * n, 4 * n)).toEqual(pool.keys[layer].subarray(at, at + n));
-        expect(other.values[layer].subarray(3 * n, 4 * n)).toEqual(pool.values[layer].subarray(at, at + n));
+        expect(other.keys[layer].subarray(3 * n, 4 * n)).toEqual(memory.keys[layer].subarray(at, at + n));
+        expect(other.values[layer].subarray(3 * n, 4 * n)).toEqual(memory.values[layer].subarray(at, at + n));
       }
       expect(() => other.writeBlock(0, bytes.subarray(1))).toThrow(RangeError);
     });
   });
 
+  it('clearTokensFrom zeroes a stored block past its tokens, in every layer and head (fp32 and fp16)', () => {
+    for (const half of [false, true]) {
+      const floats = 4 * SHAPE.numKvHeads * BLOCK * SHAPE.headDim;
+      const make = () =>
+        Array.from({ length: SHAPE.numLayers }, () => (half ? new Uint16Array(floats) : new Float32Array(floats)));
+      const memory = new ArrayKvMemory(SHAPE, 4, BLOCK, { keys: make(), values: make() });
+      for (const array of [...memory.keys, ...memory.values]) array.fill(1);
+      const bytes = memory.readBlockNow(2);
+      clearTokensFrom(bytes, SHAPE, BLOCK, 3);
+      const cleared = new ArrayKvMemory(SHAPE, 4, BLOCK, { keys: make(), values: make() });
+      cleared.writeBlock(1, bytes);
+      for (const array of [...cleared.keys, ...cleared.values])
+        for (let h = 0; h < SHAPE.numKvHeads; h++)
+          for (let t = 0; t < BLOCK; t++)
+            for (let d = 0; d < SHAPE.headDim; d++) {
+              const at = cleared.blockStride + h * cleared.headStride + t * SHAPE.headDim + d;
+              expect(array[at], `${half ? 'fp16' : 'fp32'} head ${h} token ${t}`).toBe(t < 3 ? 1 : 0);
+            }
+      expect(() => clearTokensFrom(bytes.subarray(2), SHAPE, BLOCK, 1)).toThrow(RangeError);
+    }
+  });
+
   it('a fork shares every block; the first write into the shared partial block copies it', () => {
-    const pool = new BlockPool(SHAPE, 8, BLOCK);
-    const manager = new KvCacheManager(pool, 'm');
+    const { pool, memory, manager } = newCache(8);
     const parent = admit(manager, [0, 1, 2, 0, 1, 2])!;
     const child = manager.fork(parent.kv);
     expect(child.blocks).toEqual(parent.kv.blocks);
@@ -248,17 +284,16 @@ describe('paged KV cache, by example', () => {
     expect(child.blocks[0]).toBe(parent.kv.blocks[0]);
     expect(child.blocks[1]).not.toBe(parent.kv.blocks[1]);
     expect(manager.copyOnWrites).toBe(1);
-    writeTokens(child, [0, 1, 2, 0, 1, 2, 2]);
-    checkContents(child, [0, 1, 2, 0, 1, 2, 2]);
-    checkContents(parent.kv, parent.tokens);
+    writeTokens(memory, child, [0, 1, 2, 0, 1, 2, 2]);
+    checkContents(memory, child, [0, 1, 2, 0, 1, 2, 2]);
+    checkContents(memory, parent.kv, parent.tokens);
     manager.free(child);
     manager.free(parent.kv);
     pool.checkInvariants();
   });
 
   it('a reservation the pool cannot meet fails and changes nothing', () => {
-    const pool = new BlockPool(SHAPE, 2, BLOCK);
-    const manager = new KvCacheManager(pool, 'm');
+    const { pool, manager } = newCache(2);
     const kv = manager.create();
     const before = pool.stats();
     expect(manager.reserve(kv, 3 * BLOCK)).toBe(false);
@@ -267,10 +302,9 @@ describe('paged KV cache, by example', () => {
   });
 
   it('refuses to write a shared block', () => {
-    const pool = new BlockPool(SHAPE, 4, BLOCK);
-    const manager = new KvCacheManager(pool, 'm');
+    const { memory, manager } = newCache(4);
     const parent = admit(manager, [0, 1])!;
     const child = manager.fork(parent.kv);
-    expect(() => writeTokens(child, [0, 1, 2])).toThrow(/shared or cached/);
+    expect(() => writeTokens(memory, child, [0, 1, 2])).toThrow(/shared or cached/);
   });
 });

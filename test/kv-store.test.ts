@@ -5,6 +5,7 @@ import { BlockPersistence } from '../src/engine/kv/block-persistence.js';
 import { BlockPool } from '../src/engine/kv/block-pool.js';
 import { blockChecksum } from '../src/engine/kv/block-store.js';
 import { MemoryKvBlockStore } from '../src/engine/kv/memory-block-store.js';
+import { ArrayKvMemory } from '../src/engine/runners/array-kv-memory.js';
 import type { NodeBackend } from '../scripts/lib/runtimes.js';
 import { collect, loadEngine, randomIds } from './helpers/engines.js';
 import { KV_STORE_CASES } from './helpers/kv-store-cases.js';
@@ -98,7 +99,9 @@ describe('what is stored', () => {
     const store = new MemoryKvBlockStore(64 * MB);
     const engine = await loadEngine('kernels', 'tiny', { kvStore: store });
     // Every pool block holds something already (as after other sessions' tokens): none of it may be stored.
-    for (const array of [...engine.kv.pool.keys, ...engine.kv.pool.values]) array.fill(0.5);
+    const memory = engine.kv.memory;
+    if (!(memory instanceof ArrayKvMemory)) throw new Error('the kernels keep their KV pool in an ArrayKvMemory');
+    for (const array of [...memory.keys, ...memory.values]) array.fill(0.5);
     const history = randomIds(521, 37, 3, 400);
     const turn1 = await greedy(engine, history, 's');
     await engine.storeKv();
@@ -189,10 +192,12 @@ describe('what is stored', () => {
   });
 
   it('partial blocks held for the writer: at most 8, each given back when written, dropped, forgotten or failed', async () => {
-    const pool = new BlockPool({ numLayers: 1, numKvHeads: 1, headDim: 4 }, 20, 4);
+    const shape = { numLayers: 1, numKvHeads: 1, headDim: 4 };
+    const pool = new BlockPool(shape, 20, 4);
+    const memory = new ArrayKvMemory(shape, 20, 4);
     const store = new MemoryKvBlockStore(MB);
     store.open('identity', 4);
-    const persistence = new BlockPersistence(pool, store);
+    const persistence = new BlockPersistence(pool, memory, store);
     for (let i = 0; i < 12; i++) {
       const block = pool.allocate()!;
       persistence.enqueue([], `s${i}`, true, { hash: `t${i}+1`, block });
@@ -212,7 +217,7 @@ describe('what is stored', () => {
     full.write = () => {
       throw new Error('SQLITE_FULL');
     };
-    const failing = new BlockPersistence(pool, full);
+    const failing = new BlockPersistence(pool, memory, full);
     const block = pool.allocate()!;
     failing.enqueue([], 's', true, { hash: 'u+2', block });
     pool.release(block);

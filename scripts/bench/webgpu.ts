@@ -20,7 +20,7 @@ import { BlockPool } from '../../src/engine/kv/block-pool.js';
 import { KvCacheManager } from '../../src/engine/kv/paged-kv.js';
 import { loadModelFiles } from '../../src/engine/model/model-files.js';
 import { OnnxRunner } from '../../src/engine/onnx/onnx-runner.js';
-import type { StepLogits, StepRow } from '../../src/engine/runners/model-runner.js';
+import type { ModelRunner, StepLogits, StepRow } from '../../src/engine/runners/model-runner.js';
 import { argmax } from '../../src/engine/sampling/processors.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { median } from './stats.js';
@@ -72,7 +72,13 @@ export async function runWebGpuBench(
 ): Promise<WebGpuBenchRow[]> {
   const files = await loadModelFiles(directorySource(o.model), 'fp32');
   const blocks = Math.max(...o.batches) * Math.ceil((o.promptTokens + o.decodeTokens + 1) / 16) + 4;
-  const manager = () => new KvCacheManager(new BlockPool(files.config, blocks, 16), 'bench');
+  /** A pool of `blocks` in the memory `runner` provides (each runner makes its pool's memory once). */
+  const manager = (runner: ModelRunner) =>
+    new KvCacheManager(
+      new BlockPool(files.config, blocks, 16),
+      'bench',
+      runner.createKvMemory(files.config, blocks, 16, 'fp32'),
+    );
   const wasmRunner = await OnnxRunner.create(webWasmRuntimeForNode(), files.onnx, files.config);
   const gpuRuntime = await webGpuRuntimeForNode();
   const gpuCpuKv = await OnnxRunner.create(gpuRuntime, files.onnx, files.config);
@@ -82,16 +88,12 @@ export async function runWebGpuBench(
     'greedy',
   ]);
   const gpuDeviceKv = await GpuRunner.create(gpuRuntime, files.onnx, files.config, kernels);
-  const deviceManager = manager();
-  gpuDeviceKv.attachPool(deviceManager.pool);
   const gpuAll = await GpuRunner.create(gpuRuntime, files.onnx, files.config, kernels, { logitsOnDevice: true });
-  const allManager = manager();
-  gpuAll.attachPool(allManager.pool);
   const sampler = new DeviceSampler(kernels, files.config.vocabSize);
   const paths: Path[] = [
-    { name: 'wasm', step: onCpu((r) => wasmRunner.forward(r)), manager: manager() },
-    { name: 'webgpu (KV via CPU)', step: onCpu((r) => gpuCpuKv.forward(r)), manager: manager() },
-    { name: 'webgpu (KV on device)', step: onCpu((r) => gpuDeviceKv.forward(r)), manager: deviceManager },
+    { name: 'wasm', step: onCpu((r) => wasmRunner.forward(r)), manager: manager(wasmRunner) },
+    { name: 'webgpu (KV via CPU)', step: onCpu((r) => gpuCpuKv.forward(r)), manager: manager(gpuCpuKv) },
+    { name: 'webgpu (KV on device)', step: onCpu((r) => gpuDeviceKv.forward(r)), manager: manager(gpuDeviceKv) },
     {
       name: 'webgpu (KV and argmax on device)',
       step: async (rows) => {
@@ -100,7 +102,7 @@ export async function runWebGpuBench(
         logits.release();
         return picked.map((p) => p.tokenId);
       },
-      manager: allManager,
+      manager: manager(gpuAll),
     },
   ];
   log(`webgpu bench on ${gpuRuntime.gpu.description}`);

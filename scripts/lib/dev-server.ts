@@ -1,11 +1,12 @@
 // A local server for tests, the soak run and the bench: real workerd over real HTTP on a free port, storage in
 // a folder that outlives a restart, in its own process group so stop() ends wrangler and workerd together.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from './free-port.js';
+import { pipelineConfigArgs } from './stage-configs.js';
 import { ensureInspectorProxyPatched } from './wrangler-inspector-patch.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -19,6 +20,8 @@ export interface DevServerOptions {
   onLine?: (line: string) => void;
   /** How long to wait for the first answer (default 60 s; `npm start` may generate the models first). */
   readyWithinMs?: number;
+  /** The configs to run (`-c`), first one served: e.g. a pipeline's head without a stage that runs apart. */
+  configs?: string[];
 }
 
 export interface DevServer {
@@ -47,8 +50,16 @@ export async function startDevServer(
   const flags = ['--ip', '127.0.0.1', '--port', String(port), '--inspector-port', String(inspectorPort)];
   flags.push('--persist-to', dir);
   for (const [name, value] of Object.entries(vars)) flags.push('--var', `${name}:${value}`);
+  // `npm start` writes the pipeline's configs itself; wrangler dev is given them here.
+  const configs = options.configs
+    ? options.configs.flatMap((file) => ['-c', file])
+    : options.via === 'npm-start'
+      ? []
+      : pipelineConfigArgs(ROOT, readFileSync(`${ROOT}/wrangler.toml`, 'utf8'), flags);
   const [command, args] =
-    options.via === 'npm-start' ? ['npm', ['start', '--', ...flags]] : ['npx', ['wrangler', 'dev', ...flags]];
+    options.via === 'npm-start'
+      ? ['npm', ['start', '--', ...flags]]
+      : ['npx', ['wrangler', 'dev', ...configs, ...flags]];
   const child: ChildProcess = spawn(command, args, {
     cwd: ROOT,
     env: { ...process.env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1', CI: 'true' },

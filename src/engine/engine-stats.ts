@@ -3,6 +3,7 @@ import type { PersistCounters } from './kv/block-persistence.js';
 import type { KvStoreUsage } from './kv/block-store.js';
 import type { RestoreCounters } from './kv/paged-kv.js';
 import type { GrammarStats } from './constraints/compiler.js';
+import type { StageStats } from './runners/model-runner.js';
 
 /** Engine-wide counters and gauges the service exports (e.g. as Prometheus metrics). */
 export interface EngineStats {
@@ -27,6 +28,10 @@ export interface EngineStats {
   /** Speculative decoding: tokens proposed to the target, and how many it accepted. */
   proposedTokens: number;
   acceptedTokens: number;
+  /** Times the runner's KV memory was lost (a pipeline stage restarted) and every sequence recomputed. */
+  kvLosses: number;
+  /** A model split over pipeline stages: each stage's layers, memory and hops. */
+  stages?: StageStats[];
   /** What runs the passes: our WebAssembly kernels, or onnxruntime. */
   runner: 'kernels' | 'onnxruntime';
   /**

@@ -13,13 +13,14 @@ import { sha256Hex } from './kv/sha256.js';
 import { SessionCaches } from './kv/session-caches.js';
 import { snapshotPool, type PoolSnapshot, type SequenceBlocks } from './kv/pool-snapshot.js';
 import { StepHistory, type StepRecord } from './step-history.js';
-import { kvBytesPerToken, type ModelConfig } from './model/config.js';
+import { kvBytesPerToken, kvPoolBlocks, type ModelConfig } from './model/config.js';
 import type { ModelDtype, ModelSource } from './model/model-files.js';
 import { loadModel, type LoadedModel } from './model-load.js';
 import type { RunnerOptions } from './runners/create-runner.js';
 import { IsolatePoolPlan, sharedModelKey, type IsolateShare } from './runners/isolate-pool.js';
 import type { FootprintPart } from './runners/memory-budget.js';
 import {
+  KvLostError,
   settled,
   type DeviceSampling,
   type ModelRunner,
@@ -134,6 +135,8 @@ export class Engine {
     /** Speculative tokens verified, and those that stood. */
     proposedTokens: 0,
     acceptedTokens: 0,
+    /** Times the runner's KV memory was lost (a pipeline stage restarted) and every sequence recomputed. */
+    kvLosses: 0,
   };
 
   private constructor(
@@ -160,15 +163,14 @@ export class Engine {
     const { blockSize } = limits;
     const kvDtype = options.kvDtype ?? 'fp32';
     this.kvBytesPerToken = kvBytesPerToken(config, kvDtype === 'fp16' ? 2 : 4);
-    const numBlocks = Math.floor(limits.kvCacheBytes / (blockSize * this.kvBytesPerToken));
+    const numBlocks = kvPoolBlocks(config, limits.kvCacheBytes, blockSize, kvDtype);
     if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
-    const storage = runner.createKvStorage(config, numBlocks, blockSize, kvDtype);
-    this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize, storage), cacheIdentity);
-    runner.attachPool(this.kv.pool);
+    const memory = runner.createKvMemory(config, numBlocks, blockSize, kvDtype);
+    this.kv = new KvCacheManager(new BlockPool(config, numBlocks, blockSize), cacheIdentity, memory);
     if (options.kvStore) {
       options.kvStore.open(cacheIdentity, blockSize);
       this.kv.restoreFrom(options.kvStore);
-      this.persistence = new BlockPersistence(this.kv.pool, options.kvStore);
+      this.persistence = new BlockPersistence(this.kv.pool, memory, options.kvStore);
     }
     this.sessions = new SessionCaches(this.kv);
     this.scheduler = new Scheduler(
@@ -192,16 +194,23 @@ export class Engine {
     const share = options.isolate;
     if (!share) {
       const model = await loadModel(runtime, source, loadOptions, limits);
-      return Engine.assemble(runtime, model, await model.takeRunner(limits), limits, options);
+      return Engine.assemble(runtime, model, await model.takeRunner(limits, options.pipeline?.links), limits, options);
     }
     // An object's earlier instance (the runtime replaced it) holds nothing any more.
     share.models.release(share.holder);
     const key = sharedModelKey(share, runtime, options);
-    const plan = new IsolatePoolPlan(share, key, limits, kvDtype, runtime.name === 'wasm');
+    const plan = new IsolatePoolPlan(
+      share,
+      key,
+      limits,
+      kvDtype,
+      runtime.name === 'wasm',
+      options.pipeline !== undefined,
+    );
     const model = await share.models.model(key, async () =>
       plan.withIsolatePart(await loadModel(runtime, source, { ...loadOptions, isolateBudget: plan.budget }, limits)),
     );
-    const runner = await model.takeRunner(limits);
+    const runner = await model.takeRunner(limits, options.pipeline?.links);
     let pool: { kvCacheBytes: number; parts: FootprintPart[] };
     try {
       pool = plan.pool(model);
@@ -397,10 +406,25 @@ export class Engine {
       pass = this.runPass(plan.rows, proposals);
       if (pass instanceof Promise) pass = await pass;
     } catch (err) {
-      this.faults.passFailed(plan.rows, starts, err);
+      if (err instanceof KvLostError) this.kvLost(err);
+      else this.faults.passFailed(plan.rows, starts, err);
       return;
     }
     this.afterPass(plan.rows, proposals, starts, fed, pass);
+  }
+
+  /**
+   * The runner's KV memory lost its contents (a pipeline stage restarted): no cached block can be trusted, so
+   * the prefix cache and the sessions' kept caches are forgotten and every running sequence is recomputed
+   * from its tokens (a slower next token, nothing else). Stored blocks are still good: they restore.
+   */
+  private kvLost(err: KvLostError): void {
+    console.warn(`${err.message}; recomputing every sequence from its tokens`);
+    this.counters.kvLosses++;
+    this.persistence?.dropAll();
+    while (this.sessions.releaseOldest());
+    this.scheduler.preemptAll();
+    this.kv.pool.uncacheAll();
   }
 
   /** Streams what a pass gave: verifies proposals, commits the new tokens to the cache, samples. */

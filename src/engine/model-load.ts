@@ -8,6 +8,7 @@ import { digestingSource } from './model/weights-digest.js';
 import { loadRunner, type LoadedRunner, type RunnerOptions } from './runners/create-runner.js';
 import type { FootprintPart } from './runners/memory-budget.js';
 import type { ModelRunner } from './runners/model-runner.js';
+import type { StageLink } from './stages/stage-protocol.js';
 import { TextTokenizer } from '../tokenizer/tokenizer.js';
 
 /** What loading a model needs besides its source: which weights, and how the runner is sized and checked. */
@@ -43,8 +44,11 @@ export interface LoadedModel {
   shared(): FootprintPart[];
   /** Bytes each engine's runner holds besides its KV pool. */
   perRunner: readonly FootprintPart[];
-  /** A runner for one more engine: the one the load built first, then others over the same weights. */
-  takeRunner(limits: EngineLimits): Promise<ModelRunner>;
+  /**
+   * A runner for one more engine: the one the load built first, then others over the same weights. Over
+   * pipeline stages, the first only for the engine whose stages it was built with (`links`).
+   */
+  takeRunner(limits: EngineLimits, links?: StageLink[]): Promise<ModelRunner>;
 }
 
 /** Reads a model folder's config and tokenizer and places its weights on the runner `loadRunner` picks. */
@@ -78,14 +82,18 @@ export async function loadModel(
     weightBytes: loaded.weightBytes,
     shared: loaded.shared,
     perRunner: loaded.perRunner,
-    takeRunner: firstThenAnother(loaded),
+    takeRunner: firstThenAnother(loaded, options.pipeline?.links),
   };
 }
 
-function firstThenAnother(loaded: LoadedRunner): (limits: EngineLimits) => Promise<ModelRunner> {
+function firstThenAnother(
+  loaded: LoadedRunner,
+  firstLinks: StageLink[] | undefined,
+): (limits: EngineLimits, links?: StageLink[]) => Promise<ModelRunner> {
   let first: ModelRunner | undefined = loaded.runner;
-  return async (limits) => {
-    const runner = first ?? (await loaded.another(limits));
+  return async (limits, links) => {
+    if (links !== firstLinks) return loaded.another(limits, links);
+    const runner = first ?? (await loaded.another(limits, links));
     first = undefined;
     return runner;
   };

@@ -113,6 +113,12 @@ export class Scheduler<S extends SchedulableSequence> {
     if (w >= 0) this.waiting.splice(w, 1);
   }
 
+  /** Every running sequence back to the head of the queue, to be recomputed from its tokens (the runner lost the KV). */
+  preemptAll(): void {
+    const step: ScheduledStep<S> = { rows: [], preempted: [], admitted: [] };
+    while (this.running.length > 0) this.preempt(this.running[this.running.length - 1], step);
+  }
+
   get hasWork(): boolean {
     return this.running.length > 0 || this.waiting.length > 0;
   }

@@ -10,9 +10,12 @@ import {
   kvDtypeVar,
   kvStoreBytesVar,
   modelName,
+  pipelineStagesVar,
   speculativeVar,
   type Env,
 } from '../env.js';
+import { stageLinks } from './stage-links.js';
+import type { StageStats } from '../engine/runners/model-runner.js';
 import type { KvBlockStore } from '../engine/kv/block-store.js';
 import { SqlKvBlockStore } from './kv-block-store.js';
 import { InvalidRequestError } from '../engine/errors.js';
@@ -101,13 +104,20 @@ export class InferenceObject extends DurableObject<Env> {
       ? { source: (await modelSourceFor(draftName, { ...places, url: undefined })).source }
       : undefined;
     const speculative = speculativeVar(this.env);
+    const stages = pipelineStagesVar(this.env);
+    const kvDtype = kvDtypeVar(this.env);
+    // This shard's stage objects: one per stage Worker, named after the shard, so its KV blocks are its own.
+    const pipeline = stages
+      ? { stages, model, links: stageLinks(this.env, stages, this.ctx.id.toString()), kvDtype }
+      : undefined;
     const engine = await Engine.load(shardRuntime(this.env), source, {
       modelId: model,
       dtype,
       draft,
       speculative: speculative && resolveSpeculativeParams(speculative, draft !== undefined, undefined, 'SPECULATIVE'),
       kvCacheBytes: intVar(this.env, 'KV_CACHE_MB') * 2 ** 20,
-      kvDtype: kvDtypeVar(this.env),
+      kvDtype,
+      pipeline,
       memoryBudgetBytes: intVar(this.env, 'MEMORY_BUDGET_MB') * 2 ** 20,
       maxBatchSize: intVar(this.env, 'MAX_BATCH'),
       anyJsonWhitespace: anyJsonWhitespaceVar(this.env),
@@ -223,6 +233,11 @@ export class InferenceObject extends DurableObject<Env> {
     if (!this.loaded) return null;
     const { countedBytes, models } = isolateModels.snapshot();
     return { countedBytes, objects: models.reduce((n, m) => n + m.holders, 0) };
+  }
+
+  /** The pipeline stages of the loaded engine (their layers and isolates), for GET /v1/models; null before a load or without stages. */
+  async stages(): Promise<StageStats[] | null> {
+    return this.loaded?.runner.stats().stages ?? null;
   }
 
   /** The runner of the loaded engine (`kernels` or `onnxruntime`) for GET /v1/models; null before a load, which this never starts. */

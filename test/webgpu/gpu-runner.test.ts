@@ -9,6 +9,7 @@ import { nodeShaderSource, webGpuRuntimeForNode } from '../../src/backends/ort-w
 import type { Engine } from '../../src/engine/engine.js';
 import type { GenerationRequest } from '../../src/engine/request.js';
 import { DeviceSampler, DeviceSamplerState } from '../../src/engine/gpu/device-sampler.js';
+import { GpuKvPool } from '../../src/engine/gpu/gpu-kv-pool.js';
 import { GpuRunner } from '../../src/engine/gpu/gpu-runner.js';
 import { WgslKernels } from '../../src/engine/gpu/wgsl-kernels.js';
 import { BlockPool } from '../../src/engine/kv/block-pool.js';
@@ -25,6 +26,7 @@ describe.skipIf(!gpu)(`GpuRunner: KV kept on the device${skipNote}`, () => {
   let runner: GpuRunner;
   let manager: KvCacheManager;
   let pool: BlockPool;
+  let memory: GpuKvPool;
   let wasm: Engine;
   beforeAll(async () => {
     const runtime = await webGpuRuntimeForNode();
@@ -32,8 +34,8 @@ describe.skipIf(!gpu)(`GpuRunner: KV kept on the device${skipNote}`, () => {
     const kernels = await WgslKernels.create(runtime.gpu.device, nodeShaderSource, ['kv-gather', 'kv-scatter']);
     runner = await GpuRunner.create(runtime, files.onnx, files.config, kernels);
     pool = new BlockPool(files.config, 64, 4);
-    manager = new KvCacheManager(pool, 'tiny');
-    runner.attachPool(pool);
+    memory = runner.createKvMemory(files.config, 64, 4, 'fp32');
+    manager = new KvCacheManager(pool, 'tiny', memory);
     wasm = await loadEngine('wasm', 'tiny');
   });
   afterAll(async () => {
@@ -61,18 +63,24 @@ describe.skipIf(!gpu)(`GpuRunner: KV kept on the device${skipNote}`, () => {
     const seqs = prompts.map(() => manager.create());
     const got = await decode(seqs, prompts, STEPS);
     for (let b = 0; b < prompts.length; b++) expect(got[b], `row ${b}`).toEqual(await wasmGreedy(prompts[b], STEPS));
-    // Nothing was written to the CPU pool's arrays: the keys and values stayed on the device.
+    // The keys and values stayed on the device: the pool's memory is the runner's device buffers, and
+    // reading a block back gives what the passes wrote there (a block no sequence had holds nothing).
+    expect(manager.memory, 'the pool lives on the device').toBe(memory);
+    expect(memory).toBeInstanceOf(GpuKvPool);
+    for (const [b, kv] of seqs.entries()) {
+      const bytes = await memory.readBlock(kv.blocks[0]);
+      expect(bytes.length).toBe(memory.blockBytes);
+      expect(
+        bytes.some((v) => v !== 0),
+        `device pool holds row ${b}'s keys and values`,
+      ).toBe(true);
+    }
+    const used = new Set(seqs.flatMap((kv) => kv.blocks));
+    const untouched = [...Array(pool.numBlocks).keys()].find((id) => !used.has(id))!;
     expect(
-      pool.keys.every((layer) => layer.every((v) => v === 0)),
-      'CPU pool untouched',
+      (await memory.readBlock(untouched)).every((v) => v === 0),
+      `unused block ${untouched} reads back empty`,
     ).toBe(true);
-    await runner.syncPoolToCpu();
-    expect(
-      pool.keys[0].some((v) => v !== 0),
-      'device pool holds the keys',
-    ).toBe(true);
-    for (const layer of pool.keys) layer.fill(0);
-    for (const layer of pool.values) layer.fill(0);
     for (const kv of seqs) manager.free(kv);
     pool.checkInvariants();
   });
@@ -105,8 +113,11 @@ describe.skipIf(!gpu)(`GpuRunner + DeviceSampler: logits sampled where they are$
     const files = await loadModelFiles(directorySource(modelDir('tiny')), 'fp32');
     const kernels = await WgslKernels.create(runtime.gpu.device, nodeShaderSource);
     runner = await GpuRunner.create(runtime, files.onnx, files.config, kernels, { logitsOnDevice: true });
-    manager = new KvCacheManager(new BlockPool(files.config, 64, 16), 'tiny');
-    runner.attachPool(manager.pool);
+    manager = new KvCacheManager(
+      new BlockPool(files.config, 64, 16),
+      'tiny',
+      runner.createKvMemory(files.config, 64, 16, 'fp32'),
+    );
     sampler = new DeviceSampler(kernels, files.config.vocabSize);
     wasm = await loadEngine('wasm', 'tiny');
   });

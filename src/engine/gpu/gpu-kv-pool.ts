@@ -1,17 +1,20 @@
 import { BufferUsage, MAP_MODE_READ } from './usage.js';
 import type { KvShape } from '../kv/block-pool.js';
+import { storedBlockBytes, type KvMemory } from '../kv/kv-memory.js';
 
 /**
- * The block pool's storage on the device: per layer, keys and values each (num_blocks, kv_heads,
- * block_size, head_dim) float32, the same layout as BlockPool's arrays. The CPU BlockPool keeps the
+ * The block pool's memory on the device: per layer, keys and values each (num_blocks, kv_heads,
+ * block_size, head_dim) float32, the layout ArrayKvMemory has on the CPU. The BlockPool keeps the
  * bookkeeping (reference counts, prefix hashes, free list); this holds the bytes, so a GPU engine's
- * keys and values never leave the device between steps.
+ * keys and values never leave the device between steps. Copy-on-write copies wait for the next pass,
+ * which encodes them ahead of its gather (encodePendingCopies).
  */
-export class GpuKvPool {
+export class GpuKvPool implements KvMemory {
   readonly keys: GPUBuffer[];
   readonly values: GPUBuffer[];
   /** One block's bytes: WebGPU cannot copy within one buffer, so a block copy goes through here. */
   private readonly scratch: GPUBuffer;
+  private pendingCopies: [number, number][] = [];
 
   constructor(
     readonly device: GPUDevice,
@@ -42,17 +45,28 @@ export class GpuKvPool {
     return this.shape.numKvHeads * this.blockSize * this.shape.headDim;
   }
 
-  /** Copy-on-write on the device: every layer's keys and values of block `from` into block `to`. */
-  encodeCopyBlock(encoder: GPUCommandEncoder, from: number, to: number): void {
+  get blockBytes(): number {
+    return storedBlockBytes(this.shape, this.blockSize, 4);
+  }
+
+  /** Copy-on-write: done on the device at the start of the next pass (the only reader or writer of KV bytes). */
+  copyBlock(from: number, to: number): void {
+    this.pendingCopies.push([from, to]);
+  }
+
+  /** The copies waiting since the last pass, into `encoder`: every layer's keys and values of `from` into `to`. */
+  encodePendingCopies(encoder: GPUCommandEncoder): void {
     const n = this.blockStride * 4;
-    for (const buffer of [...this.keys, ...this.values]) {
-      encoder.copyBufferToBuffer(buffer, from * n, this.scratch, 0, n);
-      encoder.copyBufferToBuffer(this.scratch, 0, buffer, to * n, n);
+    for (const [from, to] of this.pendingCopies.splice(0)) {
+      for (const buffer of [...this.keys, ...this.values]) {
+        encoder.copyBufferToBuffer(buffer, from * n, this.scratch, 0, n);
+        encoder.copyBufferToBuffer(this.scratch, 0, buffer, to * n, n);
+      }
     }
   }
 
   /**
-   * Block `id`'s bytes in BlockPool.readBlock's layout (per layer, keys then values), read back from the
+   * Block `id`'s bytes in their stored form (per layer, keys then values), read back from the
    * device: every layer copied in one submission, so the bytes are the block as it was at this call.
    */
   async readBlock(id: number): Promise<Uint8Array> {
@@ -76,6 +90,11 @@ export class GpuKvPool {
 
   /** Writes bytes in that layout into block `id` (queued before any later pass). */
   writeBlock(id: number, bytes: Uint8Array): void {
+    if (bytes.length !== this.blockBytes)
+      throw new RangeError(`a KV block holds ${this.blockBytes} bytes, got ${bytes.length}`);
+    // A copy-on-write copy still waiting for the next pass would land on top of the restored bytes: its
+    // target was freed since (its sequence preempted), or the block would not be free to restore into.
+    this.pendingCopies = this.pendingCopies.filter(([, to]) => to !== id);
     const n = this.blockStride * 4;
     for (const [i, buffer] of this.blockOrder.entries())
       this.device.queue.writeBuffer(buffer, id * n, bytes as Uint8Array<ArrayBuffer>, i * n, n);

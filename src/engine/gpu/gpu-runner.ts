@@ -1,4 +1,4 @@
-import type { BlockPool, KvDtype, KvStorage } from '../kv/block-pool.js';
+import type { KvDtype, KvShape } from '../kv/block-pool.js';
 import type { ModelConfig } from '../model/config.js';
 import type {
   DeviceDraw,
@@ -14,7 +14,7 @@ import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
 import type { SampledToken } from '../sampling/sampler.js';
 import { DeviceSampler } from './device-sampler.js';
 import { GpuKvPool } from './gpu-kv-pool.js';
-import { readBuffer, type WgslKernels } from './wgsl-kernels.js';
+import type { WgslKernels } from './wgsl-kernels.js';
 import { KvTransfer, type KvLayerBuffers, type KvRowPlacement } from './kv-transfer.js';
 import { BufferUsage } from './usage.js';
 
@@ -48,9 +48,9 @@ export class UnsupportedOnDevice extends Error {}
  * Keys and values never cross to the CPU; only the logits come back (or, with `logitsOnDevice`, not even
  * those: the device sampler reads them where they are).
  *
- * The CPU BlockPool keeps doing the bookkeeping (reference counts, prefix hashes, free list); attach it
- * with attachPool() before the first pass. Its copy-on-write copies are then done on the device, at
- * the start of the next pass (the only reader or writer of KV bytes); its own float arrays go unused.
+ * The engine's BlockPool does the bookkeeping (reference counts, prefix hashes, free list); the bytes are
+ * the device's (createKvMemory gives them: a GpuKvPool), its copy-on-write copies done at the start of the
+ * next pass.
  */
 export class GpuRunner implements ModelRunner, DeviceSampling {
   readonly name = 'onnxruntime';
@@ -58,9 +58,7 @@ export class GpuRunner implements ModelRunner, DeviceSampling {
   readonly kvIdentity = 'device';
 
   private sampler: DeviceSampler | undefined;
-  private pool: BlockPool | undefined;
   private kvPool: GpuKvPool | undefined;
-  private pendingCopies: [number, number][] = [];
 
   private constructor(
     private readonly runtime: OrtRuntime,
@@ -114,29 +112,16 @@ export class GpuRunner implements ModelRunner, DeviceSampling {
     return this.logitsOnDevice ? this : undefined;
   }
 
-  /** The CPU pool keeps plain arrays for its bookkeeping; the bytes live on the device (attachPool). */
-  createKvStorage(_shape: unknown, _blocks: number, _blockSize: number, dtype: KvDtype): KvStorage | undefined {
-    return refuseHalfKv(dtype);
+  /** The pool's bytes, on the device. */
+  createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): GpuKvPool {
+    refuseHalfKv(dtype);
+    if (this.kvPool) throw new Error('the KV pool is already allocated');
+    this.kvPool = new GpuKvPool(this.kernels.device, shape, numBlocks, blockSize);
+    return this.kvPool;
   }
 
   stats(): RunnerStats {
     return { runner: 'onnxruntime' };
-  }
-
-  /** Puts the bytes of `pool`'s blocks on the device and routes its block copies there. */
-  attachPool(pool: BlockPool): void {
-    if (this.pool) throw new Error('a KV pool is already attached');
-    this.pool = pool;
-    this.kvPool = new GpuKvPool(this.kernels.device, pool.shape, pool.numBlocks, pool.blockSize);
-    pool.copyBlock = (from: number, to: number) => void this.pendingCopies.push([from, to]);
-    const kvPool = this.kvPool;
-    pool.readBlock = (id: number) => kvPool.readBlock(id);
-    pool.writeBlock = (id: number, bytes: Uint8Array) => {
-      // A copy-on-write copy still waiting for the next pass would land on top of the restored bytes:
-      // its target was freed since (its sequence preempted), or the block would not be free to restore into.
-      this.pendingCopies = this.pendingCopies.filter(([, to]) => to !== id);
-      kvPool.writeBlock(id, bytes);
-    };
   }
 
   async forward(rows: readonly StepRow[]): Promise<StepLogits> {
@@ -201,8 +186,8 @@ export class GpuRunner implements ModelRunner, DeviceSampling {
 
   /** One pass: gather, run, scatter, advance. Returns the logits tensor, (batch, S, vocab). */
   private async run(rows: readonly StepRow[]): Promise<{ logits: OrtTensor; S: number }> {
-    const { pool, kvPool } = this;
-    if (!pool || !kvPool) throw new Error('attachPool() before the first pass');
+    const { kvPool } = this;
+    if (!kvPool) throw new Error('createKvMemory() before the first pass');
     const { numLayers, numKvHeads, headDim } = this.config;
     const device = this.kernels.device;
     const B = rows.length;
@@ -224,7 +209,7 @@ export class GpuRunner implements ModelRunner, DeviceSampling {
     const past: KvLayerBuffers[] = [];
     const pastDims = [B, numKvHeads, P, headDim];
     const encoder = device.createCommandEncoder({ label: 'kv gather' });
-    for (const [from, to] of this.pendingCopies.splice(0)) kvPool.encodeCopyBlock(encoder, from, to);
+    kvPool.encodePendingCopies(encoder);
     if (P > 0) {
       const bytes = B * numKvHeads * P * headDim * 4;
       const usage = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
@@ -289,21 +274,6 @@ export class GpuRunner implements ModelRunner, DeviceSampling {
     }
     for (const { kv, tokens } of rows) kv.advance(tokens.length);
     return { logits: out.logits, S };
-  }
-
-  /** Reads the device bytes of the attached pool's blocks into the CPU pool's arrays (tests, debugging). */
-  async syncPoolToCpu(): Promise<void> {
-    const pool = this.pool!;
-    for (let layer = 0; layer < this.config.numLayers; layer++) {
-      pool.keys[layer].set(
-        new Float32Array(await readBuffer(this.kernels.device, this.kvPool!.keys[layer], pool.keys[layer].byteLength)),
-      );
-      pool.values[layer].set(
-        new Float32Array(
-          await readBuffer(this.kernels.device, this.kvPool!.values[layer], pool.values[layer].byteLength),
-        ),
-      );
-    }
   }
 
   async release(): Promise<void> {

@@ -8,7 +8,7 @@ import { KernelRunner } from './kernel-runner.js';
 import { ScratchArena, type LinearMemory } from './linear-memory.js';
 import { loadOnnxWeights } from './onnx/onnx-weights.js';
 import { scratchBytes } from './scratch-layout.js';
-import type { LlamaWeights } from './weights/llama-weights.js';
+import { wholeModel, type LayerSpan, type LlamaWeights } from './weights/llama-weights.js';
 
 /**
  * A model's weights on our kernels, loaded once: the kernels' instance, its linear memory, the weights in
@@ -32,18 +32,23 @@ export class KernelModel {
    * Streams a weights file into a fresh linear memory, each tensor placed where the kernels will read it
    * (converted on the way where the file's layout is not theirs): the file is never held whole, so loading
    * peaks at the weights plus one tensor's staging. The budget is checked as the weights are placed (and on a
-   * GGUF file's size first).
+   * GGUF file's size first). With `span`, only those layers (and ends) are placed: a pipeline stage's share.
    */
   static async fromStream(
     module: WebAssembly.Module,
     file: ByteStream,
     config: ModelConfig,
-    { limits, budget, format = 'onnx' }: { limits: EngineLimits; budget: MemoryBudget; format?: 'onnx' | 'gguf' },
+    {
+      limits,
+      budget,
+      format = 'onnx',
+      span = wholeModel(config),
+    }: { limits: EngineLimits; budget: MemoryBudget; format?: 'onnx' | 'gguf'; span?: LayerSpan },
   ): Promise<KernelModel> {
-    const scratch = scratchBytes(config, limits);
+    const scratch = scratchBytes(config, limits, undefined, span);
     // A GGUF file's blocks are held as they lie, so a file of known size is judged whole before anything is
     // placed; an ONNX file may hold float tables the kernels quantise, so it is judged as its weights arrive.
-    if (format === 'gguf' && file.size !== undefined)
+    if (format === 'gguf' && file.size !== undefined && span.ends && span.from === 0 && span.to === config.numLayers)
       budget.check([
         { label: 'weights', bytes: file.size },
         { label: 'scratch', bytes: scratch },
@@ -56,7 +61,7 @@ export class KernelModel {
       ]);
     const ctx = { memory, kernels, report: (message: string) => console.warn(`edge kernels: ${message}`) };
     const load = format === 'gguf' ? loadGgufWeights : loadOnnxWeights;
-    const weights = await load(file.chunks, config, ctx, check);
+    const weights = await load(file.chunks, config, ctx, check, span);
     return new KernelModel(config, kernels, memory, weights);
   }
 

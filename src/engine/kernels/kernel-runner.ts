@@ -1,4 +1,5 @@
-import type { KvArray, KvDtype, KvShape, KvStorage } from '../kv/block-pool.js';
+import type { KvDtype, KvShape } from '../kv/block-pool.js';
+import { ArrayKvMemory, type KvArray } from '../runners/array-kv-memory.js';
 import type { ModelConfig } from '../model/config.js';
 import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../runners/model-runner.js';
 import type { KernelExports } from './edge-kernels.js';
@@ -10,6 +11,35 @@ import type { Matrix } from './weights/matrix.js';
 
 /** Pointers of one pass's scratch buffers (scratch-layout.ts has their shapes). */
 type Scratch = { [K in keyof PassLayout]: number };
+
+/** One row of a pass as the kernels see it: its block table, where its new tokens start, how many. */
+export interface KernelRow {
+  blocks: readonly number[];
+  start: number;
+  count: number;
+  /** Last positions to compute logits for (StepRow.logits). */
+  logits?: number;
+}
+
+/** One pass's layout: where each row's tokens, block table and logits lie, and its scratch. */
+interface Pass {
+  rows: readonly KernelRow[];
+  counts: number[];
+  starts: number[];
+  firstToken: number[];
+  tableStart: number[];
+  /** Tokens of all rows (M). */
+  tokens: number;
+  want: number[];
+  logitStart: number[];
+  logitRows: number;
+  epoch: number;
+  scratch: Scratch;
+}
+
+export function kernelRows(rows: readonly StepRow[]): KernelRow[] {
+  return rows.map(({ kv, tokens, logits }) => ({ blocks: kv.blocks, start: kv.length, count: tokens.length, logits }));
+}
 
 /**
  * The model runner on our own WebAssembly kernels (kernels/*.c): the whole Llama forward pass over
@@ -61,41 +91,44 @@ export class KernelRunner implements ModelRunner {
     return { runner: 'kernels', wasmMemoryBytes: this.memory.bytes };
   }
 
-  /** The KV pool lives in linear memory (createKvStorage); nothing mirrors it. */
-  attachPool(): void {}
-
   /** Bytes of linear memory now (weights + every KV pool + scratch + the kernels' own stack and data). */
   get memoryBytes(): number {
     return this.memory.bytes;
   }
 
   /**
-   * Places the engine's KV block pool in linear memory: per layer, keys and values (numBlocks, kv_heads,
-   * blockSize, head_dim) float32 or float16, the layout BlockPool describes. Returns the views BlockPool holds.
+   * Places the engine's KV block pool in linear memory: per layer of this memory's span, keys and values
+   * (numBlocks, kv_heads, blockSize, head_dim) float32 or float16 (ArrayKvMemory's layout), which attention
+   * reads in place. A stage's pool holds its own layers only, whatever `shape` says of the whole model.
    */
-  createKvStorage(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): KvStorage {
+  createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): ArrayKvMemory {
     if (this.pool) throw new Error('the KV pool is already allocated');
+    const { from, to } = this.weights.span;
+    const own = { ...shape, numLayers: to - from };
     const elements = numBlocks * shape.numKvHeads * blockSize * shape.headDim;
     const bytes = dtype === 'fp16' ? 2 : 4;
-    const region = this.memory.alloc(2 * shape.numLayers * elements * bytes);
-    for (let layer = 0; layer < shape.numLayers; layer++) {
+    const region = this.memory.alloc(Math.max(1, 2 * own.numLayers * elements * bytes));
+    for (let layer = 0; layer < own.numLayers; layer++) {
       this.kvKeys.push(region + layer * elements * bytes);
-      this.kvValues.push(region + (shape.numLayers + layer) * elements * bytes);
+      this.kvValues.push(region + (own.numLayers + layer) * elements * bytes);
     }
     this.blockSize = blockSize;
     this.kvHalf = dtype === 'fp16';
-    const storage: KvStorage = { keys: [], values: [] };
     const view = (ptr: number): KvArray =>
       this.kvHalf ? new Uint16Array(this.memory.memory.buffer, ptr, elements) : this.memory.f32(ptr, elements);
+    const kv = new ArrayKvMemory(own, numBlocks, blockSize, {
+      keys: this.kvKeys.map(view),
+      values: this.kvValues.map(view),
+    });
+    // A grown memory detaches every view of the old buffer.
     const remake = (): void => {
-      for (let layer = 0; layer < shape.numLayers; layer++) {
-        storage.keys[layer] = view(this.kvKeys[layer]);
-        storage.values[layer] = view(this.kvValues[layer]);
+      for (let layer = 0; layer < own.numLayers; layer++) {
+        kv.keys[layer] = view(this.kvKeys[layer]);
+        kv.values[layer] = view(this.kvValues[layer]);
       }
     };
-    remake();
     this.pool = { region, stopRemaking: this.memory.onGrow(remake) };
-    return storage;
+    return kv;
   }
 
   /**
@@ -103,46 +136,75 @@ export class KernelRunner implements ModelRunner {
    * until the next pass over this model's memory (any engine's), so the engine reads them before it yields.
    */
   forward(rows: readonly StepRow[]): StepLogits {
+    for (const { kv, tokens } of rows) kv.checkWritable(tokens.length);
+    const pass = this.begin(kernelRows(rows), true);
+    this.embedTokens(
+      pass,
+      rows.flatMap((r) => r.tokens),
+    );
+    this.runLayers(pass);
+    for (const { kv, tokens } of rows) kv.advance(tokens.length);
+    return this.outputLogits(pass);
+  }
+
+  /**
+   * One pipeline stage's share of a pass: the hidden states entering this memory's first layer ((M, hidden),
+   * every row's tokens end to end), or the token ids where this memory holds the embedding; returns the
+   * hidden states leaving its last layer, copied out of scratch. Its layers' keys and values are written into
+   * the rows' blocks (the head checked they are the rows' own).
+   */
+  forwardHidden(rows: readonly KernelRow[], input: Float32Array | readonly number[]): Float32Array {
+    const pass = this.begin(rows, false);
+    if (input instanceof Float32Array) this.setResidual(pass, input);
+    else this.embedTokens(pass, input);
+    this.runLayers(pass);
+    return this.memory.f32(pass.scratch.residual, pass.tokens * this.config.hiddenSize).slice();
+  }
+
+  /** The head's end of a pass over stages: the hidden states leaving the model's last layer, to logits. */
+  logitsFromHidden(rows: readonly KernelRow[], hidden: Float32Array): StepLogits {
+    const pass = this.begin(rows, true);
+    this.setResidual(pass, hidden);
+    return this.outputLogits(pass);
+  }
+
+  /** Scratch, RoPE tables and block tables of a pass; whatever the last pass (of any engine) left there is gone. */
+  private begin(rows: readonly KernelRow[], logits: boolean): Pass {
     if (this.released) throw new Error('this runner was released: its KV pool is no longer its own');
-    if (!this.pool) throw new Error('createKvStorage() before the first pass');
-    const { hiddenSize: H, headDim, vocabSize, numLayers, numHeads, numKvHeads } = this.config;
-    const k = this.kernels;
-    const kvs = rows.map(({ kv }) => kv);
-    const counts = rows.map((r) => r.tokens.length);
-    const starts = kvs.map((kv) => kv.length);
-    for (const [r, kv] of kvs.entries()) kv.checkWritable(counts[r]);
+    const { from, to } = this.weights.span;
+    if (!this.pool && to > from) throw new Error('createKvMemory() before the first pass');
+    if (logits && !this.weights.ends) throw new Error("this memory holds layers only: logits are the head's");
+    const { headDim } = this.config;
+    const counts = rows.map((r) => r.count);
+    const starts = rows.map((r) => r.start);
     const { offsets: firstToken, total: M } = packedOffsets(counts);
-    const { offsets: tableStart, total: tableEntries } = packedOffsets(kvs.map((kv) => kv.blocks.length));
+    const { offsets: tableStart, total: tableEntries } = packedOffsets(rows.map((r) => r.blocks.length));
     // Logits for each row's last positions (its last token, or a verification's proposals and the token after
     // them), in one batched output projection; past LOGIT_ROWS more than one per row, the rest are lazy.
-    const want = rows.map((r, i) => Math.min(counts[i], Math.max(1, r.logits ?? 1)));
+    const want = rows.map((r, i) => (logits ? Math.min(counts[i], Math.max(1, r.logits ?? 1)) : 0));
     let extra = LOGIT_ROWS;
     for (const [i, w] of want.entries()) {
+      if (w === 0) continue;
       want[i] = 1 + Math.min(w - 1, extra);
       extra -= want[i] - 1;
     }
     const { offsets: logitStart, total: logitRows } = packedOffsets(want);
 
-    // Scratch for this pass, from the shared arena: whatever the last pass (of any engine) left there is gone.
     const epoch = this.model.arena.begin();
     this.quantMemo = undefined;
     const mem = this.memory;
-    const scoreRow = Math.max(...kvs.map((_kv, r) => Math.min(CHUNK, counts[r]) * (starts[r] + counts[r] + 8)));
+    const scoreRow = Math.max(...rows.map((_r, i) => Math.min(CHUNK, counts[i]) * (starts[i] + counts[i] + 8)));
     const sizes = passLayout(this.config, { tokens: M, tableEntries, scoreRow, logitRows }, this.weights);
     const scratch = {} as Scratch;
     for (const name of Object.keys(sizes) as (keyof Scratch)[]) scratch[name] = this.model.arena.alloc(sizes[name]);
     this.scratch = scratch;
-    const s = scratch;
-    const { residual, cos, sin, tables, logits, lastRows } = s;
 
-    // Inputs: embeddings, RoPE tables, block tables. Views are made after every alloc (none grows later).
-    const ids: number[] = rows.flatMap((r) => r.tokens);
-    for (const [t, id] of ids.entries()) this.embed(residual + t * H * 4, id);
-    const cosView = mem.f32(cos, M * (headDim / 2));
-    const sinView = mem.f32(sin, M * (headDim / 2));
+    // Views are made after every alloc (none grows later).
+    const cosView = mem.f32(scratch.cos, M * (headDim / 2));
+    const sinView = mem.f32(scratch.sin, M * (headDim / 2));
     const { invFreq } = this.weights;
     rows.forEach((row, r) => {
-      for (let i = 0; i < row.tokens.length; i++) {
+      for (let i = 0; i < row.count; i++) {
         const pos = starts[r] + i;
         const at = (firstToken[r] + i) * (headDim / 2);
         // float64 angles, rounded once: the float32 graph's pos * inv_freq rounds before the cosine.
@@ -152,36 +214,61 @@ export class KernelRunner implements ModelRunner {
         }
       }
     });
-    for (const [r, kv] of kvs.entries()) mem.i32(tables + tableStart[r] * 4, kv.blocks.length).set(kv.blocks);
+    for (const [r, row] of rows.entries())
+      mem.i32(scratch.tables + tableStart[r] * 4, row.blocks.length).set(row.blocks);
+    return { rows, counts, starts, firstToken, tableStart, tokens: M, want, logitStart, logitRows, epoch, scratch };
+  }
 
+  private embedTokens(pass: Pass, ids: readonly number[]): void {
+    if (!this.weights.ends) throw new Error("this memory holds layers only: the embedding is the head's");
+    const H = this.config.hiddenSize;
+    for (const [t, id] of ids.entries()) this.embed(this.weights.ends.embedding, pass.scratch.residual + t * H * 4, id);
+  }
+
+  private setResidual(pass: Pass, hidden: Float32Array): void {
+    const n = pass.tokens * this.config.hiddenSize;
+    if (hidden.length !== n)
+      throw new RangeError(`a pass of ${pass.tokens} tokens takes ${n} hidden floats, got ${hidden.length}`);
+    this.memory.f32(pass.scratch.residual, n).set(hidden);
+  }
+
+  /** This memory's layers over the pass's residual stream, CHUNK tokens at a time. */
+  private runLayers(pass: Pass): void {
+    const { hiddenSize: H, headDim, numHeads, numKvHeads } = this.config;
+    const k = this.kernels;
+    const s = pass.scratch;
+    const { counts, starts, firstToken, tableStart, tokens: M } = pass;
     const qOut = numHeads * headDim;
     const kvOut = numKvHeads * headDim;
     const I = this.weights.intermediateSize;
-    const rowOf = rows.flatMap((row, r) => row.tokens.map(() => r));
+    const rowOf = counts.flatMap((n, r) => Array.from({ length: n }, () => r));
     const scale = 1 / Math.sqrt(headDim);
-    for (let layer = 0; layer < numLayers; layer++) {
+    const { from, to } = this.weights.span;
+    for (let layer = from; layer < to; layer++) {
       const w = this.weights.layers[layer];
+      const keys = this.kvKeys[layer - from];
+      const values = this.kvValues[layer - from];
       for (let c0 = 0; c0 < M; c0 += CHUNK) {
         const n = Math.min(CHUNK, M - c0);
-        const x = residual + c0 * H * 4;
+        const x = s.residual + c0 * H * 4;
         k.rmsnorm(s.h, x, w.attnNorm, n, H, this.config.rmsNormEps);
         this.quantMemo = undefined;
         this.linear(s.q, s.h, n, w.q);
         this.linear(s.k, s.h, n, w.k);
         this.linear(s.v, s.h, n, w.v);
-        k.rope(s.q, cos + c0 * (headDim / 2) * 4, sin + c0 * (headDim / 2) * 4, n, numHeads, headDim, qOut);
-        k.rope(s.k, cos + c0 * (headDim / 2) * 4, sin + c0 * (headDim / 2) * 4, n, numKvHeads, headDim, kvOut);
+        k.rope(s.q, s.cos + c0 * (headDim / 2) * 4, s.sin + c0 * (headDim / 2) * 4, n, numHeads, headDim, qOut);
+        k.rope(s.k, s.cos + c0 * (headDim / 2) * 4, s.sin + c0 * (headDim / 2) * 4, n, numKvHeads, headDim, kvOut);
         // Each run of one row's tokens inside the chunk: store its keys and values, then attend.
         for (let t = c0; t < c0 + n; ) {
           const r = rowOf[t];
           const run = Math.min(c0 + n, firstToken[r] + counts[r]) - t;
           const start = starts[r] + (t - firstToken[r]);
-          const table = tables + tableStart[r] * 4;
+          const table = s.tables + tableStart[r] * 4;
           const local = t - c0;
           const write = this.kvHalf ? k.kv_write_f16 : k.kv_write;
           write(
-            this.kvKeys[layer],
-            this.kvValues[layer],
+            keys,
+            values,
             table,
             start,
             run,
@@ -194,8 +281,8 @@ export class KernelRunner implements ModelRunner {
           k.attention(
             s.ctx + local * qOut * 4,
             s.q + local * qOut * 4,
-            this.kvKeys[layer],
-            this.kvValues[layer],
+            keys,
+            values,
             table,
             start,
             run,
@@ -222,23 +309,31 @@ export class KernelRunner implements ModelRunner {
         k.add_inplace(x, s.out, n * H);
       }
     }
-    for (const [r, kv] of kvs.entries()) kv.advance(counts[r]);
+  }
 
+  /** The final norm and output projection of each row's wanted positions; the rest on demand (`at`). */
+  private outputLogits(pass: Pass): StepLogits {
+    const { hiddenSize: H, vocabSize } = this.config;
+    const ends = this.weights.ends!;
+    const k = this.kernels;
+    const s = pass.scratch;
+    const { counts, firstToken, want, logitStart, logitRows, epoch } = pass;
+    const mem = this.memory;
     const all = mem.u8(0, mem.bytes);
     for (const [r, n] of want.entries()) {
-      const from = residual + (firstToken[r] + counts[r] - n) * H * 4;
-      all.copyWithin(lastRows + logitStart[r] * H * 4, from, from + n * H * 4);
+      const from = s.residual + (firstToken[r] + counts[r] - n) * H * 4;
+      all.copyWithin(s.lastRows + logitStart[r] * H * 4, from, from + n * H * 4);
     }
     for (let r0 = 0; r0 < logitRows; r0 += CHUNK) {
       const n = Math.min(CHUNK, logitRows - r0);
-      k.rmsnorm(s.h, lastRows + r0 * H * 4, this.weights.norm, n, H, this.config.rmsNormEps);
+      k.rmsnorm(s.h, s.lastRows + r0 * H * 4, ends.norm, n, H, this.config.rmsNormEps);
       this.quantMemo = undefined;
-      this.linear(logits + r0 * vocabSize * 4, s.h, n, this.weights.lmHead);
+      this.linear(s.logits + r0 * vocabSize * 4, s.h, n, ends.lmHead);
     }
-    this.last = { residual, firstToken, epoch };
+    this.last = { residual: s.residual, firstToken, epoch };
     const view = (slot: number): Float32Array => {
       this.checkCurrent(epoch);
-      return mem.f32(logits + slot * vocabSize * 4, vocabSize);
+      return mem.f32(s.logits + slot * vocabSize * 4, vocabSize);
     };
     return {
       last: (row) => view(logitStart[row] + want[row] - 1),
@@ -262,17 +357,17 @@ export class KernelRunner implements ModelRunner {
     const { hiddenSize: H, vocabSize } = this.config;
     this.checkCurrent(this.last!.epoch);
     const s = this.scratch;
-    this.kernels.rmsnorm(s.h, this.last!.residual + t * H * 4, this.weights.norm, 1, H, this.config.rmsNormEps);
+    const ends = this.weights.ends!;
+    this.kernels.rmsnorm(s.h, this.last!.residual + t * H * 4, ends.norm, 1, H, this.config.rmsNormEps);
     this.quantMemo = undefined;
-    this.linear(s.lazyLogits, s.h, 1, this.weights.lmHead);
+    this.linear(s.lazyLogits, s.h, 1, ends.lmHead);
     return this.memory.f32(s.lazyLogits, vocabSize).slice();
   }
 
-  private embed(out: number, id: number): void {
+  private embed(e: Matrix, out: number, id: number): void {
     const { hiddenSize: H, vocabSize } = this.config;
     if (!Number.isInteger(id) || id < 0 || id >= vocabSize)
       throw new RangeError(`token id ${id} is outside the vocabulary (${vocabSize})`);
-    const e = this.weights.embedding;
     if (e.kind === 'quant') this.kernels.dequantize_column(out, e.header, id, e.blocks);
     else if (e.dtype === 'f16') this.kernels.embed_f16(out, e.ptr, id, H);
     else if (e.dtype === 'bf16') this.kernels.embed_bf16(out, e.ptr, id, H);

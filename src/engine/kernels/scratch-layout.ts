@@ -1,6 +1,6 @@
 import type { EngineLimits } from '../defaults.js';
 import { kvBytesPerToken, type ModelConfig } from '../model/config.js';
-import type { LlamaWeights } from './weights/llama-weights.js';
+import type { LayerSpan, LlamaWeights } from './weights/llama-weights.js';
 
 /** Tokens whose activations are in scratch at once: bounds scratch memory whatever the pass's size. */
 export const CHUNK = 32;
@@ -40,9 +40,10 @@ function widths(config: ModelConfig, weights?: LlamaWeights): Widths {
   // An upper bound for Llama shapes until the weights say (SmolLM2: 1536 = 2.7 H).
   const intermediate = weights?.intermediateSize ?? 4 * H;
   const quant = weights
-    ? [weights.lmHead, ...weights.layers.flatMap((l) => [l.q, l.k, l.v, l.o, l.gate, l.up, l.down])].map((m) =>
-        m.kind === 'quant' ? m.blocks * 32 : 0,
-      )
+    ? [
+        ...(weights.ends ? [weights.ends.lmHead] : []),
+        ...weights.layers.flatMap((l) => [l.q, l.k, l.v, l.o, l.gate, l.up, l.down]),
+      ].map((m) => (m.kind === 'quant' ? m.blocks * 32 : 0))
     : [];
   const padded = Math.ceil(Math.max(H, intermediate, numHeads * headDim) / 32) * 32;
   const found = { intermediate, widestQuant: Math.max(padded, ...quant) };
@@ -80,7 +81,7 @@ export function passLayout(config: ModelConfig, pass: PassShape, weights?: Llama
     xs: f((CHUNK * widest) / 32),
     xsum: f((CHUNK * widest) / 16),
     scores: f((numHeads / numKvHeads) * pass.scoreRow),
-    lazyLogits: f(vocabSize),
+    lazyLogits: pass.logitRows > 0 ? f(vocabSize) : 0,
     logits: f(pass.logitRows * vocabSize),
     lastRows: f(pass.logitRows * H),
   };
@@ -94,7 +95,7 @@ type PassLimits = Pick<EngineLimits, 'maxTokensPerStep' | 'maxBatchSize' | 'bloc
  * The largest pass the limits allow. No row is longer than the model's context nor than the KV pool holds
  * (at float16, the most tokens a pool of kvCacheBytes can hold), which bounds attention's score rows.
  */
-function largestPass(config: ModelConfig, limits: PassLimits): PassShape {
+function largestPass(config: ModelConfig, limits: PassLimits, logits: boolean): PassShape {
   const rows = limits.maxBatchSize;
   const poolTokens = Math.floor(limits.kvCacheBytes / kvBytesPerToken(config, 2)) + limits.blockSize;
   const context = Math.min(config.maxPositionEmbeddings, poolTokens);
@@ -102,7 +103,7 @@ function largestPass(config: ModelConfig, limits: PassLimits): PassShape {
     tokens: limits.maxTokensPerStep,
     tableEntries: rows * (Math.ceil(context / limits.blockSize) + 1),
     scoreRow: CHUNK * (context + 8),
-    logitRows: rows + LOGIT_ROWS,
+    logitRows: logits ? rows + LOGIT_ROWS : 0,
   };
 }
 
@@ -111,8 +112,15 @@ function largestPass(config: ModelConfig, limits: PassLimits): PassShape {
  * stack: what the
  * footprint adds to weights and KV pools, once per model however many engines share it. Before the
  * weights are read (the budget's first check) the layers' widths are upper bounds; with `weights`, exact.
+ * A stage that holds layers only (`span` without ends) computes no logits.
  */
-export function scratchBytes(config: ModelConfig, limits: PassLimits, weights?: LlamaWeights): number {
-  const layout = passLayout(config, largestPass(config, limits), weights);
+export function scratchBytes(
+  config: ModelConfig,
+  limits: PassLimits,
+  weights?: LlamaWeights,
+  span?: LayerSpan,
+): number {
+  const logits = (weights?.span ?? span)?.ends ?? true;
+  const layout = passLayout(config, largestPass(config, limits, logits), weights);
   return Object.values(layout).reduce((n, bytes) => n + Math.ceil(bytes / ALIGN) * ALIGN, KERNELS_STACK);
 }

@@ -1,4 +1,5 @@
 import type { BlockPool } from './block-pool.js';
+import { clearTokensFrom, type KvMemory } from './kv-memory.js';
 import { blockTokens, ROOT_HASH } from './block-hash.js';
 import type { KvBlockStore } from './block-store.js';
 import { yieldToEventLoop } from '../event-loop.js';
@@ -51,6 +52,7 @@ export class BlockPersistence {
 
   constructor(
     private readonly pool: BlockPool,
+    private readonly memory: KvMemory,
     readonly store: KvBlockStore,
   ) {}
 
@@ -85,6 +87,12 @@ export class BlockPersistence {
     if (this.current?.session === session) this.current.cancelled = true;
   }
 
+  /** The runner's KV memory lost its contents: nothing queued may be read from it (it would store garbage). */
+  dropAll(): void {
+    for (const entry of this.queue.splice(0)) this.done(entry);
+    if (this.current) this.current.cancelled = true;
+  }
+
   /** Lets go of an entry written or dropped: its tail block goes back to the pool. */
   private done(entry: QueuedChain): void {
     if (entry.tail) this.pool.release(entry.tail.block);
@@ -117,7 +125,7 @@ export class BlockPersistence {
 
   private async write(entry: QueuedChain): Promise<void> {
     // A chain longer than the whole budget would evict its own root to store its tip (and has no use for a tail).
-    const room = Math.floor(this.store.usage().budgetBytes / this.pool.blockBytes);
+    const room = Math.floor(this.store.usage().budgetBytes / this.memory.blockBytes);
     let chain = entry.chain.slice(0, room);
     const tail = entry.chain.length < room ? entry.tail : undefined;
     // Pinned, and its stored prefix touched, first: making room for its new blocks then never evicts its own.
@@ -137,7 +145,7 @@ export class BlockPersistence {
       this.pool.retain(block);
       let bytes: Uint8Array;
       try {
-        bytes = await this.pool.readBlock(block);
+        bytes = await this.memory.readBlock(block);
       } finally {
         this.pool.release(block);
       }
@@ -157,9 +165,9 @@ export class BlockPersistence {
     // The tail only follows a whole chain: a restore reaches it through every block before it.
     if (tail && chain.length === entry.chain.length && !this.store.has(tail.hash)) {
       const t0 = performance.now();
-      const bytes = await this.pool.readBlock(tail.block);
+      const bytes = await this.memory.readBlock(tail.block);
       if (entry.cancelled) return;
-      this.pool.clearFrom(bytes, blockTokens(tail.hash, this.pool.blockSize));
+      clearTokensFrom(bytes, this.pool.shape, this.pool.blockSize, blockTokens(tail.hash, this.pool.blockSize));
       if (this.store.write({ hash: tail.hash, parent: chain.at(-1) ?? ROOT_HASH, bytes })) {
         this.counts.storedBlocks++;
         this.counts.storedBytes += bytes.length;

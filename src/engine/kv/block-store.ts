@@ -20,7 +20,7 @@ export interface StoredBlock {
  * A full block is immutable and named by its chained prefix hash, which is salted with the cache
  * identity (model, weights digest, dtype, KV dtype, block size, runner): equal names mean equal bytes,
  * so a block is stored once however many sessions and requests share it. Bytes are opaque here: the
- * pool's own layout (BlockPool.readBlock), fp32 or fp16 as the pool holds them.
+ * pool's own layout (KvMemory.readBlock), fp32 or fp16 as the pool holds them.
  *
  * Reads are synchronous because restoring happens while the scheduler admits a request (the object's
  * SQLite is synchronous); writes happen after a generation has sent its last event, never on the token path.

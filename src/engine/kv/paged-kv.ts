@@ -1,4 +1,5 @@
 import type { BlockPool } from './block-pool.js';
+import type { KvMemory } from './kv-memory.js';
 import { blockHash, ROOT_HASH, tailHash } from './block-hash.js';
 
 /** Where matchPrefix finds blocks the pool has lost (the durable block store): full ones, and sessions' partial last ones. */
@@ -29,70 +30,14 @@ export class PagedSequenceKv {
 
   constructor(private readonly pool: BlockPool) {}
 
-  /**
-   * For runners that feed an ONNX graph a batch of past_key_values (onnxruntime): copies the `length`
-   * stored tokens of `layer` into slots [slotOffset, slotOffset + length) of one batch row's buffers,
-   * (kv_heads, slots, head_dim) float32. The kernels read the blocks in place instead.
-   */
-  gather(layer: number, keys: Float32Array, values: Float32Array, slots: number, slotOffset: number): void {
-    const { blockSize, headStride, blockStride } = this.pool;
-    const { numKvHeads, headDim } = this.pool.shape;
-    const poolKeys = this.pool.keys[layer];
-    const poolValues = this.pool.values[layer];
-    for (let i = 0; i * blockSize < this.length; i++) {
-      const n = Math.min(blockSize, this.length - i * blockSize) * headDim;
-      for (let h = 0; h < numKvHeads; h++) {
-        const src = this.blocks[i] * blockStride + h * headStride;
-        const dst = (h * slots + slotOffset + i * blockSize) * headDim;
-        keys.set(poolKeys.subarray(src, src + n), dst);
-        values.set(poolValues.subarray(src, src + n), dst);
-      }
-    }
-  }
-
-  /**
-   * The other way (onnxruntime's `present` outputs): stores `count` new tokens of `layer` from slots
-   * [slotOffset, slotOffset + count) of one batch row's buffers at positions [length, length + count).
-   * Readers see them after advance().
-   */
-  scatter(
-    layer: number,
-    keys: Float32Array,
-    values: Float32Array,
-    slots: number,
-    slotOffset: number,
-    count: number,
-  ): void {
-    const { blockSize, headStride, blockStride } = this.pool;
-    const { numKvHeads, headDim } = this.pool.shape;
-    const poolKeys = this.pool.keys[layer];
-    const poolValues = this.pool.values[layer];
-    for (let done = 0; done < count; ) {
-      const pos = this.length + done;
-      const block = this.blocks[Math.floor(pos / blockSize)];
-      if (block === undefined) throw new Error(`no KV block reserved for position ${pos}`);
-      if (!this.pool.isWritable(block))
-        throw new Error(`KV block ${block} is shared or cached and must not be written`);
-      const offset = pos % blockSize;
-      const n = Math.min(blockSize - offset, count - done);
-      for (let h = 0; h < numKvHeads; h++) {
-        const src = (h * slots + slotOffset + done) * headDim;
-        const dst = block * blockStride + h * headStride + offset * headDim;
-        poolKeys.set(keys.subarray(src, src + n * headDim), dst);
-        poolValues.set(values.subarray(src, src + n * headDim), dst);
-      }
-      done += n;
-    }
-  }
-
   /** Marks `count` written tokens (in every layer) as stored. */
   advance(count: number): void {
     this.length += count;
   }
 
   /**
-   * The checks scatter makes, for runners whose kernels write the next `count` positions in place (a
-   * kernel cannot throw): each position has a block, and that block is this sequence's alone.
+   * What a runner checks before it writes the next `count` positions (a kernel cannot throw): each position
+   * has a block, and that block is this sequence's alone.
    */
   checkWritable(count: number): void {
     const bs = this.pool.blockSize;
@@ -118,6 +63,8 @@ export class KvCacheManager {
     readonly pool: BlockPool,
     /** Salts every block hash: the model, and whatever else changes a block's bytes (see Engine.load). */
     readonly cacheIdentity: string,
+    /** The blocks' bytes, where the runner keeps them: copy-on-write copies and restores go there. */
+    readonly memory: KvMemory,
   ) {}
 
   /** Lets matchPrefix restore blocks from `source` where the pool's prefix cache ends. */
@@ -216,12 +163,12 @@ export class KvCacheManager {
     try {
       const bytes = this.source.read(hash);
       if (!bytes) return undefined;
-      if (bytes.length !== this.pool.blockBytes) {
+      if (bytes.length !== this.memory.blockBytes) {
         this.restored.rejected++;
         return undefined;
       }
       block = this.pool.allocate()!;
-      this.pool.writeBlock(block, bytes);
+      this.memory.writeBlock(block, bytes);
       this.pool.cache(block, hash);
       this.restored.blocks++;
       this.restored.tokens += tokens;
@@ -251,7 +198,7 @@ export class KvCacheManager {
     if (copy) {
       const shared = kv.blocks[lastIndex];
       const own = this.pool.allocate()!;
-      this.pool.copyBlock(shared, own);
+      this.memory.copyBlock(shared, own);
       this.pool.release(shared);
       kv.blocks[lastIndex] = own;
       this.copyOnWrites++;

@@ -20,6 +20,8 @@ export interface ModelConfig {
   ropeTheta: number;
   /** config.json rope_scaling, for runners that compute RoPE themselves; `other` names a kind they may refuse. */
   ropeScaling?: RopeScaling;
+  /** config.json intermediate_size (the MLP's width), where it says: what a layer's weights are sized by before they are read. */
+  intermediateSize?: number;
 }
 
 export type RopeScaling =
@@ -123,10 +125,23 @@ export function parseModelConfig(config: Json, generationConfig: Json = {}): Mod
     rmsNormEps: typeof config.rms_norm_eps === 'number' && config.rms_norm_eps > 0 ? config.rms_norm_eps : 1e-6,
     ropeTheta: typeof config.rope_theta === 'number' && config.rope_theta > 0 ? config.rope_theta : 10000,
     ropeScaling: ropeScaling(config.rope_scaling),
+    ...(typeof config.intermediate_size === 'number' && config.intermediate_size > 0
+      ? { intermediateSize: config.intermediate_size }
+      : {}),
   };
 }
 
 /** Bytes one token occupies in the KV cache: keys and values, every layer, every KV head. */
+/** Blocks of a KV pool of `kvCacheBytes` (every layer's keys and values, at `kvDtype`). */
+export function kvPoolBlocks(
+  config: ModelConfig,
+  kvCacheBytes: number,
+  blockSize: number,
+  kvDtype: 'fp32' | 'fp16',
+): number {
+  return Math.floor(kvCacheBytes / (blockSize * kvBytesPerToken(config, kvDtype === 'fp16' ? 2 : 4)));
+}
+
 export function kvBytesPerToken(config: ModelConfig, bytesPerElement = 4): number {
   return 2 * config.numLayers * config.numKvHeads * config.headDim * bytesPerElement;
 }

@@ -1,7 +1,8 @@
 import { InvalidRequestError } from '../errors.js';
-import type { KvDtype, KvStorage } from '../kv/block-pool.js';
+import type { KvDtype, KvShape } from '../kv/block-pool.js';
 import type { PagedSequenceKv } from '../kv/paged-kv.js';
 import type { ModelConfig } from '../model/config.js';
+import { ArrayKvMemory } from '../runners/array-kv-memory.js';
 import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../runners/model-runner.js';
 import type { GraphIo } from './graph-io.js';
 import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
@@ -55,6 +56,7 @@ export class OnnxRunner implements ModelRunner {
    * back each having fed the same number of tokens (steady decode): then the gather is skipped. The pool
    * stays the memory of record (every pass still scatters into it); this is a copy of what it holds.
    */
+  private kvMemory: ArrayKvMemory | undefined;
   private carried:
     | { kvs: PagedSequenceKv[]; lengths: number[]; slots: number; out: Record<string, OrtTensor> }
     | undefined;
@@ -78,17 +80,21 @@ export class OnnxRunner implements ModelRunner {
   }
 
   /** onnxruntime computes in float32 KV: the pool is plain JS arrays, gathered into each pass's inputs. */
-  createKvStorage(_shape: unknown, _blocks: number, _blockSize: number, dtype: KvDtype): KvStorage | undefined {
-    return refuseHalfKv(dtype);
+  createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): ArrayKvMemory {
+    refuseHalfKv(dtype);
+    if (this.kvMemory) throw new Error('the KV pool is already allocated');
+    this.kvMemory = new ArrayKvMemory(shape, numBlocks, blockSize);
+    return this.kvMemory;
   }
-
-  attachPool(): void {}
 
   stats(): RunnerStats {
     return { runner: 'onnxruntime' };
   }
 
   async forward(rows: readonly StepRow[]): Promise<StepLogits> {
+    const memory = this.kvMemory;
+    if (!memory) throw new Error('createKvMemory() before the first pass');
+    for (const { kv, tokens } of rows) kv.checkWritable(tokens.length);
     const { numLayers, numKvHeads, headDim, vocabSize } = this.config;
     const B = rows.length;
     const P = Math.max(...rows.map((r) => r.kv.length));
@@ -121,7 +127,7 @@ export class OnnxRunner implements ModelRunner {
       const values = new Float32Array(B * pastRow);
       rows.forEach(({ kv }, b) => {
         const at = b * pastRow;
-        kv.gather(layer, keys.subarray(at, at + pastRow), values.subarray(at, at + pastRow), P, P - kv.length);
+        memory.gather(kv, layer, keys.subarray(at, at + pastRow), values.subarray(at, at + pastRow), P, P - kv.length);
       });
       feeds[`past_key_values.${layer}.key`] = this.io.kvTensor(keys, [B, numKvHeads, P, headDim]);
       feeds[`past_key_values.${layer}.value`] = this.io.kvTensor(values, [B, numKvHeads, P, headDim]);
@@ -135,7 +141,8 @@ export class OnnxRunner implements ModelRunner {
       const values = this.io.floats(out[`present.${layer}.value`]);
       rows.forEach(({ kv, tokens }, b) => {
         const at = b * presentRow;
-        kv.scatter(
+        memory.scatter(
+          kv,
           layer,
           keys.subarray(at, at + presentRow),
           values.subarray(at, at + presentRow),

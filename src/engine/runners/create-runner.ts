@@ -1,5 +1,5 @@
 import { InvalidRequestError } from '../errors.js';
-import type { EngineLimits } from '../defaults.js';
+import { resolveEngineLimits, type EngineLimits } from '../defaults.js';
 import { isGpuRuntime } from '../gpu/gpu-runtime.js';
 import { GpuRunner, UnsupportedOnDevice } from '../gpu/gpu-runner.js';
 import { WgslKernels } from '../gpu/wgsl-kernels.js';
@@ -11,6 +11,22 @@ import type { OrtRuntime } from '../model/runtime.js';
 import { OnnxRunner } from '../onnx/onnx-runner.js';
 import { isolateFootprint, MemoryBudget, onnxruntimeFootprint, type FootprintPart } from './memory-budget.js';
 import type { ModelRunner } from './model-runner.js';
+import type { KvDtype } from '../kv/block-pool.js';
+import { kvPoolBlocks } from '../model/config.js';
+import { HEAD_SPAN, layerCosts, planStages } from '../stages/stage-plan.js';
+import type { StageLink } from '../stages/stage-protocol.js';
+import { StagedRunner } from '../stages/staged-runner.js';
+
+/** A model whose layers run on pipeline stages (each a Worker of its own); the head holds the ends. */
+export interface PipelineOptions {
+  /** Stages the layers are split over (PIPELINE_STAGES). */
+  stages: number;
+  /** The model's name as every stage Worker serves it (their MODEL). */
+  model: string;
+  /** This engine's links to its stages, in layer order: another engine of the isolate has its own. */
+  links: StageLink[];
+  kvDtype: KvDtype;
+}
 
 /** Variants whose every product is 8-bit: run on `runtime.kernels8Bit` where the runtime has one. */
 const EIGHT_BIT_DTYPES: ReadonlySet<ModelDtype> = new Set(['int8', 'uint8', 'quantized']);
@@ -28,6 +44,8 @@ export interface RunnerOptions extends EngineLimits {
    * parts, and the KV pools it must leave room for, in place of one engine's isolate part and kvCacheBytes.
    */
   isolateBudget?: (config: ModelConfig) => { besides: FootprintPart[]; kvBytes: number };
+  /** The layers on pipeline stages: the kernels hold only the ends here, and the KV pool is the stages'. */
+  pipeline?: PipelineOptions;
 }
 
 /**
@@ -37,8 +55,11 @@ export interface RunnerOptions extends EngineLimits {
 export interface LoadedRunner {
   runner: ModelRunner;
   weightBytes: number;
-  /** Another runner over these weights, for another engine: its own KV pool, the weights not loaded again. */
-  another(limits: EngineLimits): Promise<ModelRunner>;
+  /**
+   * Another runner over these weights, for another engine: its own KV pool, the weights not loaded again;
+   * over pipeline stages, its own stages (`links`).
+   */
+  another(limits: EngineLimits, links?: StageLink[]): Promise<ModelRunner>;
   /** Bytes held once however many runners there are (the weights; the kernels' shared scratch, as it is now). */
   shared(): FootprintPart[];
   /** Bytes each runner holds besides its KV pool (an onnxruntime session of its own). */
@@ -85,11 +106,39 @@ export async function loadRunner(
   if (choice !== 'onnxruntime' && !gpu && runtime.kernels) {
     try {
       const module = (EIGHT_BIT_DTYPES.has(dtype) && runtime.kernels8Bit) || runtime.kernels;
-      const model = await KernelModel.fromStream(module, await streamWeights(source, file), config, {
+      const { pipeline } = options;
+      const stream = await streamWeights(source, file);
+      const model = await KernelModel.fromStream(module, stream, config, {
         limits: options,
-        budget,
+        budget: pipeline ? new MemoryBudget(config, 0, options.memoryBudgetBytes, besides) : budget,
         format: dtype === 'gguf' ? 'gguf' : 'onnx',
+        span: pipeline ? HEAD_SPAN : undefined,
       });
+      if (pipeline) {
+        const spans = planStages(pipeline.stages, layerCosts(config, stream.size, options.kvCacheBytes));
+        const staged = (limits: EngineLimits, links: StageLink[]): Promise<ModelRunner> =>
+          StagedRunner.open(config, model.runner(limits), links, spans, {
+            model: pipeline.model,
+            dtype,
+            numBlocks: kvPoolBlocks(config, limits.kvCacheBytes, limits.blockSize, pipeline.kvDtype),
+            kvDtype: pipeline.kvDtype,
+            // Only the limits: the options hold what a message cannot carry (the links themselves).
+            limits: resolveEngineLimits(limits),
+          });
+        return {
+          runner: await staged(options, pipeline.links),
+          weightBytes: model.weights.bytes,
+          another: (limits, links) => {
+            if (!links) throw new Error('an engine over pipeline stages needs links of its own');
+            return staged(limits, links);
+          },
+          shared: () => [
+            { label: 'embedding and output projection', bytes: model.weights.bytes },
+            { label: 'scratch', bytes: model.arena.bytes },
+          ],
+          perRunner: [],
+        };
+      }
       return {
         runner: model.runner(options),
         weightBytes: model.weights.bytes,

@@ -1,8 +1,13 @@
 import type { LoadedModel } from '../model-load.js';
 import type { FootprintPart } from './memory-budget.js';
 
+/** What the registry shares: a loaded model, or a pipeline stage's layers; each says what it holds once. */
+export interface SharedModel {
+  shared(): FootprintPart[];
+}
+
 /** A model of the isolate: loading (by the engine that asked first), loaded, or failed. */
-type ModelEntry = { state: 'loading' } | { state: 'ready'; model: LoadedModel } | { state: 'failed'; error: unknown };
+type ModelEntry<M> = { state: 'loading' } | { state: 'ready'; model: M } | { state: 'failed'; error: unknown };
 
 /** What one engine holds in the isolate besides the shared model, and how to take it back. */
 interface Holding {
@@ -29,8 +34,8 @@ const POLL_MS = 20;
  * and promises shared across requests). What is shared is plain memory (the weights, the tokenizer),
  * read synchronously.
  */
-export class IsolateModels {
-  private readonly models = new Map<string, ModelEntry>();
+export class IsolateModels<M extends SharedModel = LoadedModel> {
+  private readonly models = new Map<string, ModelEntry<M>>();
   private readonly holdings = new Map<string, Holding>();
   /** Takes back the pool of an engine the runtime collected (an evicted object), where the runtime has one. */
   private readonly finalizer =
@@ -41,7 +46,7 @@ export class IsolateModels {
       : undefined;
 
   /** The model under `key`: loaded by the first caller, shared with every later one. A failed load is retried by the next caller. */
-  async model(key: string, load: () => Promise<LoadedModel>): Promise<LoadedModel> {
+  async model(key: string, load: () => Promise<M>): Promise<M> {
     for (;;) {
       const entry = this.models.get(key);
       if (entry?.state === 'ready') return entry.model;

@@ -25,9 +25,10 @@ export const POOL_FLOOR_BLOCKS = 4;
 export function sharedModelKey(
   share: IsolateShare,
   runtime: OrtRuntime,
-  options: { modelId?: string; dtype?: string; kvStore?: unknown },
+  options: { modelId?: string; dtype?: string; kvStore?: unknown; pipeline?: { stages: number } },
 ): string {
   return JSON.stringify([
+    options.pipeline?.stages ?? 0,
     share.source,
     options.modelId ?? 'default',
     options.dtype ?? '',
@@ -54,6 +55,8 @@ export class IsolatePoolPlan {
     private readonly kvDtype: KvDtype,
     /** A Workers isolate (wasm): the code and JS heap beside the runners are counted too. */
     private readonly countsIsolate: boolean,
+    /** The KV pool's bytes are on pipeline stages, not here: an engine here holds its bookkeeping only. */
+    private readonly kvElsewhere = false,
   ) {}
 
   private floor(config: ModelConfig): number {
@@ -77,7 +80,7 @@ export class IsolatePoolPlan {
     const shared = this.countsIsolate ? [sharedIsolateFootprint(vocab)] : [];
     const held = total(this.share.models.counted(this.share.holder));
     const others = held ? [{ label: 'held by the isolate already', bytes: held }] : [];
-    return { besides: [...shared, ...mine, ...others], kvBytes: engines * this.floor(config) };
+    return { besides: [...shared, ...mine, ...others], kvBytes: this.kvElsewhere ? 0 : engines * this.floor(config) };
   };
 
   /** The model as the registry counts it: its runner's shared parts and, in a Workers isolate, the code and tokenizer. */
@@ -93,6 +96,7 @@ export class IsolatePoolPlan {
     const { config } = model;
     const { memoryBudgetBytes: budget, kvCacheBytes: wanted, blockSize } = this.limits;
     const own = [...this.enginePart(model.tokenizer.vocabSize), ...model.perRunner];
+    if (this.kvElsewhere) return { kvCacheBytes: wanted, parts: own };
     const blockBytes = blockSize * kvBytesPerToken(config, this.kvDtype === 'fp16' ? 2 : 4);
     const counted = this.share.models.counted(this.share.holder);
     const remaining = this.remaining();

@@ -104,3 +104,8 @@ export function onnxruntimeFootprint(runtimeName: string, fileBytes: number, hal
     },
   ];
 }
+
+/** A pipeline stage's isolate besides its kernels' memory: the code and the stage objects' JS state (no tokenizer). */
+export function stageIsolateFootprint(): FootprintPart {
+  return { label: 'isolate besides the kernels (code, JS heap)', bytes: ISOLATE_BASE_BYTES };
+}

@@ -1,4 +1,5 @@
-import type { BlockPool, KvDtype, KvShape, KvStorage } from '../kv/block-pool.js';
+import type { KvDtype, KvShape } from '../kv/block-pool.js';
+import type { KvMemory } from '../kv/kv-memory.js';
 import type { PagedSequenceKv } from '../kv/paged-kv.js';
 import type { ModelConfig } from '../model/config.js';
 import type { SampledToken } from '../sampling/sampler.js';
@@ -33,6 +34,24 @@ export interface RunnerStats {
   runner: RunnerName;
   /** The kernels' linear memory (weights, KV pool, scratch); absent where the engine cannot see the memory. */
   wasmMemoryBytes?: number;
+  /** A model split over pipeline stages: each stage's layers, memory and hops. */
+  stages?: StageStats[];
+}
+
+/** One pipeline stage, as the head sees it. */
+export interface StageStats {
+  /** Its layers, [from, to). */
+  layers: { from: number; to: number };
+  weightBytes: number;
+  kvBytes: number;
+  /** Its isolate's counted use when it last said (every stage object in that isolate). */
+  isolateBytes: number | undefined;
+  /** Passes sent, their round trips and the stage's own compute time in them, in ms. */
+  hops: number;
+  hopMs: number;
+  computeMs: number;
+  /** Times it was found restarted (its KV lost). */
+  restarts: number;
 }
 
 /** One token to draw where the logits are: from row `row`'s last logits, with this sampler state. */
@@ -54,8 +73,8 @@ export interface DeviceSampling {
 
 /**
  * What the engine knows of a runner, and all it knows: as vLLM's engine core sees only its executor. The
- * engine owns the block pool's bookkeeping; the runner says where the pool's bytes live, computes passes
- * over it, and may draw tokens itself. Implementations: KernelRunner (our WebAssembly kernels), OnnxRunner
+ * engine owns the block pool's bookkeeping; the runner provides the pool's memory, computes passes over
+ * it, and may draw tokens itself. Implementations: KernelRunner (our WebAssembly kernels), OnnxRunner
  * (onnxruntime-node / -web), GpuRunner (onnxruntime's WebGPU EP with the pool on the device).
  */
 export interface ModelRunner {
@@ -69,12 +88,10 @@ export interface ModelRunner {
   /** Present where tokens are drawn on the device; the engine then samples through it. */
   readonly deviceSampling: DeviceSampling | undefined;
   /**
-   * Storage for the engine's block pool in the runner's own memory, or undefined for plain JS arrays.
-   * Refuses (InvalidRequestError) a KV dtype it cannot compute with.
+   * The memory of the engine's block pool (once): where the runner reads and writes keys and values, block
+   * ids being the pool's. Refuses (InvalidRequestError) a KV dtype it cannot compute with.
    */
-  createKvStorage(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): KvStorage | undefined;
-  /** The pool, once built: a runner that mirrors it elsewhere (the GPU) follows its copies and restores. */
-  attachPool(pool: BlockPool): void;
+  createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): KvMemory;
   /**
    * One batched pass: every row's new tokens attend to its cache, are written into it, and give logits.
    * A runner whose pass is synchronous (our kernels) returns the logits themselves: they may live in
@@ -90,3 +107,9 @@ export interface ModelRunner {
 export function settled<T, U>(value: T | Promise<T>, then: (value: T) => U): U | Promise<U> {
   return value instanceof Promise ? value.then(then) : then(value);
 }
+
+/**
+ * A runner's KV memory lost what it held (a pipeline stage restarted): every cached block's bytes are gone.
+ * The engine forgets its prefix cache and recomputes every sequence from its tokens.
+ */
+export class KvLostError extends Error {}

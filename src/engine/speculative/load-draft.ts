@@ -66,7 +66,7 @@ export async function loadDraftModel(
   });
   const numBlocks = Math.floor(kvBytes / (blockSize * perToken));
   if (numBlocks < 1) throw new RangeError('the draft kvCacheBytes is too small for one KV block');
-  const storage = runner.createKvStorage(files.config, numBlocks, blockSize, 'fp32');
-  const kv = new KvCacheManager(new BlockPool(files.config, numBlocks, blockSize, storage), `draft:${target.modelId}`);
+  const memory = runner.createKvMemory(files.config, numBlocks, blockSize, 'fp32');
+  const kv = new KvCacheManager(new BlockPool(files.config, numBlocks, blockSize), `draft:${target.modelId}`, memory);
   return new DraftModelProposer(runner, kv, target.samplableVocab);
 }

@@ -30,6 +30,13 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
     labelled
       .filter(({ s }) => s.isolate !== undefined)
       .map(({ labels, s }): [Record<string, string>, number] => [labels, f(s.isolate!)]);
+  const stages = (f: (s: NonNullable<EngineStats['stages']>[number]) => number) =>
+    loaded.flatMap(({ labels, s }) =>
+      (s.engine!.stages ?? []).map((stage, i): [Record<string, string>, number] => [
+        { ...labels, stage: String(i + 1), layers: `${stage.layers.from}-${stage.layers.to}` },
+        f(stage),
+      ]),
+    );
   const withStore = loaded.filter(({ s }) => s.engine!.kvStore !== undefined);
   // Per key name (never a key): one sample per shard and key the shard has seen.
   const perKey = (f: (k: KeyStats) => number | undefined) =>
@@ -83,6 +90,42 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
       'gauge',
       "Bytes of the shard's own KV block pool (sized so that SHARD_COUNT objects fit one isolate's budget).",
       engine((e) => e.kv.bytesTotal),
+    )
+    .family(
+      'edge_infer_stage_isolate_bytes',
+      'gauge',
+      "Bytes a pipeline stage's isolate counts (its layers once, every stage object's KV pool), by stage and its layers [from, to).",
+      stages((s) => s.isolateBytes ?? 0),
+    )
+    .family(
+      'edge_infer_stage_kv_pool_bytes',
+      'gauge',
+      "Bytes of the shard's KV pool on a pipeline stage (every block, the stage's layers).",
+      stages((s) => s.kvBytes),
+    )
+    .family(
+      'edge_infer_stage_hops_total',
+      'counter',
+      'Passes the shard sent through a pipeline stage.',
+      stages((s) => s.hops),
+    )
+    .family(
+      'edge_infer_stage_hop_seconds_total',
+      'counter',
+      "Time of the shard's passes through a pipeline stage, round trip (with compute: the rest is the hop's own cost).",
+      stages((s) => s.hopMs / 1000),
+    )
+    .family(
+      'edge_infer_stage_compute_seconds_total',
+      'counter',
+      "Time a pipeline stage computed the shard's passes (its layers).",
+      stages((s) => s.computeMs / 1000),
+    )
+    .family(
+      'edge_infer_stage_restarts_total',
+      'counter',
+      'Times a pipeline stage was found restarted (its KV lost; the shard recomputed every sequence).',
+      stages((s) => s.restarts),
     )
     .family(
       'edge_infer_model_load_seconds',

@@ -26,12 +26,22 @@ async function sharing(env: Env): Promise<number | null> {
   return objects.length ? Math.max(...objects) : null;
 }
 
+/** Each pipeline stage's layers and isolate (from the first loaded shard; every shard splits the model alike). */
+async function pipeline(env: Env): Promise<{ layers: [number, number]; isolate_bytes: number | null }[] | null> {
+  const all = await Promise.all(Array.from({ length: shardCount(env) }, (_, i) => shardStub(env, i).stages()));
+  const stages = all.find((s) => s !== null);
+  return stages
+    ? stages.map((s) => ({ layers: [s.layers.from, s.layers.to], isolate_bytes: s.isolateBytes ?? null }))
+    : null;
+}
+
 // Extra fields, as vLLM adds its own: `backend`, what the shards run the model on (wasm or webgpu), and
 // `runner`, what runs the graph there once a shard has loaded it.
 // `weights`: loaded once per isolate and shared by every shard the platform runs there (`shared_by`, null
-// until a shard has loaded them).
+// until a shard has loaded them). `stages`: with PIPELINE_STAGES, each stage Worker's layers [from, to) and its
+// isolate's counted bytes (null until a shard has loaded the model, and without stages).
 const card = async (id: string, env: Env) => {
-  const [runner, sharedBy] = await Promise.all([loadedRunner(env), sharing(env)]);
+  const [runner, sharedBy, stages] = await Promise.all([loadedRunner(env), sharing(env), pipeline(env)]);
   return {
     id,
     object: 'model' as const,
@@ -40,6 +50,7 @@ const card = async (id: string, env: Env) => {
     backend: serviceBackend(env),
     runner,
     weights: { shared: 'per isolate', shared_by: sharedBy },
+    stages,
   };
 };
 

@@ -2,7 +2,14 @@ import { GGML_TYPE, ggmlRowBytes, ggmlTypeName } from '../../gguf/ggml-types.js'
 import { readGgufHeader, tensorsByOffset, type GgufTensorInfo } from '../../gguf/gguf-header.js';
 import type { ModelConfig } from '../../model/config.js';
 import { quantMatrix, type BuildContext } from '../weights/matrix-builders.js';
-import { checkShapes, ropeInvFreq, type LayerWeights, type LlamaWeights } from '../weights/llama-weights.js';
+import {
+  checkShapes,
+  inSpan,
+  ropeInvFreq,
+  type LayerSpan,
+  type LayerWeights,
+  type LlamaWeights,
+} from '../weights/llama-weights.js';
 import { matrixBytes, quantPlaneBytes, type Matrix, type QuantFormat, type QuantPlanes } from '../weights/matrix.js';
 import { UnsupportedByKernels } from '../weights/unsupported.js';
 
@@ -58,6 +65,7 @@ export async function loadGgufWeights(
   config: ModelConfig,
   ctx: BuildContext,
   budget: (placedBytes: number) => void,
+  span: LayerSpan,
 ): Promise<LlamaWeights> {
   const { header, reader } = await readGgufHeader(chunks);
   const arch = header.metadata.get('general.architecture');
@@ -73,7 +81,8 @@ export async function loadGgufWeights(
     const at = header.dataStart + t.offset;
     if (reader.position > at) throw new UnsupportedByKernels(`GGUF tensor ${t.name} overlaps the one before it`);
     await reader.skip(at - reader.position);
-    if (r === undefined) continue; // not a weight the kernels use (e.g. rope_freqs): its bytes are skipped
+    // Not a weight the kernels use (e.g. rope_freqs), or another stage's: its bytes are skipped.
+    if (r === undefined || !inSpan(span, typeof r === 'object' ? r.layer : undefined)) continue;
     if (r === 'norm' || (typeof r === 'object' && (r.part === 'attnNorm' || r.part === 'mlpNorm'))) {
       if (t.type !== GGML_TYPE.F32 || t.ne.length !== 1)
         throw new UnsupportedByKernels(`${t.name} is not a float32 vector`);
@@ -148,27 +157,30 @@ export async function loadGgufWeights(
     if (!m) throw new UnsupportedByKernels(`the GGUF file has no ${name}`);
     return m;
   };
-  const layers: LayerWeights[] = Array.from({ length: config.numLayers }, (_, i) => ({
-    attnNorm: vector(`blk.${i}.attn_norm.weight`),
-    q: matrix(`blk.${i}.attn_q.weight`),
-    k: matrix(`blk.${i}.attn_k.weight`),
-    v: matrix(`blk.${i}.attn_v.weight`),
-    o: matrix(`blk.${i}.attn_output.weight`),
-    mlpNorm: vector(`blk.${i}.ffn_norm.weight`),
-    gate: matrix(`blk.${i}.ffn_gate.weight`),
-    up: matrix(`blk.${i}.ffn_up.weight`),
-    down: matrix(`blk.${i}.ffn_down.weight`),
-  }));
-  const embedding = matrix('token_embd.weight');
-  // Tied embeddings: llama.cpp's files leave output.weight out and use the table.
-  const lmHead = matrices.get('output.weight') ?? embedding;
+  const layers: LayerWeights[] = [];
+  for (let i = span.from; i < span.to; i++)
+    layers[i] = {
+      attnNorm: vector(`blk.${i}.attn_norm.weight`),
+      q: matrix(`blk.${i}.attn_q.weight`),
+      k: matrix(`blk.${i}.attn_k.weight`),
+      v: matrix(`blk.${i}.attn_v.weight`),
+      o: matrix(`blk.${i}.attn_output.weight`),
+      mlpNorm: vector(`blk.${i}.ffn_norm.weight`),
+      gate: matrix(`blk.${i}.ffn_gate.weight`),
+      up: matrix(`blk.${i}.ffn_up.weight`),
+      down: matrix(`blk.${i}.ffn_down.weight`),
+    };
+  const ends = (): LlamaWeights['ends'] => {
+    const embedding = matrix('token_embd.weight');
+    // Tied embeddings: llama.cpp's files leave output.weight out and use the table.
+    return { embedding, norm: vector('output_norm.weight'), lmHead: matrices.get('output.weight') ?? embedding };
+  };
   const weights: LlamaWeights = {
-    embedding,
+    span,
+    ends: span.ends ? ends() : undefined,
     layers,
-    norm: vector('output_norm.weight'),
-    lmHead,
     invFreq: ropeInvFreq(config),
-    intermediateSize: layers[0]?.gate.n ?? 0,
+    intermediateSize: layers[span.from]?.gate.n ?? 0,
     bytes: [...matrices.values()].reduce((n, m) => n + matrixBytes(m), 0) + vectors.size * config.hiddenSize * 4,
   };
   checkShapes(weights, config);

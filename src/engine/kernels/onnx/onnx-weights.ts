@@ -7,7 +7,14 @@ import {
   type MatrixBuilder,
   type Writer,
 } from '../weights/matrix-builders.js';
-import { checkShapes, ropeInvFreq, type LayerWeights, type LlamaWeights } from '../weights/llama-weights.js';
+import {
+  checkShapes,
+  inSpan,
+  ropeInvFreq,
+  type LayerSpan,
+  type LayerWeights,
+  type LlamaWeights,
+} from '../weights/llama-weights.js';
 import { matrixBytes, type Matrix } from '../weights/matrix.js';
 import { UnsupportedByKernels } from '../weights/unsupported.js';
 import { findLlamaSources, type LlamaSources, type MatrixSource } from './llama-roles.js';
@@ -21,13 +28,15 @@ const OUR_INV_FREQ = 'rope.inv_freq';
  * Streams an ONNX Llama graph into linear memory: its nodes first, from which every weight's role is found
  * (llama-roles.ts), then each initializer goes where its role puts it, converted on the way when the
  * kernels read another layout (matrix-builders.ts). Initializers no role claims (the graph's own constants,
- * a second copy of a table) are skipped, never held. `budget` sees the weights as they are placed.
+ * a second copy of a table, another stage's layers) are skipped, never held. `budget` sees the weights as
+ * they are placed.
  */
 export async function loadOnnxWeights(
   chunks: AsyncIterable<Uint8Array>,
   config: ModelConfig,
   ctx: BuildContext,
   budget: (placedBytes: number) => void,
+  span: LayerSpan,
 ): Promise<LlamaWeights> {
   let sources: LlamaSources | undefined;
   /** Each tensor name's parts: the builder (or the norm vector) that takes it. */
@@ -64,12 +73,12 @@ export async function loadOnnxWeights(
   await streamOnnx(chunks, {
     nodes(nodes) {
       sources = findLlamaSources(nodes, config.numLayers);
-      const matrices = sources.layers.flatMap((l) => [l.q, l.k, l.v, l.o, l.gate, l.up, l.down]);
+      const matrices = sources.layers.map((l) => [l.q, l.k, l.v, l.o, l.gate, l.up, l.down]);
       // Beside quantised projections, a float table is quantised too (the hub's model_q4 keeps it float32).
-      const quantized = matrices.some((m) => m.op === 'MatMulNBits' || m.op === 'MatMulInteger');
-      builderFor(sources.embedding, quantized);
-      for (const m of matrices) builderFor(m, false);
-      builderFor(sources.lmHead, false);
+      const quantized = matrices.flat().some((m) => m.op === 'MatMulNBits' || m.op === 'MatMulInteger');
+      if (span.ends) builderFor(sources.embedding, quantized);
+      for (let layer = span.from; layer < span.to; layer++) for (const m of matrices[layer]) builderFor(m, false);
+      if (span.ends) builderFor(sources.lmHead, false);
     },
     initializer(header) {
       if (!sources) throw new UnsupportedByKernels('the ONNX graph has no nodes before its initializers');
@@ -80,7 +89,8 @@ export async function loadOnnxWeights(
           if (offset + piece.length === header.bytes) invFreq = new Float32Array(bytes.buffer);
         };
       }
-      if (isNorm(sources, header.name)) return vectorWriter(header);
+      const norm = normOf(sources, header.name);
+      if (norm !== null) return inSpan(span, norm) ? vectorWriter(header) : null;
       const parts = claims.get(header.name);
       if (!parts) return null;
       const writers: Writer[] = parts.map(({ builder, part }) => builder.part(part, header));
@@ -133,24 +143,27 @@ export async function loadOnnxWeights(
     finished.set(b, m);
     return m;
   };
-  const layers: LayerWeights[] = s.layers.map((l) => ({
-    attnNorm: vector(l.attnNorm),
-    q: matrix(l.q),
-    k: matrix(l.k),
-    v: matrix(l.v),
-    o: matrix(l.o),
-    mlpNorm: vector(l.mlpNorm),
-    gate: matrix(l.gate),
-    up: matrix(l.up),
-    down: matrix(l.down),
-  }));
+  const layers: LayerWeights[] = [];
+  for (let i = span.from; i < span.to; i++) {
+    const l = s.layers[i];
+    layers[i] = {
+      attnNorm: vector(l.attnNorm),
+      q: matrix(l.q),
+      k: matrix(l.k),
+      v: matrix(l.v),
+      o: matrix(l.o),
+      mlpNorm: vector(l.mlpNorm),
+      gate: matrix(l.gate),
+      up: matrix(l.up),
+      down: matrix(l.down),
+    };
+  }
   const weights: LlamaWeights = {
-    embedding: matrix(s.embedding),
+    span,
+    ends: span.ends ? { embedding: matrix(s.embedding), norm: vector(s.norm), lmHead: matrix(s.lmHead) } : undefined,
     layers,
-    norm: vector(s.norm),
-    lmHead: matrix(s.lmHead),
     invFreq: invFreq ?? ropeInvFreq(config),
-    intermediateSize: layers[0]?.gate.n ?? 0,
+    intermediateSize: layers[span.from]?.gate.n ?? 0,
     bytes: 0,
   };
   weights.bytes = [...finished.values()].reduce((n, m) => n + matrixBytes(m), 0) + vectors.size * config.hiddenSize * 4;
@@ -160,6 +173,9 @@ export async function loadOnnxWeights(
   return weights;
 }
 
-function isNorm(s: LlamaSources, name: string): boolean {
-  return name === s.norm || s.layers.some((l) => l.attnNorm === name || l.mlpNorm === name);
+/** Whether `name` is an RMSNorm weight: undefined for the final norm, its layer for a layer's, null if neither. */
+function normOf(s: LlamaSources, name: string): number | undefined | null {
+  if (name === s.norm) return undefined;
+  const layer = s.layers.findIndex((l) => l.attnNorm === name || l.mlpNorm === name);
+  return layer < 0 ? null : layer;
 }

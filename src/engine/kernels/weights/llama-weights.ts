@@ -14,13 +14,39 @@ export interface LayerWeights {
   down: Matrix; // intermediate -> hidden
 }
 
-/** A Llama decoder's weights in linear memory, each once, in the format the kernels read it. */
-export interface LlamaWeights {
+/**
+ * Which of a model's weights one memory holds: layers [from, to), and with `ends` the embedding, the final
+ * norm and the output projection. The whole model, or one pipeline stage's share of it.
+ */
+export interface LayerSpan {
+  from: number;
+  to: number;
+  ends: boolean;
+}
+
+export function wholeModel(config: ModelConfig): LayerSpan {
+  return { from: 0, to: config.numLayers, ends: true };
+}
+
+/** Whether a weight of `layer` (undefined: an end's) belongs to `span`. */
+export function inSpan(span: LayerSpan, layer: number | undefined): boolean {
+  return layer === undefined ? span.ends : layer >= span.from && layer < span.to;
+}
+
+/** The ends of a model (absent from a stage that holds only layers). */
+export interface EndWeights {
   /** The token embedding table: N = vocab rows of K = hidden (an `nk` dense table or a quantised one). */
   embedding: Matrix;
-  layers: LayerWeights[];
   norm: number; // (hidden) float32
   lmHead: Matrix; // hidden -> vocab (the embedding itself when tied)
+}
+
+/** A Llama decoder's weights in linear memory (the span's), each once, in the format the kernels read it. */
+export interface LlamaWeights {
+  span: LayerSpan;
+  ends: EndWeights | undefined;
+  /** Indexed by layer: entries [span.from, span.to) are present, the others holes. */
+  layers: LayerWeights[];
   /** RoPE inverse frequencies (head_dim / 2), float32. */
   invFreq: Float32Array;
   intermediateSize: number;
@@ -45,8 +71,10 @@ export function checkShapes(w: LlamaWeights, config: ModelConfig): void {
     );
   if (numHeads % numKvHeads !== 0)
     throw new UnsupportedByKernels('num_attention_heads must be a multiple of num_key_value_heads');
-  expect(w.embedding, H, vocabSize, 'the embedding');
-  expect(w.lmHead, H, vocabSize, 'the output projection');
+  if (w.ends) {
+    expect(w.ends.embedding, H, vocabSize, 'the embedding');
+    expect(w.ends.lmHead, H, vocabSize, 'the output projection');
+  }
   w.layers.forEach((l, i) => {
     expect(l.q, H, numHeads * headDim, `layer ${i} q`);
     expect(l.k, H, numKvHeads * headDim, `layer ${i} k`);

@@ -1,0 +1,168 @@
+import { InvalidRequestError } from '../errors.js';
+import { KernelModel } from '../kernels/kernel-model.js';
+import type { KernelRunner } from '../kernels/kernel-runner.js';
+import { kvBytesPerToken, parseModelConfig } from '../model/config.js';
+import { chooseWeights } from '../model/default-weights.js';
+import { streamWeights, type ModelSource } from '../model/model-files.js';
+import type { OrtRuntime } from '../model/runtime.js';
+import type { ArrayKvMemory } from '../runners/array-kv-memory.js';
+import type { IsolateModels } from '../runners/isolate-models.js';
+import { MemoryBudget, stageIsolateFootprint, type FootprintPart } from '../runners/memory-budget.js';
+import type {
+  StageCommands,
+  StageInfo,
+  StageOpen,
+  StageRead,
+  StageReadReply,
+  StageReply,
+  StageStep,
+} from './stage-protocol.js';
+
+/** A stage's layers of a model, loaded once per isolate and shared by its stage objects (one per head shard). */
+export interface StageModel {
+  kernels: KernelModel;
+  shared(): FootprintPart[];
+}
+
+/** Where a stage finds its model and what it may use: the stage Worker's own bindings and budget. */
+export interface StageHost {
+  runtime: OrtRuntime;
+  source: ModelSource;
+  /** The model this stage Worker is configured to serve (its MODEL): a head asking for another is refused. */
+  model: string;
+  memoryBudgetBytes: number | undefined;
+  /** The isolate's registry, and this object's name in it. */
+  isolate: { models: IsolateModels<StageModel>; holder: string };
+}
+
+/** Bytes of a stage's KV pool: every block of the head's pool, for the stage's layers only. */
+export function stageKvBytes(
+  open: StageOpen,
+  config: { numLayers: number; numKvHeads: number; headDim: number },
+): number {
+  const perToken = kvBytesPerToken(config as Parameters<typeof kvBytesPerToken>[0], open.kvDtype === 'fp16' ? 2 : 4);
+  return (open.numBlocks * open.limits.blockSize * perToken * (open.span.to - open.span.from)) / config.numLayers;
+}
+
+/**
+ * One pipeline stage: a range of layers' weights (shared in the isolate) and their KV pool (its own), serving
+ * the head's passes. Every load is a new epoch; a head whose step names another epoch (the stage restarted and
+ * lost its pool) is told so, and nothing is computed.
+ */
+export class StageServer {
+  private state: { epoch: string; runner: KernelRunner; memory: ArrayKvMemory; info: StageInfo } | undefined;
+
+  constructor(private readonly host: StageHost) {}
+
+  get epoch(): string | undefined {
+    return this.state?.epoch;
+  }
+
+  get info(): StageInfo | undefined {
+    return this.state?.info;
+  }
+
+  async open(open: StageOpen): Promise<StageInfo> {
+    const { host } = this;
+    if (open.model !== host.model)
+      throw new InvalidRequestError(
+        'PIPELINE_STAGES',
+        `the head serves ${JSON.stringify(open.model)} but this stage Worker serves ${JSON.stringify(host.model)}: deploy the stages with the head's MODEL`,
+        'model_not_found',
+      );
+    this.close();
+    const raw = await host.source.read('config.json');
+    if (!raw)
+      throw new InvalidRequestError('model', `the stage finds no config.json for ${open.model}`, 'model_not_found');
+    const rawConfig = JSON.parse(new TextDecoder().decode(raw)) as Record<string, unknown>;
+    const config = parseModelConfig(rawConfig, {});
+    const kvBytes = stageKvBytes(open, config);
+    const key = `${open.model}:${open.dtype}:${open.span.from}-${open.span.to}:${host.runtime.name}`;
+    const { models, holder } = host.isolate;
+    const model = await models.model(key, async () => {
+      const { dtype, file } = await chooseWeights(host.source, rawConfig, open.dtype, 'MODEL_DTYPE');
+      const module = host.runtime.kernels;
+      if (!module)
+        throw new InvalidRequestError(
+          'model',
+          'a stage runs on the edge kernels; this build has none',
+          'unsupported_model',
+        );
+      const others = models.counted(holder);
+      const besides = [
+        stageIsolateFootprint(),
+        ...(others.length
+          ? [{ label: 'held by the isolate already', bytes: others.reduce((n, p) => n + p.bytes, 0) }]
+          : []),
+      ];
+      const budget = new MemoryBudget(config, kvBytes, host.memoryBudgetBytes, besides);
+      const kernels = await KernelModel.fromStream(module, await streamWeights(host.source, file), config, {
+        limits: open.limits,
+        budget,
+        format: dtype === 'gguf' ? 'gguf' : 'onnx',
+        span: open.span,
+      });
+      return {
+        kernels,
+        shared: () => [
+          stageIsolateFootprint(),
+          { label: `layers ${open.span.from}..${open.span.to - 1}`, bytes: kernels.weights.bytes },
+          { label: 'scratch', bytes: kernels.arena.bytes },
+        ],
+      };
+    });
+    const runner = model.kernels.runner(open.limits);
+    const memory = runner.createKvMemory(config, open.numBlocks, open.limits.blockSize, open.kvDtype);
+    const epoch = crypto.randomUUID();
+    models.hold(holder, key, [{ label: 'KV pool', bytes: kvBytes }], () => void runner.release(), this);
+    const info: StageInfo = {
+      epoch,
+      span: open.span,
+      weightBytes: model.kernels.weights.bytes,
+      kvBytes,
+      isolateBytes: models.countedBytes(),
+    };
+    this.state = { epoch, runner, memory, info };
+    return info;
+  }
+
+  /** One pass over the stage's layers (synchronous: the shared scratch is this pass's until it returns). */
+  step(step: StageStep): StageReply {
+    const state = this.current(step.epoch);
+    if (!state) return { lost: true, epoch: this.state?.epoch };
+    const t0 = performance.now();
+    this.apply(state.memory, step);
+    const hidden = state.runner.forwardHidden(step.rows, step.hidden);
+    const computeMs = performance.now() - t0;
+    return {
+      lost: false,
+      epoch: state.epoch,
+      hidden,
+      computeMs,
+      isolateBytes: this.host.isolate.models.countedBytes(),
+    };
+  }
+
+  read(read: StageRead): StageReadReply {
+    const state = this.current(read.epoch);
+    if (!state) return { lost: true, epoch: this.state?.epoch };
+    this.apply(state.memory, read);
+    return { lost: false, bytes: state.memory.readBlockNow(read.block) };
+  }
+
+  /** Gives the pool back to the isolate (the weights stay for the other stage objects). */
+  close(): void {
+    if (!this.state) return;
+    this.host.isolate.models.release(this.host.isolate.holder);
+    this.state = undefined;
+  }
+
+  private current(epoch: string) {
+    return this.state?.epoch === epoch ? this.state : undefined;
+  }
+
+  private apply(memory: ArrayKvMemory, { copies, writes }: StageCommands): void {
+    for (let i = 0; i < copies.length; i += 2) memory.copyBlock(copies[i], copies[i + 1]);
+    for (const { block, bytes } of writes) memory.writeBlock(block, bytes);
+  }
+}

@@ -1,0 +1,28 @@
+import type { StageLink } from '../engine/stages/stage-protocol.js';
+import { InvalidRequestError } from '../engine/errors.js';
+import type { Env, StageBindings } from '../env.js';
+
+/**
+ * The head shard's links to its pipeline stages: on each stage Worker (bound STAGE_1 .. STAGE_N), the stage
+ * object named after the shard. A stub is made per call, as Cloudflare advises after a failed call (a broken
+ * stub stays broken); the object behind the name is the same.
+ */
+export function stageLinks(env: Env, stages: number, shard: string): StageLink[] {
+  return Array.from({ length: stages }, (_, i) => {
+    const binding = `STAGE_${i + 1}` as const;
+    const namespace = (env as unknown as StageBindings)[binding];
+    if (!namespace)
+      throw new InvalidRequestError(
+        'PIPELINE_STAGES',
+        `PIPELINE_STAGES=${stages} but ${binding} is not bound: run with npm start (it generates the stage Workers' configs) or deploy with npm run deploy`,
+        'unsupported_model',
+      );
+    const stub = () => namespace.get(namespace.idFromName(shard));
+    return {
+      open: (open) => stub().open(open),
+      step: (step) => stub().step(step),
+      read: (read) => stub().read(read),
+      epoch: () => stub().epoch(),
+    };
+  });
+}

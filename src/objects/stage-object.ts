@@ -1,0 +1,53 @@
+import { DurableObject } from 'cloudflare:workers';
+import { isolateStages } from '../engine/stages/isolate-stages.js';
+import { StageServer } from '../engine/stages/stage-server.js';
+import type {
+  StageInfo,
+  StageOpen,
+  StageRead,
+  StageReadReply,
+  StageReply,
+  StageStep,
+} from '../engine/stages/stage-protocol.js';
+import { intVar, modelName, type Env } from '../env.js';
+import { modelSourceFor } from '../sources/model-source.js';
+import { shardRuntime } from './shard-runtime.js';
+
+/**
+ * One pipeline stage of one head shard: a range of the model's layers and their KV blocks, in a Worker
+ * script of its own (so in an isolate of its own, which its stage objects, one per head shard, share). It
+ * serves the head's RPC and nothing else: the stage Worker has no public route. Its state is memory only;
+ * an object that restarts answers the head's next step as lost, and the head reopens and recomputes.
+ */
+export class StageObject extends DurableObject<Env> {
+  private server: StageServer | undefined;
+
+  async open(open: StageOpen): Promise<StageInfo> {
+    const model = modelName(this.env);
+    const { source } = await modelSourceFor(model, {
+      bucket: this.env.MODEL_BUCKET,
+      assets: this.env.MODELS,
+      url: this.env.MODEL_URL?.trim() || undefined,
+    });
+    this.server ??= new StageServer({
+      runtime: shardRuntime(this.env),
+      source,
+      model,
+      memoryBudgetBytes: intVar(this.env, 'MEMORY_BUDGET_MB') * 2 ** 20,
+      isolate: { models: isolateStages, holder: this.ctx.id.toString() },
+    });
+    return this.server.open(open);
+  }
+
+  step(step: StageStep): StageReply {
+    return this.server?.step(step) ?? { lost: true, epoch: undefined };
+  }
+
+  read(read: StageRead): StageReadReply {
+    return this.server?.read(read) ?? { lost: true, epoch: undefined };
+  }
+
+  epoch(): string | undefined {
+    return this.server?.epoch;
+  }
+}

@@ -1,0 +1,171 @@
+// A model's layers on pipeline stages: the head holds the ends and every block table, each stage its layers
+// and their KV blocks under the head's block ids. Through stages the engine computes exactly the tokens
+// and logits one process computes (the same kernels on the same rows), in any batch, with prefix caching,
+// forks and restores; a stage that restarts loses its KV and the head recomputes, losing nothing else.
+import { describe, expect, it } from 'vitest';
+import { nodeRuntime } from '../scripts/lib/runtimes.js';
+import { Engine, type EngineOptions } from '../src/engine/engine.js';
+import { IsolateModels } from '../src/engine/runners/isolate-models.js';
+import { HEAD_SPAN, layerCosts, planStages } from '../src/engine/stages/stage-plan.js';
+import { LocalStageLink } from '../src/engine/stages/local-stage-link.js';
+import { StageServer, type StageModel } from '../src/engine/stages/stage-server.js';
+import { directorySource } from '../src/sources/directory-source.js';
+import { collect, modelDir } from './helpers/engines.js';
+import { parseModelConfig } from '../src/engine/model/config.js';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const MiB = 2 ** 20;
+const source = () => directorySource(modelDir('tiny'));
+const base: EngineOptions = { dtype: 'q4', kvCacheBytes: 2 * MiB, maxBatchSize: 8 };
+
+async function stageLinks(count: number, models = new IsolateModels<StageModel>()) {
+  const runtime = await nodeRuntime('kernels');
+  const server = (i: number) =>
+    new StageServer({
+      runtime,
+      source: source(),
+      model: 'tiny',
+      memoryBudgetBytes: undefined,
+      isolate: { models, holder: `stage-${i}` },
+    });
+  return { links: Array.from({ length: count }, (_, i) => new LocalStageLink(server(i))), server };
+}
+
+async function staged(count: number, extra: EngineOptions = {}) {
+  const { links, server } = await stageLinks(count);
+  const engine = await Engine.load(await nodeRuntime('kernels'), source(), {
+    ...base,
+    ...extra,
+    pipeline: { stages: count, model: 'tiny', links, kvDtype: extra.kvDtype ?? 'fp32' },
+  });
+  return { engine, links, server };
+}
+
+/** Every choice's token ids of an n > 1 request, by index. */
+async function choices(engine: Engine, request: Parameters<Engine['generate']>[0]): Promise<number[][]> {
+  const out: number[][] = [];
+  for await (const event of engine.generate(request)) if (event.type === 'done') out[event.index] = event.tokenIds;
+  return out;
+}
+
+const requests = [
+  { prompt: 'Once upon a time', max_tokens: 24, temperature: 0, ignore_eos: true },
+  {
+    prompt: 'The sea was calm and the boats were out',
+    max_tokens: 20,
+    temperature: 0.9,
+    top_p: 0.9,
+    seed: 7,
+    ignore_eos: true,
+  },
+  {
+    prompt: 'A dog',
+    max_tokens: 24,
+    temperature: 1.1,
+    top_k: 20,
+    seed: 3,
+    ignore_eos: true,
+    logprobs: true,
+    top_logprobs: 3,
+  },
+];
+
+describe('planStages', () => {
+  it('splits the layers into contiguous ranges, each non-empty, the largest as small as can be', () => {
+    const spans = planStages(4, new Array(30).fill(1));
+    expect(spans[0].from).toBe(0);
+    expect(spans.at(-1)!.to).toBe(30);
+    for (let i = 1; i < spans.length; i++) expect(spans[i].from).toBe(spans[i - 1].to);
+    expect(Math.max(...spans.map((s) => s.to - s.from))).toBe(8);
+    expect(spans.every((s) => !s.ends && s.to > s.from)).toBe(true);
+    // Uneven costs: the heavy layer gets a stage to itself.
+    expect(planStages(2, [1, 1, 1, 5])).toEqual([
+      { from: 0, to: 3, ends: false },
+      { from: 3, to: 4, ends: false },
+    ]);
+    expect(() => planStages(3, [1, 1])).toThrow(/at least 3 layers/);
+    expect(HEAD_SPAN).toEqual({ from: 0, to: 0, ends: true });
+  });
+
+  it('costs each layer its weights (by the file bytes per parameter) and its share of the KV pool', () => {
+    const config = parseModelConfig(JSON.parse(readFileSync(join(modelDir('tiny'), 'config.json'), 'utf8')), {});
+    const [a, b] = layerCosts(config, 1_000_000, 2 * MiB);
+    expect(a).toBe(b);
+    expect(a).toBeGreaterThan(MiB); // half the pool each
+    expect(layerCosts(config, 2_000_000, 0)[0]).toBeCloseTo(2 * layerCosts(config, 1_000_000, 0)[0], 6);
+  });
+});
+
+describe('a model on pipeline stages', () => {
+  it('computes the tokens and logprobs of one process, token for token, in one batch', async () => {
+    const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
+    const expected = await Promise.all(requests.map((r) => collect(alone, r)));
+    const { engine } = await staged(2);
+    const got = await Promise.all(requests.map((r) => collect(engine, r)));
+    expect(got.map((r) => r.done.tokenIds)).toEqual(expected.map((r) => r.done.tokenIds));
+    // Logprobs are computed from the logits: equal to the last bit.
+    expect(got.map((r) => r.tokens.map((t) => t.logprob))).toEqual(expected.map((r) => r.tokens.map((t) => t.logprob)));
+    const stats = engine.runner.stats().stages!;
+    expect(stats.map((s) => s.layers)).toEqual([
+      { from: 0, to: 1 },
+      { from: 1, to: 2 },
+    ]);
+    expect(stats.every((s) => s.hops > 0 && s.weightBytes > 0 && s.kvBytes === MiB)).toBe(true);
+  });
+
+  it('shares prefixes and forks copy-on-write across stages: n > 1 and a repeated prompt equal one process', async () => {
+    const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
+    const { engine } = await staged(2);
+    // Full blocks cached, the last partial block shared by the forks until each writes into it.
+    const prompt = 'Once upon a time there was a little girl who lived in a village near the forest';
+    const forked = { prompt, max_tokens: 12, n: 3, temperature: 1, seed: 11, ignore_eos: true };
+    expect(await choices(engine, forked)).toEqual(await choices(alone, forked));
+    const again = await collect(engine, { prompt, max_tokens: 8, temperature: 0, ignore_eos: true });
+    expect(again.done.metrics.cachedTokens).toBeGreaterThan(0);
+    expect(again.done.tokenIds).toEqual(
+      (await collect(alone, { prompt, max_tokens: 8, temperature: 0, ignore_eos: true })).done.tokenIds,
+    );
+    expect(alone.stats().copyOnWrites).toBeGreaterThan(0);
+    expect(engine.stats().copyOnWrites).toBe(alone.stats().copyOnWrites);
+  });
+
+  it('a stage that restarts mid-stream loses its KV: the head recomputes and the tokens are the same', async () => {
+    const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
+    const r = { prompt: 'Once upon a time there was', max_tokens: 40, temperature: 0, ignore_eos: true };
+    const expected = (await collect(alone, r)).done.tokenIds;
+    const { engine, links, server } = await staged(2);
+    const tokens: number[] = [];
+    for await (const event of engine.generate(r)) {
+      if (event.type !== 'token') break;
+      tokens.push(event.tokenId);
+      // The second stage's process restarts: a new server, an empty pool, another epoch.
+      if (tokens.length === 10) {
+        links[1].server.close();
+        links[1].server = server(1);
+      }
+    }
+    expect(tokens).toEqual(expected);
+    expect(engine.stats().kvLosses).toBe(1);
+    expect(engine.runner.stats().stages![1].restarts).toBe(1);
+    expect(engine.stats().kv.used).toBe(0);
+  });
+
+  it('reads and restores a block through every stage: the bytes one process stores', async () => {
+    const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
+    const { engine } = await staged(2);
+    const r = {
+      prompt: 'one two three four five six seven eight nine ten eleven twelve',
+      max_tokens: 1,
+      temperature: 0,
+    };
+    await collect(alone, r);
+    await collect(engine, r);
+    const block = 0; // the first request's first block, in both pools
+    const want = await alone.kv.memory.readBlock(block);
+    const got = await engine.kv.memory.readBlock(block);
+    expect(got).toEqual(want);
+    engine.kv.memory.writeBlock(5, got);
+    expect(await engine.kv.memory.readBlock(5)).toEqual(want);
+  });
+});
