@@ -78,6 +78,9 @@ describe('planStages', () => {
     expect(spans.at(-1)!.to).toBe(30);
     for (let i = 1; i < spans.length; i++) expect(spans[i].from).toBe(spans[i - 1].to);
     expect(Math.max(...spans.map((s) => s.to - s.from))).toBe(8);
+    // Of the splits as good, an even one: 16 layers on 6 stages is not 1 + 5 x 3.
+    const six = planStages(6, new Array(16).fill(1)).map((s) => s.to - s.from);
+    expect(Math.max(...six) - Math.min(...six)).toBe(1);
     expect(spans.every((s) => !s.ends && s.to > s.from)).toBe(true);
     // Uneven costs: the heavy layer gets a stage to itself.
     expect(planStages(2, [1, 1, 1, 5])).toEqual([
@@ -149,6 +152,38 @@ describe('a model on pipeline stages', () => {
     expect(engine.stats().kvLosses).toBe(1);
     expect(engine.runner.stats().stages![1].restarts).toBe(1);
     expect(engine.stats().kv.used).toBe(0);
+  });
+
+  it('a stage that does not fit its budget refuses, naming its terms: the head does not load', async () => {
+    const runtime = await nodeRuntime('kernels');
+    const links = [0, 1].map(
+      (i) =>
+        new LocalStageLink(
+          new StageServer({
+            runtime,
+            source: source(),
+            model: 'tiny',
+            memoryBudgetBytes: MiB, // less than a stage's KV share (1 MiB) and the isolate's code
+            isolate: { models: new IsolateModels<StageModel>(), holder: `stage-${i}` },
+          }),
+        ),
+    );
+    const load = Engine.load(runtime, source(), {
+      ...base,
+      pipeline: { stages: 2, model: 'tiny', links, kvDtype: 'fp32' },
+    });
+    await expect(load).rejects.toMatchObject({
+      code: 'model_too_large',
+      message: expect.stringMatching(/KV cache 1\.0 MiB/),
+    });
+    // A stage serving another model is refused by name.
+    const other = await stageLinks(2);
+    await expect(
+      Engine.load(runtime, source(), {
+        ...base,
+        pipeline: { stages: 2, model: 'other', links: other.links, kvDtype: 'fp32' },
+      }),
+    ).rejects.toMatchObject({ param: 'PIPELINE_STAGES', message: expect.stringMatching(/serves "other"/) });
   });
 
   it('reads and restores a block through every stage: the bytes one process stores', async () => {

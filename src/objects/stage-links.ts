@@ -19,7 +19,18 @@ export function stageLinks(env: Env, stages: number, shard: string): StageLink[]
       );
     const stub = () => namespace.get(namespace.idFromName(shard));
     return {
-      open: (open) => stub().open(open),
+      open: async (open) => {
+        const opened = await stub().open(open);
+        if ('refused' in opened) {
+          const { param, message, code } = opened.refused;
+          throw new InvalidRequestError(
+            param,
+            `pipeline stage ${i + 1} (layers ${open.span.from}..${open.span.to - 1}): ${message}`,
+            code,
+          );
+        }
+        return opened;
+      },
       step: (step) => stub().step(step),
       read: (read) => stub().read(read),
       epoch: () => stub().epoch(),

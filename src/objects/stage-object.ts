@@ -9,6 +9,7 @@ import type {
   StageReply,
   StageStep,
 } from '../engine/stages/stage-protocol.js';
+import { InvalidRequestError } from '../engine/errors.js';
 import { intVar, modelName, type Env } from '../env.js';
 import { modelSourceFor } from '../sources/model-source.js';
 import { shardRuntime } from './shard-runtime.js';
@@ -22,7 +23,17 @@ import { shardRuntime } from './shard-runtime.js';
 export class StageObject extends DurableObject<Env> {
   private server: StageServer | undefined;
 
-  async open(open: StageOpen): Promise<StageInfo> {
+  /** Loads the stage, or says why it cannot (a refusal crosses RPC as data: an error's class would not). */
+  async open(open: StageOpen): Promise<StageInfo | { refused: { param: string; message: string; code: string } }> {
+    try {
+      return await this.load(open);
+    } catch (err) {
+      if (!(err instanceof InvalidRequestError)) throw err;
+      return { refused: { param: err.param, message: err.message, code: err.code } };
+    }
+  }
+
+  private async load(open: StageOpen): Promise<StageInfo> {
     const model = modelName(this.env);
     const { source } = await modelSourceFor(model, {
       bucket: this.env.MODEL_BUCKET,

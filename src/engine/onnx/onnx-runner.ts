@@ -51,12 +51,13 @@ export class OnnxRunner implements ModelRunner {
   readonly kvIdentity = 'onnxruntime';
   readonly deviceSampling = undefined;
 
+  /** The pool's bytes (createKvMemory): JS arrays each pass gathers from and scatters into. */
+  private kvMemory: ArrayKvMemory | undefined;
   /**
    * The last pass's `present` tensors, which are the next pass's `past` exactly when the same rows come
    * back each having fed the same number of tokens (steady decode): then the gather is skipped. The pool
    * stays the memory of record (every pass still scatters into it); this is a copy of what it holds.
    */
-  private kvMemory: ArrayKvMemory | undefined;
   private carried:
     | { kvs: PagedSequenceKv[]; lengths: number[]; slots: number; out: Record<string, OrtTensor> }
     | undefined;

@@ -36,11 +36,14 @@ export function planStages(stages: number, costs: readonly number[]): LayerSpan[
   best[stages][L] = 0;
   for (let s = stages - 1; s >= 0; s--)
     for (let i = 0; i < L; i++)
-      for (let j = i + 1; j <= L; j++) {
+      for (let j = i + 1, off = Infinity; j <= L; j++) {
         const worst = Math.max(prefix[j] - prefix[i], best[s + 1][j]);
-        if (worst < best[s][i]) {
+        // Of the cuts as good, the one nearest an even share: no stage left with much less than the others.
+        const fair = Math.abs(prefix[j] - prefix[i] - (prefix[L] - prefix[i]) / (stages - s));
+        if (worst < best[s][i] || (worst === best[s][i] && fair < off)) {
           best[s][i] = worst;
           cut[s][i] = j;
+          off = fair;
         }
       }
   const spans: LayerSpan[] = [];
