@@ -157,6 +157,22 @@ export function serviceBackend(env: Env): 'wasm' | 'webgpu' {
   return resolveBackend(backendVar(env), hostHasWebGpu());
 }
 
+/**
+ * Inside workerd the engine runs on WASM: `auto` resolves to it (no navigator.gpu), and a forced `webgpu` cannot
+ * load, which an object reports as a 503 naming the reason (InvalidRequestError is how a model that cannot be
+ * served is told). Shared by the head's shards and the stage Workers (src/objects/shard-runtime.ts, stage-runtime.ts).
+ */
+export function requireWasmBackend(env: Env): void {
+  if (serviceBackend(env) !== 'webgpu') return;
+  throw new InvalidRequestError(
+    'BACKEND',
+    hostHasWebGpu()
+      ? "BACKEND=webgpu: onnxruntime-web's WebGPU build is not wired into workerd yet; use auto or wasm"
+      : `BACKEND=${backendVar(env)} but this host has no WebGPU (navigator.gpu); use auto or wasm`,
+    'backend_unavailable',
+  );
+}
+
 /** KV_DTYPE: fp32 unless set; a value other than fp32 / fp16 is passed on for the engine to refuse by name (a 503). */
 export function kvDtypeVar(env: Env): 'fp32' | 'fp16' {
   return (env.KV_DTYPE?.trim().toLowerCase() || 'fp32') as 'fp32' | 'fp16';

@@ -7,6 +7,7 @@ import { nodeRuntime } from '../scripts/lib/runtimes.js';
 import { Engine, type EngineOptions } from '../src/engine/engine.js';
 import { IsolateModels } from '../src/engine/runners/isolate-models.js';
 import { HEAD_SPAN, layerCosts, planStages } from '../src/engine/stages/stage-plan.js';
+import { microBatches } from '../src/engine/stages/staged-runner.js';
 import { LocalStageLink } from '../src/engine/stages/local-stage-link.js';
 import { StageServer, type StageModel } from '../src/engine/stages/stage-server.js';
 import { directorySource } from '../src/sources/directory-source.js';
@@ -100,6 +101,32 @@ describe('planStages', () => {
   });
 });
 
+describe('microBatches', () => {
+  const rows = (counts: number[]) => counts.map((count, i) => ({ blocks: [i], start: 0, count }));
+  const shape = (counts: number[], n: number) => microBatches(rows(counts), n).map((g) => [g.firstToken, g.tokens]);
+  it('splits a pass into contiguous runs of rows of about equal tokens, none empty', () => {
+    expect(shape(new Array(16).fill(1), 2)).toEqual([
+      [0, 8],
+      [8, 8],
+    ]);
+    expect(shape(new Array(16).fill(1), 3)).toEqual([
+      [0, 5],
+      [5, 6],
+      [11, 5],
+    ]);
+    // A prefill chunk weighs what it feeds.
+    expect(shape([100, 1, 1, 1], 2)).toEqual([
+      [0, 100],
+      [100, 3],
+    ]);
+    expect(shape([1, 1, 1, 100], 2)).toEqual([
+      [0, 3],
+      [3, 100],
+    ]);
+    expect(microBatches(rows([3, 4]), 2).map((g) => g.wire.map((r) => r.blocks[0]))).toEqual([[0], [1]]);
+  });
+});
+
 describe('a model on pipeline stages', () => {
   it('computes the tokens and logprobs of one process, token for token, in one batch', async () => {
     const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
@@ -115,6 +142,21 @@ describe('a model on pipeline stages', () => {
       { from: 1, to: 2 },
     ]);
     expect(stats.every((s) => s.hops > 0 && s.weightBytes > 0 && s.kvBytes === MiB)).toBe(true);
+  });
+
+  it('runs a batched pass in micro-batches, one per stage, with the tokens of one batch', async () => {
+    const { engine } = await staged(2);
+    const one = await Engine.load(await nodeRuntime('kernels'), source(), {
+      ...base,
+      pipeline: { stages: 2, model: 'tiny', links: (await stageLinks(2)).links, kvDtype: 'fp32', microBatches: 1 },
+    });
+    const a = await Promise.all(requests.map((r) => collect(engine, r)));
+    const b = await Promise.all(requests.map((r) => collect(one, r)));
+    expect(a.map((r) => r.done.tokenIds)).toEqual(b.map((r) => r.done.tokenIds));
+    // Three rows in most passes: two messages a pass to each stage, against one.
+    const hops = (e: Engine) => e.runner.stats().stages![0].hops;
+    expect(hops(engine)).toBeGreaterThan(1.5 * engine.stats().steps);
+    expect(hops(one)).toBe(one.stats().steps);
   });
 
   it('shares prefixes and forks copy-on-write across stages: n > 1 and a repeated prompt equal one process', async () => {

@@ -55,7 +55,8 @@ export async function startDevServer(
     ? options.configs.flatMap((file) => ['-c', file])
     : options.via === 'npm-start'
       ? []
-      : pipelineConfigArgs(ROOT, readFileSync(`${ROOT}/wrangler.toml`, 'utf8'), flags);
+      : // Tagged by port: beside another pipeline on this machine, each finds its own stages.
+        pipelineConfigArgs(ROOT, readFileSync(`${ROOT}/wrangler.toml`, 'utf8'), flags, `p${port}`);
   const [command, args] =
     options.via === 'npm-start'
       ? ['npm', ['start', '--', ...flags]]

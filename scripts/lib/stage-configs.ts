@@ -9,9 +9,17 @@ import { join } from 'node:path';
 /** Vars a stage reads: where the model is and what it may use. The rest are the head's. */
 export const STAGE_VARS = ['MODEL', 'MODEL_NAME', 'MODEL_DTYPE', 'MODEL_URL', 'MEMORY_BUDGET_MB', 'BACKEND'] as const;
 
-export const stageScriptName = (base: string, i: number): string => `${base}-stage-${i}`;
+/**
+ * Names of a pipeline's configs and stage scripts. `tag` sets apart a pipeline run beside others on one machine
+ * (tests, benches: the dev registry finds a stage by its script name); none for `npm start` and deploys.
+ */
+export const stageScriptName = (base: string, i: number, tag = ''): string => `${base}${tag && `-${tag}`}-stage-${i}`;
 export const headConfigFile = 'wrangler.pipeline-head.toml';
 export const stageConfigFile = (i: number): string => `wrangler.pipeline-stage-${i}.toml`;
+export const taggedHeadConfigFile = (tag: string): string =>
+  tag ? `wrangler.pipeline-${tag}-head.toml` : headConfigFile;
+export const taggedStageConfigFile = (i: number, tag: string): string =>
+  tag ? `wrangler.pipeline-${tag}-stage-${i}.toml` : stageConfigFile(i);
 
 /** `text` with `pattern` replaced once; the config changed shape when it is not there. */
 function replaceOnce(text: string, pattern: RegExp, by: string, what: string): string {
@@ -39,8 +47,8 @@ function withVars(toml: string, vars: Readonly<Record<string, string>>): string 
 }
 
 /** Stage `i`'s config: the head's, renamed, with the stage entry and its StageObject class, and `vars` set. */
-export function stageConfig(toml: string, i: number, vars: Readonly<Record<string, string>>): string {
-  let out = replaceOnce(toml, /^name = "[^"]+"/m, `name = "${stageScriptName(scriptName(toml), i)}"`, 'name');
+export function stageConfig(toml: string, i: number, vars: Readonly<Record<string, string>>, tag = ''): string {
+  let out = replaceOnce(toml, /^name = "[^"]+"/m, `name = "${stageScriptName(scriptName(toml), i, tag)}"`, 'name');
   out = replaceOnce(out, /^main = "[^"]+"/m, 'main = "src/stage-worker/index.ts"', 'main');
   out = replaceOnce(
     out,
@@ -60,12 +68,12 @@ export function stageConfig(toml: string, i: number, vars: Readonly<Record<strin
 }
 
 /** The head's config: wrangler.toml with PIPELINE_STAGES and a binding to each stage Worker's objects. */
-export function headConfig(toml: string, stages: number): string {
+export function headConfig(toml: string, stages: number, tag = ''): string {
   const base = scriptName(toml);
   const bindings = Array.from(
     { length: stages },
     (_, i) =>
-      `[[durable_objects.bindings]]\nname = "STAGE_${i + 1}"\nclass_name = "StageObject"\nscript_name = "${stageScriptName(base, i + 1)}"\n`,
+      `[[durable_objects.bindings]]\nname = "STAGE_${i + 1}"\nclass_name = "StageObject"\nscript_name = "${stageScriptName(base, i + 1, tag)}"\n`,
   ).join('\n');
   // Arrays of tables may be extended after [vars]; the vars stay the file's last table for withVars.
   const at = toml.indexOf('\n[vars]');
@@ -78,15 +86,16 @@ export function writePipelineConfigs(
   toml: string,
   stages: number,
   vars: Readonly<Record<string, string>>,
+  tag = '',
 ): string[] {
   const stageVars = Object.fromEntries(
     Object.entries(vars).filter(([name]) => (STAGE_VARS as readonly string[]).includes(name)),
   );
-  writeFileSync(join(root, headConfigFile), headConfig(toml, stages));
-  const files = [headConfigFile];
+  writeFileSync(join(root, taggedHeadConfigFile(tag)), headConfig(toml, stages, tag));
+  const files = [taggedHeadConfigFile(tag)];
   for (let i = 1; i <= stages; i++) {
-    writeFileSync(join(root, stageConfigFile(i)), stageConfig(toml, i, stageVars));
-    files.push(stageConfigFile(i));
+    writeFileSync(join(root, taggedStageConfigFile(i, tag)), stageConfig(toml, i, stageVars, tag));
+    files.push(taggedStageConfigFile(i, tag));
   }
   return files;
 }
@@ -106,9 +115,9 @@ export function varsOfArgs(args: readonly string[]): Record<string, string> {
  * For a `wrangler dev` command line that sets PIPELINE_STAGES: the configs written and the `-c` flags that run
  * the head and every stage Worker in the one process (the first config is the one served); else nothing.
  */
-export function pipelineConfigArgs(root: string, toml: string, args: readonly string[]): string[] {
+export function pipelineConfigArgs(root: string, toml: string, args: readonly string[], tag = ''): string[] {
   const vars = varsOfArgs(args);
   const stages = Number(vars.PIPELINE_STAGES ?? 0);
   if (!Number.isSafeInteger(stages) || stages < 1) return [];
-  return writePipelineConfigs(root, toml, stages, vars).flatMap((file) => ['-c', file]);
+  return writePipelineConfigs(root, toml, stages, vars, tag).flatMap((file) => ['-c', file]);
 }

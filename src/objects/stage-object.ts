@@ -12,7 +12,7 @@ import type {
 import { InvalidRequestError } from '../engine/errors.js';
 import { intVar, modelName, type Env } from '../env.js';
 import { modelSourceFor } from '../sources/model-source.js';
-import { shardRuntime } from './shard-runtime.js';
+import { stageRuntime } from './stage-runtime.js';
 
 /**
  * One pipeline stage of one head shard: a range of the model's layers and their KV blocks, in a Worker
@@ -41,7 +41,7 @@ export class StageObject extends DurableObject<Env> {
       url: this.env.MODEL_URL?.trim() || undefined,
     });
     this.server ??= new StageServer({
-      runtime: shardRuntime(this.env),
+      runtime: stageRuntime(this.env),
       source,
       model,
       memoryBudgetBytes: intVar(this.env, 'MEMORY_BUDGET_MB') * 2 ** 20,

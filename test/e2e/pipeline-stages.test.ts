@@ -3,12 +3,12 @@
 // `wrangler dev` process of its own (the dev registry connects them). Greedy text equals the one-process
 // Node engine's on the same folder; killing stage 2's process mid-stream and bringing it back loses its KV,
 // and the head recomputes: the stream goes on with the same tokens and nothing leaks.
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createParser } from 'eventsource-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { headConfigFile, stageConfigFile, writePipelineConfigs } from '../../scripts/lib/stage-configs.js';
+import { writePipelineConfigs } from '../../scripts/lib/stage-configs.js';
 import { collect, loadEngine } from '../helpers/engines.js';
 import { startConfiguredServer, type DevServer } from './helpers/wrangler.js';
 
@@ -21,13 +21,16 @@ let head: DevServer;
 let stage2: DevServer;
 const reference = new Map<string, string>();
 
-const startStage2 = () => startConfiguredServer({}, undefined, { configs: [stageConfigFile(2)] });
+// Its own names: the dev registry finds a stage by script name, and another pipeline may run on this machine.
+const TAG = `e2e${process.pid}`;
+let files: string[] = [];
+const startStage2 = () => startConfiguredServer({}, undefined, { configs: [files[2]] });
 
 beforeAll(async () => {
-  writePipelineConfigs(ROOT, readFileSync(join(ROOT, 'wrangler.toml'), 'utf8'), 2, VARS);
+  files = writePipelineConfigs(ROOT, readFileSync(join(ROOT, 'wrangler.toml'), 'utf8'), 2, VARS, TAG);
   stage2 = await startStage2();
   head = await startConfiguredServer({ ...VARS, PIPELINE_STAGES: '2' }, undefined, {
-    configs: [headConfigFile, stageConfigFile(1)],
+    configs: [files[0], files[1]],
   });
   const engine = await loadEngine('kernels', 'tiny', { dtype: 'q4' });
   for (const prompt of prompts)
@@ -44,6 +47,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await head?.stop();
   await stage2?.stop();
+  for (const file of files) rmSync(join(ROOT, file), { force: true });
 });
 
 async function complete(prompt: string): Promise<string> {

@@ -26,6 +26,8 @@ export interface PipelineOptions {
   /** This engine's links to its stages, in layer order: another engine of the isolate has its own. */
   links: StageLink[];
   kvDtype: KvDtype;
+  /** Micro-batches a pass is split into, so that stages work at once (default: one per stage; 1: none). */
+  microBatches?: number;
 }
 
 /** Variants whose every product is 8-bit: run on `runtime.kernels8Bit` where the runtime has one. */
@@ -117,14 +119,21 @@ export async function loadRunner(
       if (pipeline) {
         const spans = planStages(pipeline.stages, layerCosts(config, stream.size, options.kvCacheBytes));
         const staged = (limits: EngineLimits, links: StageLink[]): Promise<ModelRunner> =>
-          StagedRunner.open(config, model.runner(limits), links, spans, {
-            model: pipeline.model,
-            dtype,
-            numBlocks: kvPoolBlocks(config, limits.kvCacheBytes, limits.blockSize, pipeline.kvDtype),
-            kvDtype: pipeline.kvDtype,
-            // Only the limits: the options hold what a message cannot carry (the links themselves).
-            limits: resolveEngineLimits(limits),
-          });
+          StagedRunner.open(
+            config,
+            model.runner(limits),
+            links,
+            spans,
+            {
+              model: pipeline.model,
+              dtype,
+              numBlocks: kvPoolBlocks(config, limits.kvCacheBytes, limits.blockSize, pipeline.kvDtype),
+              kvDtype: pipeline.kvDtype,
+              // Only the limits: the options hold what a message cannot carry (the links themselves).
+              limits: resolveEngineLimits(limits),
+            },
+            pipeline.microBatches,
+          );
         return {
           runner: await staged(options, pipeline.links),
           weightBytes: model.weights.bytes,

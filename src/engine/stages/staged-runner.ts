@@ -1,5 +1,5 @@
 import type { KvDtype, KvShape } from '../kv/block-pool.js';
-import { kernelRows, type KernelRunner } from '../kernels/kernel-runner.js';
+import { kernelRows, type KernelRow, type KernelRunner } from '../kernels/kernel-runner.js';
 import type { LayerSpan } from '../kernels/weights/llama-weights.js';
 import type { ModelConfig } from '../model/config.js';
 import {
@@ -11,7 +11,7 @@ import {
   type StepRow,
 } from '../runners/model-runner.js';
 import { StagedKvMemory, type KvStage } from './staged-kv-memory.js';
-import type { StageCommands, StageInfo, StageLink, StageOpen } from './stage-protocol.js';
+import type { StageCommands, StageInfo, StageLink, StageOpen, StageStep } from './stage-protocol.js';
 
 /** Restarts in a row (no pass through in between) after which the pass fails instead of being recomputed. */
 const MAX_LOSSES_IN_A_ROW = 3;
@@ -69,18 +69,33 @@ class Stage implements KvStage {
     return commands;
   }
 
-  /** The stage restarted: what it held is gone; it is loaded again for the next pass. */
-  async lost(): Promise<never> {
+  /** The stage restarted: what it held is gone; it is loaded again for the next pass (or tried again then). */
+  async lost(): Promise<void> {
     this.stats.restarts++;
     this.pending = { copies: [], writes: [] };
     this.info = undefined;
-    const { from, to } = this.stats.layers;
-    try {
-      await this.connect();
-    } catch {
-      // Tried again before the next pass.
-    }
-    throw new KvLostError(`pipeline stage of layers ${from}..${to - 1} restarted: its KV blocks are gone`);
+    await this.connect();
+  }
+
+  /**
+   * Sends one micro-batch through the stage: the hidden states it returns, or `lost` when it restarted (a new
+   * epoch, or a failed call after which it answers as another). The block commands go with the pass's first.
+   */
+  async step(rows: StageStep['rows'], hidden: Float32Array): Promise<Float32Array | 'lost'> {
+    const epoch = this.info?.epoch ?? (await this.connect()).epoch;
+    const t0 = performance.now();
+    const reply = await this.link.step({ epoch, rows, hidden, ...this.take() }).catch(async (err: unknown) => {
+      // A call that failed: the stage restarted (its process died mid-call), or the pass failed there.
+      const now = await this.answer(err);
+      if (now === epoch) throw err;
+      return { lost: true as const, epoch: now };
+    });
+    if (reply.lost) return 'lost';
+    this.stats.hops++;
+    this.stats.hopMs += performance.now() - t0;
+    this.stats.computeMs += reply.computeMs;
+    this.stats.isolateBytes = reply.isolateBytes ?? this.stats.isolateBytes;
+    return reply.hidden;
   }
 
   /**
@@ -102,8 +117,9 @@ class Stage implements KvStage {
   async read(block: number): Promise<Uint8Array> {
     const epoch = this.info?.epoch ?? (await this.connect()).epoch;
     const reply = await this.link.read({ epoch, block, ...this.take() });
-    if (reply.lost) return this.lost();
-    return reply.bytes;
+    if (!reply.lost) return reply.bytes;
+    await this.lost();
+    throw new Error(`pipeline stage of layers ${this.from}..${this.to - 1} restarted: block ${block} is gone`);
   }
 }
 
@@ -128,6 +144,8 @@ export class StagedRunner implements ModelRunner {
     readonly config: ModelConfig,
     private readonly head: KernelRunner,
     stages: Stage[],
+    /** Micro-batches a pass is split into (at most one per row): the stages that can work at once. */
+    private readonly microBatches: number,
   ) {
     this.stages = stages;
   }
@@ -139,11 +157,12 @@ export class StagedRunner implements ModelRunner {
     links: readonly StageLink[],
     spans: readonly LayerSpan[],
     open: Omit<StageOpen, 'span'>,
+    microBatches = spans.length,
   ): Promise<StagedRunner> {
     if (links.length !== spans.length) throw new Error(`${spans.length} stages planned, ${links.length} links given`);
     const stages = spans.map((span, i) => new Stage(links[i], { ...open, span }));
     await Promise.all(stages.map((stage) => stage.connect()));
-    return new StagedRunner(config, head, stages);
+    return new StagedRunner(config, head, stages, Math.max(1, microBatches));
   }
 
   createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): StagedKvMemory {
@@ -155,43 +174,67 @@ export class StagedRunner implements ModelRunner {
     return new StagedKvMemory(shape, blockSize, dtype === 'fp16' ? 2 : 4, this.stages);
   }
 
+  /**
+   * One pass. With several stages and rows, the rows go through in micro-batches (GPipe's): while stage 2
+   * computes the first, stage 1 computes the second, so stages that run in parallel (objects on their own
+   * threads, or `wrangler dev` processes) all work at once. Every stage sees a pass's micro-batches in order
+   * (block commands with the first), and rows are independent, so the logits are those of one batch.
+   */
   async forward(rows: readonly StepRow[]): Promise<StepLogits> {
     if (this.released) throw new Error('this runner was released');
     for (const { kv, tokens } of rows) kv.checkWritable(tokens.length);
     const passRows = kernelRows(rows);
-    const wire = passRows.map(({ blocks, start, count }) => ({ blocks: [...blocks], start, count }));
-    let hidden = this.head.forwardHidden(
+    const H = this.config.hiddenSize;
+    const hidden = this.head.forwardHidden(
       passRows,
       rows.flatMap((r) => r.tokens),
     );
-    for (const stage of this.stages) {
-      const epoch = stage.info?.epoch ?? (await stage.connect()).epoch;
-      const t0 = performance.now();
-      const reply = await stage.link
-        .step({ epoch, rows: wire, hidden, ...stage.take() })
-        .catch(async (err: unknown) => {
-          // A call that failed: the stage restarted (its process died mid-call), or the pass failed there.
-          const now = await stage.answer(err);
-          if (now === epoch) throw err;
-          return { lost: true as const, epoch: now };
+    const groups: (MicroBatch & { hidden: Float32Array })[] = microBatches(
+      passRows,
+      Math.min(this.microBatches, rows.length),
+    ).map((g) => ({
+      ...g,
+      hidden: hidden.slice(g.firstToken * H, (g.firstToken + g.tokens) * H),
+    }));
+    // chain[s]: stage s's last micro-batch; a micro-batch enters stage s when it left stage s - 1 and stage s
+    // is done with the one before it.
+    const chain: Promise<unknown>[] = this.stages.map(() => Promise.resolve());
+    const lost = new Set<Stage>();
+    const runs = groups.map(async (group) => {
+      let ready: Promise<unknown> = Promise.resolve();
+      for (const [s, stage] of this.stages.entries()) {
+        const turn = Promise.all([ready, chain[s]]).then(async () => {
+          if (lost.size) return; // the pass is lost already: recomputed, not finished
+          const reply = await stage.step(group.wire, group.hidden);
+          if (reply === 'lost') lost.add(stage);
+          else group.hidden = reply;
         });
-      if (reply.lost) {
-        if (++this.lossesInARow > MAX_LOSSES_IN_A_ROW)
-          throw new Error(
-            `pipeline stage of layers ${stage.from}..${stage.to - 1} restarted ${MAX_LOSSES_IN_A_ROW} passes in a row; the pass is given up`,
-          );
-        return stage.lost();
+        chain[s] = turn.catch(() => undefined);
+        ready = turn;
       }
-      stage.stats.hops++;
-      stage.stats.hopMs += performance.now() - t0;
-      stage.stats.computeMs += reply.computeMs;
-      stage.stats.isolateBytes = reply.isolateBytes ?? stage.stats.isolateBytes;
-      hidden = reply.hidden;
+      await ready;
+    });
+    const settled = await Promise.allSettled(runs);
+    if (lost.size) {
+      if (++this.lossesInARow > MAX_LOSSES_IN_A_ROW) {
+        const { from, to } = [...lost][0];
+        throw new Error(
+          `pipeline stage of layers ${from}..${to - 1} restarted ${MAX_LOSSES_IN_A_ROW} passes in a row; the pass is given up`,
+        );
+      }
+      for (const stage of lost) await stage.lost().catch(() => undefined);
+      throw new KvLostError(
+        `pipeline stage${lost.size > 1 ? 's' : ''} of layers ${[...lost].map((s) => `${s.from}..${s.to - 1}`).join(', ')} restarted: ${lost.size > 1 ? 'their' : 'its'} KV blocks are gone`,
+      );
     }
+    const failed = settled.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
     this.lossesInARow = 0;
     for (const { kv, tokens } of rows) kv.advance(tokens.length);
+    const out = new Float32Array(hidden.length);
+    for (const g of groups) out.set(g.hidden, g.firstToken * H);
     // Synchronous from here: the logits lie in the head's shared scratch until its next pass.
-    return this.head.logitsFromHidden(passRows, hidden);
+    return this.head.logitsFromHidden(passRows, out);
   }
 
   stats(): RunnerStats {
@@ -202,4 +245,37 @@ export class StagedRunner implements ModelRunner {
     this.released = true;
     await this.head.release();
   }
+}
+
+/** A micro-batch: a run of the pass's rows, where its tokens start among the pass's, and what a stage is sent. */
+interface MicroBatch {
+  firstToken: number;
+  tokens: number;
+  wire: StageStep['rows'];
+}
+
+/**
+ * The pass's rows in `count` contiguous runs of about equal tokens (a prefill chunk weighs what it feeds), none
+ * empty: each micro-batch a stage computes costs about the same.
+ */
+export function microBatches(rows: readonly KernelRow[], count: number): MicroBatch[] {
+  const total = rows.reduce((n, r) => n + r.count, 0);
+  const out: MicroBatch[] = [];
+  let token = 0;
+  let r = 0;
+  for (let g = 0; g < count; g++) {
+    const first = r;
+    const target = ((g + 1) * total) / count;
+    const firstToken = token;
+    // Take rows while the run is short of its share, leaving a row for every run after it.
+    while (r < rows.length - (count - g - 1) && (r === first || token + rows[r].count / 2 <= target))
+      token += rows[r++].count;
+    if (g === count - 1) while (r < rows.length) token += rows[r++].count;
+    out.push({
+      firstToken,
+      tokens: token - firstToken,
+      wire: rows.slice(first, r).map(({ blocks, start, count: n }) => ({ blocks: [...blocks], start, count: n })),
+    });
+  }
+  return out;
 }

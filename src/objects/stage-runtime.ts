@@ -1,0 +1,18 @@
+import { absentOrt } from '../backends/onnxruntime-absent.js';
+// Precompiled by wrangler, like the head's (src/backends/ort-web-workerd.ts). The relaxed build only: a stage
+// runs every graph on it (StageServer reads `kernels`), and the baseline build gives the same bits.
+import edgeKernels from '../engine/kernels/edge-kernels-relaxed.wasm';
+import type { OrtRuntime } from '../engine/model/runtime.js';
+import { requireWasmBackend, runnerChoice, type Env } from '../env.js';
+
+/**
+ * A stage Worker's runtime: the edge kernels and nothing else. A stage runs its layers on the kernels only, so
+ * its script imports neither onnxruntime-web (14 MB of WebAssembly) nor xgrammar's; the upload stays small.
+ * BACKEND is read as the head reads it: `webgpu` is refused by name, `ort-wasm` leaves the stage no kernels
+ * (StageServer refuses it).
+ */
+export function stageRuntime(env: Env): OrtRuntime {
+  requireWasmBackend(env);
+  const runner = runnerChoice(env);
+  return { ...absentOrt(), kernels: runner === 'onnxruntime' ? undefined : edgeKernels, runner };
+}
