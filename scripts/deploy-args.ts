@@ -1,3 +1,7 @@
+import { join } from 'node:path';
+import { pipelineStagesVar, type Env } from '../src/env.js';
+import { varsOfArgs } from './lib/stage-configs.js';
+
 /** Flags `npm run deploy` understands itself; the rest go to `wrangler deploy` as they are. */
 export const OWN_FLAGS = ['--allow-open', '--kernels-only'] as const;
 
@@ -23,12 +27,81 @@ export const KERNELS_ONLY_CONFIG = 'wrangler.kernels-only.toml';
  */
 export const PRODUCTION_VARS: Record<string, string> = { ALLOW_LOOPBACK_CALLBACKS: 'false' };
 
-/** `wrangler deploy`'s arguments: production vars first (a user's own --var after them wins), then the user's flags. */
-export function deployArgs(extra: readonly string[]): string[] {
+/**
+ * `wrangler deploy`'s arguments: production vars first (a user's own --var after them wins), then the user's flags.
+ * `config`: the config to deploy (the pipeline's head); else wrangler.toml, or its --kernels-only copy.
+ */
+export function deployArgs(extra: readonly string[], config?: string): string[] {
   const args = ['deploy'];
   for (const [name, value] of Object.entries(PRODUCTION_VARS)) args.push('--var', `${name}:${value}`);
-  if (extra.includes('--kernels-only')) args.push('--config', KERNELS_ONLY_CONFIG);
+  const file = config ?? (extra.includes('--kernels-only') ? KERNELS_ONLY_CONFIG : undefined);
+  if (file) args.push('--config', file);
   return [...args, ...extra.filter((a) => !(OWN_FLAGS as readonly string[]).includes(a))];
+}
+
+/**
+ * The arguments `npm run deploy` acts on: PIPELINE_STAGES from the environment (as `npm start` takes it), then the
+ * user's flags, so a `--var PIPELINE_STAGES:N` of theirs wins. Only that var: the model's come as `--var`s.
+ */
+export function deployExtra(env: NodeJS.ProcessEnv, extra: readonly string[]): string[] {
+  return env.PIPELINE_STAGES ? ['--var', `PIPELINE_STAGES:${env.PIPELINE_STAGES}`, ...extra] : [...extra];
+}
+
+/** How many stage Workers the deploy's flags ask for (the head's rule: 0..64, 0 when unset); throws naming a bad value. */
+export function deployStages(extra: readonly string[]): number {
+  return pipelineStagesVar({ PIPELINE_STAGES: varsOfArgs(extra).PIPELINE_STAGES } as Env);
+}
+
+/**
+ * `wrangler deploy` flags that are the head's alone, not a stage's: its vars (a stage's are baked into its config
+ * by writePipelineConfigs), name, public routes, assets and secrets. Each takes a value (or, an array, several).
+ * The outputs (--outdir, --outfile, --metafile) are the head's too; a stage writes to `<outdir>/stage-<i>`.
+ */
+const HEAD_ONLY_FLAGS = [
+  '--var',
+  '--name',
+  '--routes',
+  '--route',
+  '--domains',
+  '--domain',
+  '--triggers',
+  '--schedule',
+  '--schedules',
+  '--assets',
+  '--secrets-file',
+  '--outdir',
+  '--outfile',
+  '--metafile',
+];
+
+/** Flags that pick the config: a pipeline's are generated from wrangler.toml, so a user's cannot apply. */
+export const CONFIG_FLAGS = ['-c', '--config'];
+
+/** Whether the user's flags choose a config of their own (`-c`, `--config`, `--config=…`). */
+export const hasConfigFlag = (extra: readonly string[]): boolean =>
+  extra.some((a) => CONFIG_FLAGS.includes(a) || CONFIG_FLAGS.some((f) => a.startsWith(`${f}=`)));
+
+/**
+ * `wrangler deploy`'s arguments for pipeline stage `i` (its config `config`): the user's flags that apply to any
+ * Worker (--dry-run, --minify, --compatibility-date, --tag, --message, --keep-vars, ...), none of the head's own,
+ * and `--outdir <outdir>/stage-<i>` where the head's is `<outdir>`.
+ */
+export function stageDeployArgs(extra: readonly string[], i: number, config: string): string[] {
+  const args = ['deploy', '--config', config];
+  for (let k = 0; k < extra.length; k++) {
+    const arg = extra[k];
+    if ((OWN_FLAGS as readonly string[]).includes(arg)) continue;
+    const eq = arg.indexOf('=');
+    const flag = arg.startsWith('--') && eq > 0 ? arg.slice(0, eq) : arg;
+    if (!HEAD_ONLY_FLAGS.includes(flag)) {
+      args.push(arg);
+      continue;
+    }
+    const values: string[] = eq > 0 && flag !== arg ? [arg.slice(eq + 1)] : [];
+    if (flag === arg) while (k + 1 < extra.length && !extra[k + 1].startsWith('-')) values.push(extra[++k]);
+    if (flag === '--outdir' && values.length) args.push('--outdir', join(values[0], `stage-${i}`));
+  }
+  return args;
 }
 
 /** Whether `wrangler secret list --format json` output names API_KEYS. */

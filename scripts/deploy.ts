@@ -1,15 +1,43 @@
 // `npm run deploy`: `wrangler deploy` with production settings (see docs/deploy.md). A deployed worker with
 // no API_KEYS secret would run in dev mode and serve anyone, so that is refused unless --allow-open says
 // it is meant. `npm run deploy -- --dry-run --outdir <dir>` bundles without an account (what CI checks).
+// PIPELINE_STAGES=N (the environment, or --var PIPELINE_STAGES:N): the N stage Workers first, each from its
+// generated config (scripts/lib/stage-configs.ts), then the head, whose config binds their objects by script name.
 import { spawn, spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { deployArgs, hasApiKeysSecret, KERNELS_ONLY_CONFIG, kernelsOnlyConfig } from './deploy-args.js';
+import {
+  deployArgs,
+  deployExtra,
+  deployStages,
+  hasApiKeysSecret,
+  hasConfigFlag,
+  KERNELS_ONLY_CONFIG,
+  kernelsOnlyConfig,
+  stageDeployArgs,
+} from './deploy-args.js';
+import { headConfigFile, stageConfigFile, varsOfArgs, writePipelineConfigs } from './lib/stage-configs.js';
 
-const extra = process.argv.slice(2);
+const extra = deployExtra(process.env, process.argv.slice(2));
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
+const root = fileURLToPath(new URL('..', import.meta.url));
+const vars = varsOfArgs(extra);
 
+let stages: number;
+try {
+  stages = deployStages(extra);
+} catch (err) {
+  console.error((err as Error).message);
+  process.exit(1);
+}
+if (stages > 0 && hasConfigFlag(extra)) {
+  console.error('PIPELINE_STAGES: the head and stage configs are generated from wrangler.toml; drop -c/--config');
+  process.exit(1);
+}
+
+// The head's secrets only: a stage has no public route (workers_dev = false, and its fetch answers 404).
 if (!extra.includes('--dry-run') && !extra.includes('--allow-open')) {
   const list = spawnSync(process.execPath, [wrangler, 'secret', 'list', '--format', 'json'], { encoding: 'utf8' });
   if (list.status !== 0 || !hasApiKeysSecret(list.stdout)) {
@@ -24,10 +52,44 @@ if (!extra.includes('--dry-run') && !extra.includes('--allow-open')) {
   }
 }
 
-if (extra.includes('--kernels-only'))
-  writeFileSync(KERNELS_ONLY_CONFIG, kernelsOnlyConfig(readFileSync('wrangler.toml', 'utf8')));
-const child = spawn(process.execPath, [wrangler, ...deployArgs(extra)], { stdio: 'inherit' });
-child.on('exit', (code, signal) => {
-  rmSync(KERNELS_ONLY_CONFIG, { force: true });
-  process.exit(code ?? (signal ? 1 : 0));
-});
+const toml = readFileSync(join(root, 'wrangler.toml'), 'utf8');
+const kernelsOnly = extra.includes('--kernels-only');
+/** Each `wrangler deploy`, in order, with what it deploys: the stages first, then the head. */
+const runs: { what: string; args: string[] }[] = [];
+/** The configs written for this deploy, removed after it: the --kernels-only copy, or the pipeline's. */
+const written = [KERNELS_ONLY_CONFIG];
+if (stages > 0) {
+  const files = writePipelineConfigs(root, toml, stages, vars);
+  written.push(...files);
+  // The alias table goes after [vars], which writePipelineConfigs needs last: so on the written configs. The
+  // stage entry imports no onnxruntime-web (src/objects/stage-runtime.ts), so for a stage it changes nothing.
+  if (kernelsOnly)
+    for (const file of files)
+      writeFileSync(join(root, file), kernelsOnlyConfig(readFileSync(join(root, file), 'utf8')));
+  for (let i = 1; i <= stages; i++)
+    runs.push({ what: `stage ${i} of ${stages}`, args: stageDeployArgs(extra, i, stageConfigFile(i)) });
+  runs.push({ what: 'the head', args: deployArgs(extra, headConfigFile) });
+} else {
+  if (kernelsOnly) writeFileSync(join(root, KERNELS_ONLY_CONFIG), kernelsOnlyConfig(toml));
+  runs.push({ what: 'the worker', args: deployArgs(extra) });
+}
+
+function wranglerRun(args: string[]): Promise<number> {
+  const child = spawn(process.execPath, [wrangler, ...args], { stdio: 'inherit' });
+  return new Promise((resolve) => child.on('exit', (code, signal) => resolve(code ?? (signal ? 1 : 0))));
+}
+
+let code = 0;
+try {
+  for (const { what, args } of runs) {
+    if (runs.length > 1) console.log(`npm run deploy: ${what} (${args[args.indexOf('--config') + 1]})`);
+    code = await wranglerRun(args);
+    if (code !== 0) {
+      if (what.startsWith('stage')) console.error(`npm run deploy: ${what} failed; the head was not deployed`);
+      break;
+    }
+  }
+} finally {
+  for (const file of written) rmSync(join(root, file), { force: true });
+}
+process.exit(code);

@@ -1,13 +1,14 @@
 // `npm start`: wrangler dev on 127.0.0.1:8787, with the model chosen from the environment, so
 // `MODEL=smollm2-135m-instruct MODEL_DTYPE=q4 npm start` works as well as `npm start -- --var MODEL:...`.
 // Only the model vars are taken from the environment (never the whole of it: it may hold HF_TOKEN).
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ignoreLargeModelFolders } from './import/assets-ignore.js';
 import { ensureInspectorProxyPatched } from './lib/wrangler-inspector-patch.js';
 import { readFileSync } from 'node:fs';
+import { freePort } from './lib/free-port.js';
 import { pipelineConfigArgs } from './lib/stage-configs.js';
 import { startArgs } from './start-args.js';
 
@@ -19,12 +20,43 @@ for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', im
 // Without it a MODEL_URL weights file floods wrangler dev with sockets (scripts/lib/wrangler-inspector-patch.ts).
 ensureInspectorProxyPatched();
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
-const args = startArgs(process.env, process.argv.slice(2));
-// PIPELINE_STAGES: the head and each stage Worker, every one an isolate of its own, in this one wrangler dev.
+// --stage-processes: each pipeline stage in a wrangler dev process of its own (the dev registry connects them),
+// so stages compute at once on a machine with cores to spare; else all of them in the head's one process.
+const given = process.argv.slice(2);
+const apart = given.includes('--stage-processes');
+const args = startArgs(
+  process.env,
+  given.filter((a) => a !== '--stage-processes'),
+);
+// PIPELINE_STAGES: the head and each stage Worker, every one an isolate of its own.
 const root = fileURLToPath(new URL('..', import.meta.url));
 const configs = pipelineConfigArgs(root, readFileSync(join(root, 'wrangler.toml'), 'utf8'), args);
-const child = spawn(process.execPath, [wrangler, args[0], ...configs, ...args.slice(1)], {
-  stdio: 'inherit',
+const files = configs.filter((_, i) => i % 2 === 1);
+const children: ChildProcess[] = [];
+const run = (argv: string[]): ChildProcess => {
+  const child = spawn(process.execPath, [wrangler, ...argv], { stdio: 'inherit' });
+  children.push(child);
+  return child;
+};
+if (apart && files.length > 1)
+  for (const file of files.slice(1))
+    run([
+      'dev',
+      '-c',
+      file,
+      '--ip',
+      '127.0.0.1',
+      '--port',
+      String(await freePort()),
+      '--inspector-port',
+      String(await freePort()),
+    ]);
+const head = run([args[0], ...(apart ? ['-c', files[0] ?? 'wrangler.toml'] : configs), ...args.slice(1)]);
+for (const signal of ['SIGINT', 'SIGTERM'] as const)
+  process.on(signal, () => {
+    for (const child of children) child.kill(signal);
+  });
+head.on('exit', (code, signal) => {
+  for (const child of children) if (child !== head) child.kill('SIGTERM');
+  process.exit(code ?? (signal ? 1 : 0));
 });
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => child.kill(signal));
-child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));

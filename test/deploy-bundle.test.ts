@@ -8,7 +8,14 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
-import { deployArgs, hasApiKeysSecret } from '../scripts/deploy-args.js';
+import {
+  deployArgs,
+  deployExtra,
+  deployStages,
+  hasApiKeysSecret,
+  hasConfigFlag,
+  stageDeployArgs,
+} from '../scripts/deploy-args.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -20,9 +27,17 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const GZIP_BUDGET_KIB = 4608;
 /** The free plan's upload limit (3 MiB gzip). */
 const FREE_PLAN_KIB = 3072;
+/**
+ * A pipeline stage's upload (gzip): its layers' code and the relaxed kernels build, ~64 KiB; onnxruntime-web's or
+ * xgrammar's WebAssembly in it (a stage uses neither) would pass this at once.
+ */
+const STAGE_GZIP_KIB = { min: 16, max: 256 };
 
-/** `npm run deploy -- --dry-run <flags> --outdir <out>`: its log (it must succeed), for `check` to read with `out`. */
-function dryRun(flags: string[], check: (log: string, out: string) => void): void {
+/**
+ * `npm run deploy -- --dry-run <flags> --outdir <out>` (with `env` besides the process's): its log (it must
+ * succeed), for `check` to read with `out`.
+ */
+function dryRun(flags: string[], check: (log: string, out: string) => void, env: NodeJS.ProcessEnv = {}): void {
   const out = mkdtempSync(join(tmpdir(), 'edge-infer-bundle-'));
   try {
     const run = spawnSync(
@@ -31,7 +46,7 @@ function dryRun(flags: string[], check: (log: string, out: string) => void): voi
       {
         cwd: ROOT,
         encoding: 'utf8',
-        env: { ...process.env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1', CI: 'true' },
+        env: { ...process.env, PIPELINE_STAGES: '', ...env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1', CI: 'true' },
         timeout: 150_000,
       },
     );
@@ -75,6 +90,116 @@ describe('npm run deploy', () => {
       expect(existsSync(join(ROOT, 'wrangler.kernels-only.toml')), 'the temporary config is removed').toBe(false);
     });
   }, 180_000);
+
+  it('PIPELINE_STAGES=2 bundles the two stage scripts first, then the head bound to them', () => {
+    dryRun(
+      ['--var', 'MODEL:tiny'],
+      (log, out) => {
+        // Each wrangler deploy's part of the log, in the order they ran.
+        const parts = log.split(/^npm run deploy: /m).slice(1);
+        expect(
+          parts.map((p) => p.split('\n')[0]),
+          log,
+        ).toEqual([
+          'stage 1 of 2 (wrangler.pipeline-stage-1.toml)',
+          'stage 2 of 2 (wrangler.pipeline-stage-2.toml)',
+          'the head (wrangler.pipeline-head.toml)',
+        ]);
+        const gzipOf = (part: string) => Number(/Total Upload: [\d.]+ KiB \/ gzip: ([\d.]+) KiB/.exec(part)?.[1]);
+        for (const i of [1, 2]) {
+          const part = parts[i - 1];
+          const files = readdirSync(join(out, `stage-${i}`));
+          const gzip = gzipOf(part);
+          console.log(`deploy bundle, stage ${i}: gzip ${gzip.toFixed(0)} KiB; modules: ${files.join(', ')}`);
+          expect(files).toContain('index.js');
+          expect(files.some((f) => f.endsWith('edge-kernels-relaxed.wasm'))).toBe(true);
+          // The stage entry imports the kernels alone (src/objects/stage-runtime.ts).
+          expect(files.filter((f) => f.includes('ort-wasm') || f.includes('xgrammar'))).toEqual([]);
+          expect(gzip).toBeGreaterThan(STAGE_GZIP_KIB.min);
+          expect(gzip).toBeLessThan(STAGE_GZIP_KIB.max);
+          // Its own object class, and the model's vars baked into its config (a --var would show as hidden).
+          expect(part).toMatch(/env\.STAGE \(StageObject\) +Durable Object/);
+          expect(part).toMatch(/env\.MODEL \("tiny"\)/);
+          expect(part).not.toMatch(/env\.STAGE_1|env\.INFERENCE/);
+        }
+        const head = parts[2];
+        expect(readdirSync(out)).toContain('index.js');
+        expect(gzipOf(head)).toBeLessThan(GZIP_BUDGET_KIB);
+        for (const i of [1, 2])
+          expect(head).toMatch(new RegExp(`env\\.STAGE_${i} \\(StageObject, defined in edge-infer-stage-${i}\\)`));
+        expect(head).toMatch(/env\.INFERENCE \(InferenceObject\)/);
+        // The user's --var and the production vars reach the head.
+        expect(head).toMatch(/env\.MODEL \("\(hidden\)"\)/);
+        expect(head).toMatch(/env\.ALLOW_LOOPBACK_CALLBACKS \("\(hidden\)"\)/);
+        for (const file of ['wrangler.pipeline-head.toml', 'wrangler.pipeline-stage-1.toml'])
+          expect(existsSync(join(ROOT, file)), `${file} is removed`).toBe(false);
+      },
+      { PIPELINE_STAGES: '2' },
+    );
+  }, 180_000);
+
+  it('--kernels-only with PIPELINE_STAGES leaves onnxruntime-web out of the head too', () => {
+    dryRun(['--kernels-only', '--var', 'PIPELINE_STAGES:2'], (log, out) => {
+      expect(log.match(/^npm run deploy: /gm), log).toHaveLength(3);
+      expect(readdirSync(out).some((f) => f.includes('ort-wasm'))).toBe(false);
+      expect(readdirSync(join(out, 'stage-2'))).toContain('index.js');
+      const head = Number(
+        /Total Upload: [\d.]+ KiB \/ gzip: ([\d.]+) KiB/.exec(log.split(/^npm run deploy: the head/m)[1])?.[1],
+      );
+      expect(head).toBeLessThan(FREE_PLAN_KIB);
+    });
+  }, 180_000);
+
+  it('gives a stage the flags that apply to any Worker, and the head its own', () => {
+    expect(deployExtra({ PIPELINE_STAGES: '3' }, ['--var', 'PIPELINE_STAGES:2'])).toEqual([
+      '--var',
+      'PIPELINE_STAGES:3',
+      '--var',
+      'PIPELINE_STAGES:2',
+    ]);
+    expect(deployStages(deployExtra({ PIPELINE_STAGES: '3' }, ['--var', 'PIPELINE_STAGES:2']))).toBe(2);
+    expect(deployStages(deployExtra({ PIPELINE_STAGES: '3' }, []))).toBe(3);
+    expect(deployStages(['--dry-run'])).toBe(0);
+    expect(() => deployStages(['--var=PIPELINE_STAGES:two'])).toThrow(/PIPELINE_STAGES must be a whole number/);
+    const extra = [
+      '--allow-open',
+      '--var',
+      'MODEL:tiny',
+      '--dry-run',
+      '--name',
+      'other',
+      '--routes',
+      'a.example/*',
+      'b.example/*',
+      '--outdir=dist',
+      '--minify',
+      '--var=API_KEYS:k',
+      '--tag',
+      'v2',
+    ];
+    expect(stageDeployArgs(extra, 2, 'wrangler.pipeline-stage-2.toml')).toEqual([
+      'deploy',
+      '--config',
+      'wrangler.pipeline-stage-2.toml',
+      '--dry-run',
+      '--outdir',
+      join('dist', 'stage-2'),
+      '--minify',
+      '--tag',
+      'v2',
+    ]);
+    expect(deployArgs(['--kernels-only', '--dry-run'], 'wrangler.pipeline-head.toml')).toEqual([
+      'deploy',
+      '--var',
+      'ALLOW_LOOPBACK_CALLBACKS:false',
+      '--config',
+      'wrangler.pipeline-head.toml',
+      '--dry-run',
+    ]);
+    expect(hasConfigFlag(['-c', 'x.toml'])).toBe(true);
+    expect(hasConfigFlag(['--config=x.toml'])).toBe(true);
+    expect(hasConfigFlag(['--dry-run'])).toBe(false);
+  });
 
   it('passes production vars before the user’s flags and keeps its own flags to itself', () => {
     expect(deployArgs(['--allow-open', '--dry-run'])).toEqual([

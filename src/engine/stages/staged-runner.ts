@@ -82,6 +82,8 @@ class Stage implements KvStage {
    * epoch, or a failed call after which it answers as another). The block commands go with the pass's first.
    */
   async step(rows: StageStep['rows'], hidden: Float32Array): Promise<Float32Array | 'lost'> {
+    // Not connected only after a reconnect that failed, and that pass was lost: every sequence is being
+    // recomputed, so a fresh stage is what the head expects.
     const epoch = this.info?.epoch ?? (await this.connect()).epoch;
     const t0 = performance.now();
     const reply = await this.link.step({ epoch, rows, hidden, ...this.take() }).catch(async (err: unknown) => {
