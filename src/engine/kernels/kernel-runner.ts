@@ -21,6 +21,14 @@ export interface KernelRow {
   logits?: number;
 }
 
+/** A product's input (KernelRunner.input): x, and where its quantised rows are in scratch for quantised weights. */
+interface ProductInput {
+  id: number;
+  x: number;
+  rows: number;
+  quantised?: { k: number; blocks: number };
+}
+
 /** One pass's layout: where each row's tokens, block table and logits lie, and its scratch. */
 interface Pass {
   rows: readonly KernelRow[];
@@ -75,7 +83,8 @@ export class KernelRunner implements ModelRunner {
   private released = false;
   /** This pass's scratch, laid out anew each pass in the model's shared arena. */
   private scratch!: Scratch;
-  private quantMemo: { x: number; rows: number; blocks: number } | undefined;
+  /** Counts inputs made (input()): a product checks it is given the newest, whose quantised rows are in scratch. */
+  private inputs = 0;
   /** The last pass's residual stream (M, hidden), each row's token offsets in it, and its arena epoch. */
   private last: { residual: number; firstToken: number[]; epoch: number } | undefined;
 
@@ -191,7 +200,6 @@ export class KernelRunner implements ModelRunner {
     const { offsets: logitStart, total: logitRows } = packedOffsets(want);
 
     const epoch = this.model.arena.begin();
-    this.quantMemo = undefined;
     const mem = this.memory;
     const scoreRow = Math.max(...rows.map((_r, i) => Math.min(CHUNK, counts[i]) * (starts[i] + counts[i] + 8)));
     const sizes = passLayout(this.config, { tokens: M, tableEntries, scoreRow, logitRows }, this.weights);
@@ -252,10 +260,10 @@ export class KernelRunner implements ModelRunner {
         const n = Math.min(CHUNK, M - c0);
         const x = s.residual + c0 * H * 4;
         k.rmsnorm(s.h, x, w.attnNorm, n, H, this.config.rmsNormEps);
-        this.quantMemo = undefined;
-        this.linear(s.q, s.h, n, w.q);
-        this.linear(s.k, s.h, n, w.k);
-        this.linear(s.v, s.h, n, w.v);
+        const attnIn = this.input(s.h, n, w.q, w.k, w.v);
+        this.linear(s.q, attnIn, w.q);
+        this.linear(s.k, attnIn, w.k);
+        this.linear(s.v, attnIn, w.v);
         k.rope(s.q, s.cos + c0 * (headDim / 2) * 4, s.sin + c0 * (headDim / 2) * 4, n, numHeads, headDim, qOut);
         k.rope(s.k, s.cos + c0 * (headDim / 2) * 4, s.sin + c0 * (headDim / 2) * 4, n, numKvHeads, headDim, kvOut);
         // Each run of one row's tokens inside the chunk: store its keys and values, then attend.
@@ -296,16 +304,14 @@ export class KernelRunner implements ModelRunner {
           );
           t += run;
         }
-        this.quantMemo = undefined;
-        this.linear(s.out, s.ctx, n, w.o);
+        this.linear(s.out, this.input(s.ctx, n, w.o), w.o);
         k.add_inplace(x, s.out, n * H);
         k.rmsnorm(s.h, x, w.mlpNorm, n, H, this.config.rmsNormEps);
-        this.quantMemo = undefined;
-        this.linear(s.gate, s.h, n, w.gate);
-        this.linear(s.up, s.h, n, w.up);
+        const mlpIn = this.input(s.h, n, w.gate, w.up);
+        this.linear(s.gate, mlpIn, w.gate);
+        this.linear(s.up, mlpIn, w.up);
         k.silu_mul(s.gate, s.up, align(n * I, 4));
-        this.quantMemo = undefined;
-        this.linear(s.out, s.gate, n, w.down);
+        this.linear(s.out, this.input(s.gate, n, w.down), w.down);
         k.add_inplace(x, s.out, n * H);
       }
     }
@@ -327,8 +333,7 @@ export class KernelRunner implements ModelRunner {
     for (let r0 = 0; r0 < logitRows; r0 += CHUNK) {
       const n = Math.min(CHUNK, logitRows - r0);
       k.rmsnorm(s.h, s.lastRows + r0 * H * 4, ends.norm, n, H, this.config.rmsNormEps);
-      this.quantMemo = undefined;
-      this.linear(s.logits + r0 * vocabSize * 4, s.h, n, ends.lmHead);
+      this.linear(s.logits + r0 * vocabSize * 4, this.input(s.h, n, ends.lmHead), ends.lmHead);
     }
     this.last = { residual: s.residual, firstToken, epoch };
     const view = (slot: number): Float32Array => {
@@ -359,8 +364,7 @@ export class KernelRunner implements ModelRunner {
     const s = this.scratch;
     const ends = this.weights.ends!;
     this.kernels.rmsnorm(s.h, this.last!.residual + t * H * 4, ends.norm, 1, H, this.config.rmsNormEps);
-    this.quantMemo = undefined;
-    this.linear(s.lazyLogits, s.h, 1, ends.lmHead);
+    this.linear(s.lazyLogits, this.input(s.h, 1, ends.lmHead), ends.lmHead);
     return this.memory.f32(s.lazyLogits, vocabSize).slice();
   }
 
@@ -374,9 +378,27 @@ export class KernelRunner implements ModelRunner {
     else this.memory.u8(0, this.memory.bytes).copyWithin(out, e.ptr + id * H * 4, e.ptr + (id + 1) * H * 4);
   }
 
-  /** out (rows, w.n) = x (rows, w.k) @ w, in w's stored format. */
-  private linear(out: number, x: number, rows: number, w: Matrix): void {
+  /**
+   * x (rows, K) as the input of the products that read it (q, k and v; gate and up), made once for all of them:
+   * where one is quantised, x is quantised per block of its own row into the scratch's xq / xs / xsum now, so
+   * nothing about x is remembered between calls. Valid until the next input() (the scratch is one).
+   */
+  private input(x: number, rows: number, ...readers: Matrix[]): ProductInput {
+    const quant = readers.filter((w) => w.kind === 'quant');
+    const id = ++this.inputs;
+    if (quant.length === 0) return { id, x, rows };
+    const { k: K, blocks } = quant[0];
+    if (quant.some((w) => w.k !== K || w.blocks !== blocks))
+      throw new Error('the products of one input must quantise it alike (the same K and blocks)');
+    const s = this.scratch;
+    this.kernels.quantize_rows(s.xq, s.xs, s.xsum, x, rows, K, blocks);
+    return { id, x, rows, quantised: { k: K, blocks } };
+  }
+
+  /** out (rows, w.n) = input (rows, w.k) @ w, in w's stored format. */
+  private linear(out: number, input: ProductInput, w: Matrix): void {
     const k = this.kernels;
+    const { x, rows } = input;
     if (w.kind === 'dense') {
       const kernel =
         w.layout === 'kn'
@@ -394,13 +416,9 @@ export class KernelRunner implements ModelRunner {
       kernel(out, x, w.ptr, rows, w.k, w.n);
       return;
     }
+    if (input.id !== this.inputs || input.quantised?.k !== w.k || input.quantised.blocks !== w.blocks)
+      throw new Error('a quantised product was given an input made for another, or overwritten since');
     const s = this.scratch;
-    const memo = this.quantMemo;
-    // q, k and v (and gate and up) read one input: it is quantised once for them.
-    if (!memo || memo.x !== x || memo.rows !== rows || memo.blocks !== w.blocks) {
-      k.quantize_rows(s.xq, s.xs, s.xsum, x, rows, w.k, w.blocks);
-      this.quantMemo = { x, rows, blocks: w.blocks };
-    }
     k.matmul_q(out, s.xq, s.xs, s.xsum, w.header, rows, w.blocks, w.n);
   }
 
