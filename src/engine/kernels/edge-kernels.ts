@@ -67,6 +67,41 @@ export interface KernelExports {
   ): void;
 }
 
+/** Every function KernelExports declares: a build that lacks one is refused at load, naming it, not at its first call. */
+const DECLARED: Record<keyof KernelExports, true> = {
+  rmsnorm: true,
+  rope: true,
+  silu_mul: true,
+  add_inplace: true,
+  embed_f16: true,
+  embed_bf16: true,
+  quantize_rows: true,
+  matmul_kn_f32: true,
+  matmul_kn_f16: true,
+  matmul_nk_f32: true,
+  matmul_nk_f16: true,
+  matmul_nk_bf16: true,
+  matmul_q: true,
+  dequantize_column: true,
+  repack_ort_q4: true,
+  flip_sign: true,
+  repack_ggml: true,
+  kv_write: true,
+  kv_write_f16: true,
+  attention: true,
+};
+
+/** The instance's exports as KernelExports, once each declared function is checked to be there. */
+export function checkedExports(exports: WebAssembly.Exports): KernelExports & { __heap_base: WebAssembly.Global } {
+  const missing = Object.keys(DECLARED).filter((name) => typeof exports[name] !== 'function');
+  if (!(exports.__heap_base instanceof WebAssembly.Global)) missing.push('__heap_base');
+  if (missing.length)
+    throw new Error(
+      `the edge kernels' module does not export ${missing.join(', ')}: rebuild it (npm run kernels:build)`,
+    );
+  return exports as unknown as KernelExports & { __heap_base: WebAssembly.Global };
+}
+
 const PAGE = 65536;
 
 /** Instantiates the kernels with a fresh memory of `initialBytes` (it grows as weights are placed). */
@@ -76,6 +111,6 @@ export async function instantiateKernels(
 ): Promise<{ kernels: KernelExports; memory: LinearMemory }> {
   const memory = new WebAssembly.Memory({ initial: Math.ceil(initialBytes / PAGE), maximum: 65536 });
   const instance = await WebAssembly.instantiate(module, { env: { memory } });
-  const exports = instance.exports as unknown as KernelExports & { __heap_base: WebAssembly.Global };
+  const exports = checkedExports(instance.exports);
   return { kernels: exports, memory: new LinearMemory(memory, exports.__heap_base.value as number) };
 }

@@ -1,7 +1,7 @@
 import { GGML_TYPE, ggmlRowBytes, ggmlTypeName } from '../../gguf/ggml-types.js';
 import { readGgufHeader, tensorsByOffset, type GgufTensorInfo } from '../../gguf/gguf-header.js';
 import type { ModelConfig } from '../../model/config.js';
-import { quantMatrix, type BuildContext } from '../weights/matrix-builders.js';
+import type { BuildContext } from '../weights/matrix-builders.js';
 import {
   checkShapes,
   inSpan,
@@ -10,7 +10,7 @@ import {
   type LayerWeights,
   type LlamaWeights,
 } from '../weights/llama-weights.js';
-import { matrixBytes, quantPlaneBytes, type Matrix, type QuantFormat, type QuantPlanes } from '../weights/matrix.js';
+import { allocQuant, matrixBytes, type Matrix, type QuantFormat } from '../weights/matrix.js';
 import { UnsupportedByKernels } from '../weights/unsupported.js';
 
 /** How each ggml block type lands in the kernels' forms (kernels/quant.h), and its zero point. */
@@ -127,14 +127,7 @@ export async function loadGgufWeights(
         `${t.name} is ${ggmlTypeName(t.type)} (the kernels read F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)`,
       );
     const blocks = k / 32;
-    const sizes = quantPlaneBytes(form.format, n, blocks, false);
-    const planes: QuantPlanes = { q: 0, hi: 0, s: 0, m: 0, z: 0, sc: 0, mn: 0 };
-    for (const key of Object.keys(planes) as (keyof QuantPlanes)[]) {
-      if (!sizes[key]) continue;
-      planes[key] = mem.alloc(sizes[key]);
-      if (key !== 'q' && key !== 'hi') mem.u8(planes[key], sizes[key]).fill(0);
-    }
-    const matrix = quantMatrix(ctx, form.format, k, n, blocks, planes, form.zp);
+    const matrix = allocQuant(mem, form.format, k, n, { zpConst: form.zp });
     // Rows arrive through a staging area past the planes, then move into them: the area is free again after.
     const rowsPerStage = heads ? 1 : Math.max(1, Math.floor(STAGING / rowBytes));
     const staging = mem.alloc(rowsPerStage * rowBytes);

@@ -11,9 +11,9 @@ import {
 } from '../onnx/onnx-stream.js';
 import type { MatrixSource } from '../onnx/llama-roles.js';
 import {
-  QUANT_FORMATS,
   quantPlaneBytes,
   sideIndex,
+  writeQmat,
   type Matrix,
   type QuantFormat,
   type QuantMatrix,
@@ -60,21 +60,7 @@ export function quantMatrix(
   planes: QuantPlanes,
   zpConst: number,
 ): QuantMatrix {
-  const header = ctx.memory.alloc(36);
-  ctx.memory
-    .i32(header, 9)
-    .set([
-      QUANT_FORMATS.indexOf(format),
-      zpConst,
-      planes.q,
-      planes.hi,
-      planes.s,
-      planes.m,
-      planes.z,
-      planes.sc,
-      planes.mn,
-    ]);
-  return { kind: 'quant', format, k, n, blocks, planes, header };
+  return { kind: 'quant', format, k, n, blocks, planes, header: writeQmat(ctx.memory, format, zpConst, planes) };
 }
 
 const noPlanes = (): QuantPlanes => ({ q: 0, hi: 0, s: 0, m: 0, z: 0, sc: 0, mn: 0 });

@@ -79,12 +79,28 @@ export function allocQuant(
     planes[key] = memory.alloc(bytes[key]);
     if (key !== 'q' && key !== 'hi') memory.u8(planes[key], bytes[key]).fill(0);
   }
+  return {
+    kind: 'quant',
+    format,
+    k,
+    n,
+    blocks,
+    planes,
+    header: writeQmat(memory, format, options.zpConst ?? 0, planes),
+  };
+}
+
+/**
+ * The qmat struct matmul_q reads (kernels/quant.h: nine int32, the format, the constant zero point, then the
+ * planes' pointers q, hi, s, m, z, sc, mn), written here and nowhere else; returns its pointer.
+ */
+export function writeQmat(memory: LinearMemory, format: QuantFormat, zpConst: number, planes: QuantPlanes): number {
   const header = memory.alloc(36);
   memory
     .i32(header, 9)
     .set([
       QUANT_FORMATS.indexOf(format),
-      options.zpConst ?? 0,
+      zpConst,
       planes.q,
       planes.hi,
       planes.s,
@@ -93,7 +109,7 @@ export function allocQuant(
       planes.sc,
       planes.mn,
     ]);
-  return { kind: 'quant', format, k, n, blocks, planes, header };
+  return header;
 }
 
 /** Index of (column, block) in a side array: column group, block, lane. */
