@@ -29,7 +29,7 @@
 
 enum { QV4_ZP = 0, QV4_MIN = 1, QV4_KMIN = 2, QV5_ZP = 3, QV5_MIN = 4, QV5_KMIN = 5, QV6_K16 = 6, QV8_ZP = 7 };
 
-/** A quantised matrix (N, K) in linear memory; JS writes this header next to it (src/engine/kernels/quant-matrix.ts). */
+/** A quantised matrix (N, K) in linear memory; JS writes this header next to it (writeQmat in src/engine/kernels/weights/matrix.ts). */
 typedef struct {
   int kind;
   int zp_const;            // ZP forms: the zero point when z is null

@@ -120,7 +120,7 @@ if (options.sections.includes('speculative')) {
   if (options.backends.includes('wasm')) results.speculativeKernels = await speculate('wasm');
 }
 if (options.sections.includes('webgpu')) {
-  // --liftoff-only: otherwise V8 spends ~30 s optimising ORT's WebGPU wasm (PLATFORM.md).
+  // --liftoff-only: otherwise V8 spends ~30 s optimising ORT's WebGPU wasm (docs/platform.md).
   results.webgpu = await runScriptChild<WebGpuBenchRow[]>(['--liftoff-only'], 'scripts/bench/webgpu.ts', [
     '--runs',
     String(Math.min(options.runs, 3)),

@@ -137,7 +137,7 @@ export function backendVar(env: Env): BackendChoice {
   return (BACKENDS as readonly string[]).includes(raw) ? (raw as BackendChoice) : 'auto';
 }
 
-/** Whether this isolate has WebGPU (workerd from npm has none: PLATFORM.md). */
+/** Whether this isolate has WebGPU (workerd from npm has none: docs/platform.md). */
 export function hostHasWebGpu(): boolean {
   return typeof navigator !== 'undefined' && (navigator as { gpu?: unknown }).gpu !== undefined;
 }

@@ -1,4 +1,4 @@
-// The one chat-message validator: the edge (params.ts) and the chat template read messages through it,
+// The one chat-message validator: the edge (request-params.ts) and the chat template read messages through it,
 // so text parts mean the same everywhere (joined with '\n', as vLLM does).
 import { describe, expect, it } from 'vitest';
 import { InvalidRequestError } from '../src/engine/errors.js';

@@ -66,7 +66,7 @@ for (const backend of ['cpu', 'kernels', 'ort-wasm'] as const) {
         for (const [name, prompt] of prompts()) {
           const { maxDiff, minGap, agree } = await compareLogits(engine, ref, prompt);
           expect(maxDiff, `${name}: max |engine - reference| logit`).toBeLessThan(FP32_TOLERANCE);
-          // Greedy comparisons mean something only if the model is far from ties (see PLATFORM.md).
+          // Greedy comparisons mean something only if the model is far from ties (see docs/platform.md).
           expect(minGap, `${name}: smallest top-1/top-2 logit gap`).toBeGreaterThan(1e-3);
           expect(agree).toBe(true);
         }

@@ -1,7 +1,7 @@
 // transformers.js (@huggingface/transformers) as a peer: greedy generation of the same prompt ids, to
 // the same length, on the same ONNX file. `cpu` runs it on onnxruntime-node; `wasm` on our
 // onnxruntime-web, which it picks up from globalThis[Symbol.for('onnxruntime')] when that is set before
-// it is first imported (it refuses device 'wasm' under Node otherwise; see PLATFORM.md). Imported only
+// it is first imported (it refuses device 'wasm' under Node otherwise; see docs/platform.md). Imported only
 // here, by the bench, never by tests.
 import { dirname } from 'node:path';
 import type { ModelDtype } from '../../src/engine/model/model-files.js';

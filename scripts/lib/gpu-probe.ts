@@ -15,7 +15,7 @@ export interface AdapterInfo {
   description: string;
 }
 
-/** Software by Dawn's own flag, the architecture it reports, or the rasterisers' names (PLATFORM.md, WebGPU). */
+/** Software by Dawn's own flag, the architecture it reports, or the rasterisers' names (docs/platform.md, WebGPU). */
 export function adapterKind(
   info: { isFallbackAdapter?: boolean; architecture?: string; device?: string } | null,
 ): AdapterKind {

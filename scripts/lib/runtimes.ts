@@ -5,7 +5,7 @@ import { probeGpuAdapter, type AdapterKind } from './gpu-probe.js';
  * Backends a Node process can run: `auto` is the runner that serves the weights fastest here: our kernels (wasm)
  * for quantised and GGUF weights, which they multiply where onnxruntime dequantises them and which WebGPU
  * cannot run (GGUF); for float weights webgpu on a hardware GPU, else onnxruntime-node (a software adapter
- * such as lavapipe decodes at ~1 tok/s against 28: PLATFORM.md). `wasm` runs
+ * such as lavapipe decodes at ~1 tok/s against 28: docs/platform.md). `wasm` runs
  * Llama graphs on our edge kernels and others on onnxruntime-web; `kernels` insists on the kernels,
  * `ort-wasm` on onnxruntime-web (the two the bench compares).
  */

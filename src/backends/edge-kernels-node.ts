@@ -16,7 +16,7 @@ const file = (build: KernelsBuild): Uint8Array<ArrayBuffer> =>
 
 /**
  * Node 20's V8 (11.3) has relaxed SIMD behind a flag, and its baseline compiler (Liftoff) computes
- * relaxed_dot_i8x16_i7x16 wrongly, while its optimising compiler is exact (PLATFORM.md). So the relaxed build
+ * relaxed_dot_i8x16_i7x16 wrongly, while its optimising compiler is exact (docs/platform.md). So the relaxed build
  * is compiled with Liftoff and lazy compilation off (flags V8 reads while compiling; restored right after,
  * so nothing else, onnxruntime's 14 MB module included, pays for TurboFan up front), then checked on a
  * known dot product before it is trusted.

@@ -3,7 +3,7 @@ import { absentOrt } from './onnxruntime-absent.js';
 // wrangler (and vitest-pool-workers) import a .wasm file as a compiled WebAssembly.Module: workerd
 // forbids compiling WebAssembly from bytes at run time, so the module must arrive precompiled.
 import ortWasmModule from 'onnxruntime-web/ort-wasm-simd-threaded.wasm';
-// workerd's V8 runs relaxed SIMD, exactly from the first call (PLATFORM.md): the relaxed build, and the
+// workerd's V8 runs relaxed SIMD, exactly from the first call (docs/platform.md): the relaxed build, and the
 // baseline one for 8-bit graphs, which ran faster on it in Node (OrtRuntime.kernels8Bit; same bits).
 import edgeKernels from '../engine/kernels/edge-kernels-relaxed.wasm';
 import edgeKernels8Bit from '../engine/kernels/edge-kernels.wasm';
@@ -11,7 +11,7 @@ import xgrammarWasm from '../engine/constraints/xgrammar/xgrammar.wasm';
 import type { OrtRuntime, RunnerChoice } from '../engine/model/runtime.js';
 
 /**
- * onnxruntime-web's WASM backend inside workerd (see PLATFORM.md). ORT 1.30 cannot be handed a compiled
+ * onnxruntime-web's WASM backend inside workerd (see docs/platform.md). ORT 1.30 cannot be handed a compiled
  * module, so it is given placeholder bytes as `wasmBinary` and `WebAssembly.instantiate` is wrapped: when
  * ORT tries to instantiate those bytes, the precompiled module is instantiated with ORT's imports instead.
  * The loader (`onnxruntime-web/wasm`, loader built in) and the binary must come from the same package.

@@ -9,7 +9,7 @@ import { webGpuRuntime, type WebGpuRuntime } from './ort-webgpu.js';
 import { xgrammarModule } from './xgrammar-node.js';
 
 /**
- * WebGPU in Node (PLATFORM.md, "WebGPU"): the `webgpu` package's Dawn as `navigator.gpu`, which on a
+ * WebGPU in Node (docs/platform.md, "WebGPU"): the `webgpu` package's Dawn as `navigator.gpu`, which on a
  * machine without a GPU runs on Mesa's lavapipe Vulkan driver (bookworm-backports' Mesa 25). Two fixes
  * onnxruntime-web needs there are applied once per process:
  * - Dawn's GPUQueue.writeBuffer rejects SharedArrayBuffer-backed data ("Invalid argument"), which is

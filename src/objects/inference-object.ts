@@ -187,7 +187,7 @@ export class InferenceObject extends DurableObject<Env> {
   }
 
   /**
-   * Runs `requests` together for `caller` and pushes their events (WireEvents, see generation.ts) into
+   * Runs `requests` together for `caller` and pushes their events (WireEvents, see generation-run.ts) into
    * `sink`, the worker's EventChannel. When the worker's side is gone (client disconnected) the requests
    * are cancelled.
    */

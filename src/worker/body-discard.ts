@@ -1,7 +1,7 @@
 /**
  * Finishing a refused request body. In `wrangler dev` an answer that leaves before its request body has
  * fully arrived breaks the proxy's pooled connection, and the next request on it, from anyone, gets a 503
- * (PLATFORM.md; measured for cancelling the body, releasing it, and reading it on after answering). So a
+ * (docs/platform.md; measured for cancelling the body, releasing it, and reading it on after answering). So a
  * refused body is read to its end and thrown away before the 413 goes. A client that stops sending (a
  * Content-Length it never fulfils) would hold that answer for ever: after STALL_MS without a byte, or
  * TOTAL_MS in all, the body is cancelled and the 413 goes anyway; such a client is still sending nothing, so

@@ -6,7 +6,7 @@ import { shardCount, shardOfId } from './routing.js';
  * Durable Object it starts, so an id is checked before anything is started: a client must not make the
  * service start (and load the model in) objects of its choosing. An id's shard is accepted when it is
  * below SHARD_COUNT, or when ID_SECRET is set and the id carries its HMAC: a signed id keeps reaching its
- * shard after SHARD_COUNT shrinks, as DESIGN.md promises, and cannot be forged for a shard never issued.
+ * shard after SHARD_COUNT shrinks, as the design promises (sessions keep their shard), and cannot be forged for a shard never issued.
  * Signed ids are `<shard>.<24 hex random><16 hex tag>`, the same alphabet as unsigned ones.
  */
 

@@ -1,5 +1,5 @@
 // Oversized request bodies against real `wrangler dev`: a 413 in OpenAI's schema, promptly, and the next
-// request from anyone still works (wrangler's proxy reuses connections: PLATFORM.md, body-discard.ts).
+// request from anyone still works (wrangler's proxy reuses connections: docs/platform.md, body-discard.ts).
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDevServer, type DevServer } from './helpers/wrangler.js';

@@ -1,6 +1,6 @@
 // Both builds of our kernels inside workerd's V8: the relaxed-SIMD build (the one the worker imports) and the
 // baseline give the same bits for the block-quantised product in every form, and the same bits as in Node.
-// This is the check PLATFORM.md's "relaxed SIMD is exact here" rests on, in the engine the product runs in.
+// This is the check docs/platform.md's "relaxed SIMD is exact here" rests on, in the engine the product runs in.
 import { describe, expect, inject, it } from 'vitest';
 import baseline from '../../src/engine/kernels/edge-kernels.wasm';
 import relaxed from '../../src/engine/kernels/edge-kernels-relaxed.wasm';
