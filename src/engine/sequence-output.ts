@@ -2,7 +2,7 @@ import type { RequestMetrics } from './request-metrics.js';
 import { RequestClock } from './request-metrics.js';
 import type { ResolvedRequest } from './request.js';
 import { SequenceFailedError } from './errors.js';
-import { DeviceSamplerState } from './gpu/device-sampler.js';
+import { DeviceSamplerState } from './sampling/device-sampler-state.js';
 import { TokenSampler, type SampledToken } from './sampling/sampler.js';
 import { StopStringMatcher } from './stop-strings.js';
 import type { ConstraintMatcher } from './constraints/matcher.js';

@@ -6,7 +6,8 @@
 // seeded cases do not hit), logprobs within 2e-5.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { nodeShaderSource } from '../../src/backends/ort-webgpu-node.js';
-import { DeviceSampler, DeviceSamplerState } from '../../src/engine/gpu/device-sampler.js';
+import { DeviceSampler } from '../../src/engine/gpu/device-sampler.js';
+import { DeviceSamplerState } from '../../src/engine/sampling/device-sampler-state.js';
 import { WgslKernels } from '../../src/engine/gpu/wgsl-kernels.js';
 import { BufferUsage } from '../../src/engine/gpu/usage.js';
 import { resolveSamplingParams, type SamplingInput } from '../../src/engine/sampling/sampling-params.js';

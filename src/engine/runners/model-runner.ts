@@ -3,7 +3,7 @@ import type { KvMemory } from '../kv/kv-memory.js';
 import type { PagedSequenceKv } from '../kv/paged-kv.js';
 import type { ModelConfig } from '../model/config.js';
 import type { SampledToken } from '../sampling/sampler.js';
-import type { DeviceSamplerState } from '../gpu/device-sampler.js';
+import type { DeviceSamplerState } from '../sampling/device-sampler-state.js';
 
 /** One sequence in a model pass: the tokens it feeds now, and its paged cache holding everything before them. */
 export interface StepRow {
