@@ -8,7 +8,8 @@
 //                                 [--per-channel] [--fp32-io] [--rope folded|constant|computed]
 //
 // onnx/model.onnx (fp32) is always written, whatever --dtype says: the reference forward pass and
-// the quantised-vs-fp32 checks read it. --dtype adds that variant; `all` writes every variant.
+// the quantised-vs-fp32 checks read it. --dtype adds that variant; `all` writes every variant. A variant
+// past protobuf's 2 GiB is not written (bench-1b's fp32 and fp16): `--preset bench-1b --dtype q4` writes q4 only.
 // --export-style hub writes the same weights as graphs shaped like the hub's onnx/ exports (optimum's
 // torch export, transformers.js' quantisers; docs/models.md, "The hub's ONNX exports"), under the hub's
 // file names; the reference cannot read those (their weights are not under our names).
@@ -28,10 +29,11 @@ import {
   generationConfigJson,
   isPresetName,
   llamaConfigJson,
+  type LlamaShape,
   type PresetName,
 } from './model/presets.js';
 import { DTYPES, ONNX_FILE, type Dtype } from './model/weight-ops.js';
-import { makeWeights } from './model/weights.js';
+import { makeWeights, weightSpecs } from './model/weights.js';
 import { buildTokenizerFiles } from './tokenizer/build-tokenizer.js';
 
 export const DEFAULT_SEED = 42;
@@ -71,11 +73,33 @@ export function makeModel({ preset, outDir, seed = DEFAULT_SEED, dtypes = ['fp32
     }
     return;
   }
-  const wanted = new Set<Dtype>(['fp32', ...dtypes]);
-  for (const dtype of DTYPES.filter((d) => wanted.has(d))) {
+  for (const dtype of variantsToWrite(p, dtypes)) {
     // One variant at a time so peak memory is the fp32 weights plus one encoded variant.
     writeEncoded(join(outDir, 'onnx', ONNX_FILE[dtype]), encodeModel(buildLlamaModel(p, weights, dtype)));
   }
+}
+
+/** protobuf's limit on a message: our graphs hold their weights inside the file (no external data), so past it no runtime reads one. */
+const PROTOBUF_LIMIT = 2 ** 31 - 1;
+
+/** Bytes a parameter takes in each variant, at most (q4's embedding is 8-bit; blocks of 32 with an fp32 scale). */
+const BYTES_PER_PARAMETER: Record<Dtype, number> = { fp32: 4, fp16: 2, int8: 1.125, q4: 1.125 };
+
+/**
+ * The variants `makeModel` writes: fp32 and `dtypes`, less those past protobuf's limit (bench-1b's fp32 and
+ * fp16). fp32 is then left out, as asked-for variants that do not fit are with `all`; asking for no variant
+ * that fits is an error.
+ */
+export function variantsToWrite(p: LlamaShape, dtypes: readonly Dtype[]): Dtype[] {
+  const params = weightSpecs(p).reduce((n, s) => n + s.dims.reduce((a, b) => a * b, 1), 0);
+  const fits = (d: Dtype) => params * BYTES_PER_PARAMETER[d] < PROTOBUF_LIMIT;
+  const wanted = DTYPES.filter((d) => d === 'fp32' || dtypes.includes(d));
+  const out = wanted.filter(fits);
+  if (out.length === 0 || (dtypes.length === 1 && !fits(dtypes[0])))
+    throw new Error(
+      `${(params / 1e9).toFixed(2)}G parameters in ${dtypes.join(', ')} pass protobuf's 2 GiB: ask for --dtype int8 or q4`,
+    );
+  return out;
 }
 
 /** Options that take no value. */
@@ -139,7 +163,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     const t0 = performance.now();
     makeModel(opts);
     console.log(
-      `wrote ${opts.preset} (seed ${opts.seed}, ${opts.hub ? `hub-shaped ${opts.hub.dtypes.join(',')}` : opts.dtypes?.join(',')}) to ${opts.outDir} in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+      `wrote ${opts.preset} (seed ${opts.seed}, ${opts.hub ? `hub-shaped ${opts.hub.dtypes.join(',')}` : variantsToWrite(PRESETS[opts.preset], opts.dtypes ?? ['fp32']).join(',')}) to ${opts.outDir} in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
     );
   } catch (e) {
     console.error(e instanceof Error ? e.message : e);

@@ -7,6 +7,9 @@ import type { EdgeBench } from './edge.js';
 import type { EdgeMemoryBench } from './edge-memory.js';
 // The shape of bench/results.json.
 import type { Sampled } from './stats.js';
+import type { ServiceResult } from './service.js';
+
+export type { ServiceResult } from './service.js';
 import type { StepPhases } from './overhead.js';
 import type { BenchOptions, Backend, Variant } from './options.js';
 
@@ -51,19 +54,6 @@ export interface BackendResult {
   bandwidthGBps?: Sampled;
   variants: VariantResult[];
   seconds: number;
-}
-
-export interface ServiceResult {
-  model: string;
-  /** By concurrent streaming clients. */
-  byClients: Record<
-    string,
-    {
-      service: { tokPerS: Sampled; ttftMs: Sampled };
-      engine: { tokPerS: Sampled; ttftMs: Sampled };
-      serviceVsEngine: Sampled;
-    }
-  >;
 }
 
 /** Durable session KV in workerd (scripts/bench/service-restore.ts): one request over a stored history, by history length. */

@@ -8,8 +8,21 @@ import { startDevServer } from '../../test/e2e/helpers/wrangler.js';
 import { nodeRuntime } from '../lib/runtimes.js';
 import { promptIds } from './engine-runs.js';
 import { modelDir } from './models.js';
-import type { ServiceResult } from './results.js';
-import { median, ratioByRun, sampled } from './stats.js';
+import { median, ratioByRun, sampled, type Sampled } from './stats.js';
+
+/** The service in workerd against the Node engine, streaming, by concurrent clients (results.ts reports it). */
+export interface ServiceResult {
+  model: string;
+  /** By concurrent streaming clients. */
+  byClients: Record<
+    string,
+    {
+      service: { tokPerS: Sampled; ttftMs: Sampled };
+      engine: { tokPerS: Sampled; ttftMs: Sampled };
+      serviceVsEngine: Sampled;
+    }
+  >;
+}
 
 export interface ClientRun {
   /** Completion tokens of all clients ÷ wall time from the first request to the last stream's end. */

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { importGguf } from './gguf.js';
 import { HubError } from './hub-client.js';
 import { DOWNLOAD_DIR } from './pull-safetensors.js';
-import type { PullResult, RepoPull } from './pull.js';
+import type { PullResult, RepoPull } from './pull-types.js';
 import { kvBytesPerToken, parseModelConfig } from '../../src/engine/model/config.js';
 
 /** Quantisations a pull prefers when --file does not pick one: small, and all read by the kernels. */

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { kvBytesPerToken, parseModelConfig } from '../../src/engine/model/config.js';
 import { HubError } from './hub-client.js';
-import type { PullResult, RepoPull } from './pull.js';
+import type { PullResult, RepoPull } from './pull-types.js';
 
 /** Files a model folder needs besides the graph; the optional ones are fetched when the repo has them. */
 export const REQUIRED = ['config.json', 'tokenizer.json', 'tokenizer_config.json'];

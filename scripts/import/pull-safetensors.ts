@@ -12,7 +12,7 @@ import { shapeFromHfConfig } from './hf-llama.js';
 import { HubError } from './hub-client.js';
 import { parseDtypes, writeModelFolder } from './model-folder.js';
 import { OPTIONAL, REQUIRED } from './pull-onnx.js';
-import type { PullResult, RepoPull } from './pull.js';
+import type { PullResult, RepoPull } from './pull-types.js';
 
 /** Where the checkpoint waits, inside the output folder, until it is converted. */
 export const DOWNLOAD_DIR = '.download';

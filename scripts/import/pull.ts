@@ -5,53 +5,15 @@
 // A repo holding several (HuggingFaceTB/SmolLM2-135M-Instruct has onnx/ and model.safetensors) is pulled
 // as the first of that list unless --format picks another. Every puller fetches at the revision's commit
 // and verifies every file (hub-client.ts).
-import { destination, downloadFile, HubError, revisionInfo, type HubOptions, type Sibling } from './hub-client.js';
+import { destination, downloadFile, HubError, revisionInfo } from './hub-client.js';
+import type { PullOptions, PullResult, Puller, RepoFormat } from './pull-types.js';
+import { REPO_FORMATS } from './pull-types.js';
 import { pullGguf } from './pull-gguf.js';
 import { pullOnnx } from './pull-onnx.js';
 import { pullSafetensors } from './pull-safetensors.js';
 
-export type RepoFormat = 'onnx' | 'safetensors' | 'gguf';
-export const REPO_FORMATS: readonly RepoFormat[] = ['onnx', 'safetensors', 'gguf'];
-
-export interface PullOptions extends HubOptions {
-  repo: string;
-  revision?: string;
-  /** ONNX repos: the graphs to fetch (onnx/model_q4.onnx ...). */
-  files?: string[];
-  /** safetensors repos: the dtypes to convert to (default q4); ONNX repos: the onnx/model_<dtype>.onnx to fetch. */
-  dtypes?: string[];
-  /** Pull the repo as this format when it holds several. */
-  format?: RepoFormat;
-  outDir: string;
-  /** Told when a pull moves on to work other than downloading (a conversion). */
-  onStage?: (message: string) => void;
-}
-
-export interface PullResult {
-  sha: string;
-  format: RepoFormat;
-  /** what was fetched from the hub */
-  files: { file: string; bytes: number; status: 'downloaded' | 'present' }[];
-  /** what a conversion wrote into the folder (safetensors), relative to it */
-  written: { file: string; bytes: number }[];
-  /** MODEL_DTYPE of each graph the folder now holds (model_q4.onnx -> q4, model.onnx -> fp32) */
-  dtypes: string[];
-  weightBytes: number;
-  kvBytesPerToken: number;
-}
-
-/** One pull in progress: the repo's listing at its commit, and a fetch that records what it got. */
-export interface RepoPull {
-  opts: PullOptions;
-  revision: string;
-  sha: string;
-  byName: ReadonlyMap<string, Sibling>;
-  result: PullResult;
-  /** Downloads `file` into `dir` (same relative path), verified; throws when the repo lacks it. */
-  fetch(file: string, dir: string): Promise<void>;
-}
-
-export type Puller = (pull: RepoPull) => Promise<PullResult>;
+export type { PullOptions, PullResult, Puller, RepoFormat, RepoPull } from './pull-types.js';
+export { REPO_FORMATS } from './pull-types.js';
 
 /** The puller of each format. */
 const PULLERS: Record<RepoFormat, Puller> = {

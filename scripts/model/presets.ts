@@ -7,7 +7,9 @@ export type PresetName =
   | 'tiny-copy'
   | 'tiny-256'
   | 'bench-135m'
-  | 'bench-135m-copy';
+  | 'bench-135m-copy'
+  | 'bench-360m'
+  | 'bench-1b';
 export const PRESET_NAMES: readonly PresetName[] = [
   'tiny',
   'tiny-untied',
@@ -16,6 +18,8 @@ export const PRESET_NAMES: readonly PresetName[] = [
   'tiny-256',
   'bench-135m',
   'bench-135m-copy',
+  'bench-360m',
+  'bench-1b',
 ];
 
 /** Presets whose weights continue a repeated phrase of this many tokens (copy-weights.ts), not random ones. */
@@ -72,6 +76,39 @@ const bench135m: LlamaShape = {
   ropeTheta: 10000,
 };
 
+/** SmolLM2-360M's shapes: 362M parameters, 1.45 GB in fp32, 0.26 GB in q4. */
+const bench360m: LlamaShape = {
+  hiddenSize: 960,
+  intermediateSize: 2560,
+  numLayers: 32,
+  numHeads: 15,
+  numKvHeads: 5,
+  headDim: 64,
+  vocabSize: 49152,
+  maxPositionEmbeddings: 8192,
+  tieWordEmbeddings: true,
+  rmsNormEps: 1e-5,
+  ropeTheta: 100000,
+};
+
+/**
+ * Llama-3.2-1B's shapes (its 128k vocabulary, tied embeddings; the context cut to 8192): 1.24G parameters,
+ * 4.9 GB in fp32, past protobuf's 2 GiB, so its fp32 and fp16 graphs are not written (model-make.ts).
+ */
+const bench1b: LlamaShape = {
+  hiddenSize: 2048,
+  intermediateSize: 8192,
+  numLayers: 16,
+  numHeads: 32,
+  numKvHeads: 8,
+  headDim: 64,
+  vocabSize: 128256,
+  maxPositionEmbeddings: 8192,
+  tieWordEmbeddings: true,
+  rmsNormEps: 1e-5,
+  ropeTheta: 500000,
+};
+
 export const PRESETS: Record<PresetName, LlamaShape> = {
   tiny,
   'tiny-untied': { ...tiny, tieWordEmbeddings: false },
@@ -82,6 +119,8 @@ export const PRESETS: Record<PresetName, LlamaShape> = {
   'tiny-256': tiny256,
   'bench-135m': bench135m,
   'bench-135m-copy': bench135m,
+  'bench-360m': bench360m,
+  'bench-1b': bench1b,
 };
 
 export const BOS_TOKEN_ID = 1; // <|im_start|>
