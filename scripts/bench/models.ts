@@ -1,6 +1,7 @@
-// The bench's model folders: `tiny` from ./models (what tests and the server use), `bench-135m` in
-// .bench/models (538 MB in fp32: not under ./models, which is served as static assets capped at 25 MiB,
-// and never committed). bench-135m is regenerated when the generator's sources change (a stamp of them).
+// The bench's model folders: `tiny` from ./models (what tests and the server use), `bench-135m` (and
+// bench-360m, bench-1b) in .bench/models (538 MB in fp32: not under ./models, which is served as static assets
+// capped at 25 MiB, and never committed). They are regenerated when the generator's sources change (a stamp
+// of them). bench-1b has no fp32 file (past protobuf's 2 GiB: model-make.ts), so ask it for q4 or int8.
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';

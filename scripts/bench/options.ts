@@ -25,8 +25,11 @@ export const SECTIONS = [
 export type Section = (typeof SECTIONS)[number];
 
 export interface Variant {
-  /** bench-135m-copy (weights that continue repeated text) is for the speculation section only. */
-  model: 'bench-135m' | 'bench-135m-copy' | 'tiny';
+  /**
+   * bench-135m-copy (weights that continue repeated text) is for the speculation section only; bench-360m and
+   * bench-1b (SmolLM2-360M's and Llama-3.2-1B's shapes) for the stages section only.
+   */
+  model: 'bench-135m' | 'bench-135m-copy' | 'bench-360m' | 'bench-1b' | 'tiny';
   dtype: ModelDtype;
 }
 

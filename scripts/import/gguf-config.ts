@@ -3,6 +3,7 @@
 // the shapes the metadata implies, and tensor types the loader reads. Anything else is refused by name.
 import { GGML_TYPE, ggmlTypeName } from '../../src/engine/gguf/ggml-types.js';
 import type { GgufHeader } from '../../src/engine/gguf/gguf-header.js';
+import { llamaConfigJson } from '../model/presets.js';
 
 /** Tensor types the kernels' GGUF loader takes. */
 export const GGUF_LOADABLE_TYPES: readonly number[] = [
@@ -146,34 +147,17 @@ function checkTensors(header: GgufHeader, p: GgufLlamaShape): void {
   if (want.size) throw new Error(`GGUF tensor ${[...want.keys()][0]} is missing`);
 }
 
-/** config.json for the folder: LlamaConfig's keys, as our safetensors import and model:make write them. */
-export function llamaConfigJson(
-  p: GgufLlamaShape,
-  bosId: number | null,
-  eosId: number | null,
-): Record<string, unknown> {
-  return {
-    architectures: ['LlamaForCausalLM'],
-    attention_bias: false,
-    bos_token_id: bosId,
-    eos_token_id: eosId,
-    // transformers' own name for a checkpoint's GGUF file: the engine reads its weights from it by default.
-    gguf_file: 'model.gguf',
-    head_dim: p.headDim,
-    hidden_act: 'silu',
-    hidden_size: p.hiddenSize,
-    intermediate_size: p.intermediateSize,
-    max_position_embeddings: p.contextLength,
-    mlp_bias: false,
-    model_type: 'llama',
-    num_attention_heads: p.numHeads,
-    num_hidden_layers: p.numLayers,
-    num_key_value_heads: p.numKvHeads,
-    rms_norm_eps: p.rmsNormEps,
-    rope_scaling: null,
-    rope_theta: p.ropeTheta,
-    tie_word_embeddings: p.tieWordEmbeddings,
-    use_cache: true,
-    vocab_size: p.vocabSize,
-  };
+/** config.json for the folder: LlamaConfig's keys (presets.ts writes them), naming the GGUF file the weights are in. */
+export function ggufConfigJson(p: GgufLlamaShape, bosId: number | null, eosId: number | null): Record<string, unknown> {
+  return llamaConfigJson(
+    { ...p, maxPositionEmbeddings: p.contextLength },
+    {
+      bos_token_id: bosId,
+      eos_token_id: eosId,
+      // transformers' own name for a checkpoint's GGUF file: the engine reads its weights from it by default.
+      gguf_file: 'model.gguf',
+      torch_dtype: undefined,
+      transformers_version: undefined,
+    },
+  );
 }

@@ -10,7 +10,7 @@ import { copyFileSync, createReadStream, mkdirSync, statSync, writeFileSync } fr
 import { join } from 'node:path';
 import { parseGgufHeader, type GgufHeader } from '../../src/engine/gguf/gguf-header.js';
 import { ChunkByteReader } from '../../src/engine/gguf/byte-reader.js';
-import { ggufLlamaShape, llamaConfigJson } from './gguf-config.js';
+import { ggufConfigJson, ggufLlamaShape } from './gguf-config.js';
 import { ggufTokenizerFiles } from './gguf-tokenizer.js';
 
 export const GGUF_FILE = 'model.gguf';
@@ -40,7 +40,7 @@ export function ggufFolderFiles(header: GgufHeader): GgufFolderFiles {
   const tok = ggufTokenizerFiles(header.metadata, shape.contextLength);
   const eos = tok.eosTokenIds[0] ?? null;
   return {
-    config: llamaConfigJson(shape, tok.bosTokenId, eos),
+    config: ggufConfigJson(shape, tok.bosTokenId, eos),
     generationConfig: {
       bos_token_id: tok.bosTokenId,
       do_sample: false,

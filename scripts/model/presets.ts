@@ -131,9 +131,13 @@ export function isPresetName(s: string): s is PresetName {
   return (PRESET_NAMES as readonly string[]).includes(s);
 }
 
-/** config.json with a fixed key order (insertion order is the serialisation order). */
-export function llamaConfigJson(p: LlamaShape): Record<string, unknown> {
-  return {
+/**
+ * A Llama config.json, the one builder of it (model:make, the safetensors and llama2.c imports, the GGUF import):
+ * LlamaConfig's keys in alphabetical order (insertion order is the serialisation order). `overrides` replace
+ * or add keys; an undefined one is left out.
+ */
+export function llamaConfigJson(p: LlamaShape, overrides: Record<string, unknown> = {}): Record<string, unknown> {
+  const config: Record<string, unknown> = {
     architectures: ['LlamaForCausalLM'],
     attention_bias: false,
     bos_token_id: BOS_TOKEN_ID,
@@ -156,7 +160,10 @@ export function llamaConfigJson(p: LlamaShape): Record<string, unknown> {
     transformers_version: '4.46.0',
     use_cache: true,
     vocab_size: p.vocabSize,
+    ...overrides,
   };
+  const keys = Object.keys(config).filter((k) => config[k] !== undefined);
+  return Object.fromEntries(keys.sort().map((k) => [k, config[k]]));
 }
 
 export function generationConfigJson(p: LlamaShape): Record<string, unknown> {
