@@ -1,7 +1,7 @@
 import { createReadStream } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { ModelSource } from '../engine/model/model-files.js';
+import { seekable, type ModelSource } from '../engine/model/model-files.js';
 
 /** A model folder on local disk (Node only); `where` names it in messages (default: the path). */
 export function directorySource(dir: string, where: string = dir, fix?: string): ModelSource {
@@ -32,7 +32,9 @@ export function directorySource(dir: string, where: string = dir, fix?: string):
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
         throw err;
       }
-      return { chunks: createReadStream(join(dir, path), { highWaterMark: 1 << 20 }), size };
+      const file = join(dir, path);
+      const from = (start: number) => createReadStream(file, { highWaterMark: 1 << 20, start });
+      return { chunks: seekable(from(0), from), size };
     },
   };
 }

@@ -1,4 +1,4 @@
-import { oneChunk, type ModelSource } from '../engine/model/model-files.js';
+import { oneChunk, seekable, type ModelSource } from '../engine/model/model-files.js';
 import { sizedChunks } from './sized-chunks.js';
 
 /** Anything with a fetch: the global one, a static-assets binding, a service binding. */
@@ -46,7 +46,27 @@ export function fetchSource(fetcher: Fetcher, baseUrl: string, where?: string, f
       if (!res) return null;
       const length = Number(res.headers.get('content-length') ?? NaN);
       const size = Number.isSafeInteger(length) ? length : undefined;
-      return { chunks: res.body ? sizedChunks(res.body) : oneChunk(new Uint8Array(await res.arrayBuffer())), size };
+      if (!res.body) return { chunks: oneChunk(new Uint8Array(await res.arrayBuffer())), size };
+      const url = new URL(path, base).toString();
+      // From `offset` on, with a Range request: a stage skipping the layers it does not hold fetches none of
+      // them. A server that ignores Range (200, the whole file) is read through to the offset instead.
+      async function* from(offset: number): AsyncGenerator<Uint8Array> {
+        const rest = await fetcher.fetch(url, { headers: { range: `bytes=${offset}-` } });
+        if (!rest.ok || !rest.body) {
+          await rest.body?.cancel().catch(() => {});
+          throw new Error(`fetching ${path} from ${base} at byte ${offset}: HTTP ${rest.status}`);
+        }
+        let skip = rest.status === 206 ? 0 : offset;
+        for await (const chunk of sizedChunks(rest.body)) {
+          if (skip >= chunk.length) {
+            skip -= chunk.length;
+            continue;
+          }
+          yield skip ? chunk.subarray(skip) : chunk;
+          skip = 0;
+        }
+      }
+      return { chunks: seekable(sizedChunks(res.body), from), size };
     },
   };
 }

@@ -1,3 +1,4 @@
+import { seekPast } from '../model/model-files.js';
 // Little-endian reads from bytes that arrive in chunks split anywhere (a fetch body, an R2 object), or from
 // bytes already whole. The GGUF header parser reads through this, and the loader goes on reading tensor
 // data from the same reader where the header ends.
@@ -149,9 +150,12 @@ export class ChunkByteReader extends LittleEndianReader {
   private chunk: Uint8Array = new Uint8Array(0);
   private at = 0;
   private consumed = 0;
-  private readonly source: AsyncIterator<Uint8Array>;
+  private source: AsyncIterator<Uint8Array>;
 
-  constructor(chunks: AsyncIterable<Uint8Array>) {
+  constructor(
+    private readonly chunks: AsyncIterable<Uint8Array>,
+    private readonly seekMin?: number,
+  ) {
     super();
     this.source = chunks[Symbol.asyncIterator]();
   }
@@ -200,7 +204,15 @@ export class ChunkByteReader extends LittleEndianReader {
   }
 
   async skip(n: number): Promise<void> {
-    await this.pass(n, null);
+    const buffered = this.chunk.length - this.at;
+    const after = seekPast(this.chunks, this.consumed, n, buffered, this.seekMin);
+    if (!after) return this.pass(n, null);
+    // A long run nobody reads (another stage's layers): a ranged read past it instead of fetching it.
+    await this.source.return?.();
+    this.source = after;
+    this.chunk = new Uint8Array(0);
+    this.at = 0;
+    this.consumed += n;
   }
 
   peek(n: number): Uint8Array | null {
@@ -214,6 +226,11 @@ export class ChunkByteReader extends LittleEndianReader {
   }
 
   async toEnd(): Promise<void> {
+    // Read to the end only for what watches the stream (a digest); a seekable file is not watched.
+    if ('from' in this.chunks) {
+      await this.source.return?.();
+      return;
+    }
     this.consumed += this.chunk.length - this.at;
     this.at = this.chunk.length;
     while (await this.fill()) {
@@ -223,7 +240,7 @@ export class ChunkByteReader extends LittleEndianReader {
   }
 }
 
-/** A reader over whole bytes or over chunks. */
-export function byteReader(source: Uint8Array | AsyncIterable<Uint8Array>): ByteReader {
-  return source instanceof Uint8Array ? new BufferByteReader(source) : new ChunkByteReader(source);
+/** A reader over whole bytes or over chunks (`seekMin`: SEEK_MIN_BYTES, for tests). */
+export function byteReader(source: Uint8Array | AsyncIterable<Uint8Array>, seekMin?: number): ByteReader {
+  return source instanceof Uint8Array ? new BufferByteReader(source) : new ChunkByteReader(source, seekMin);
 }

@@ -1,15 +1,18 @@
+import { seekPast } from '../model/model-files.js';
+
 /** Pulls bytes from chunks as they come (split anywhere), keeping only the unread part of the current chunk. */
 export class ChunkReader {
   private chunk: Uint8Array = new Uint8Array(0);
   private at = 0;
   /** Bytes consumed since the start of the file. */
   pos = 0;
-  private readonly chunks: AsyncIterator<Uint8Array>;
+  private chunks: AsyncIterator<Uint8Array>;
 
   constructor(
-    source: AsyncIterable<Uint8Array>,
+    private readonly source: AsyncIterable<Uint8Array>,
     /** What the file is, for messages. */
     private readonly what: string,
+    private readonly seekMin?: number,
   ) {
     this.chunks = source[Symbol.asyncIterator]();
   }
@@ -66,7 +69,14 @@ export class ChunkReader {
   }
 
   async skip(n: number): Promise<void> {
-    await this.pass(n, () => {});
+    const after = seekPast(this.source, this.pos, n, this.chunk.length - this.at, this.seekMin);
+    if (!after) return this.pass(n, () => {});
+    // A long run nobody reads (another stage's layers, a table no role claims): a ranged read past it.
+    await this.chunks.return?.();
+    this.chunks = after;
+    this.chunk = new Uint8Array(0);
+    this.at = 0;
+    this.pos += n;
   }
 
   /** Skips a protobuf field's value of wire type `wire`. */

@@ -32,8 +32,42 @@ export async function fileExists(source: ModelSource, path: string): Promise<boo
 
 /** A file as it arrives, and its size when the source knows it (to check a memory budget before loading). */
 export interface ByteStream {
-  chunks: AsyncIterable<Uint8Array>;
+  chunks: AsyncIterable<Uint8Array> | SeekableChunks;
   size?: number;
+}
+
+/**
+ * Chunks of a file that can also start anywhere (a ranged read: R2's range, HTTP's Range, a file offset), so a
+ * reader skipping a long run of bytes it does not use (another pipeline stage's layers) does not fetch them.
+ */
+export interface SeekableChunks extends AsyncIterable<Uint8Array> {
+  from(offset: number): AsyncIterable<Uint8Array>;
+}
+
+/** `chunks` that start anywhere with `from`. */
+export function seekable(
+  chunks: AsyncIterable<Uint8Array>,
+  from: (offset: number) => AsyncIterable<Uint8Array>,
+): SeekableChunks {
+  return { [Symbol.asyncIterator]: () => chunks[Symbol.asyncIterator](), from };
+}
+
+/** Skips shorter than this are read through: a ranged read costs a round trip. */
+export const SEEK_MIN_BYTES = 1 << 20;
+
+/**
+ * Where a reader that is skipping `n` bytes at `position` (its chunk holding `buffered` of them) should read on
+ * from a ranged read instead: the new chunks, or undefined to read through.
+ */
+export function seekPast(
+  source: AsyncIterable<Uint8Array>,
+  position: number,
+  n: number,
+  buffered: number,
+  seekMin = SEEK_MIN_BYTES,
+): AsyncIterator<Uint8Array> | undefined {
+  if (n - buffered < seekMin || !('from' in source)) return undefined;
+  return (source as SeekableChunks).from(position + n)[Symbol.asyncIterator]();
 }
 
 /** Bytes already whole, as a stream of one chunk. */

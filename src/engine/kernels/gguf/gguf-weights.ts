@@ -80,9 +80,10 @@ export async function loadGgufWeights(
     const r = role(t.name);
     const at = header.dataStart + t.offset;
     if (reader.position > at) throw new UnsupportedByKernels(`GGUF tensor ${t.name} overlaps the one before it`);
-    await reader.skip(at - reader.position);
-    // Not a weight the kernels use (e.g. rope_freqs), or another stage's: its bytes are skipped.
+    // Not a weight the kernels use (e.g. rope_freqs), or another stage's: skipped with the run it is in, in one
+    // skip at the next tensor placed (a ranged read past another stage's layers where the source can).
     if (r === undefined || !inSpan(span, typeof r === 'object' ? r.layer : undefined)) continue;
+    await reader.skip(at - reader.position);
     if (r === 'norm' || (typeof r === 'object' && (r.part === 'attnNorm' || r.part === 'mlpNorm'))) {
       if (t.type !== GGML_TYPE.F32 || t.ne.length !== 1)
         throw new UnsupportedByKernels(`${t.name} is not a float32 vector`);
