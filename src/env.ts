@@ -54,6 +54,8 @@ export interface Env {
   DRAFT_MODEL?: string;
   /** `false` frees whitespace between JSON tokens in constrained outputs (vLLM's option); default true. */
   DISABLE_ANY_WHITESPACE?: string;
+  /** A chat template (Jinja) for a model whose tokenizer_config.json has none (a base model), or instead of its own. */
+  CHAT_TEMPLATE?: string;
   /** The model's layers on this many stage Workers (bound as STAGE_1 .. STAGE_N); unset or 0: in the head's isolate. */
   PIPELINE_STAGES?: string;
 }

@@ -55,6 +55,8 @@ export interface EngineOptions
   modelId?: string;
   /** The KV cache's element type: fp32 (default), or fp16 for twice the tokens per byte (edge kernels only). */
   kvDtype?: KvDtype;
+  /** A chat template instead of tokenizer_config.json's (CHAT_TEMPLATE): a base model has none of its own. */
+  chatTemplate?: string;
   /**
    * JSON constraints (response formats, tool-call arguments) leave whitespace free unless a request says
    * otherwise. Default false: no free whitespace (see constraints/spec.ts).
@@ -143,7 +145,7 @@ export class Engine {
     readonly modelId: string,
     readonly config: ModelConfig,
     readonly tokenizer: TextTokenizer,
-    private readonly chatTemplate: { template: string; config: Record<string, unknown> },
+    private readonly chatTemplate: { template: string | undefined; config: Record<string, unknown> },
     readonly runner: ModelRunner,
     readonly backend: string,
     limits: EngineLimits,
@@ -288,17 +290,30 @@ export class Engine {
     return Math.min(this.config.vocabSize, this.tokenizer.vocabSize);
   }
 
+  /** The chat template, or the refusal a base model without one gives a chat request (its prompts still serve). */
+  private requireChatTemplate(): string {
+    const { template } = this.chatTemplate;
+    if (template !== undefined) return template;
+    throw new InvalidRequestError(
+      'messages',
+      `${this.modelId} has no chat template (its tokenizer_config.json has no chat_template): send a prompt to /v1/completions instead, or give one with CHAT_TEMPLATE`,
+      'chat_template_missing',
+    );
+  }
+
   /** Tokenises the prompt and checks every parameter; throws InvalidRequestError before any compute. */
   resolve(request: GenerationRequest): ResolvedRequest {
     return resolveRequest(request, {
       encode: (text) => this.tokenizer.encode(text),
       encodePrompt: (text) => this.tokenizer.encodePrompt(text),
       renderChat: (messages, tools) =>
-        renderChat(this.chatTemplate.template, messages, this.chatTemplate.config, { tools }),
-      encodeChat: (messages, tools) =>
-        encodeChat(this.tokenizer, messages, (m) =>
-          renderChat(this.chatTemplate.template, m, this.chatTemplate.config, { tools }),
-        ),
+        renderChat(this.requireChatTemplate(), messages, this.chatTemplate.config, { tools }),
+      encodeChat: (messages, tools) => {
+        const template = this.requireChatTemplate();
+        return encodeChat(this.tokenizer, messages, (m) =>
+          renderChat(template, m, this.chatTemplate.config, { tools }),
+        );
+      },
       compileConstraint: (constraint) => this.constraints.compile(constraint),
       vocabSize: this.config.vocabSize,
       samplableVocab: this.samplableVocab,

@@ -1,5 +1,4 @@
 import type { EngineLimits } from './defaults.js';
-import { InvalidRequestError } from './errors.js';
 import type { ModelConfig } from './model/config.js';
 import { chooseWeights } from './model/default-weights.js';
 import { loadModelMeta, type ModelDtype, type ModelSource } from './model/model-files.js';
@@ -16,6 +15,8 @@ export interface ModelLoadOptions extends Omit<RunnerOptions, keyof EngineLimits
   dtype?: ModelDtype;
   /** The host's name for `dtype`, for the refusal that lists a folder's weights (`MODEL_DTYPE`, `--dtype`). */
   dtypeOption?: string;
+  /** A chat template to use instead of tokenizer_config.json's (CHAT_TEMPLATE): a base model's, or a better one. */
+  chatTemplate?: string;
   /** Digest the weights file as it loads (a durable KV store names its blocks by it). */
   digest?: boolean;
   /** RunnerOptions.isolateBudget, told the tokenizer's vocabulary too (what the isolate's JS part grows with). */
@@ -35,7 +36,8 @@ export interface LoadedModel {
   tokenizer: TextTokenizer;
   /** tokenizer.json's `model` section: a draft model must map ids to the same tokens. */
   tokenizerModel: unknown;
-  chat: { template: string; config: Record<string, unknown> };
+  /** The chat template (undefined for a base model without one) and tokenizer_config.json, which it reads. */
+  chat: { template: string | undefined; config: Record<string, unknown> };
   dtype: ModelDtype;
   /** The weights file's digest, or '' when it was not asked for. */
   digest: string;
@@ -68,9 +70,8 @@ export async function loadModel(
     ...limits,
     isolateBudget: isolateBudget && ((config) => isolateBudget(config, tokenizer.vocabSize)),
   });
-  const template = files.tokenizerConfig.chat_template;
-  if (typeof template !== 'string')
-    throw new InvalidRequestError('model', 'tokenizer_config.json has no chat_template');
+  // A base model has none: it loads and serves completions; only chat requests are refused (Engine.resolve).
+  const template = options.chatTemplate ?? chatTemplateOf(files.tokenizerConfig.chat_template);
   return {
     config: files.config,
     rawConfig: files.rawConfig,
@@ -97,4 +98,18 @@ function firstThenAnother(
     first = undefined;
     return runner;
   };
+}
+
+/**
+ * tokenizer_config.json's `chat_template`: a string, or (transformers' named templates) a list of
+ * `{name, template}` of which `default` is the chat one; undefined when there is none.
+ */
+function chatTemplateOf(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (!Array.isArray(value)) return undefined;
+  const named = value.filter(
+    (t): t is { name: unknown; template: string } =>
+      typeof t === 'object' && t !== null && typeof t.template === 'string',
+  );
+  return (named.find((t) => t.name === 'default') ?? named[0])?.template;
 }

@@ -118,6 +118,7 @@ export class InferenceObject extends DurableObject<Env> {
       kvCacheBytes: intVar(this.env, 'KV_CACHE_MB') * 2 ** 20,
       kvDtype,
       pipeline,
+      chatTemplate: this.env.CHAT_TEMPLATE?.trim() || undefined,
       memoryBudgetBytes: intVar(this.env, 'MEMORY_BUDGET_MB') * 2 ** 20,
       maxBatchSize: intVar(this.env, 'MAX_BATCH'),
       anyJsonWhitespace: anyJsonWhitespaceVar(this.env),
