@@ -24,6 +24,8 @@ describe('GET /v1/models', () => {
           backend: 'wasm',
           runner: body.data[0].runner,
           weights: { shared: 'per isolate', shared_by: body.data[0].weights.shared_by },
+          // No PIPELINE_STAGES here: the model is served whole.
+          stages: null,
         },
       ],
     });
