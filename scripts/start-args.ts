@@ -29,3 +29,26 @@ export function startArgs(env: NodeJS.ProcessEnv, extra: readonly string[]): str
   for (const name of MODEL_ENV_VARS) if (env[name]) args.push('--var', `${name}:${env[name]}`);
   return [...args, ...extra];
 }
+
+/**
+ * What `npm start` says before wrangler's own output: the model and the vars that choose how it is served, as
+ * configured (wrangler's bindings table hides their values), and where to reach it.
+ */
+export function startLine(toml: string, args: readonly string[]): string {
+  const vars: Record<string, string> = {};
+  for (const m of toml.matchAll(/^([A-Z_]+) = "([^"]*)"/gm)) vars[m[1]] = m[2];
+  for (let i = 0; i < args.length; i++) {
+    const spec = args[i] === '--var' ? args[i + 1] : undefined;
+    const at = spec?.indexOf(':') ?? -1;
+    if (spec && at > 0) vars[spec.slice(0, at)] = spec.slice(at + 1);
+  }
+  const flag = (name: string, fallback: string) => {
+    const i = args.indexOf(name);
+    return i >= 0 ? args[i + 1] : fallback;
+  };
+  const model = vars.MODEL_NAME || vars.MODEL;
+  const chosen = ['MODEL_DTYPE', 'MODEL_URL', 'BACKEND', 'PIPELINE_STAGES', 'SHARD_COUNT', 'KV_CACHE_MB', 'KV_DTYPE']
+    .filter((name) => vars[name])
+    .map((name) => `${name}=${name === 'MODEL_URL' ? '(set)' : vars[name]}`);
+  return `edge-infer: serving ${model}${chosen.length ? ` (${chosen.join(', ')})` : ''} on http://${flag('--ip', '127.0.0.1')}:${flag('--port', '8787')} (npm start -- --port N, --var NAME:VALUE)`;
+}

@@ -10,7 +10,7 @@ import { ensureInspectorProxyPatched } from './lib/wrangler-inspector-patch.js';
 import { readFileSync } from 'node:fs';
 import { freePort } from './lib/free-port.js';
 import { pipelineConfigArgs } from './lib/stage-configs.js';
-import { startArgs } from './start-args.js';
+import { startArgs, startLine } from './start-args.js';
 
 for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url)))) {
   console.error(
@@ -32,9 +32,18 @@ const args = startArgs(
 const root = fileURLToPath(new URL('..', import.meta.url));
 const configs = pipelineConfigArgs(root, readFileSync(join(root, 'wrangler.toml'), 'utf8'), args);
 const files = configs.filter((_, i) => i % 2 === 1);
+// Quiet and offline: no telemetry, no update check (the banner's), no fetch of Request.cf's data (its stack trace
+// on a machine without the internet looked like a failure); the configured model is said here instead.
+const childEnv = {
+  WRANGLER_SEND_METRICS: 'false',
+  CLOUDFLARE_CF_FETCH_ENABLED: 'false',
+  WRANGLER_HIDE_BANNER: 'true',
+  ...process.env,
+};
+console.error(startLine(readFileSync(join(root, 'wrangler.toml'), 'utf8'), args));
 const children: ChildProcess[] = [];
 const run = (argv: string[]): ChildProcess => {
-  const child = spawn(process.execPath, [wrangler, ...argv], { stdio: 'inherit' });
+  const child = spawn(process.execPath, [wrangler, ...argv], { stdio: 'inherit', env: childEnv });
   children.push(child);
   return child;
 };

@@ -122,4 +122,17 @@ describe('model:upload and npm start arguments', () => {
       expect.arrayContaining(['BACKEND:kernels', 'MODEL_NAME:m', 'SHARD_COUNT:1']),
     );
   });
+
+  it("npm start names the configured model first (wrangler's table hides the values), never MODEL_URL", async () => {
+    const { startArgs, startLine } = await import('../scripts/start-args.js');
+    const toml = readFileSync(new URL('../wrangler.toml', import.meta.url), 'utf8');
+    expect(startLine(toml, startArgs({}, []))).toMatch(/^edge-infer: serving wordnet-chat .*127\.0\.0\.1:8787/);
+    const line = startLine(
+      toml,
+      startArgs({ MODEL: 'smollm2', MODEL_DTYPE: 'q4', MODEL_URL: 'https://x/?token=secret' }, ['--port', '9000']),
+    );
+    expect(line).toMatch(/serving smollm2 \(MODEL_DTYPE=q4, MODEL_URL=\(set\)/);
+    expect(line).toContain(':9000');
+    expect(line).not.toContain('secret');
+  });
 });
