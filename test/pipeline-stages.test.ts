@@ -228,6 +228,41 @@ describe('a model on pipeline stages', () => {
     ).rejects.toMatchObject({ param: 'PIPELINE_STAGES', message: expect.stringMatching(/serves "other"/) });
   });
 
+  it("a second shard's stage object in a full stage isolate is refused, not run past the budget", async () => {
+    const runtime = await nodeRuntime('kernels');
+    const open = (models: IsolateModels<StageModel>, holder: string, memoryBudgetBytes?: number) =>
+      new StageServer({
+        runtime,
+        source: source(),
+        model: 'tiny',
+        memoryBudgetBytes,
+        isolate: { models, holder },
+      }).open({
+        model: 'tiny',
+        dtype: 'q4',
+        span: { from: 1, to: 2, ends: false },
+        numBlocks: 64,
+        kvDtype: 'fp32',
+        limits: {
+          kvCacheBytes: 2 * MiB,
+          blockSize: 16,
+          maxBatchSize: 8,
+          maxTokensPerStep: 512,
+          memoryBudgetBytes: undefined,
+        },
+      });
+    const probe = new IsolateModels<StageModel>();
+    const one = await open(probe, 'a');
+    expect(one.kvBytes).toBe(64 * 16 * 256); // the stage's one layer: 256 B a token at fp32
+    const budget = probe.countedBytes() + one.kvBytes / 2;
+    const models = new IsolateModels<StageModel>();
+    await open(models, 'a', budget);
+    await expect(open(models, 'b', budget)).rejects.toMatchObject({
+      code: 'model_too_large',
+      message: expect.stringMatching(/no room for another KV pool/),
+    });
+  });
+
   it('reads and restores a block through every stage: the bytes one process stores', async () => {
     const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
     const { engine } = await staged(2);

@@ -7,7 +7,7 @@ import { streamWeights, type ModelSource } from '../model/model-files.js';
 import type { OrtRuntime } from '../model/runtime.js';
 import type { ArrayKvMemory } from '../runners/array-kv-memory.js';
 import type { IsolateModels } from '../runners/isolate-models.js';
-import { MemoryBudget, stageIsolateFootprint, type FootprintPart } from '../runners/memory-budget.js';
+import { MemoryBudget, mib, stageIsolateFootprint, type FootprintPart } from '../runners/memory-budget.js';
 import type {
   StageCommands,
   StageInfo,
@@ -111,6 +111,16 @@ export class StageServer {
         ],
       };
     });
+    // The layers may have been loaded by another stage object of this isolate: its pool must fit beside them.
+    const held = models.counted(holder);
+    const heldBytes = held.reduce((n, p) => n + p.bytes, 0);
+    const budget = host.memoryBudgetBytes;
+    if (budget !== undefined && heldBytes + kvBytes > budget)
+      throw new InvalidRequestError(
+        'model',
+        `the stage's isolate has no room for another KV pool: it holds ${mib(heldBytes)} (${held.map((p) => `${p.label} ${mib(p.bytes)}`).join(' + ')}) and a pool of ${mib(kvBytes)} would pass the budget of ${mib(budget)}; more stages (PIPELINE_STAGES), a smaller KV_CACHE_MB or fewer shards would fit`,
+        'model_too_large',
+      );
     const runner = model.kernels.runner(open.limits);
     const memory = runner.createKvMemory(config, open.numBlocks, open.limits.blockSize, open.kvDtype);
     const epoch = crypto.randomUUID();
