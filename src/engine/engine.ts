@@ -318,6 +318,7 @@ export class Engine {
       vocabSize: this.config.vocabSize,
       samplableVocab: this.samplableVocab,
       contextWindow: this.config.maxPositionEmbeddings,
+      maxPromptChars: this.config.maxPositionEmbeddings * this.tokenizer.longestTokenBytes,
       eosTokenIds: this.config.eosTokenIds,
       maxN: this.maxBatchSize,
       kv: { blocksFor: (tokens) => this.kv.blocksFor(tokens), total: this.kv.pool.numBlocks },

@@ -81,6 +81,30 @@ export function checkTokenIds(ids: readonly unknown[], vocabSize: number, param:
   return ids as number[];
 }
 
+/**
+ * Tokenising is synchronous work on the shard's one thread: text longer than the context window could hold even
+ * at the tokenizer's longest token can never fit, so it is refused before any of it is tokenised.
+ */
+function checkPromptChars(chars: number, param: string, ctx: RequestContext): void {
+  if (chars <= ctx.maxPromptChars) return;
+  throw new InvalidRequestError(
+    param,
+    `the ${param === 'prompt' ? 'prompt' : "messages' text"} is ${chars} characters, more than this model's context window of ${ctx.contextWindow} tokens can hold (at most ${ctx.maxPromptChars}); it was not tokenised`,
+    'context_length_exceeded',
+  );
+}
+
+/** Characters of the strings in chat messages (their contents and parts), counted without rendering them. */
+function messageChars(messages: unknown): number {
+  let n = 0;
+  const visit = (v: unknown, depth: number): void => {
+    if (typeof v === 'string') n += v.length;
+    else if (depth < 8 && typeof v === 'object' && v !== null) for (const x of Object.values(v)) visit(x, depth + 1);
+  };
+  visit(messages, 0);
+  return n;
+}
+
 /** Resolves max_tokens against the prompt and the context window; refuses what can never fit. */
 export function resolveMaxTokens(maxTokens: unknown, promptLength: number, contextWindow: number): number {
   const room = contextWindow - promptLength;
@@ -141,6 +165,8 @@ export interface RequestContext {
   /** Ids both the model and the tokenizer know (logit_bias may name them). */
   samplableVocab: number;
   contextWindow: number;
+  /** Characters past which a prompt cannot fit the context whatever it tokenises to: refused before tokenising. */
+  maxPromptChars: number;
   eosTokenIds: readonly number[];
   maxN: number;
   kv: { blocksFor(tokens: number): number; total: number };
@@ -160,6 +186,7 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
     if (typeof request.prompt !== 'string' || request.prompt.length === 0) {
       throw new InvalidRequestError('prompt', 'prompt must be a non-empty string');
     }
+    checkPromptChars(request.prompt.length, 'prompt', ctx);
     promptIds = ctx.encodePrompt(request.prompt);
   } else if (request.prompt_ids !== undefined) {
     if (!Array.isArray(request.prompt_ids))
@@ -167,6 +194,7 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
     promptIds = [...request.prompt_ids];
   } else {
     const tools = request.tools ?? undefined;
+    checkPromptChars(messageChars(request.messages), 'messages', ctx);
     promptIds = ctx.encodeChat
       ? ctx.encodeChat(request.messages, tools)
       : ctx.encode(ctx.renderChat(request.messages, tools));

@@ -49,6 +49,7 @@ export class TextTokenizer {
   readonly eosTokenIds: readonly number[];
 
   private readonly addedTokens: ReadonlyMap<number, AddedTokenInfo>;
+  private longest: number | undefined;
   /** Every token's bytes, built on first use (see packTokenBytes). */
   private packed: PackedTokenBytes | undefined;
 
@@ -147,6 +148,22 @@ export class TextTokenizer {
   /** Added tokens (special or not) are decoded as their own text, never as byte-level bytes. */
   isAddedToken(id: number): boolean {
     return this.addedTokens.has(id);
+  }
+
+  /**
+   * The most UTF-8 bytes one token stands for (an added token's text counted too): a text of more UTF-16 units
+   * than `n` times this can never be `n` tokens or fewer, which bounds a prompt before it is tokenised.
+   */
+  get longestTokenBytes(): number {
+    if (this.longest === undefined) {
+      this.packed ??= this.packTokenBytes();
+      const { offsets } = this.packed;
+      let longest = 1;
+      for (let id = 0; id < this.vocabSize; id++) longest = Math.max(longest, offsets[id + 1] - offsets[id]);
+      for (const added of this.addedTokens.values()) longest = Math.max(longest, utf8.encode(added.content).length);
+      this.longest = longest;
+    }
+    return this.longest;
   }
 
   /** The raw UTF-8 bytes an ordinary token stands for (may be part of a character). Do not mutate. */

@@ -1,3 +1,4 @@
+import { checkConstraintSize } from './constraint-limits.js';
 import { InvalidRequestError } from '../errors.js';
 import type { TextTokenizer } from '../../tokenizer/tokenizer.js';
 import { bytesToByteLevel } from '../../tokenizer/byte-level.js';
@@ -76,6 +77,7 @@ export class ConstraintCompiler {
         'structured outputs are not available on this runtime',
         'unsupported_parameter',
       );
+    checkConstraintSize(asked, param);
     const spec = withWhitespace(asked, this.anyWhitespace);
     const key = constraintKey(spec);
     let compiled = this.cache.get(key);

@@ -1,0 +1,57 @@
+import { InvalidRequestError } from '../errors.js';
+import type { ConstraintSpec } from './spec.js';
+
+/**
+ * What a structured output may ask for, checked before anything is compiled: compiling a grammar is synchronous
+ * work on the shard's one thread, and its time grows with the grammar's size, so a request's size is what bounds
+ * it. Each limit is far above what a real schema, pattern or choice list needs.
+ */
+export const CONSTRAINT_LIMITS = {
+  /** A JSON schema (or all of a tool list's argument schemas), as JSON text. */
+  schemaChars: 64 * 1024,
+  /** A regular expression. */
+  patternChars: 4 * 1024,
+  /** Strings of a `choice`, and their characters together. */
+  choices: 1024,
+  choiceChars: 64 * 1024,
+  /** An EBNF grammar. */
+  grammarChars: 64 * 1024,
+} as const;
+
+/** Refuses (400 `constraint_too_large`, naming the limit) a constraint past CONSTRAINT_LIMITS. */
+export function checkConstraintSize(spec: ConstraintSpec, param: string): void {
+  const L = CONSTRAINT_LIMITS;
+  const refuse = (what: string, size: number, limit: number): never => {
+    throw new InvalidRequestError(
+      param,
+      `${param}: ${what} is ${size} long, past the limit of ${limit}; a smaller one compiles in bounded time`,
+      'constraint_too_large',
+    );
+  };
+  switch (spec.type) {
+    case 'json_schema': {
+      const n = JSON.stringify(spec.schema).length;
+      if (n > L.schemaChars) refuse('the schema (as JSON)', n, L.schemaChars);
+      break;
+    }
+    case 'tool_calls': {
+      const n = spec.tags.reduce((sum, t) => sum + JSON.stringify(t.schema).length + t.begin.length + t.end.length, 0);
+      if (n > L.schemaChars) refuse("the tools' schemas (as JSON)", n, L.schemaChars);
+      break;
+    }
+    case 'regex':
+      if (spec.pattern.length > L.patternChars) refuse('the pattern', spec.pattern.length, L.patternChars);
+      break;
+    case 'choice': {
+      if (spec.choices.length > L.choices) refuse('the list of choices', spec.choices.length, L.choices);
+      const n = spec.choices.reduce((sum, c) => sum + c.length, 0);
+      if (n > L.choiceChars) refuse('the choices together', n, L.choiceChars);
+      break;
+    }
+    case 'grammar':
+      if (spec.ebnf.length > L.grammarChars) refuse('the grammar', spec.ebnf.length, L.grammarChars);
+      break;
+    case 'json_object':
+      break;
+  }
+}
