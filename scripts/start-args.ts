@@ -17,6 +17,7 @@ export const MODEL_ENV_VARS = [
   'SPECULATIVE',
   'DRAFT_MODEL',
   'PIPELINE_STAGES',
+  'PIPELINE_MICROBATCHES',
 ] as const;
 
 /** wrangler dev's arguments for `npm start`: its address, the model vars found in `env`, then the user's own. */

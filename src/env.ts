@@ -58,10 +58,18 @@ export interface Env {
   CHAT_TEMPLATE?: string;
   /** The model's layers on this many stage Workers (bound as STAGE_1 .. STAGE_N); unset or 0: in the head's isolate. */
   PIPELINE_STAGES?: string;
+  /** Micro-batches a pass over stages is split into (default: one per stage, so stages compute at once; 1: none). */
+  PIPELINE_MICROBATCHES?: string;
 }
 
 /** The stage Workers' objects, bound STAGE_1 .. STAGE_N by the generated config (scripts/lib/stage-configs.ts). */
 export type StageBindings = Record<`STAGE_${number}`, DurableObjectNamespace<StageObject> | undefined>;
+
+/** PIPELINE_MICROBATCHES: a whole number >= 1, or undefined (the stage count) when unset or not one. */
+export function microBatchesVar(env: Env): number | undefined {
+  const n = Number(env.PIPELINE_MICROBATCHES?.trim() || NaN);
+  return Number.isSafeInteger(n) && n >= 1 ? n : undefined;
+}
 
 /** PIPELINE_STAGES: 0 (unset, empty, 0) keeps every layer in the head's isolate. */
 export function pipelineStagesVar(env: Env): number {

@@ -10,6 +10,7 @@ import {
   kvDtypeVar,
   kvStoreBytesVar,
   modelName,
+  microBatchesVar,
   pipelineStagesVar,
   speculativeVar,
   type Env,
@@ -108,7 +109,13 @@ export class InferenceObject extends DurableObject<Env> {
     const kvDtype = kvDtypeVar(this.env);
     // This shard's stage objects: one per stage Worker, named after the shard, so its KV blocks are its own.
     const pipeline = stages
-      ? { stages, model, links: stageLinks(this.env, stages, this.ctx.id.toString()), kvDtype }
+      ? {
+          stages,
+          model,
+          links: stageLinks(this.env, stages, this.ctx.id.toString()),
+          kvDtype,
+          microBatches: microBatchesVar(this.env),
+        }
       : undefined;
     const engine = await Engine.load(shardRuntime(this.env), source, {
       modelId: model,
