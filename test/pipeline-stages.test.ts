@@ -277,7 +277,68 @@ describe('a model on pipeline stages', () => {
     const want = await alone.kv.memory.readBlock(block);
     const got = await engine.kv.memory.readBlock(block);
     expect(got).toEqual(want);
-    engine.kv.memory.writeBlock(5, got);
-    expect(await engine.kv.memory.readBlock(5)).toEqual(want);
+    // A restore, then a copy of the restored block (a session's tail restored, then copied before its first
+    // write), go with the next pass, in that order: the copy holds the restored bytes on every stage.
+    engine.kv.memory.writeBlock(200, got);
+    engine.kv.memory.copyBlock(200, 201);
+    await collect(engine, { prompt: 'x', max_tokens: 1 });
+    expect(await engine.kv.memory.readBlock(200)).toEqual(want);
+    expect(await engine.kv.memory.readBlock(201)).toEqual(want);
+  });
+
+  it('a read that finds a stage restarted fails, and the next pass recomputes: no block of the old stage is kept', async () => {
+    const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
+    const { engine, links, server } = await staged(2);
+    const r = { prompt: 'Once upon a time there was', max_tokens: 12, temperature: 0, ignore_eos: true };
+    const expected = (await collect(alone, r)).done.tokenIds;
+    expect((await collect(engine, r)).done.tokenIds).toEqual(expected);
+    links[0].server.close();
+    links[0].server = server(0);
+    await expect(engine.kv.memory.readBlock(0)).rejects.toThrow(/restarted: block 0 is gone/);
+    // The same prompt again: its cached prefix was the old stage's; it is recomputed, not reused.
+    expect((await collect(engine, r)).done.tokenIds).toEqual(expected);
+    expect(engine.stats().kvLosses).toBe(1);
+  });
+
+  it('a call that fails while the stage lives on gives its block commands back, for the retry', async () => {
+    const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
+    const { engine, links } = await staged(2);
+    const r = {
+      prompt: 'one two three four five six seven eight nine ten eleven twelve',
+      max_tokens: 1,
+      temperature: 0,
+    };
+    await collect(alone, r);
+    await collect(engine, r);
+    const want = await alone.kv.memory.readBlock(0);
+    engine.kv.memory.writeBlock(200, want);
+    const step = links[1].step.bind(links[1]);
+    let failures = 1;
+    links[1].step = (message) => (failures-- > 0 ? Promise.reject(new Error('a dropped call')) : step(message));
+    // The pass fails on stage 2 (a pass of one row: that request fails, alone); the restore goes with the next.
+    await expect(collect(engine, { prompt: 'x', max_tokens: 2, temperature: 0 })).rejects.toThrow(/a dropped call/);
+    expect((await collect(engine, { prompt: 'y', max_tokens: 2, temperature: 0 })).done.tokenIds).toHaveLength(2);
+    expect(await engine.kv.memory.readBlock(200)).toEqual(want);
+    expect(engine.stats().kvLosses).toBe(0);
+  });
+
+  it('a stage lost pass after pass fails those requests, then serves again once it stays up', async () => {
+    const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
+    const { engine, links, server } = await staged(2);
+    const r = { prompt: 'Once upon a time', max_tokens: 8, temperature: 0, ignore_eos: true };
+    const expected = (await collect(alone, r)).done.tokenIds;
+    const step = links[1].step.bind(links[1]);
+    let restarts = 3;
+    links[1].step = async (message) => {
+      // The pass brings the stage down: it answers as a new one every time.
+      if (restarts-- > 0) {
+        links[1].server.close();
+        links[1].server = server(1);
+      }
+      return step(message);
+    };
+    await expect(collect(engine, r)).rejects.toThrow(/restarted 3 passes in a row/);
+    expect(engine.stats().kv.used).toBe(0);
+    expect((await collect(engine, r)).done.tokenIds).toEqual(expected);
   });
 });

@@ -422,8 +422,10 @@ export class Engine {
       pass = this.runPass(plan.rows, proposals);
       if (pass instanceof Promise) pass = await pass;
     } catch (err) {
-      if (err instanceof KvLostError) this.kvLost(err);
-      else this.faults.passFailed(plan.rows, starts, err);
+      if (err instanceof KvLostError) {
+        this.kvLost(err);
+        if (err.fatal) for (const { seq } of plan.rows) if (this.active.has(seq)) this.failRequest(seq.group, err);
+      } else this.faults.passFailed(plan.rows, starts, err);
       return;
     }
     this.afterPass(plan.rows, proposals, starts, fed, pass);

@@ -110,6 +110,14 @@ export function settled<T, U>(value: T | Promise<T>, then: (value: T) => U): U |
 
 /**
  * A runner's KV memory lost what it held (a pipeline stage restarted): every cached block's bytes are gone.
- * The engine forgets its prefix cache and recomputes every sequence from its tokens.
+ * The engine forgets its prefix cache and recomputes every sequence from its tokens; `fatal` (the memory was
+ * lost pass after pass: the pass itself may bring it down) fails the pass's requests instead of retrying them.
  */
-export class KvLostError extends Error {}
+export class KvLostError extends Error {
+  constructor(
+    message: string,
+    readonly fatal = false,
+  ) {
+    super(message);
+  }
+}

@@ -15,6 +15,8 @@ export interface StageOpen {
   /** The model as the head names it (its folder), checked against the stage's own. */
   model: string;
   dtype: ModelDtype;
+  /** The head's weights file's size, where its source knows it: a stage reading another file (a rollout half done) refuses. */
+  fileBytes?: number;
   span: LayerSpan;
   /** The head's pool: block ids are the head's, every stage holds every block for its layers. */
   numBlocks: number;
@@ -34,12 +36,12 @@ export interface StageInfo {
   isolateBytes?: number;
 }
 
-/** Block operations the head's pool made since the last message, applied before the pass in order. */
+/** A block operation the head's pool made: a copy-on-write copy, or a restored block's bytes (the stage's layers' part). */
+export type StageOp = { op: 'copy'; from: number; to: number } | { op: 'write'; block: number; bytes: Uint8Array };
+
+/** Block operations the head's pool made since the last step, in the order it made them, applied before the pass. */
 export interface StageCommands {
-  /** Copy-on-write copies: [from, to] pairs, flat. */
-  copies: number[];
-  /** Restored blocks: the stage's layers' part of each block's stored bytes. */
-  writes: { block: number; bytes: Uint8Array }[];
+  ops: StageOp[];
 }
 
 /** One pass's share for the stage: every row's block table, start and token count, and the hidden states. */
@@ -55,8 +57,11 @@ export type StageReply =
   | { lost: false; epoch: string; hidden: Float32Array; computeMs: number; isolateBytes?: number }
   | { lost: true; epoch: string | undefined };
 
-/** A block's bytes for the head's durable store, after applying `commands`. */
-export interface StageRead extends StageCommands {
+/**
+ * A block's bytes for the head's durable store. Only a finished sequence's blocks are read, which passes already
+ * sent have written: a read carries no commands, so its order against steps does not matter.
+ */
+export interface StageRead {
   epoch: string;
   block: number;
 }

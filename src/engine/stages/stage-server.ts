@@ -77,7 +77,7 @@ export class StageServer {
     const rawConfig = JSON.parse(new TextDecoder().decode(raw)) as Record<string, unknown>;
     const config = parseModelConfig(rawConfig, {});
     const kvBytes = stageKvBytes(open, config);
-    const key = `${open.model}:${open.dtype}:${open.span.from}-${open.span.to}:${host.runtime.name}`;
+    const key = `${open.model}:${open.dtype}:${open.fileBytes ?? '?'}:${open.span.from}-${open.span.to}:${host.runtime.name}`;
     const { models, holder } = host.isolate;
     const model = await models.model(key, async () => {
       const { dtype, file } = await chooseWeights(host.source, rawConfig, open.dtype, 'MODEL_DTYPE');
@@ -96,7 +96,14 @@ export class StageServer {
           : []),
       ];
       const budget = new MemoryBudget(config, kvBytes, host.memoryBudgetBytes, besides);
-      const kernels = await KernelModel.fromStream(module, await streamWeights(host.source, file), config, {
+      const stream = await streamWeights(host.source, file);
+      if (open.fileBytes !== undefined && stream.size !== undefined && stream.size !== open.fileBytes)
+        throw new InvalidRequestError(
+          'PIPELINE_STAGES',
+          `the head's ${file} is ${open.fileBytes} bytes but this stage's is ${stream.size}: deploy the stages and the head with the same model files`,
+          'model_not_found',
+        );
+      const kernels = await KernelModel.fromStream(module, stream, config, {
         limits: open.limits,
         budget,
         format: dtype === 'gguf' ? 'gguf' : 'onnx',
@@ -156,7 +163,6 @@ export class StageServer {
   read(read: StageRead): StageReadReply {
     const state = this.current(read.epoch);
     if (!state) return { lost: true, epoch: this.state?.epoch };
-    this.apply(state.memory, read);
     return { lost: false, bytes: state.memory.readBlockNow(read.block) };
   }
 
@@ -171,8 +177,11 @@ export class StageServer {
     return this.state?.epoch === epoch ? this.state : undefined;
   }
 
-  private apply(memory: ArrayKvMemory, { copies, writes }: StageCommands): void {
-    for (let i = 0; i < copies.length; i += 2) memory.copyBlock(copies[i], copies[i + 1]);
-    for (const { block, bytes } of writes) memory.writeBlock(block, bytes);
+  /** The head's block operations, in its order: a restore then a copy of that block must copy the restored bytes. */
+  private apply(memory: ArrayKvMemory, { ops }: StageCommands): void {
+    for (const op of ops) {
+      if (op.op === 'copy') memory.copyBlock(op.from, op.to);
+      else memory.writeBlock(op.block, op.bytes);
+    }
   }
 }

@@ -12,7 +12,7 @@ export interface KvStage {
 
 /**
  * The KV memory of a model split over stages: every stage holds every block of the head's pool for its
- * layers. Copies and restores are queued per stage and go with its next message (before its pass, in order);
+ * layers. Copies and restores are queued per stage, in the order the pool made them, and go with its next step;
  * a read asks every stage for its layers' part. Block ids are the head's pool's, so prefix caching, forks,
  * beams, preemption and speculative rollback work unchanged.
  */
@@ -32,14 +32,15 @@ export class StagedKvMemory implements KvMemory {
   }
 
   copyBlock(from: number, to: number): void {
-    for (const stage of this.stages) stage.pending.copies.push(from, to);
+    for (const stage of this.stages) stage.pending.ops.push({ op: 'copy', from, to });
   }
 
   writeBlock(id: number, bytes: Uint8Array): void {
     if (bytes.length !== this.blockBytes)
       throw new RangeError(`a KV block holds ${this.blockBytes} bytes, got ${bytes.length}`);
     for (const stage of this.stages)
-      stage.pending.writes.push({
+      stage.pending.ops.push({
+        op: 'write',
         block: id,
         bytes: bytes.slice(stage.from * this.layerBytes, stage.to * this.layerBytes),
       });

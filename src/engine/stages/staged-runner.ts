@@ -13,17 +13,31 @@ import {
 import { StagedKvMemory, type KvStage } from './staged-kv-memory.js';
 import type { StageCommands, StageInfo, StageLink, StageOpen, StageStep } from './stage-protocol.js';
 
-/** Restarts in a row (no pass through in between) after which the pass fails instead of being recomputed. */
+/** Restarts in a row (no pass through in between) after which the pass's requests fail instead of being recomputed. */
 const MAX_LOSSES_IN_A_ROW = 3;
 
 /** How long a stage that does not answer is waited for before the pass fails. */
 const STAGE_WAIT_MS = 30_000;
 
+/** How long one call may take before it counts as failed: a hung stage must not hold the engine loop for ever. */
+const CALL_TIMEOUT_MS = 120_000;
+
+/** `call`, or a rejection once `ms` have passed without its answer. */
+function withDeadline<T>(call: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not answer within ${ms / 1000} s`)), ms);
+  });
+  return Promise.race([call, deadline]).finally(() => clearTimeout(timer));
+}
+
 /** One stage as the head keeps it: how to reach it, what it was asked to load, who it is now. */
 class Stage implements KvStage {
   info: StageInfo | undefined;
-  pending: StageCommands = { copies: [], writes: [] };
+  pending: StageCommands = { ops: [] };
   readonly stats: StageStats;
+  /** The load in flight: concurrent callers share it, so the head never holds one epoch while the stage has another. */
+  private connecting: Promise<StageInfo> | undefined;
 
   constructor(
     readonly link: StageLink,
@@ -49,48 +63,68 @@ class Stage implements KvStage {
     return this.open.span.to;
   }
 
-  /** Loads the stage (again): a new epoch, an empty pool. */
-  async connect(): Promise<StageInfo> {
-    this.info = undefined;
-    const info = await this.link.open(this.open);
-    this.info = info;
-    Object.assign(this.stats, {
-      weightBytes: info.weightBytes,
-      kvBytes: info.kvBytes,
-      isolateBytes: info.isolateBytes,
-    });
-    return info;
+  private get what(): string {
+    return `pipeline stage of layers ${this.from}..${this.to - 1}`;
   }
 
-  /** The commands queued since the last message, handed over (a lost stage's are dropped with its pool). */
-  take(): StageCommands {
+  /** Loads the stage (again): a new epoch, an empty pool. */
+  connect(): Promise<StageInfo> {
+    this.info = undefined;
+    this.connecting ??= withDeadline(this.link.open(this.open), CALL_TIMEOUT_MS, this.what)
+      .then((info) => {
+        this.info = info;
+        Object.assign(this.stats, {
+          weightBytes: info.weightBytes,
+          kvBytes: info.kvBytes,
+          isolateBytes: info.isolateBytes,
+        });
+        return info;
+      })
+      .finally(() => {
+        this.connecting = undefined;
+      });
+    return this.connecting;
+  }
+
+  /** The commands queued since the last step, handed over. */
+  private take(): StageCommands {
     const commands = this.pending;
-    this.pending = { copies: [], writes: [] };
+    this.pending = { ops: [] };
     return commands;
   }
 
-  /** The stage restarted: what it held is gone; it is loaded again for the next pass (or tried again then). */
+  /**
+   * The stage restarted: what it held is gone, the commands queued for it too; it is loaded again for the
+   * next pass (tried again then if this fails).
+   */
   async lost(): Promise<void> {
     this.stats.restarts++;
-    this.pending = { copies: [], writes: [] };
+    this.pending = { ops: [] };
     this.info = undefined;
     await this.connect();
   }
 
   /**
    * Sends one micro-batch through the stage: the hidden states it returns, or `lost` when it restarted (a new
-   * epoch, or a failed call after which it answers as another). The block commands go with the pass's first.
+   * epoch, or a failed call after which it answers as another). The block commands go with the pass's first;
+   * a call that fails while the stage lives on gives them back, to go with the next.
    */
   async step(rows: StageStep['rows'], hidden: Float32Array): Promise<Float32Array | 'lost'> {
     // Not connected only after a reconnect that failed, and that pass was lost: every sequence is being
     // recomputed, so a fresh stage is what the head expects.
     const epoch = this.info?.epoch ?? (await this.connect()).epoch;
     const t0 = performance.now();
-    const reply = await this.link.step({ epoch, rows, hidden, ...this.take() }).catch(async (err: unknown) => {
+    const commands = this.take();
+    const reply = await withDeadline(
+      this.link.step({ epoch, rows, hidden, ...commands }),
+      CALL_TIMEOUT_MS,
+      this.what,
+    ).catch(async (err: unknown) => {
       // A call that failed: the stage restarted (its process died mid-call), or the pass failed there.
       const now = await this.answer(err);
-      if (now === epoch) throw err;
-      return { lost: true as const, epoch: now };
+      if (now !== epoch) return { lost: true as const, epoch: now };
+      this.pending.ops.unshift(...commands.ops); // applying them twice is harmless: copies' sources are immutable
+      throw err;
     });
     if (reply.lost) return 'lost';
     this.stats.hops++;
@@ -108,7 +142,7 @@ class Stage implements KvStage {
     const deadline = performance.now() + STAGE_WAIT_MS;
     for (let wait = 100; ; wait = Math.min(2 * wait, 1000)) {
       try {
-        return await this.link.epoch();
+        return await withDeadline(this.link.epoch(), STAGE_WAIT_MS, this.what);
       } catch {
         if (performance.now() + wait > deadline) throw err;
         await new Promise((resolve) => setTimeout(resolve, wait));
@@ -116,12 +150,16 @@ class Stage implements KvStage {
     }
   }
 
+  /**
+   * A block's layers' part, for the durable store. Never connects nor reconnects: a stage found restarted here
+   * fails the read (the chain is not stored), and the next step finds it lost and has everything recomputed.
+   */
   async read(block: number): Promise<Uint8Array> {
-    const epoch = this.info?.epoch ?? (await this.connect()).epoch;
-    const reply = await this.link.read({ epoch, block, ...this.take() });
-    if (!reply.lost) return reply.bytes;
-    await this.lost();
-    throw new Error(`pipeline stage of layers ${this.from}..${this.to - 1} restarted: block ${block} is gone`);
+    const epoch = this.info?.epoch;
+    if (epoch === undefined) throw new Error(`${this.what} is not loaded: block ${block} cannot be read`);
+    const reply = await withDeadline(this.link.read({ epoch, block }), CALL_TIMEOUT_MS, this.what);
+    if (reply.lost) throw new Error(`${this.what} restarted: block ${block} is gone`);
+    return reply.bytes;
   }
 }
 
@@ -218,15 +256,14 @@ export class StagedRunner implements ModelRunner {
     });
     const settled = await Promise.allSettled(runs);
     if (lost.size) {
-      if (++this.lossesInARow > MAX_LOSSES_IN_A_ROW) {
-        const { from, to } = [...lost][0];
-        throw new Error(
-          `pipeline stage of layers ${from}..${to - 1} restarted ${MAX_LOSSES_IN_A_ROW} passes in a row; the pass is given up`,
-        );
-      }
+      // Reloaded now, whatever comes next: a pass after this one must meet the stages the head knows.
       for (const stage of lost) await stage.lost().catch(() => undefined);
+      const where = [...lost].map((s) => `${s.from}..${s.to - 1}`).join(', ');
+      const fatal = ++this.lossesInARow >= MAX_LOSSES_IN_A_ROW;
+      if (fatal) this.lossesInARow = 0;
       throw new KvLostError(
-        `pipeline stage${lost.size > 1 ? 's' : ''} of layers ${[...lost].map((s) => `${s.from}..${s.to - 1}`).join(', ')} restarted: ${lost.size > 1 ? 'their' : 'its'} KV blocks are gone`,
+        `pipeline stage${lost.size > 1 ? 's' : ''} of layers ${where} restarted${fatal ? ` ${MAX_LOSSES_IN_A_ROW} passes in a row` : ''}: ${lost.size > 1 ? 'their' : 'its'} KV blocks are gone`,
+        fatal,
       );
     }
     const failed = settled.find((r) => r.status === 'rejected');
