@@ -6,7 +6,7 @@
 // Writes <out>/results.json, <out>/decode.svg and prints Markdown tables. Not part of `npm test`.
 //
 //   npm run bench -- [--quick] [--models bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32]
-//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore,structured,edge,edge-memory]
+//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore,structured,edge,edge-memory,stages]
 //     [--runs 5] [--batches 1,4,16,32] [--prefill 128,512,2048] [--histories 256,1024,4096]
 //     [--prompt 32] [--tokens 32] [--fresh 20] [--clients 1,16] [--session-models ...] [--out bench] [--append]
 // Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1). Each backend runs in a child process.
@@ -28,14 +28,16 @@ import type { WllamaBenchRow } from './bench/wllama-table.js';
 import type { KernelsBench } from './bench/kernels-table.js';
 import type { EdgeBench } from './bench/edge.js';
 import type { EdgeMemoryBench } from './bench/edge-memory.js';
+import type { StagesBench } from './bench/stages.js';
 import type { StructuredBench } from './bench/structured.js';
 import { decodePlotSvg } from './bench/svg-plot.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const log = (s: string): void => console.error(s);
 const options = parseBenchOptions(process.argv.slice(2));
-// The wllama and kernels sections make the models they need themselves.
-if (options.sections.some((s) => s !== 'wllama' && s !== 'kernels')) ensureBenchModels(options.variants);
+// The wllama, kernels and stages sections make the models they need themselves.
+if (options.sections.some((s) => s !== 'wllama' && s !== 'kernels' && s !== 'stages'))
+  ensureBenchModels(options.variants);
 const outDir = resolvePath(ROOT, options.out);
 mkdirSync(outDir, { recursive: true });
 
@@ -92,6 +94,7 @@ const SCRIPT_SECTIONS: readonly string[] = [
   'structured',
   'edge',
   'edge-memory',
+  'stages',
 ];
 const engineSections = options.sections.filter((s) => !SCRIPT_SECTIONS.includes(s));
 const backends: BackendResult[] = [];
@@ -154,6 +157,9 @@ if (options.sections.includes('edge-memory'))
     '--shards',
     '1,2,4',
   ]);
+if (options.sections.includes('stages'))
+  // bench-360m on 3 stages, bench-135m's 16 x 1,024 tokens resident on 4, bench-1b on as many as 128 MiB each needs.
+  results.stages = await runScriptChild<StagesBench>([], 'scripts/bench/stages.ts', ['--runs', String(options.runs)]);
 if (options.sections.includes('wllama')) {
   // Batch-1 greedy decode of 128 tokens, as the speculative section measures ours.
   results.wllama = await runScriptChild<WllamaBenchRow[]>([], 'scripts/bench/wllama.ts', [
@@ -177,6 +183,7 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   results.structured ??= earlier.structured;
   results.edge ??= earlier.edge;
   results.edgeMemory ??= earlier.edgeMemory;
+  results.stages ??= earlier.stages;
   results.parts = [
     ...(earlier.parts ?? [{ machine: earlier.machine, options: earlier.options }]),
     { machine: results.machine, options },

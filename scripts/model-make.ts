@@ -56,6 +56,8 @@ export function makeModel({ preset, outDir, seed = DEFAULT_SEED, dtypes = ['fp32
   const p = PRESETS[preset];
   if (!p) throw new Error(`unknown preset ${preset}`);
   if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new Error(`seed must be a uint32, got ${seed}`);
+  // Refused before anything is written: a variant past protobuf's limit, asked for alone.
+  const variants = hub ? [] : variantsToWrite(p, dtypes);
   mkdirSync(join(outDir, 'onnx'), { recursive: true });
   writeJson(join(outDir, 'config.json'), llamaConfigJson(p));
   writeJson(join(outDir, 'generation_config.json'), generationConfigJson(p));
@@ -73,7 +75,7 @@ export function makeModel({ preset, outDir, seed = DEFAULT_SEED, dtypes = ['fp32
     }
     return;
   }
-  for (const dtype of variantsToWrite(p, dtypes)) {
+  for (const dtype of variants) {
     // One variant at a time so peak memory is the fp32 weights plus one encoded variant.
     writeEncoded(join(outDir, 'onnx', ONNX_FILE[dtype]), encodeModel(buildLlamaModel(p, weights, dtype)));
   }

@@ -9,7 +9,7 @@
 // `wrangler r2 object put --remote` (wrangler login; wrangler caps one upload at 300 MiB).
 // Static assets cap files at 25 MiB, which is why models bigger than the test ones go here.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -79,6 +79,40 @@ const wranglerPackage = () => createRequire(import.meta.url).resolve('wrangler/p
 
 interface LocalBucket {
   put(key: string, value: ArrayBuffer): Promise<unknown>;
+  createMultipartUpload(key: string): Promise<{
+    uploadPart(part: number, value: ArrayBuffer): Promise<{ partNumber: number; etag: string }>;
+    complete(parts: { partNumber: number; etag: string }[]): Promise<unknown>;
+  }>;
+}
+
+/**
+ * Files past this go to the local bucket in parts of this size: miniflare's proxy carries a value as one base64
+ * string, and V8's strings stop at 512 MiB (bench-1b's q4 file is 862 MiB).
+ */
+const PART_BYTES = 128 * 2 ** 20;
+
+/** Puts one file into the local bucket: whole, or a multipart upload of PART_BYTES parts read one at a time. */
+async function putLocal(bucket: LocalBucket, key: string, path: string): Promise<void> {
+  const size = statSync(path).size;
+  if (size <= PART_BYTES) {
+    // A whole ArrayBuffer: miniflare's proxy refuses views into Node's shared Buffer pool.
+    const bytes = readFileSync(path);
+    await bucket.put(key, bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer);
+    return;
+  }
+  const upload = await bucket.createMultipartUpload(key);
+  const parts: { partNumber: number; etag: string }[] = [];
+  const fd = openSync(path, 'r');
+  try {
+    for (let offset = 0, part = 1; offset < size; offset += PART_BYTES, part++) {
+      const chunk = new Uint8Array(Math.min(PART_BYTES, size - offset));
+      for (let read = 0; read < chunk.length; ) read += readSync(fd, chunk, read, chunk.length - read, offset + read);
+      parts.push(await upload.uploadPart(part, chunk.buffer));
+    }
+  } finally {
+    closeSync(fd);
+  }
+  await upload.complete(parts);
 }
 
 /** The local R2 bucket `wrangler dev --persist-to <root>` sees (wrangler keeps local state under <root>/v3). */
@@ -111,12 +145,7 @@ export async function uploadModel(opts: UploadOptions, log: (line: string) => vo
   if (!opts.remote) {
     await withLocalBucket(resolve(opts.persistTo ?? join(ROOT, '.wrangler', 'state')), async (bucket) => {
       for (const file of files) {
-        // A whole ArrayBuffer: miniflare's proxy refuses views into Node's shared Buffer pool.
-        const bytes = readFileSync(join(opts.folder, file));
-        await bucket.put(
-          `${opts.name}/${file}`,
-          bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer,
-        );
+        await putLocal(bucket, `${opts.name}/${file}`, join(opts.folder, file));
         done(file);
       }
     });

@@ -21,6 +21,7 @@ export const SECTIONS = [
   'structured',
   'edge',
   'edge-memory',
+  'stages',
 ] as const;
 export type Section = (typeof SECTIONS)[number];
 

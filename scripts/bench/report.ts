@@ -3,6 +3,7 @@ import { webGpuBenchTable } from './webgpu-table.js';
 import { wllamaBenchTable } from './wllama-table.js';
 import { edgeMemoryTable, edgeTable } from './edge-table.js';
 import { kernelsTable } from './kernels-table.js';
+import { stagesTables } from './stages-table.js';
 // Markdown tables of a results object: what the bench prints, and what docs/benchmarks.md shows.
 import type { BenchResults, VariantResult } from './results.js';
 import type { Sampled } from './stats.js';
@@ -243,5 +244,6 @@ export function markdownReport(r: BenchResults): string {
   if (r.kernels) out.push(`\n${kernelsTable(r.kernels)}`);
   if (r.edge) out.push(`\n${edgeTable(r.edge)}`);
   if (r.edgeMemory) out.push(`\n${edgeMemoryTable(r.edgeMemory)}`);
+  if (r.stages) out.push(`\n${stagesTables(r.stages)}`);
   return `${out.join('\n')}\n`;
 }

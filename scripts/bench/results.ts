@@ -5,6 +5,7 @@ import type { WllamaBenchRow } from './wllama-table.js';
 import type { KernelsBench } from './kernels-table.js';
 import type { EdgeBench } from './edge.js';
 import type { EdgeMemoryBench } from './edge-memory.js';
+import type { StagesBench } from './stages.js';
 // The shape of bench/results.json.
 import type { Sampled } from './stats.js';
 import type { ServiceResult } from './service.js';
@@ -106,6 +107,8 @@ export interface BenchResults {
   edge?: EdgeBench;
   /** The isolate's memory in workerd, idle, loaded and streaming (scripts/bench/edge-memory.ts). */
   edgeMemory?: EdgeMemoryBench;
+  /** A model on pipeline stages in wrangler dev: every isolate's memory, tokens and speed (scripts/bench/stages.ts). */
+  stages?: StagesBench;
   /** When the run was made in parts (--append): each part's machine and options. */
   parts?: { machine: Machine; options: BenchOptions }[];
 }

@@ -48,19 +48,21 @@ export class DevToolsClient {
       webSocketDebuggerUrl: string;
     }[];
     if (!targets[0]) throw new Error(`the inspector on port ${port} lists no target`);
-    const ws = new WebSocket(targets[0].webSocketDebuggerUrl, { headers: { origin: 'http://127.0.0.1' } } as never);
+    return DevToolsClient.connectTo(targets[0].webSocketDebuggerUrl, timeoutMs);
+  }
+
+  /** Opens a session on one target by its `webSocketDebuggerUrl` (a workerd inspector's target, say). */
+  static async connectTo(url: string, timeoutMs = 10_000): Promise<DevToolsClient> {
+    const ws = new WebSocket(url, { headers: { origin: 'http://127.0.0.1' } } as never);
     await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error(`the inspector on port ${port} did not open a session`)),
-        timeoutMs,
-      );
+      const timer = setTimeout(() => reject(new Error(`the inspector at ${url} did not open a session`)), timeoutMs);
       ws.onopen = () => {
         clearTimeout(timer);
         resolve();
       };
       ws.onerror = () => {
         clearTimeout(timer);
-        reject(new Error(`the inspector on port ${port} refused a session`));
+        reject(new Error(`the inspector at ${url} refused a session`));
       };
     });
     return new DevToolsClient(ws);

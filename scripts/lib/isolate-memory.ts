@@ -3,6 +3,7 @@
 // through the DevTools protocol. The isolate itself cannot see these figures (workerd's performance.memory
 // is absent and process.memoryUsage() and v8.getHeapStatistics() answer zeros), so they are measured from
 // outside. docs/platform.md ("Isolate memory") says what each part holds.
+import { execFileSync } from 'node:child_process';
 import type { DevServer } from './dev-server.js';
 import { DevToolsClient } from './devtools-client.js';
 
@@ -26,19 +27,37 @@ interface RemoteObject {
 export class IsolateMemoryProbe {
   private constructor(
     private readonly devtools: DevToolsClient,
-    private readonly server: Pick<DevServer, 'url'>,
+    /** Gives the isolate work, so that it runs the inspector's task. */
+    private readonly wake: () => Promise<void>,
   ) {}
 
+  /** The isolate wrangler dev's inspector serves: the first config's Worker (its worker and objects). */
   static async open(server: Pick<DevServer, 'url' | 'inspectorPort'>): Promise<IsolateMemoryProbe> {
     const devtools = await DevToolsClient.connect(server.inspectorPort);
     await devtools.send('Runtime.enable');
-    return new IsolateMemoryProbe(devtools, server);
+    // A 404, nothing else.
+    const wake = () =>
+      fetch(`${server.url}/__isolate-memory-probe`)
+        .then((r) => void r.arrayBuffer())
+        .catch(() => {});
+    return new IsolateMemoryProbe(devtools, wake);
+  }
+
+  /**
+   * Another isolate of the process, through workerd's own inspector (workerdTargets): a pipeline stage's
+   * Worker, which wrangler's inspector does not list. `wake` must make work reach it (a request that passes
+   * through the stage).
+   */
+  static async openTarget(url: string, wake: () => Promise<void>): Promise<IsolateMemoryProbe> {
+    const devtools = await DevToolsClient.connectTo(url);
+    await devtools.send('Runtime.enable');
+    return new IsolateMemoryProbe(devtools, wake);
   }
 
   /**
    * A full collection, then the heap's figures and every WebAssembly.Memory's size. V8 answers
    * HeapProfiler.collectGarbage from a task on the isolate's thread, which workerd runs only when the
-   * isolate has work: so the worker is sent requests (a 404, nothing else) until the answer comes.
+   * isolate has work: so, unless it answers at once (a busy isolate), the isolate is given work until it does.
    */
   async measure(): Promise<IsolateMemory> {
     const collected = this.devtools.send('HeapProfiler.collectGarbage', {}, 60_000);
@@ -46,11 +65,10 @@ export class IsolateMemoryProbe {
     void collected.finally(() => {
       done = true;
     });
-    while (!done) {
-      await fetch(`${this.server.url}/__isolate-memory-probe`)
-        .then((r) => r.arrayBuffer())
-        .catch(() => {});
-      await Promise.race([collected, new Promise((resolve) => setTimeout(resolve, 100))]).catch(() => {});
+    for (let first = true; ; first = false) {
+      await Promise.race([collected, new Promise((resolve) => setTimeout(resolve, first ? 200 : 100))]).catch(() => {});
+      if (done) break;
+      await this.wake();
     }
     await collected;
     const usage = await this.devtools.send<{ usedSize: number; backingStorageSize: number }>('Runtime.getHeapUsage');
@@ -101,6 +119,40 @@ export class IsolateMemoryProbe {
   close(): void {
     this.devtools.close();
   }
+}
+
+/** A target of workerd's own inspector: `core:user:<script>` is a Worker script's isolate. */
+export interface WorkerdTarget {
+  id: string;
+  webSocketDebuggerUrl: string;
+}
+
+/**
+ * Every isolate the workerd processes on this machine list on their own inspectors (the second listening port
+ * `wrangler dev` gives workerd, not its `--inspector-port`): with several configs in one `wrangler dev`, wrangler's
+ * inspector lists only the first one's isolate, workerd's lists each by name. An isolate wrangler's proxy holds
+ * (the first config's) answers only through the proxy.
+ */
+export async function workerdTargets(): Promise<WorkerdTarget[]> {
+  const listening = execFileSync('ss', ['-ltnpH'], { encoding: 'utf8' });
+  const ports = new Set(
+    listening
+      .split('\n')
+      .filter((line) => line.includes('"workerd"'))
+      .map((line) => /127\.0\.0\.1:(\d+)/.exec(line)?.[1])
+      .filter((p): p is string => p !== undefined),
+  );
+  const found: WorkerdTarget[] = [];
+  for (const port of ports) {
+    const list = await fetch(`http://127.0.0.1:${port}/json/list`, { signal: AbortSignal.timeout(2000) })
+      .then((r) => r.json() as Promise<unknown>)
+      .catch(() => undefined);
+    if (Array.isArray(list))
+      found.push(
+        ...(list as WorkerdTarget[]).filter((t) => typeof t?.id === 'string' && t.id.startsWith('core:user:')),
+      );
+  }
+  return found;
 }
 
 const MiB = 2 ** 20;

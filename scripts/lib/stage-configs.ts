@@ -34,7 +34,7 @@ function scriptName(toml: string): string {
 }
 
 /** Sets each var in the [vars] table (the file's last table): an existing line is replaced, a new one appended. */
-function withVars(toml: string, vars: Readonly<Record<string, string>>): string {
+export function withVars(toml: string, vars: Readonly<Record<string, string>>): string {
   const at = toml.indexOf('\n[vars]');
   if (at < 0 || /\n\[/.test(toml.slice(at + 7))) throw new Error('wrangler.toml: [vars] must be the last table');
   let out = toml.trimEnd();

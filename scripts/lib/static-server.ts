@@ -1,6 +1,8 @@
 // A plain static file server over real HTTP, as a MODEL_URL points at (a hub mirror, nginx, a bucket's public
 // URL): GET and HEAD of the files under a folder, Content-Length set, 404 for anything else. It counts what
 // it serves, so a test can see how many requests a model load made and that each file went out whole.
+// With `ranges`, a GET with `Range: bytes=N-` gets 206 and the file from byte N, as those servers answer (a
+// pipeline stage reads only its own layers so); without, Range is ignored and the whole file goes out.
 import { createReadStream, statSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -22,7 +24,7 @@ export interface StaticServer {
   close(): Promise<void>;
 }
 
-export async function startStaticServer(root: string): Promise<StaticServer> {
+export async function startStaticServer(root: string, options: { ranges?: boolean } = {}): Promise<StaticServer> {
   const requests: ServedRequest[] = [];
   const server: Server = createServer((req, res) => {
     const path = decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname);
@@ -37,10 +39,21 @@ export async function startStaticServer(root: string): Promise<StaticServer> {
       res.writeHead(size < 0 ? 404 : 405).end();
       return;
     }
-    entry.status = 200;
-    res.writeHead(200, { 'content-length': size, 'content-type': 'application/octet-stream' });
+    const range = options.ranges ? /^bytes=(\d+)-$/.exec(req.headers.range ?? '') : null;
+    const start = range ? Number(range[1]) : 0;
+    if (range && start >= size) {
+      entry.status = 416;
+      res.writeHead(416, { 'content-range': `bytes */${size}` }).end();
+      return;
+    }
+    entry.status = range ? 206 : 200;
+    res.writeHead(entry.status, {
+      'content-length': size - start,
+      'content-type': 'application/octet-stream',
+      ...(range ? { 'content-range': `bytes ${start}-${size - 1}/${size}` } : {}),
+    });
     if (req.method === 'HEAD') return void res.end();
-    const body = createReadStream(file, { highWaterMark: 1 << 20 });
+    const body = createReadStream(file, { highWaterMark: 1 << 20, start });
     body.on('data', (chunk) => {
       entry.bytesSent += chunk.length;
     });
