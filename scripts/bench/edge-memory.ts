@@ -117,14 +117,14 @@ async function metrics(server: DevServer): Promise<string> {
   return (await fetch(`${server.url}/metrics`)).text();
 }
 
-async function completion(server: DevServer, body: Record<string, unknown>): Promise<Response> {
+async function completion(server: Pick<DevServer, 'url'>, body: Record<string, unknown>): Promise<Response> {
   const res = await fetch(`${server.url}/v1/completions`, { method: 'POST', body: JSON.stringify(body) });
   if (!res.ok) throw new Error(`the server answered ${res.status}: ${await res.text()}`);
   return res;
 }
 
 /** `n` streams at once, resolved when each has read its whole body; `running` resolves once all are admitted. */
-function streams(server: DevServer, n: number, tokens: number): Promise<void>[] {
+export function streams(server: Pick<DevServer, 'url'>, n: number, tokens: number): Promise<void>[] {
   return Array.from({ length: n }, async (_, i) => {
     const res = await completion(server, {
       prompt: `Stream ${i} of ${n}: a long story about the sea, the wind and a ship that never came home.`,
@@ -138,7 +138,7 @@ function streams(server: DevServer, n: number, tokens: number): Promise<void>[] 
   });
 }
 
-async function until(check: () => Promise<boolean>, what: string, ms = 120_000): Promise<void> {
+export async function until(check: () => Promise<boolean>, what: string, ms = 120_000): Promise<void> {
   const deadline = Date.now() + ms;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);

@@ -31,12 +31,15 @@ export interface ClientRun {
   ttftMs: number;
 }
 
-/** One streamed completion over HTTP: time to the first chunk with text, and completion tokens from usage. */
+/**
+ * One streamed completion over HTTP: time to the first chunk with text and to the last, and completion tokens
+ * from usage.
+ */
 export async function streamOnce(
   url: string,
   prompt: number[],
   tokens: number,
-): Promise<{ ttftMs: number; completionTokens: number }> {
+): Promise<{ ttftMs: number; lastMs: number; completionTokens: number }> {
   const t0 = performance.now();
   const res = await fetch(`${url}/v1/completions`, {
     method: 'POST',
@@ -52,6 +55,7 @@ export async function streamOnce(
   });
   if (!res.ok || !res.body) throw new Error(`service answered ${res.status}: ${await res.text()}`);
   let ttftMs = NaN;
+  let lastMs = NaN;
   let completionTokens = -1;
   let buffer = '';
   const decoder = new TextDecoder();
@@ -71,13 +75,16 @@ export async function streamOnce(
         error?: unknown;
       };
       if (chunk.error) throw new Error(`stream error: ${JSON.stringify(chunk.error)}`);
-      if (Number.isNaN(ttftMs) && chunk.choices.length > 0) ttftMs = performance.now() - t0;
+      if (chunk.choices.length > 0) {
+        lastMs = performance.now() - t0;
+        if (Number.isNaN(ttftMs)) ttftMs = lastMs;
+      }
       if (chunk.usage) completionTokens = chunk.usage.completion_tokens;
     }
   }
   if (completionTokens !== tokens)
     throw new Error(`expected ${tokens} completion tokens, usage says ${completionTokens}`);
-  return { ttftMs, completionTokens };
+  return { ttftMs, lastMs, completionTokens };
 }
 
 export async function clients(

@@ -37,7 +37,9 @@ import { nodeRuntime } from '../lib/runtimes.js';
 import { stageScriptName, withVars, writePipelineConfigs } from '../lib/stage-configs.js';
 import { startStaticServer, type StaticServer } from '../lib/static-server.js';
 import { promptIds } from './engine-runs.js';
+import { streams, until } from './edge-memory.js';
 import { ensureBenchModels, modelDir } from './models.js';
+import { streamOnce } from './service.js';
 import { ratioByRun, sampled, Samples, type Sampled } from './stats.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -265,82 +267,16 @@ async function isolateRows(p: Pipeline): Promise<IsolateRow[]> {
   ];
 }
 
-/** `n` concurrent streams; resolves when every one has read its body. */
-function streams(url: string, n: number, tokens: number): Promise<void>[] {
-  return Array.from({ length: n }, async (_, i) => {
-    const res = await fetch(`${url}/v1/completions`, {
-      method: 'POST',
-      body: JSON.stringify({
-        prompt: `Stream ${i} of ${n}: a long story about the sea, the wind and a ship that never came home.`,
-        max_tokens: tokens,
-        temperature: 0.8,
-        seed: i,
-        ignore_eos: true,
-        stream: true,
-      }),
-    });
-    if (!res.ok) throw new Error(`the server answered ${res.status}: ${await res.text()}`);
-    await res.arrayBuffer();
-  });
-}
-
-async function until(check: () => Promise<boolean>, what: string, ms = 120_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
 interface Timed {
   ttftMs: number;
   /** Tokens after the first ÷ the time from the first to the last. */
   decodeTokPerS: number;
 }
 
-/** One greedy stream over HTTP, timed by the chunks' arrival. */
+/** One greedy stream over HTTP, timed by the chunks' arrival (service.ts's streamOnce). */
 async function streamTimed(url: string, prompt: number[], tokens: number): Promise<Timed> {
-  const t0 = performance.now();
-  const res = await fetch(`${url}/v1/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({
-      prompt,
-      max_tokens: tokens,
-      temperature: 0,
-      ignore_eos: true,
-      stream: true,
-      stream_options: { include_usage: true },
-    }),
-  });
-  if (!res.ok || !res.body) throw new Error(`the server answered ${res.status}: ${await res.text()}`);
-  let first = NaN;
-  let last = NaN;
-  let count = -1;
-  let buffer = '';
-  const decoder = new TextDecoder();
-  for await (const bytes of res.body as unknown as AsyncIterable<Uint8Array>) {
-    buffer += decoder.decode(bytes, { stream: true });
-    for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
-      const data = buffer
-        .slice(0, end)
-        .split('\n')
-        .find((l) => l.startsWith('data: '))
-        ?.slice(6);
-      buffer = buffer.slice(end + 2);
-      if (!data || data === '[DONE]') continue;
-      const chunk = JSON.parse(data) as { choices: unknown[]; usage?: { completion_tokens: number }; error?: unknown };
-      if (chunk.error) throw new Error(`stream error: ${JSON.stringify(chunk.error)}`);
-      if (chunk.choices.length > 0) {
-        const now = performance.now();
-        if (Number.isNaN(first)) first = now;
-        last = now;
-      }
-      if (chunk.usage) count = chunk.usage.completion_tokens;
-    }
-  }
-  if (count !== tokens) throw new Error(`expected ${tokens} completion tokens, usage says ${count}`);
-  return { ttftMs: first - t0, decodeTokPerS: ((tokens - 1) * 1000) / (last - first) };
+  const { ttftMs, lastMs } = await streamOnce(url, prompt, tokens);
+  return { ttftMs, decodeTokPerS: ((tokens - 1) * 1000) / (lastMs - ttftMs) };
 }
 
 async function nodeTimed(engine: Engine, prompt: number[], tokens: number): Promise<Timed> {
@@ -490,7 +426,7 @@ async function runPipelineCase(
       log(`${isolates[i].name} loaded: ${describeIsolateMemory(m)}`);
     }
     if (o.streams > 0) {
-      const running = streams(p.server.url, o.streams, 96);
+      const running = streams(p.server, o.streams, 96);
       await until(async () => {
         const text = await metrics(p.server);
         return sumMetric(text, 'edge_infer_running_requests') >= o.streams;
