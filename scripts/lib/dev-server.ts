@@ -94,8 +94,7 @@ export async function startDevServer(
   for (;;) {
     if (child.exitCode !== null) throw new Error(`${command} ${args[0]} exited (${child.exitCode}):\n${output}`);
     try {
-      const res = await fetch(`${url}/v1/models`, { signal: AbortSignal.timeout(2000) });
-      await res.arrayBuffer();
+      await probe(`${url}/v1/models`, 2000);
       break;
     } catch {
       if (Date.now() > deadline) {
@@ -115,4 +114,24 @@ export async function startDevServer(
     stop: () => end('SIGTERM'),
     kill: () => end('SIGKILL'),
   };
+}
+
+/**
+ * One readiness probe, given up after `ms` however it hangs. A start was once seen to outlast both the 60 s
+ * ready deadline and the test's 120 s hook with no error of its own; a probe that cannot stall keeps the
+ * deadline (and its message, with wrangler's output) true.
+ */
+async function probe(url: string, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error('probe timed out')), ms + 500);
+  });
+  try {
+    await Promise.race([
+      fetch(url, { signal: AbortSignal.timeout(ms) }).then((res) => res.arrayBuffer()),
+      timeout,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

@@ -47,7 +47,7 @@ export interface EventSink {
 }
 
 /** An RPC stub as received in a call: valid only during that call unless duplicated. */
-type ReceivedStub<T> = T & { dup?(): T & Disposable };
+type ReceivedStub<T> = T & Partial<Disposable> & { dup?(): T & Disposable };
 
 export interface GenerationHooks {
   /** Called in the object when request `index` finishes, before its done event is sent (sessions record turns here). */
@@ -185,6 +185,10 @@ export function runGeneration(
     throw err;
   }
   const sink = received.dup?.() ?? received;
+  // The received stub is let go of now, not when the call returns: workerd warns ("An RPC stub was not
+  // disposed properly") if garbage collection finds it first, which it can in the turns before the
+  // call's own disposal runs.
+  if (sink !== received) received[Symbol.dispose]?.();
   const writer = new SinkWriter(sink, () => abort.abort());
   let completionTokens = 0;
 
