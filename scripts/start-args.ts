@@ -18,6 +18,7 @@ export const MODEL_ENV_VARS = [
   'DRAFT_MODEL',
   'PIPELINE_STAGES',
   'PIPELINE_MICROBATCHES',
+  'PIPELINE_VOCAB',
 ] as const;
 
 /** wrangler dev's arguments for `npm start`: its address, the model vars found in `env`, then the user's own. */

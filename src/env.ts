@@ -60,6 +60,8 @@ export interface Env {
   PIPELINE_STAGES?: string;
   /** Micro-batches a pass over stages is split into (default: one per stage, so stages compute at once; 1: none). */
   PIPELINE_MICROBATCHES?: string;
+  /** Where a pipeline's embedding and output projection live: `head`, `stages` (split by rows), or `auto` (default). */
+  PIPELINE_VOCAB?: string;
 }
 
 /** The stage Workers' objects, bound STAGE_1 .. STAGE_N by the generated config (scripts/lib/stage-configs.ts). */
@@ -69,6 +71,17 @@ export type StageBindings = Record<`STAGE_${number}`, DurableObjectNamespace<Sta
 export function microBatchesVar(env: Env): number | undefined {
   const n = Number(env.PIPELINE_MICROBATCHES?.trim() || NaN);
   return Number.isSafeInteger(n) && n >= 1 ? n : undefined;
+}
+
+/** PIPELINE_VOCAB: `head`, `stages` or `auto` (unset or empty). */
+export function pipelineVocabVar(env: Env): 'head' | 'stages' | 'auto' {
+  const raw = env.PIPELINE_VOCAB?.trim() || 'auto';
+  if (raw === 'head' || raw === 'stages' || raw === 'auto') return raw;
+  throw new InvalidRequestError(
+    'PIPELINE_VOCAB',
+    `PIPELINE_VOCAB must be head, stages or auto, got ${JSON.stringify(raw)}`,
+    'unsupported_model',
+  );
 }
 
 /** PIPELINE_STAGES: 0 (unset, empty, 0) keeps every layer in the head's isolate. */

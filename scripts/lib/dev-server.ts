@@ -127,10 +127,7 @@ async function probe(url: string, ms: number): Promise<void> {
     timer = setTimeout(() => reject(new Error('probe timed out')), ms + 500);
   });
   try {
-    await Promise.race([
-      fetch(url, { signal: AbortSignal.timeout(ms) }).then((res) => res.arrayBuffer()),
-      timeout,
-    ]);
+    await Promise.race([fetch(url, { signal: AbortSignal.timeout(ms) }).then((res) => res.arrayBuffer()), timeout]);
   } finally {
     clearTimeout(timer);
   }

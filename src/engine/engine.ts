@@ -303,6 +303,13 @@ export class Engine {
 
   /** Tokenises the prompt and checks every parameter; throws InvalidRequestError before any compute. */
   resolve(request: GenerationRequest): ResolvedRequest {
+    const resolved = this.resolveFields(request);
+    if (resolved.promptLogprobs !== undefined && this.runner.noPromptLogprobs)
+      throw new InvalidRequestError('prompt_logprobs', this.runner.noPromptLogprobs);
+    return resolved;
+  }
+
+  private resolveFields(request: GenerationRequest): ResolvedRequest {
     return resolveRequest(request, {
       encode: (text) => this.tokenizer.encode(text),
       encodePrompt: (text) => this.tokenizer.encodePrompt(text),

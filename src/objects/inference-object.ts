@@ -11,6 +11,7 @@ import {
   kvStoreBytesVar,
   modelName,
   microBatchesVar,
+  pipelineVocabVar,
   pipelineStagesVar,
   speculativeVar,
   type Env,
@@ -115,6 +116,7 @@ export class InferenceObject extends DurableObject<Env> {
           links: stageLinks(this.env, stages, this.ctx.id.toString()),
           kvDtype,
           microBatches: microBatchesVar(this.env),
+          vocab: pipelineVocabVar(this.env),
         }
       : undefined;
     const engine = await Engine.load(shardRuntime(this.env), source, {

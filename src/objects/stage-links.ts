@@ -33,6 +33,7 @@ export function stageLinks(env: Env, stages: number, shard: string): StageLink[]
       },
       step: (step) => stub().step(step),
       read: (read) => stub().read(read),
+      ends: (ends) => stub().ends(ends),
       epoch: () => stub().epoch(),
     };
   });

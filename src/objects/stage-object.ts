@@ -2,6 +2,8 @@ import { DurableObject } from 'cloudflare:workers';
 import { isolateStages } from '../engine/stages/isolate-stages.js';
 import { StageServer } from '../engine/stages/stage-server.js';
 import type {
+  StageEnds,
+  StageEndsReply,
   StageInfo,
   StageOpen,
   StageRead,
@@ -56,6 +58,10 @@ export class StageObject extends DurableObject<Env> {
 
   read(read: StageRead): StageReadReply {
     return this.server?.read(read) ?? { lost: true, epoch: undefined };
+  }
+
+  ends(ends: StageEnds): StageEndsReply {
+    return this.server?.ends(ends) ?? { lost: true, epoch: undefined };
   }
 
   epoch(): string | undefined {

@@ -48,7 +48,14 @@ export class KernelModel {
     const scratch = scratchBytes(config, limits, undefined, span);
     // A GGUF file's blocks are held as they lie, so a file of known size is judged whole before anything is
     // placed; an ONNX file may hold float tables the kernels quantise, so it is judged as its weights arrive.
-    if (format === 'gguf' && file.size !== undefined && span.ends && span.from === 0 && span.to === config.numLayers)
+    if (
+      format === 'gguf' &&
+      file.size !== undefined &&
+      span.ends &&
+      !span.vocab &&
+      span.from === 0 &&
+      span.to === config.numLayers
+    )
       budget.check([
         { label: 'weights', bytes: file.size },
         { label: 'scratch', bytes: scratch },

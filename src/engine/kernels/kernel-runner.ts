@@ -6,7 +6,7 @@ import type { KernelExports } from './edge-kernels.js';
 import type { KernelModel } from './kernel-model.js';
 import { align, type LinearMemory } from './linear-memory.js';
 import { CHUNK, LOGIT_ROWS, passLayout, type PassLayout } from './scratch-layout.js';
-import type { LlamaWeights } from './weights/llama-weights.js';
+import { vocabRows, type LlamaWeights } from './weights/llama-weights.js';
 import type { Matrix } from './weights/matrix.js';
 
 /** Pointers of one pass's scratch buffers (scratch-layout.ts has their shapes). */
@@ -170,6 +170,31 @@ export class KernelRunner implements ModelRunner {
     return this.memory.f32(pass.scratch.residual, pass.tokens * this.config.hiddenSize).slice();
   }
 
+  /**
+   * A vocabulary stage's share of an embedding: the rows of `ids` (all among this memory's vocabulary rows),
+   * (ids, hidden) float32.
+   */
+  embedRows(ids: readonly number[]): Float32Array {
+    const pass = this.begin([{ blocks: [], start: 0, count: ids.length }], false);
+    this.embedTokens(pass, ids);
+    return this.memory.f32(pass.scratch.residual, ids.length * this.config.hiddenSize).slice();
+  }
+
+  /**
+   * A vocabulary stage's share of the logits: the final norm and this memory's rows of the output projection
+   * over `count` positions' hidden states ((count, hidden), the model's last layer's output), as
+   * (count, rows) float32. Each logit is the same dot product the whole table's pass computes.
+   */
+  vocabLogits(hidden: Float32Array, count: number): Float32Array {
+    const pass = this.begin(
+      Array.from({ length: count }, () => ({ blocks: [], start: 0, count: 1 })),
+      true,
+    );
+    this.setResidual(pass, hidden);
+    this.outputLogits(pass);
+    return this.memory.f32(pass.scratch.logits, count * this.weights.ends!.lmHead.n).slice();
+  }
+
   /** The head's end of a pass over stages: the hidden states leaving the model's last layer, to logits. */
   logitsFromHidden(rows: readonly KernelRow[], hidden: Float32Array): StepLogits {
     const pass = this.begin(rows, true);
@@ -319,8 +344,10 @@ export class KernelRunner implements ModelRunner {
 
   /** The final norm and output projection of each row's wanted positions; the rest on demand (`at`). */
   private outputLogits(pass: Pass): StepLogits {
-    const { hiddenSize: H, vocabSize } = this.config;
+    const { hiddenSize: H } = this.config;
     const ends = this.weights.ends!;
+    // The output projection's rows: the whole vocabulary, or a vocabulary stage's part of it.
+    const vocabSize = ends.lmHead.n;
     const k = this.kernels;
     const s = pass.scratch;
     const { counts, firstToken, want, logitStart, logitRows, epoch } = pass;
@@ -359,19 +386,24 @@ export class KernelRunner implements ModelRunner {
 
   /** Logits after token `t` of the last pass (copied out: the next call reuses the buffer). */
   private logitsAt(t: number): Float32Array {
-    const { hiddenSize: H, vocabSize } = this.config;
+    const { hiddenSize: H } = this.config;
     this.checkCurrent(this.last!.epoch);
     const s = this.scratch;
     const ends = this.weights.ends!;
+    const vocabSize = ends.lmHead.n;
     this.kernels.rmsnorm(s.h, this.last!.residual + t * H * 4, ends.norm, 1, H, this.config.rmsNormEps);
     this.linear(s.lazyLogits, this.input(s.h, 1, ends.lmHead), ends.lmHead);
     return this.memory.f32(s.lazyLogits, vocabSize).slice();
   }
 
-  private embed(e: Matrix, out: number, id: number): void {
+  private embed(e: Matrix, out: number, token: number): void {
     const { hiddenSize: H, vocabSize } = this.config;
-    if (!Number.isInteger(id) || id < 0 || id >= vocabSize)
-      throw new RangeError(`token id ${id} is outside the vocabulary (${vocabSize})`);
+    const rows = vocabRows(this.weights.span, vocabSize);
+    if (!Number.isInteger(token) || token < rows.from || token >= rows.to)
+      throw new RangeError(
+        `token id ${token} is outside the vocabulary${rows.to - rows.from < vocabSize ? ` rows ${rows.from}..${rows.to - 1} this memory holds` : ` (${vocabSize})`}`,
+      );
+    const id = token - rows.from;
     if (e.kind === 'quant') this.kernels.dequantize_column(out, e.header, id, e.blocks);
     else if (e.dtype === 'f16') this.kernels.embed_f16(out, e.ptr, id, H);
     else if (e.dtype === 'bf16') this.kernels.embed_bf16(out, e.ptr, id, H);

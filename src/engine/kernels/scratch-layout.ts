@@ -1,6 +1,6 @@
 import type { EngineLimits } from '../defaults.js';
 import { kvBytesPerToken, type ModelConfig } from '../model/config.js';
-import type { LayerSpan, LlamaWeights } from './weights/llama-weights.js';
+import { vocabRows, type LayerSpan, type LlamaWeights } from './weights/llama-weights.js';
 
 /** Tokens whose activations are in scratch at once: bounds scratch memory whatever the pass's size. */
 export const CHUNK = 32;
@@ -60,8 +60,12 @@ function widths(config: ModelConfig, weights?: LlamaWeights): Widths {
  *   scores (heads / kv_heads, score row); lazyLogits (vocab); logits (logit rows, vocab);
  *   lastRows (logit rows, hidden).
  */
-export function passLayout(config: ModelConfig, pass: PassShape, weights?: LlamaWeights) {
-  const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize } = config;
+export function passLayout(config: ModelConfig, pass: PassShape, weights?: LlamaWeights, span?: LayerSpan) {
+  const { hiddenSize: H, numHeads, numKvHeads, headDim } = config;
+  // A vocabulary stage's logits are its rows' only.
+  const held = weights?.span ?? span;
+  const { from, to } = held ? vocabRows(held, config.vocabSize) : { from: 0, to: config.vocabSize };
+  const vocabSize = to - from;
   const { intermediate: I, widestQuant: widest } = widths(config, weights);
   const f = (n: number): number => Math.ceil(n / 4) * 4 * 4;
   return {
@@ -121,6 +125,6 @@ export function scratchBytes(
   span?: LayerSpan,
 ): number {
   const logits = (weights?.span ?? span)?.ends ?? true;
-  const layout = passLayout(config, largestPass(config, limits, logits), weights);
+  const layout = passLayout(config, largestPass(config, limits, logits), weights, span);
   return Object.values(layout).reduce((n, bytes) => n + Math.ceil(bytes / ALIGN) * ALIGN, KERNELS_STACK);
 }

@@ -13,7 +13,7 @@ import { isolateFootprint, MemoryBudget, onnxruntimeFootprint, type FootprintPar
 import type { ModelRunner } from './model-runner.js';
 import type { KvDtype } from '../kv/block-pool.js';
 import { kvPoolBlocks } from '../model/config.js';
-import { HEAD_SPAN, layerCosts, planStages } from '../stages/stage-plan.js';
+import { endsBytes, HEAD_SPAN, layerCosts, planStages, splitVocabulary } from '../stages/stage-plan.js';
 import type { StageLink } from '../stages/stage-protocol.js';
 import { StagedRunner } from '../stages/staged-runner.js';
 
@@ -28,6 +28,11 @@ export interface PipelineOptions {
   kvDtype: KvDtype;
   /** Micro-batches a pass is split into, so that stages work at once (default: one per stage; 1: none). */
   microBatches?: number;
+  /**
+   * Where the embedding and output projection live (PIPELINE_VOCAB): on the head, split by rows over the
+   * stages, or (`auto`, the default) on the stages only when the head's budget cannot hold them.
+   */
+  vocab?: 'head' | 'stages' | 'auto';
 }
 
 /** Variants whose every product is 8-bit: run on `runtime.kernels8Bit` where the runtime has one. */
@@ -110,18 +115,27 @@ export async function loadRunner(
       const module = (EIGHT_BIT_DTYPES.has(dtype) && runtime.kernels8Bit) || runtime.kernels;
       const { pipeline } = options;
       const stream = await streamWeights(source, file);
-      const model = await KernelModel.fromStream(module, stream, config, {
-        limits: options,
-        budget: pipeline ? new MemoryBudget(config, 0, options.memoryBudgetBytes, besides) : budget,
-        format: dtype === 'gguf' ? 'gguf' : 'onnx',
-        span: pipeline ? HEAD_SPAN : undefined,
-      });
+      const headBudget = new MemoryBudget(config, 0, options.memoryBudgetBytes, besides);
+      const vocabOnStages =
+        pipeline !== undefined &&
+        (pipeline.vocab === 'stages' ||
+          (pipeline.vocab !== 'head' && !headBudget.fits(endsBytes(config, stream.size))));
+      // A head without the vocabulary holds no weights: the file is not read here at all.
+      const model = vocabOnStages
+        ? undefined
+        : await KernelModel.fromStream(module, stream, config, {
+            limits: options,
+            budget: pipeline ? headBudget : budget,
+            format: dtype === 'gguf' ? 'gguf' : 'onnx',
+            span: pipeline ? HEAD_SPAN : undefined,
+          });
       if (pipeline) {
-        const spans = planStages(pipeline.stages, layerCosts(config, stream.size, options.kvCacheBytes));
+        const layers = planStages(pipeline.stages, layerCosts(config, stream.size, options.kvCacheBytes));
+        const spans = vocabOnStages ? splitVocabulary(layers, config.vocabSize) : layers;
         const staged = (limits: EngineLimits, links: StageLink[]): Promise<ModelRunner> =>
           StagedRunner.open(
             config,
-            model.runner(limits),
+            model?.runner(limits),
             links,
             spans,
             {
@@ -136,18 +150,22 @@ export async function loadRunner(
           );
         return {
           runner: await staged(options, pipeline.links),
-          weightBytes: model.weights.bytes,
+          weightBytes: model?.weights.bytes ?? 0,
           another: (limits, links) => {
             if (!links) throw new Error('an engine over pipeline stages needs links of its own');
             return staged(limits, links);
           },
-          shared: () => [
-            { label: 'embedding and output projection', bytes: model.weights.bytes },
-            { label: 'scratch', bytes: model.arena.bytes },
-          ],
+          shared: () =>
+            model
+              ? [
+                  { label: 'embedding and output projection', bytes: model.weights.bytes },
+                  { label: 'scratch', bytes: model.arena.bytes },
+                ]
+              : [],
           perRunner: [],
         };
       }
+      if (!model) throw new Error('unreachable: only a pipeline leaves the vocabulary to its stages');
       return {
         runner: model.runner(options),
         weightBytes: model.weights.bytes,

@@ -32,6 +32,12 @@ export class MemoryBudget {
     this.perToken = kvBytesPerToken(config);
   }
 
+  /** Whether `bytes` more, with what is held besides and the KV pool, are within the budget. */
+  fits(bytes: number): boolean {
+    const besides = this.besides.reduce((n, p) => n + p.bytes, 0);
+    return this.budgetBytes === undefined || bytes + besides + this.kvCacheBytes <= this.budgetBytes;
+  }
+
   /** Refuses a footprint (its parts, what is held besides, and the KV pool) past the budget, saying what would fit. */
   check(runnerParts: readonly FootprintPart[]): void {
     const parts = [...runnerParts, ...this.besides];

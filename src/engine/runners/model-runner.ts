@@ -88,6 +88,11 @@ export interface ModelRunner {
   /** Present where tokens are drawn on the device; the engine then samples through it. */
   readonly deviceSampling: DeviceSampling | undefined;
   /**
+   * Why this runner cannot give logits at every position of a pass (StepLogits.at past the positions asked
+   * for), which prompt logprobs read; absent where it can.
+   */
+  readonly noPromptLogprobs?: string;
+  /**
    * The memory of the engine's block pool (once): where the runner reads and writes keys and values, block
    * ids being the pool's. Refuses (InvalidRequestError) a KV dtype it cannot compute with.
    */

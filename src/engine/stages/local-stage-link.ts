@@ -1,5 +1,7 @@
 import type { StageServer } from './stage-server.js';
 import type {
+  StageEnds,
+  StageEndsReply,
   StageInfo,
   StageLink,
   StageOpen,
@@ -31,5 +33,9 @@ export class LocalStageLink implements StageLink {
 
   async read(read: StageRead): Promise<StageReadReply> {
     return structuredClone(this.server.read(structuredClone(read)));
+  }
+
+  async ends(ends: StageEnds): Promise<StageEndsReply> {
+    return structuredClone(this.server.ends(structuredClone(ends)));
   }
 }

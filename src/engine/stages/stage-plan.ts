@@ -6,13 +6,43 @@ import type { LayerSpan } from '../kernels/weights/llama-weights.js';
  * parameter, before any weight is read) and its share of the KV pool.
  */
 export function layerCosts(config: ModelConfig, fileBytes: number | undefined, kvPoolBytes: number): number[] {
+  const { layerParams, perParam } = parameters(config, fileBytes);
+  return Array.from({ length: config.numLayers }, () => layerParams * perParam + kvPoolBytes / config.numLayers);
+}
+
+/** Bytes of the ends (embedding, final norm, output projection), estimated like layerCosts. */
+export function endsBytes(config: ModelConfig, fileBytes: number | undefined): number {
+  const { endParams, perParam } = parameters(config, fileBytes);
+  return endParams * perParam;
+}
+
+function parameters(config: ModelConfig, fileBytes: number | undefined) {
   const { hiddenSize: H, numHeads, numKvHeads, headDim, vocabSize, numLayers } = config;
   const I = config.intermediateSize ?? 4 * H;
   const layerParams = H * (numHeads + 2 * numKvHeads) * headDim + numHeads * headDim * H + 3 * H * I + 2 * H;
   const endParams = vocabSize * H * (config.tieWordEmbeddings ? 1 : 2) + H;
   // A file of unknown size: 4.5 bits a parameter (q4 with its scales), only the balance depends on it.
   const perParam = fileBytes === undefined ? 0.5625 : fileBytes / (numLayers * layerParams + endParams);
-  return Array.from({ length: numLayers }, () => layerParams * perParam + kvPoolBytes / numLayers);
+  return { layerParams, endParams, perParam };
+}
+
+/** What the head holds where the vocabulary is split over the stages: nothing of the model's weights. */
+export const BARE_HEAD_SPAN: LayerSpan = { from: 0, to: 0, ends: false };
+
+/**
+ * The vocabulary's rows over the stages, in near-equal runs: a table too large for the head's isolate (a
+ * 128k-token vocabulary is 140 MiB at 4 bits) is a share of each stage's. An even split adds the same bytes
+ * to every stage, so the layers' balance stands.
+ */
+export function splitVocabulary(spans: readonly LayerSpan[], vocabSize: number): LayerSpan[] {
+  return spans.map((span, s) => ({
+    ...span,
+    ends: true,
+    vocab: {
+      from: Math.floor((s * vocabSize) / spans.length),
+      to: Math.floor(((s + 1) * vocabSize) / spans.length),
+    },
+  }));
 }
 
 /** What the head holds of a model split over stages: the ends (embedding, final norm, output projection), no layer. */

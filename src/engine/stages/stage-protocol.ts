@@ -68,11 +68,25 @@ export interface StageRead {
 
 export type StageReadReply = { lost: false; bytes: Uint8Array } | { lost: true; epoch: string | undefined };
 
+/**
+ * A vocabulary stage's share of a pass's ends (a vocabulary too large for the head, split by rows): the
+ * embedding rows of `ids` (all among its rows), or its rows' logits for `count` positions' final hidden
+ * states. Neither touches the KV pool, so neither carries block commands.
+ */
+export type StageEnds = { epoch: string } & (
+  | { op: 'embed'; ids: number[] }
+  | { op: 'logits'; hidden: Float32Array; count: number }
+);
+
+/** (ids, hidden) embedding rows, or (count, the stage's vocabulary rows) logits. */
+export type StageEndsReply = { lost: false; values: Float32Array } | { lost: true; epoch: string | undefined };
+
 /** How the head reaches one stage: a Durable Object's RPC in the service, a direct call in tests. */
 export interface StageLink {
   open(open: StageOpen): Promise<StageInfo>;
   step(step: StageStep): Promise<StageReply>;
   read(read: StageRead): Promise<StageReadReply>;
+  ends(ends: StageEnds): Promise<StageEndsReply>;
   /** Who the stage is now (undefined: not open): after a failed call, whether it restarted or only failed. */
   epoch(): Promise<string | undefined>;
 }

@@ -10,6 +10,8 @@ import type { IsolateModels } from '../runners/isolate-models.js';
 import { MemoryBudget, mib, stageIsolateFootprint, type FootprintPart } from '../runners/memory-budget.js';
 import type {
   StageCommands,
+  StageEnds,
+  StageEndsReply,
   StageInfo,
   StageOpen,
   StageRead,
@@ -164,6 +166,14 @@ export class StageServer {
     const state = this.current(read.epoch);
     if (!state) return { lost: true, epoch: this.state?.epoch };
     return { lost: false, bytes: state.memory.readBlockNow(read.block) };
+  }
+
+  ends(ends: StageEnds): StageEndsReply {
+    const state = this.current(ends.epoch);
+    if (!state) return { lost: true, epoch: this.state?.epoch };
+    const values =
+      ends.op === 'embed' ? state.runner.embedRows(ends.ids) : state.runner.vocabLogits(ends.hidden, ends.count);
+    return { lost: false, values };
   }
 
   /** Gives the pool back to the isolate (the weights stay for the other stage objects). */

@@ -11,7 +11,10 @@ import {
   type StepRow,
 } from '../runners/model-runner.js';
 import { StagedKvMemory, type KvStage } from './staged-kv-memory.js';
-import type { StageCommands, StageInfo, StageLink, StageOpen, StageStep } from './stage-protocol.js';
+import type { StageCommands, StageEnds, StageInfo, StageLink, StageOpen, StageStep } from './stage-protocol.js';
+
+/** Omit over each member of a union (the built-in one would merge the members). */
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
 /** Restarts in a row (no pass through in between) after which the pass's requests fail instead of being recomputed. */
 const MAX_LOSSES_IN_A_ROW = 3;
@@ -110,28 +113,53 @@ class Stage implements KvStage {
    * a call that fails while the stage lives on gives them back, to go with the next.
    */
   async step(rows: StageStep['rows'], hidden: Float32Array): Promise<Float32Array | 'lost'> {
-    // Not connected only after a reconnect that failed, and that pass was lost: every sequence is being
-    // recomputed, so a fresh stage is what the head expects.
-    const epoch = this.info?.epoch ?? (await this.connect()).epoch;
+    const epoch = await this.currentEpoch();
     const t0 = performance.now();
     const commands = this.take();
-    const reply = await withDeadline(
-      this.link.step({ epoch, rows, hidden, ...commands }),
-      CALL_TIMEOUT_MS,
-      this.what,
-    ).catch(async (err: unknown) => {
-      // A call that failed: the stage restarted (its process died mid-call), or the pass failed there.
-      const now = await this.answer(err);
-      if (now !== epoch) return { lost: true as const, epoch: now };
-      this.pending.ops.unshift(...commands.ops); // applying them twice is harmless: copies' sources are immutable
-      throw err;
-    });
+    const reply = await this.call(
+      epoch,
+      () => this.link.step({ epoch, rows, hidden, ...commands }),
+      // applying them twice is harmless: copies' sources are immutable
+      () => this.pending.ops.unshift(...commands.ops),
+    );
     if (reply.lost) return 'lost';
     this.stats.hops++;
     this.stats.hopMs += performance.now() - t0;
     this.stats.computeMs += reply.computeMs;
     this.stats.isolateBytes = reply.isolateBytes ?? this.stats.isolateBytes;
     return reply.hidden;
+  }
+
+  /** The stage's rows of the embedding for `ids`, or of the logits for `count` final hidden states. */
+  async ends(ends: DistributiveOmit<StageEnds, 'epoch'>): Promise<Float32Array | 'lost'> {
+    const epoch = await this.currentEpoch();
+    const reply = await this.call(epoch, () => this.link.ends({ ...ends, epoch }));
+    return reply.lost ? 'lost' : reply.values;
+  }
+
+  /**
+   * Its epoch. Not connected only after a reconnect that failed, and that pass was lost: every sequence is
+   * being recomputed, so a fresh stage is what the head expects.
+   */
+  private async currentEpoch(): Promise<string> {
+    return this.info?.epoch ?? (await this.connect()).epoch;
+  }
+
+  /**
+   * One call to the stage the head knows as `epoch`: its reply, or lost where the call failed because the
+   * stage restarted (its process died mid-call); a failure of the call alone (`undo` first) is thrown.
+   */
+  private async call<R extends { lost: boolean }>(
+    epoch: string,
+    send: () => Promise<R>,
+    undo?: () => void,
+  ): Promise<R | { lost: true }> {
+    return withDeadline(send(), CALL_TIMEOUT_MS, this.what).catch(async (err: unknown) => {
+      const now = await this.answer(err);
+      if (now !== epoch) return { lost: true as const };
+      undo?.();
+      throw err;
+    });
   }
 
   /**
@@ -169,6 +197,10 @@ class Stage implements KvStage {
  * hidden states through each stage in layer order (one message each: block tables, positions, queued block
  * commands, hidden states as bytes), and turns what the last returns into logits. Each stage runs the same
  * kernels on the same rows, so the logits are bit-identical to one process's, in any batch.
+ *
+ * A vocabulary too large for the head (PIPELINE_VOCAB; Llama-3.2-1B's 128k-token table) is split by rows
+ * over the stages instead: the embedding comes from the stages holding each token's row, and each stage
+ * computes its rows' logits for the positions sampled from, all in parallel, the head holding no weight.
  */
 export class StagedRunner implements ModelRunner {
   readonly name = 'kernels';
@@ -180,20 +212,30 @@ export class StagedRunner implements ModelRunner {
   /** Stage restarts since the last pass that went through: a stage the pass itself brings down is not retried for ever. */
   private lossesInARow = 0;
 
+  /** The stages holding rows of the vocabulary, where the head holds none. */
+  private readonly vocabStages: Stage[];
+  readonly noPromptLogprobs?: string;
+
   private constructor(
     readonly config: ModelConfig,
-    private readonly head: KernelRunner,
+    /** The head's kernels over the ends; none where the vocabulary is split over the stages. */
+    private readonly head: KernelRunner | undefined,
     stages: Stage[],
     /** Micro-batches a pass is split into (at most one per row): the stages that can work at once. */
     private readonly microBatches: number,
   ) {
     this.stages = stages;
+    this.vocabStages = stages.filter((s) => s.open.span.vocab);
+    if (!head && this.vocabStages.length === 0) throw new Error('neither the head nor a stage holds the vocabulary');
+    if (!head)
+      this.noPromptLogprobs =
+        "prompt logprobs need logits at every prompt position, and this model's vocabulary is split over its pipeline stages, which compute the positions sampled from only";
   }
 
   /** Opens every stage (in parallel: each loads its layers) and returns the runner over them. */
   static async open(
     config: ModelConfig,
-    head: KernelRunner,
+    head: KernelRunner | undefined,
     links: readonly StageLink[],
     spans: readonly LayerSpan[],
     open: Omit<StageOpen, 'span'>,
@@ -225,10 +267,10 @@ export class StagedRunner implements ModelRunner {
     for (const { kv, tokens } of rows) kv.checkWritable(tokens.length);
     const passRows = kernelRows(rows);
     const H = this.config.hiddenSize;
-    const hidden = this.head.forwardHidden(
-      passRows,
-      rows.flatMap((r) => r.tokens),
-    );
+    const lost = new Set<Stage>();
+    const ids = rows.flatMap((r) => r.tokens);
+    const hidden = this.head ? this.head.forwardHidden(passRows, ids) : await this.embed(ids, lost);
+    if (lost.size) return this.passLost(lost);
     const groups: (MicroBatch & { hidden: Float32Array })[] = microBatches(
       passRows,
       Math.min(this.microBatches, rows.length),
@@ -239,7 +281,6 @@ export class StagedRunner implements ModelRunner {
     // chain[s]: stage s's last micro-batch; a micro-batch enters stage s when it left stage s - 1 and stage s
     // is done with the one before it.
     const chain: Promise<unknown>[] = this.stages.map(() => Promise.resolve());
-    const lost = new Set<Stage>();
     const runs = groups.map(async (group) => {
       let ready: Promise<unknown> = Promise.resolve();
       for (const [s, stage] of this.stages.entries()) {
@@ -255,34 +296,111 @@ export class StagedRunner implements ModelRunner {
       await ready;
     });
     const settled = await Promise.allSettled(runs);
-    if (lost.size) {
-      // Reloaded now, whatever comes next: a pass after this one must meet the stages the head knows.
-      for (const stage of lost) await stage.lost().catch(() => undefined);
-      const where = [...lost].map((s) => `${s.from}..${s.to - 1}`).join(', ');
-      const fatal = ++this.lossesInARow >= MAX_LOSSES_IN_A_ROW;
-      if (fatal) this.lossesInARow = 0;
-      throw new KvLostError(
-        `pipeline stage${lost.size > 1 ? 's' : ''} of layers ${where} restarted${fatal ? ` ${MAX_LOSSES_IN_A_ROW} passes in a row` : ''}: ${lost.size > 1 ? 'their' : 'its'} KV blocks are gone`,
-        fatal,
-      );
-    }
+    if (lost.size) return this.passLost(lost);
     const failed = settled.find((r) => r.status === 'rejected');
     if (failed) throw failed.reason;
-    this.lossesInARow = 0;
-    for (const { kv, tokens } of rows) kv.advance(tokens.length);
     const out = new Float32Array(hidden.length);
     for (const g of groups) out.set(g.hidden, g.firstToken * H);
-    // Synchronous from here: the logits lie in the head's shared scratch until its next pass.
-    return this.head.logitsFromHidden(passRows, out);
+    if (this.head) {
+      this.lossesInARow = 0;
+      for (const { kv, tokens } of rows) kv.advance(tokens.length);
+      // Synchronous from here: the logits lie in the head's shared scratch until its next pass.
+      return this.head.logitsFromHidden(passRows, out);
+    }
+    const logits = await this.vocabLogits(passRows, out, lost);
+    if (lost.size) return this.passLost(lost);
+    this.lossesInARow = 0;
+    for (const { kv, tokens } of rows) kv.advance(tokens.length);
+    return logits;
+  }
+
+  /**
+   * Stages restarted during the pass: they are reloaded now, whatever comes next (a pass after this one must
+   * meet the stages the head knows), and the pass fails as lost KV, to be recomputed.
+   */
+  private async passLost(lost: Set<Stage>): Promise<never> {
+    for (const stage of lost) await stage.lost().catch(() => undefined);
+    const where = [...lost].map((s) => `${s.from}..${s.to - 1}`).join(', ');
+    const fatal = ++this.lossesInARow >= MAX_LOSSES_IN_A_ROW;
+    if (fatal) this.lossesInARow = 0;
+    throw new KvLostError(
+      `pipeline stage${lost.size > 1 ? 's' : ''} of layers ${where} restarted${fatal ? ` ${MAX_LOSSES_IN_A_ROW} passes in a row` : ''}: ${lost.size > 1 ? 'their' : 'its'} KV blocks are gone`,
+      fatal,
+    );
+  }
+
+  /** The embedding of `ids` from the stages holding their rows (a vocabulary split over the stages), in parallel. */
+  private async embed(ids: readonly number[], lost: Set<Stage>): Promise<Float32Array> {
+    const { hiddenSize: H, vocabSize } = this.config;
+    for (const id of ids)
+      if (!Number.isInteger(id) || id < 0 || id >= vocabSize)
+        throw new RangeError(`token id ${id} is outside the vocabulary (${vocabSize})`);
+    const out = new Float32Array(ids.length * H);
+    await Promise.all(
+      this.vocabStages.map(async (stage) => {
+        const { from, to } = stage.open.span.vocab!;
+        const at = ids.flatMap((id, t) => (id >= from && id < to ? [t] : []));
+        if (at.length === 0) return;
+        const reply = await stage.ends({ op: 'embed', ids: at.map((t) => ids[t]) });
+        if (reply === 'lost') return void lost.add(stage);
+        for (const [i, t] of at.entries()) out.set(reply.subarray(i * H, (i + 1) * H), t * H);
+      }),
+    );
+    return out;
+  }
+
+  /**
+   * Logits from the stages holding the vocabulary's rows: each row's last positions asked for (its last token,
+   * or a verification's proposals and the token after them), every one of them computed now (no position is
+   * left to compute later: the stages are a call away), each stage its rows of every position, in parallel.
+   */
+  private async vocabLogits(rows: readonly KernelRow[], hidden: Float32Array, lost: Set<Stage>): Promise<StepLogits> {
+    const { hiddenSize: H, vocabSize: V } = this.config;
+    const want = rows.map((r) => Math.min(r.count, Math.max(1, r.logits ?? 1)));
+    const first: number[] = [];
+    const positions: number[] = [];
+    let token = 0;
+    for (const [r, row] of rows.entries()) {
+      first.push(positions.length);
+      for (let j = row.count - want[r]; j < row.count; j++) positions.push(token + j);
+      token += row.count;
+    }
+    const picked = new Float32Array(positions.length * H);
+    for (const [i, t] of positions.entries()) picked.set(hidden.subarray(t * H, (t + 1) * H), i * H);
+    const logits = new Float32Array(positions.length * V);
+    // At most a batch of positions a call: a stage's scratch holds that many rows of logits.
+    const perCall = this.stages[0].open.limits.maxBatchSize;
+    await Promise.all(
+      this.vocabStages.map(async (stage) => {
+        const { from, to } = stage.open.span.vocab!;
+        const width = to - from;
+        for (let p0 = 0; p0 < positions.length && !lost.size; p0 += perCall) {
+          const count = Math.min(perCall, positions.length - p0);
+          const reply = await stage.ends({ op: 'logits', hidden: picked.slice(p0 * H, (p0 + count) * H), count });
+          if (reply === 'lost') return void lost.add(stage);
+          for (let i = 0; i < count; i++) logits.set(reply.subarray(i * width, (i + 1) * width), (p0 + i) * V + from);
+        }
+      }),
+    );
+    const view = (slot: number): Float32Array => logits.subarray(slot * V, (slot + 1) * V);
+    return {
+      last: (row) => view(first[row] + want[row] - 1),
+      at: (row, index) => {
+        const fromEnd = rows[row].count - 1 - index;
+        if (fromEnd < 0 || fromEnd >= want[row])
+          throw new Error(`row ${row}'s logits at ${index} were not asked for (a split vocabulary computes no others)`);
+        return view(first[row] + want[row] - 1 - fromEnd);
+      },
+    };
   }
 
   stats(): RunnerStats {
-    return { ...this.head.stats(), stages: this.stages.map((s) => ({ ...s.stats })) };
+    return { ...(this.head?.stats() ?? { runner: 'kernels' }), stages: this.stages.map((s) => ({ ...s.stats })) };
   }
 
   async release(): Promise<void> {
     this.released = true;
-    await this.head.release();
+    await this.head?.release();
   }
 }
 

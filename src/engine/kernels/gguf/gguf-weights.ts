@@ -97,17 +97,27 @@ export async function loadGgufWeights(
           : typeof r === 'object' && r.part === 'k'
             ? config.numKvHeads
             : 0;
-      matrices.set(t.name, await placeMatrix(t, heads, config.headDim));
+      // A table's rows are token ids: a stage holding part of the vocabulary places only its rows.
+      const rows = r === 'embedding' || r === 'lmHead' ? span.vocab : undefined;
+      matrices.set(t.name, await placeMatrix(t, heads, config.headDim, rows));
     }
     budget(mem.used - start);
   }
   // Past the last tensor: read to the end, so whatever watches the stream (the weights' digest) sees it end.
   await reader.toEnd();
 
-  async function placeMatrix(t: GgufTensorInfo, heads: number, headDim: number): Promise<Matrix> {
+  async function placeMatrix(
+    t: GgufTensorInfo,
+    heads: number,
+    headDim: number,
+    window?: { from: number; to: number },
+  ): Promise<Matrix> {
     if (t.ne.length !== 2) throw new UnsupportedByKernels(`${t.name} has ${t.ne.length} dimensions, expected 2`);
-    const [k, n] = t.ne;
+    const k = t.ne[0];
     const rowBytes = ggmlRowBytes(t.type, k);
+    // The rows before the window are skipped here, those after it with the run to the next tensor placed.
+    if (window) await reader.skip(window.from * rowBytes);
+    const n = window ? window.to - window.from : t.ne[1];
     /** Where file row `row` goes: Q and K rows back in Hugging Face's order (per head, 2i + j from j * half + i). */
     const dest = (row: number): number => {
       if (!heads) return row;

@@ -14,12 +14,14 @@ import {
   type LayerSpan,
   type LayerWeights,
   type LlamaWeights,
+  type VocabRows,
 } from '../weights/llama-weights.js';
 import { matrixBytes, type Matrix } from '../weights/matrix.js';
 import { UnsupportedByKernels } from '../weights/unsupported.js';
 import { findLlamaSources, type LlamaSources, type MatrixSource } from './llama-roles.js';
 import { ONNX_FLOAT, ONNX_FLOAT16, streamOnnx, type InitializerHeader } from './onnx-stream.js';
 import { halfValue } from '../../model/half.js';
+import { windowPart } from './vocab-window.js';
 
 /** Our own exports hold their RoPE table under this name; other graphs get it from config.json. */
 const OUR_INV_FREQ = 'rope.inv_freq';
@@ -40,13 +42,17 @@ export async function loadOnnxWeights(
 ): Promise<LlamaWeights> {
   let sources: LlamaSources | undefined;
   /** Each tensor name's parts: the builder (or the norm vector) that takes it. */
-  const claims = new Map<string, { builder: MatrixBuilder; part: 'w' | 'scales' | 'zeroPoints' }[]>();
+  const claims = new Map<
+    string,
+    { builder: MatrixBuilder; part: 'w' | 'scales' | 'zeroPoints'; rows: VocabRows | undefined }[]
+  >();
   const builders = new Map<MatrixSource, MatrixBuilder>();
   const vectors = new Map<string, number>();
   let invFreq: Float32Array | undefined;
   const start = ctx.memory.used;
 
-  const builderFor = (source: MatrixSource, quantizeTable: boolean): MatrixBuilder => {
+  /** `rows`: the source is a vocabulary table of which this span holds those rows. */
+  const builderFor = (source: MatrixSource, quantizeTable: boolean, rows?: VocabRows): MatrixBuilder => {
     // One builder per weight tensor: a tied output projection shares its embedding's matrix.
     for (const [s, b] of builders) if (s.w === source.w) return b;
     const b =
@@ -55,6 +61,7 @@ export async function loadOnnxWeights(
             ctx,
             source,
             source.op === 'Gather' ? { k: config.hiddenSize, n: config.vocabSize } : undefined,
+            rows && rows.to - rows.from,
           )
         : source.op === 'MatMulInteger' || source.table === 'linear'
           ? new IntegerBuilder(ctx, source.transposed)
@@ -64,7 +71,7 @@ export async function loadOnnxWeights(
       const name = source[part];
       if (!name) continue;
       const list = claims.get(name) ?? [];
-      list.push({ builder: b, part });
+      list.push({ builder: b, part, rows });
       claims.set(name, list);
     }
     return b;
@@ -76,9 +83,9 @@ export async function loadOnnxWeights(
       const matrices = sources.layers.map((l) => [l.q, l.k, l.v, l.o, l.gate, l.up, l.down]);
       // Beside quantised projections, a float table is quantised too (the hub's model_q4 keeps it float32).
       const quantized = matrices.flat().some((m) => m.op === 'MatMulNBits' || m.op === 'MatMulInteger');
-      if (span.ends) builderFor(sources.embedding, quantized);
+      if (span.ends) builderFor(sources.embedding, quantized, span.vocab);
       for (let layer = span.from; layer < span.to; layer++) for (const m of matrices[layer]) builderFor(m, false);
-      if (span.ends) builderFor(sources.lmHead, false);
+      if (span.ends) builderFor(sources.lmHead, false, span.vocab);
     },
     initializer(header) {
       if (!sources) throw new UnsupportedByKernels('the ONNX graph has no nodes before its initializers');
@@ -93,7 +100,11 @@ export async function loadOnnxWeights(
       if (norm !== null) return inSpan(span, norm) ? vectorWriter(header) : null;
       const parts = claims.get(header.name);
       if (!parts) return null;
-      const writers: Writer[] = parts.map(({ builder, part }) => builder.part(part, header));
+      const writers: Writer[] = parts.map(({ builder, part, rows }) => {
+        if (!rows) return builder.part(part, header);
+        const window = windowPart(header, config.vocabSize, rows);
+        return window.wrap(builder.part(part, window.header));
+      });
       budget(ctx.memory.used - start);
       if (writers.length === 1) return writers[0];
       return (bytes, offset) => {

@@ -22,6 +22,22 @@ export interface LayerSpan {
   from: number;
   to: number;
   ends: boolean;
+  /**
+   * With `ends`, only these rows of the embedding and output projection (a vocabulary too large for one
+   * isolate, split over the stages); absent: every row.
+   */
+  vocab?: VocabRows;
+}
+
+/** Token ids [from, to): one stage's rows of the embedding and output projection. */
+export interface VocabRows {
+  from: number;
+  to: number;
+}
+
+/** The rows of the tables `span` holds, of a vocabulary of `vocabSize`. */
+export function vocabRows(span: LayerSpan, vocabSize: number): VocabRows {
+  return span.vocab ?? { from: 0, to: vocabSize };
 }
 
 export function wholeModel(config: ModelConfig): LayerSpan {
@@ -72,8 +88,9 @@ export function checkShapes(w: LlamaWeights, config: ModelConfig): void {
   if (numHeads % numKvHeads !== 0)
     throw new UnsupportedByKernels('num_attention_heads must be a multiple of num_key_value_heads');
   if (w.ends) {
-    expect(w.ends.embedding, H, vocabSize, 'the embedding');
-    expect(w.ends.lmHead, H, vocabSize, 'the output projection');
+    const rows = vocabRows(w.span, vocabSize);
+    expect(w.ends.embedding, H, rows.to - rows.from, 'the embedding');
+    expect(w.ends.lmHead, H, rows.to - rows.from, 'the output projection');
   }
   w.layers.forEach((l, i) => {
     expect(l.q, H, numHeads * headDim, `layer ${i} q`);

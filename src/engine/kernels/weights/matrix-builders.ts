@@ -213,12 +213,14 @@ export class NBitsBuilder implements MatrixBuilder {
     private readonly ctx: BuildContext,
     source: MatrixSource,
     shape?: { k: number; n: number },
+    /** Rows placed, where a stage holds part of a vocabulary table (its parts' headers cut to them). */
+    rows?: number,
   ) {
     const nb = source.nbits ?? { ...shape!, bits: 8, blockSize: 32 };
     this.bits = nb.bits;
     this.bs = nb.blockSize;
     this.k = nb.k;
-    this.n = nb.n;
+    this.n = rows ?? nb.n;
     if (this.bits !== 4 && this.bits !== 8)
       throw new UnsupportedByKernels(`${source.w}: ${this.bits}-bit MatMulNBits (4 or 8 are read)`);
     if (this.bs < 32 || this.bs % 32 !== 0)
