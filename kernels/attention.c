@@ -1,8 +1,9 @@
 // Attention straight over the paged KV pool: no gather, no scatter copy of the past.
 //
 // Pool layout per layer (the engine's BlockPool): keys and values each (num_blocks, kv_heads,
-// block_size, head_dim) float32 (or float16 with kv_half). Token j of a sequence lives in block
-// table[j / block_size] at offset j % block_size. head_dim is a multiple of 4.
+// block_size, row) where a row is one (token, KV head): head_dim float32 or float16 elements, or, in an
+// 8-bit pool, head_dim int8 then their float32 scale (head_dim + 4 bytes). Token j of a sequence lives in
+// block table[j / block_size] at offset j % block_size. head_dim is a multiple of 8.
 #include "kernels.h"
 
 /**
@@ -58,6 +59,45 @@ void EXPORT(kv_write_f16)(half *kpool, half *vpool, const int *table, int start,
   }
 }
 
+/**
+ * One (token, head) row to 8 bits, symmetric: scale = max |x| / 127, q = x / scale rounded to nearest even,
+ * the scale stored after the row. Every step is one IEEE operation, so every build and engine stores the
+ * same bytes, and a row's bytes depend on that row alone (batch invariance).
+ */
+static void quantize_row_i8(signed char *dst, const float *x, int head_dim) {
+  v128_t m = wasm_f32x4_splat(0);
+  for (int d = 0; d < head_dim; d += 4) m = wasm_f32x4_max(m, wasm_f32x4_abs(wasm_v128_load(x + d)));
+  float amax = wasm_f32x4_extract_lane(m, 0);
+  for (int l = 1; l < 4; l++) {
+    float lane = l == 1 ? wasm_f32x4_extract_lane(m, 1) : l == 2 ? wasm_f32x4_extract_lane(m, 2) : wasm_f32x4_extract_lane(m, 3);
+    amax = lane > amax ? lane : amax;
+  }
+  float scale = amax / 127.0f;
+  // A zero row stays zero (and never divides by zero); saturating conversions keep any input in range.
+  v128_t s = wasm_f32x4_splat(scale > 0 ? scale : 1.0f);
+  for (int d = 0; d < head_dim; d += 8) {
+    v128_t a = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_div(wasm_v128_load(x + d), s)));
+    v128_t b = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_div(wasm_v128_load(x + d + 4), s)));
+    v128_t q = wasm_i8x16_narrow_i16x8(wasm_i16x8_narrow_i32x4(a, b), wasm_i16x8_narrow_i32x4(a, b));
+    wasm_v128_store64_lane(dst + d, q, 0);
+  }
+  wasm_v128_store32_lane(dst + head_dim, wasm_f32x4_splat(scale), 0);
+}
+
+/** Same as kv_write, with an 8-bit pool (KV_DTYPE int8): each (token, head) row quantised on its own. */
+void EXPORT(kv_write_i8)(signed char *kpool, signed char *vpool, const int *table, int start, int count, const float *k,
+                         const float *v, int kv_heads, int head_dim, int block_size) {
+  size_t row = (size_t)head_dim + 4;
+  for (int t = 0; t < count; t++) {
+    int pos = start + t;
+    for (int h = 0; h < kv_heads; h++) {
+      size_t at = (((size_t)table[pos / block_size] * kv_heads + h) * block_size + pos % block_size) * row;
+      quantize_row_i8(kpool + at, k + ((size_t)t * kv_heads + h) * head_dim, head_dim);
+      quantize_row_i8(vpool + at, v + ((size_t)t * kv_heads + h) * head_dim, head_dim);
+    }
+  }
+}
+
 /** p[0..n) = exp(p - max) in place, returning their sum (lanes, then hsum: depends on n alone). */
 static float softmax_numerators(float *p, int n) {
   float max = p[0];
@@ -78,8 +118,8 @@ static float softmax_numerators(float *p, int n) {
 }
 
 // Keys and values are taken a chunk at a time: up to CHUNK consecutive tokens of one pool block, for one KV
-// head, contiguous there. A float16 chunk is widened once into a float32 copy (exact) that every query
-// of the step reads, instead of once per (query, key).
+// head, contiguous there. A float16 or 8-bit chunk is widened once into a float32 copy (exact for float16;
+// q * scale, one rounding, for 8 bits) that every query of the step reads, instead of once per (query, key).
 #define CHUNK 16
 #define MAX_HEAD_DIM 256
 
@@ -90,15 +130,38 @@ static int chunk_len(int j0, int total, int block_size) {
   return n < total - j0 ? n : total - j0;
 }
 
-/** Where token j0 of KV head g's keys (or values) lies in a pool: its block through `table`, then its row. */
-static inline size_t token_at(const int *table, int j0, int g, int kv_heads, int head_dim, int block_size) {
-  return (((size_t)table[j0 / block_size] * kv_heads + g) * block_size + j0 % block_size) * head_dim;
+/** The pool's element type: attention's kv_type argument. */
+enum { KV_F32 = 0, KV_F16 = 1, KV_I8 = 2 };
+
+/** Which row of a pool holds token j0 of KV head g: its block through `table`, then its place there. */
+static inline size_t row_at(const int *table, int j0, int g, int kv_heads, int block_size) {
+  return ((size_t)table[j0 / block_size] * kv_heads + g) * block_size + j0 % block_size;
 }
 
-/** Tokens [j0, j0 + n) of the chunk as float32: in place for a float32 pool, else widened into buf. */
-static const float *chunk_f32(const void *pool, size_t at, int n, int head_dim, int kv_half, float *buf) {
-  if (!kv_half) return (const float *)pool + at;
-  const half *h = (const half *)pool + at;
+/** n 8-bit rows (head_dim int8, then the row's scale) widened to float32 rows: q * scale. */
+static void widen_rows_i8(float *buf, const signed char *rows, int n, int head_dim) {
+  for (int k = 0; k < n; k++) {
+    const signed char *r = rows + (size_t)k * (head_dim + 4);
+    v128_t s = wasm_v128_load32_splat(r + head_dim);
+    float *o = buf + (size_t)k * head_dim;
+    for (int d = 0; d < head_dim; d += 8) {
+      v128_t q = wasm_i16x8_extend_low_i8x16(wasm_v128_load64_zero(r + d));
+      wasm_v128_store(o + d, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(wasm_i32x4_extend_low_i16x8(q)), s));
+      wasm_v128_store(o + d + 4, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(wasm_i32x4_extend_high_i16x8(q)), s));
+    }
+  }
+}
+
+/** Tokens [j0, j0 + n) of KV head g's chunk as float32: in place for a float32 pool, else widened into buf. */
+static const float *chunk_f32(const void *pool, const int *table, int j0, int g, int n, int kv_heads, int head_dim,
+                              int block_size, int kv_type, float *buf) {
+  size_t row = row_at(table, j0, g, kv_heads, block_size);
+  if (kv_type == KV_F32) return (const float *)pool + row * head_dim;
+  if (kv_type == KV_I8) {
+    widen_rows_i8(buf, (const signed char *)pool + row * (head_dim + 4), n, head_dim);
+    return buf;
+  }
+  const half *h = (const half *)pool + row * head_dim;
   for (int e = 0; e < n * head_dim; e += 8) half8_to_f32(wasm_v128_load(h + e), (v128_t *)(buf + e), (v128_t *)(buf + e + 4));
   return buf;
 }
@@ -241,7 +304,7 @@ static void add_values2(float *oa, float *ob, const float *pa, const float *pb, 
 /**
  * One sequence's `count` new tokens (positions start .. start + count - 1) attend to its first
  * start + t + 1 keys, read in place from the pool through `table`; their own keys were written by
- * kv_write first. q and out: (count, heads * head_dim). kv_half: the pool holds float16.
+ * kv_write first. q and out: (count, heads * head_dim). kv_type: the pool's elements (KV_F32, KV_F16, KV_I8).
  *
  * Each chunk of keys and values is read once for every query that sees it: all `count` tokens and all heads
  * of its KV group (GQA) take their turn on it while it is in cache. What each (token, head) computes is
@@ -251,7 +314,7 @@ static void add_values2(float *oa, float *ob, const float *pa, const float *pb, 
  * multiple of 8, at most MAX_HEAD_DIM.
  */
 void EXPORT(attention)(float *out, const float *q, const void *kpool, const void *vpool, const int *table, int start, int count,
-                       int heads, int kv_heads, int head_dim, int block_size, float scale, float *scores, int kv_half) {
+                       int heads, int kv_heads, int head_dim, int block_size, float scale, float *scores, int kv_type) {
   int group = heads / kv_heads, total = start + count;
   int stride = (total + 4) & ~3; // floats per (token, head) score row, room for softmax's padding
   float buf[CHUNK * MAX_HEAD_DIM] __attribute__((aligned(16)));
@@ -259,7 +322,7 @@ void EXPORT(attention)(float *out, const float *q, const void *kpool, const void
     // Scores. Token t sees keys j <= start + t.
     for (int j0 = 0, n; j0 < total; j0 += n) {
       n = chunk_len(j0, total, block_size);
-      const float *keys = chunk_f32(kpool, token_at(table, j0, g, kv_heads, head_dim, block_size), n, head_dim, kv_half, buf);
+      const float *keys = chunk_f32(kpool, table, j0, g, n, kv_heads, head_dim, block_size, kv_type, buf);
       // Queries in (token, head) order, two at a time: the second sees at least the first's keys.
       for (int a = (j0 > start ? j0 - start : 0) * group; a < count * group; a += 2) {
         float *row_a = scores + (size_t)a * stride + j0;
@@ -285,7 +348,7 @@ void EXPORT(attention)(float *out, const float *q, const void *kpool, const void
     // Values, in key order for every (token, head).
     for (int j0 = 0, n; j0 < total; j0 += n) {
       n = chunk_len(j0, total, block_size);
-      const float *values = chunk_f32(vpool, token_at(table, j0, g, kv_heads, head_dim, block_size), n, head_dim, kv_half, buf);
+      const float *values = chunk_f32(vpool, table, j0, g, n, kv_heads, head_dim, block_size, kv_type, buf);
       for (int a = (j0 > start ? j0 - start : 0) * group; a < count * group; a += 2) {
         float *oa = out + query_at(a, group, heads, g, head_dim);
         const float *pa = scores + (size_t)a * stride + j0;

@@ -1,16 +1,18 @@
 // `npm run model:quality`: what the trained wordnet-chat model does, measured on our engine in Node:
 //   loss      held-out loss per runner and weight format, against the trainer's (pretrained/.../training.json)
+//   kv        held-out loss per KV cache element type (KV_DTYPE fp32, fp16, int8) on the kernels
 //   english   share of dictionary words in seeded chat replies at temperature 0.8 (needs wordnet-base)
 //   speculate acceptance and tokens/s of n-gram and draft-model speculation against plain decoding
 //   structured a JSON schema {word, part_of_speech, definition} and a forced tool call
 // Options: --backends kernels,cpu,ort-wasm[,webgpu] (webgpu: run under `node --liftoff-only --import tsx`),
-// --sections loss,english,speculate,structured. Prints JSON, one object per measurement.
+// --sections loss,kv,english,speculate,structured. Prints JSON, one object per measurement.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Engine, type EngineOptions } from '../src/engine/engine.js';
 import type { GenerationRequest } from '../src/engine/request.js';
 import type { DoneEvent } from '../src/engine/sequence-output.js';
+import { KV_DTYPES, type KvDtype } from '../src/engine/kv/kv-dtype.js';
 import { directorySource } from '../src/sources/directory-source.js';
 import { TOOL_CALL_SUFFIX, toolCallPrefix } from '../src/tokenizer/tool-format.js';
 import { nodeRuntime, type NodeBackend } from './lib/runtimes.js';
@@ -95,6 +97,25 @@ async function lossSection(backends: NodeBackend[]): Promise<void> {
         }),
       );
     }
+  }
+}
+
+/**
+ * Held-out loss per KV cache element type on the kernels (the only runner with fp16 and int8 pools), for
+ * float and 4-bit weights: each against fp16 KV, the dtype a tight isolate would otherwise pick.
+ */
+async function kvSection(): Promise<void> {
+  const training = JSON.parse(readFileSync(TRAINING, 'utf8'));
+  const chunks: number[][] = training.reference.chunks;
+  for (const dtype of ['fp32', 'q4'] as const) {
+    const losses = new Map<KvDtype, number>();
+    for (const kvDtype of KV_DTYPES) {
+      const engine = await load('kernels', dtype, { kvDtype });
+      losses.set(kvDtype, (await heldoutLoss(engine, chunks)).mean);
+      await engine.runner.release();
+    }
+    for (const [kvDtype, loss] of losses)
+      console.log(JSON.stringify({ section: 'kv', dtype, kvDtype, loss, deltaFromFp16: loss - losses.get('fp16')! }));
   }
 }
 
@@ -224,8 +245,9 @@ function option(name: string, fallback: string): string[] {
 }
 
 const backends = option('backends', 'kernels,cpu,ort-wasm') as NodeBackend[];
-const sections = option('sections', 'loss,english,speculate,structured');
+const sections = option('sections', 'loss,kv,english,speculate,structured');
 if (sections.includes('loss')) await lossSection(backends);
+if (sections.includes('kv')) await kvSection();
 if (sections.includes('english')) await englishSection(backends[0]);
 if (sections.includes('speculate')) await speculateSection(backends[0]);
 if (sections.includes('structured')) await structuredSection(backends[0]);

@@ -1,6 +1,7 @@
 /// <reference types="@cloudflare/workers-types" />
 import type { RunnerChoice } from './engine/model/runtime.js';
 import { InvalidRequestError } from './engine/errors.js';
+import type { KvDtype } from './engine/kv/kv-dtype.js';
 import type { InferenceObject } from './objects/inference-object.js';
 import type { StageObject } from './objects/stage-object.js';
 
@@ -196,9 +197,9 @@ export function requireWasmBackend(env: Env): void {
   );
 }
 
-/** KV_DTYPE: fp32 unless set; a value other than fp32 / fp16 is passed on for the engine to refuse by name (a 503). */
-export function kvDtypeVar(env: Env): 'fp32' | 'fp16' {
-  return (env.KV_DTYPE?.trim().toLowerCase() || 'fp32') as 'fp32' | 'fp16';
+/** KV_DTYPE: fp32 unless set; a value other than fp32 / fp16 / int8 is passed on for the engine to refuse by name (a 503). */
+export function kvDtypeVar(env: Env): KvDtype {
+  return (env.KV_DTYPE?.trim().toLowerCase() || 'fp32') as KvDtype;
 }
 
 /** Default KV_STORE_MB: about 5,700 tokens of a SmolLM2-135M-shaped model's fp32 KV per shard (45 KiB a token). */

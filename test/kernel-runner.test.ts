@@ -227,44 +227,6 @@ describe('weights found by what the graph does, not by their names', () => {
   });
 });
 
-describe('a float16 KV cache (KV_DTYPE fp16)', () => {
-  it('holds twice the tokens in the same bytes, stays batch-invariant and keeps the reference greedy tokens', async () => {
-    const half = await loadEngine('kernels', 'tiny', { autoRun: false, kvDtype: 'fp16', kvCacheBytes: 1 << 20 });
-    const full = await loadEngine('kernels', 'tiny', { autoRun: false, kvCacheBytes: 1 << 20 });
-    expect(half.kv.pool.numBlocks).toBe(2 * full.kv.pool.numBlocks);
-    expect(half.stats().kv.bytesPerToken * 2).toBe(full.stats().kv.bytesPerToken);
-    const prompt = randomIds(8, 40, 3, half.samplableVocab);
-    const last = async (engine: Engine, rows: number[][]): Promise<Float32Array[]> => {
-      const kvs = rows.map(() => engine.kv.create());
-      for (const [i, r] of rows.entries()) engine.kv.reserve(kvs[i], r.length);
-      const out = await engine.runner.forward(rows.map((tokens, i) => ({ kv: kvs[i], tokens })));
-      const logits = rows.map((_, i) => out.last(i).slice());
-      for (const kv of kvs) engine.kv.free(kv);
-      return logits;
-    };
-    const [alone] = await last(half, [prompt]);
-    const inBatch = await last(half, [randomIds(9, 13, 3, 400), prompt, [5]]);
-    expect(bits(inBatch[1])).toBe(bits(alone));
-    // Keys and values rounded to half precision move logits a little, and not the greedy choice.
-    const [exact] = await last(full, [prompt]);
-    let worst = 0;
-    for (let i = 0; i < exact.length; i++) worst = Math.max(worst, Math.abs(exact[i] - alone[i]));
-    expect(worst).toBeGreaterThan(0);
-    expect(worst).toBeLessThan(0.05);
-    const ref = await (await import('./reference/load-reference.js')).loadReference(modelDir('tiny'));
-    const request = { prompt_ids: prompt, max_tokens: 24, temperature: 0, ignore_eos: true };
-    const auto = await loadEngine('kernels', 'tiny', { kvDtype: 'fp16' });
-    expect((await collect(auto, request)).done.tokenIds).toEqual(ref.greedy(prompt, 24));
-    await Promise.all([half, full, auto].map((e) => e.runner.release()));
-  });
-
-  it('is refused by name on onnxruntime, which keeps float32', async () => {
-    await expect(loadEngine('cpu', 'tiny', { kvDtype: 'fp16' })).rejects.toThrow(
-      /fp16 KV cache needs the edge kernels/,
-    );
-  });
-});
-
 describe('loading the weights as a stream', () => {
   it('places the same weights, and gives the same logits, in chunks of any size as in one chunk', async () => {
     const config = (await loadEngine('kernels', 'tiny', { autoRun: false })).config;

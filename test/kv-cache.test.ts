@@ -8,6 +8,7 @@ import { BlockPool } from '../src/engine/kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from '../src/engine/kv/paged-kv.js';
 import type { KvShape } from '../src/engine/kv/block-pool.js';
 import { clearTokensFrom } from '../src/engine/kv/kv-memory.js';
+import { KV_DTYPES, kvRowBytes } from '../src/engine/kv/kv-dtype.js';
 import { ArrayKvMemory } from '../src/engine/runners/array-kv-memory.js';
 
 const SHAPE: KvShape = { numLayers: 2, numKvHeads: 2, headDim: 3 };
@@ -252,23 +253,32 @@ describe('paged KV cache, by example', () => {
     });
   });
 
-  it('clearTokensFrom zeroes a stored block past its tokens, in every layer and head (fp32 and fp16)', () => {
-    for (const half of [false, true]) {
-      const floats = 4 * SHAPE.numKvHeads * BLOCK * SHAPE.headDim;
+  it('clearTokensFrom zeroes a stored block past its tokens, in every layer and head (fp32, fp16, int8)', () => {
+    for (const dtype of KV_DTYPES) {
+      const row = kvRowBytes(SHAPE.headDim, dtype);
+      const bytes4 = 4 * SHAPE.numKvHeads * BLOCK * row;
       const make = () =>
-        Array.from({ length: SHAPE.numLayers }, () => (half ? new Uint16Array(floats) : new Float32Array(floats)));
-      const memory = new ArrayKvMemory(SHAPE, 4, BLOCK, { keys: make(), values: make() });
+        Array.from({ length: SHAPE.numLayers }, () =>
+          dtype === 'fp16'
+            ? new Uint16Array(bytes4 / 2)
+            : dtype === 'int8'
+              ? new Int8Array(bytes4)
+              : new Float32Array(bytes4 / 4),
+        );
+      const memory = new ArrayKvMemory(SHAPE, 4, BLOCK, dtype, { keys: make(), values: make() });
+      expect(memory.blockBytes).toBe(2 * SHAPE.numLayers * SHAPE.numKvHeads * BLOCK * row);
       for (const array of [...memory.keys, ...memory.values]) array.fill(1);
       const bytes = memory.readBlockNow(2);
       clearTokensFrom(bytes, SHAPE, BLOCK, 3);
-      const cleared = new ArrayKvMemory(SHAPE, 4, BLOCK, { keys: make(), values: make() });
+      const cleared = new ArrayKvMemory(SHAPE, 4, BLOCK, dtype, { keys: make(), values: make() });
       cleared.writeBlock(1, bytes);
+      const perRow = row / cleared.keys[0].BYTES_PER_ELEMENT; // elements of one (token, head) row
       for (const array of [...cleared.keys, ...cleared.values])
         for (let h = 0; h < SHAPE.numKvHeads; h++)
           for (let t = 0; t < BLOCK; t++)
-            for (let d = 0; d < SHAPE.headDim; d++) {
-              const at = cleared.blockStride + h * cleared.headStride + t * SHAPE.headDim + d;
-              expect(array[at], `${half ? 'fp16' : 'fp32'} head ${h} token ${t}`).toBe(t < 3 ? 1 : 0);
+            for (let d = 0; d < perRow; d++) {
+              const at = cleared.blockStride + h * cleared.headStride + t * perRow + d;
+              expect(array[at], `${dtype} head ${h} token ${t}`).toBe(t < 3 ? 1 : 0);
             }
       expect(() => clearTokensFrom(bytes.subarray(2), SHAPE, BLOCK, 1)).toThrow(RangeError);
     }

@@ -286,6 +286,19 @@ describe('a model on pipeline stages', () => {
     expect(await engine.kv.memory.readBlock(201)).toEqual(want);
   });
 
+  it('an 8-bit KV pool (KV_DTYPE int8) held by the stages: the tokens, logprobs and stored blocks of one process', async () => {
+    const int8 = { ...base, kvDtype: 'int8' as const };
+    const alone = await Engine.load(await nodeRuntime('kernels'), source(), int8);
+    const expected = await Promise.all(requests.map((r) => collect(alone, r)));
+    const { engine } = await staged(2, int8);
+    const got = await Promise.all(requests.map((r) => collect(engine, r)));
+    expect(got.map((r) => r.done.tokenIds)).toEqual(expected.map((r) => r.done.tokenIds));
+    expect(got.map((r) => r.tokens.map((t) => t.logprob))).toEqual(expected.map((r) => r.tokens.map((t) => t.logprob)));
+    const { numLayers, numKvHeads, headDim } = alone.config;
+    expect(engine.kv.memory.blockBytes).toBe(2 * numLayers * numKvHeads * alone.kv.pool.blockSize * (headDim + 4));
+    expect(await engine.kv.memory.readBlock(0)).toEqual(await alone.kv.memory.readBlock(0));
+  });
+
   it('a read that finds a stage restarted fails, and the next pass recomputes: no block of the old stage is kept', async () => {
     const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
     const { engine, links, server } = await staged(2);

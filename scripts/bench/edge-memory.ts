@@ -41,6 +41,10 @@ export interface EdgeMemoryRun {
   /** After one structured-output request (xgrammar's tokenizer tables and instances). */
   structured?: IsolateMemory;
   wasmMemoryMetric: number;
+  /** Tokens every loaded shard's KV pool holds together (edge_infer_kv_pool_tokens: KV_CACHE_MB at KV_DTYPE). */
+  poolTokens: number;
+  /** Sequences preempted (recomputed later) for want of KV while the streams ran. */
+  preemptions?: number;
 }
 
 export interface EdgeMemoryBench {
@@ -185,7 +189,9 @@ async function oneRun(o: Options, from: ModelFrom, measureMemory: boolean, shard
     run.countedBytes = maxMetric(text, 'edge_infer_isolate_counted_bytes');
     run.loadSeconds = sumMetric(text, 'edge_infer_model_load_seconds');
     run.wasmMemoryMetric = sumMetric(text, 'edge_infer_wasm_memory_bytes');
+    run.poolTokens = sumMetric(text, 'edge_infer_kv_pool_tokens');
     if (probe) {
+      const preempted = sumMetric(text, 'edge_infer_preemptions_total');
       run.loaded = await probe.measure();
       const running = streams(server, o.streams, o.tokens);
       await until(async () => {
@@ -195,6 +201,7 @@ async function oneRun(o: Options, from: ModelFrom, measureMemory: boolean, shard
       }, `${o.streams} streams to be admitted`);
       run.streaming = await probe.measure();
       await Promise.all(running);
+      run.preemptions = sumMetric(await metrics(server), 'edge_infer_preemptions_total') - preempted;
       run.after = await probe.measure();
       await (
         await completion(server, { prompt: 'A JSON object:', max_tokens: 16, response_format: JSON_SCHEMA })
@@ -204,6 +211,9 @@ async function oneRun(o: Options, from: ModelFrom, measureMemory: boolean, shard
     const phases = { idle: run.idle, loaded: run.loaded, streaming: run.streaming, structured: run.structured };
     for (const [label, m] of Object.entries(phases)) if (m) log(`${from}: ${label}: ${describeIsolateMemory(m)}`);
     log(`${from}, ${shards} shards: counted ${(run.countedBytes / 2 ** 20).toFixed(1)} MiB`);
+    log(
+      `${from}: KV pool ${run.poolTokens} tokens (${o.kvDtype}), ${run.preemptions ?? '-'} preemptions under the streams`,
+    );
     log(`${from}: load ${run.loadSeconds.toFixed(2)} s (first request ${run.firstRequestSeconds.toFixed(2)} s)`);
     return run as EdgeMemoryRun;
   } finally {

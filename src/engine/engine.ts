@@ -28,7 +28,7 @@ import {
   type StepRow,
 } from './runners/model-runner.js';
 import { resolveEngineLimits, type EngineLimits } from './defaults.js';
-import type { KvDtype } from './kv/block-pool.js';
+import { isKvDtype, KV_DTYPES, type KvDtype } from './kv/kv-dtype.js';
 import type { SampledToken } from './sampling/sampler.js';
 import type { OrtRuntime } from './model/runtime.js';
 import { resolveRequest, type GenerationRequest, type ResolvedRequest } from './request.js';
@@ -164,7 +164,7 @@ export class Engine {
     this.maxBatchSize = limits.maxBatchSize;
     const { blockSize } = limits;
     const kvDtype = options.kvDtype ?? 'fp32';
-    this.kvBytesPerToken = kvBytesPerToken(config, kvDtype === 'fp16' ? 2 : 4);
+    this.kvBytesPerToken = kvBytesPerToken(config, kvDtype);
     const numBlocks = kvPoolBlocks(config, limits.kvCacheBytes, blockSize, kvDtype);
     if (numBlocks < 1) throw new RangeError('kvCacheBytes is too small for one KV block');
     const memory = runner.createKvMemory(config, numBlocks, blockSize, kvDtype);
@@ -186,10 +186,10 @@ export class Engine {
   static async load(runtime: OrtRuntime, source: ModelSource, options: EngineOptions = {}): Promise<Engine> {
     const limits = resolveEngineLimits(options);
     const kvDtype = options.kvDtype ?? 'fp32';
-    if (kvDtype !== 'fp32' && kvDtype !== 'fp16')
+    if (!isKvDtype(kvDtype))
       throw new InvalidRequestError(
         'KV_DTYPE',
-        `the KV cache's element type must be fp32 or fp16, got ${JSON.stringify(kvDtype)}`,
+        `the KV cache's element type must be ${KV_DTYPES.join(', ')}, got ${JSON.stringify(kvDtype)}`,
         'unsupported_model',
       );
     const loadOptions = { ...options, digest: options.kvStore !== undefined };

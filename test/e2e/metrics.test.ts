@@ -21,6 +21,21 @@ async function metric(name: string, labels = ''): Promise<number> {
   return sum;
 }
 
+/** Each label set's (shard's) values of `names`, in order; label sets missing any are left out. */
+async function byShard(names: string[]): Promise<number[][]> {
+  const text = await (await fetch(`${server.url}/metrics`)).text();
+  const shards = new Map<string, number[]>();
+  for (const line of text.split('\n')) {
+    const match = line.match(/^([a-z_]+)(\{[^}]*\})? ([-0-9.e+]+)$/);
+    const i = match ? names.indexOf(match[1]) : -1;
+    if (i < 0) continue;
+    const values = shards.get(match![2] ?? '') ?? [];
+    values[i] = Number(match![3]);
+    shards.set(match![2] ?? '', values);
+  }
+  return [...shards.values()].filter((v) => names.every((_, i) => v[i] !== undefined));
+}
+
 async function until(check: () => Promise<boolean>, what: string): Promise<void> {
   const deadline = Date.now() + 15_000;
   while (!(await check())) {
@@ -52,6 +67,20 @@ describe('metrics', () => {
       expect(text, name).toContain(name);
     }
     expect(await metric('edge_infer_generation_tokens_total')).toBeGreaterThanOrEqual(4);
+    // Each shard's pool capacity in tokens: its blocks times their size, and its bytes over a token's.
+    const shards = await byShard([
+      'edge_infer_kv_pool_tokens',
+      'edge_infer_kv_blocks_total',
+      'edge_infer_kv_block_size_tokens',
+      'edge_infer_kv_pool_bytes',
+      'edge_infer_kv_bytes_per_token',
+    ]);
+    expect(shards.length).toBeGreaterThan(0);
+    for (const [tokens, blocks, blockSize, bytes, perToken] of shards) {
+      expect(tokens).toBeGreaterThan(0);
+      expect(tokens).toBe(blocks * blockSize);
+      expect(tokens).toBe(bytes / perToken);
+    }
   });
 
   it('a client that disconnects mid-stream cancels its request and the KV gauges return', async () => {

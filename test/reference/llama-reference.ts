@@ -96,6 +96,19 @@ function argmax(v: ArrayLike<number>): number {
 
 // ----------------------------------------------------------------------------------------------
 
+/** x[off .. off + n) rounded to 8 bits with one scale, in place (the 8-bit KV cache's rows). */
+function int8Row(x: Float64Array, off: number, n: number): void {
+  let amax = 0;
+  for (let i = off; i < off + n; i++) amax = Math.max(amax, Math.abs(x[i]));
+  if (amax === 0) return;
+  const s = amax / 127;
+  for (let i = off; i < off + n; i++) {
+    const r = x[i] / s;
+    const q = Math.abs(r - Math.trunc(r)) === 0.5 ? 2 * Math.round(r / 2) : Math.round(r);
+    x[i] = q * s;
+  }
+}
+
 export class LlamaReference {
   readonly hidden: number;
   readonly inter: number;
@@ -120,6 +133,12 @@ export class LlamaReference {
 
   /** Logits (vocab) of the last token given to forward(). */
   logits: Float64Array = new Float64Array(0);
+
+  /**
+   * Keys and values cached in 8 bits (KV_DTYPE int8): each (position, KV head) row of head_dim values as
+   * round(x / s) * s with s = max |x| / 127, rounding halves to even.
+   */
+  kvInt8 = false;
 
   constructor(config: LlamaConfig, weights: Map<string, Tensor>) {
     this.hidden = config.hidden_size;
@@ -231,6 +250,7 @@ export class LlamaReference {
       const v = matmul(xn, w.wv, H, kvHeads * D); // (kv_heads*head_dim)
       for (let h = 0; h < heads; h++) this.rope(q, h * D, D, pos, this.theta);
       for (let h = 0; h < kvHeads; h++) this.rope(k, h * D, D, pos, this.theta);
+      if (this.kvInt8) for (let h = 0; h < kvHeads; h++) for (const row of [k, v]) int8Row(row, h * D, D);
       this.keys[l].push(k);
       this.values[l].push(v);
       const T = pos + 1; // visible keys: 0..pos

@@ -31,5 +31,7 @@ declare module 'vitest' {
     nodeKernelProbe: Record<string, Record<string, number[]>>;
     /** The greedy case on models/tiny-gguf (Q4_K_M) on the kernels in Node. */
     nodeGgufGreedy: number[];
+    /** Every case on the kernels in Node with an 8-bit KV pool (KV_DTYPE int8). */
+    nodeInt8Kv: Record<string, number[]>;
   }
 }

@@ -54,3 +54,13 @@ for (const runner of ['kernels', 'onnxruntime'] as const) {
     });
   });
 }
+
+describe('engine in workerd on the kernels with an 8-bit KV pool (KV_DTYPE int8)', () => {
+  it('gives every case the tokens the same pool gives in Node', async () => {
+    const engine = await Engine.load(workerdWasmRuntime('kernels'), source(), { kvDtype: 'int8' });
+    const expected = inject('nodeInt8Kv');
+    for (const name of Object.keys(WORKERD_CASES))
+      expect(await collectTokens(engine, name), name).toEqual(expected[name]);
+    await engine.runner.release();
+  });
+});

@@ -21,6 +21,7 @@ export default async function setup(project: TestProject): Promise<void> {
     await engine.runner.release();
   }
   project.provide('nodeExpectations', expectations);
+  project.provide('nodeInt8Kv', await int8KvInNode());
   project.provide('nodeGgufGreedy', await ggufGreedyInNode());
   const probes: Record<string, Record<string, number[]>> = {};
   for (const build of ['baseline', 'relaxed'] as const) {
@@ -28,6 +29,16 @@ export default async function setup(project: TestProject): Promise<void> {
     probes[build] = quantProbe({ k: kernels, mem: memory });
   }
   project.provide('nodeKernelProbe', probes);
+}
+
+/** Each case's tokens on the kernels in Node with an 8-bit KV pool (KV_DTYPE int8), for the same run in workerd. */
+async function int8KvInNode(): Promise<Record<string, number[]>> {
+  const engine = await loadEngine('kernels', 'tiny', { kvDtype: 'int8' });
+  const out: Record<string, number[]> = {};
+  for (const [name, request] of Object.entries(WORKERD_CASES))
+    out[name] = (await collect(engine, request)).done.tokenIds;
+  await engine.runner.release();
+  return out;
 }
 
 /**

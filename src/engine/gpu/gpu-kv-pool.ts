@@ -46,7 +46,7 @@ export class GpuKvPool implements KvMemory {
   }
 
   get blockBytes(): number {
-    return storedBlockBytes(this.shape, this.blockSize, 4);
+    return storedBlockBytes(this.shape, this.blockSize, 'fp32');
   }
 
   /** Copy-on-write: done on the device at the start of the next pass (the only reader or writer of KV bytes). */

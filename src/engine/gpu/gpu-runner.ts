@@ -9,7 +9,7 @@ import type {
   StepRow,
 } from '../runners/model-runner.js';
 import { describeGraphIo, type GraphIo } from '../onnx/graph-io.js';
-import { refuseHalfKv, stepInputs } from '../onnx/onnx-runner.js';
+import { refuseNarrowKv, stepInputs } from '../onnx/onnx-runner.js';
 import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
 import type { SampledToken } from '../sampling/sampler.js';
 import { DeviceSampler } from './device-sampler.js';
@@ -114,7 +114,7 @@ export class GpuRunner implements ModelRunner, DeviceSampling {
 
   /** The pool's bytes, on the device. */
   createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): GpuKvPool {
-    refuseHalfKv(dtype);
+    refuseNarrowKv(dtype);
     if (this.kvPool) throw new Error('the KV pool is already allocated');
     this.kvPool = new GpuKvPool(this.kernels.device, shape, numBlocks, blockSize);
     return this.kvPool;

@@ -5,6 +5,23 @@ import { LinearMemory } from './linear-memory.js';
  * sizes: weights, KV pool and scratch all live in that one WebAssembly.Memory, and every pointer below
  * is a byte offset into it. Shapes are in the C sources' comments.
  */
+/**
+ * Stores `count` new tokens' keys and values (count, kv_heads * head_dim float32) at positions start .. of
+ * the sequence whose block table is at `table`, in the pool's element type.
+ */
+type KvWrite = (
+  kpool: number,
+  vpool: number,
+  table: number,
+  start: number,
+  count: number,
+  k: number,
+  v: number,
+  kvHeads: number,
+  headDim: number,
+  blockSize: number,
+) => void;
+
 export interface KernelExports {
   rmsnorm(out: number, x: number, w: number, rows: number, n: number, eps: number): void;
   rope(x: number, cos: number, sin: number, rows: number, heads: number, headDim: number, rowStride: number): void;
@@ -25,30 +42,11 @@ export interface KernelExports {
   repack_ort_q4(q: number, blocks: number): void;
   flip_sign(q: number, n: number): void;
   repack_ggml(type: number, src: number, col0: number, cols: number, blocks: number, header: number): void;
-  kv_write(
-    kpool: number,
-    vpool: number,
-    table: number,
-    start: number,
-    count: number,
-    k: number,
-    v: number,
-    kvHeads: number,
-    headDim: number,
-    blockSize: number,
-  ): void;
-  kv_write_f16(
-    kpool: number,
-    vpool: number,
-    table: number,
-    start: number,
-    count: number,
-    k: number,
-    v: number,
-    kvHeads: number,
-    headDim: number,
-    blockSize: number,
-  ): void;
+  kv_write: KvWrite;
+  /** kv_write into a float16 pool. */
+  kv_write_f16: KvWrite;
+  /** kv_write into an 8-bit pool: each (token, head) row head_dim int8 then its float32 scale. */
+  kv_write_i8: KvWrite;
   attention(
     out: number,
     q: number,
@@ -63,7 +61,8 @@ export interface KernelExports {
     blockSize: number,
     scale: number,
     scores: number,
-    kvHalf: number,
+    /** The pool's elements: KV_TYPE's codes. */
+    kvType: number,
   ): void;
 }
 
@@ -88,6 +87,7 @@ const DECLARED: Record<keyof KernelExports, true> = {
   repack_ggml: true,
   kv_write: true,
   kv_write_f16: true,
+  kv_write_i8: true,
   attention: true,
 };
 

@@ -1,4 +1,5 @@
-import type { KvDtype, KvShape } from '../kv/block-pool.js';
+import type { KvShape } from '../kv/block-pool.js';
+import { kvRowBytes, type KvDtype } from '../kv/kv-dtype.js';
 import { ArrayKvMemory, type KvArray } from '../runners/array-kv-memory.js';
 import type { ModelConfig } from '../model/config.js';
 import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../runners/model-runner.js';
@@ -13,6 +14,9 @@ import type { Matrix } from './weights/matrix.js';
 type Scratch = { [K in keyof PassLayout]: number };
 
 /** One row of a pass as the kernels see it: its block table, where its new tokens start, how many. */
+/** attention's kv_type codes (kernels/attention.c), and the kv_write for each at the same index. */
+const KV_TYPE = { fp32: 0, fp16: 1, int8: 2 } as const satisfies Record<KvDtype, number>;
+
 export interface KernelRow {
   blocks: readonly number[];
   start: number;
@@ -78,7 +82,8 @@ export class KernelRunner implements ModelRunner {
   private kvKeys: number[] = [];
   private kvValues: number[] = [];
   private blockSize = 0;
-  private kvHalf = false;
+  /** The pool's element type, as attention's kv_type code (kernels/attention.c). */
+  private kvType: number = KV_TYPE.fp32;
   /** Set once released (or its pool taken back by the isolate): a later pass would write bytes it no longer owns. */
   private released = false;
   /** This pass's scratch, laid out anew each pass in the model's shared arena. */
@@ -107,25 +112,29 @@ export class KernelRunner implements ModelRunner {
 
   /**
    * Places the engine's KV block pool in linear memory: per layer of this memory's span, keys and values
-   * (numBlocks, kv_heads, blockSize, head_dim) float32 or float16 (ArrayKvMemory's layout), which attention
-   * reads in place. A stage's pool holds its own layers only, whatever `shape` says of the whole model.
+   * (numBlocks, kv_heads, blockSize, row) of `dtype` (ArrayKvMemory's layout), which attention reads in
+   * place. A stage's pool holds its own layers only, whatever `shape` says of the whole model.
    */
   createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): ArrayKvMemory {
     if (this.pool) throw new Error('the KV pool is already allocated');
     const { from, to } = this.weights.span;
     const own = { ...shape, numLayers: to - from };
-    const elements = numBlocks * shape.numKvHeads * blockSize * shape.headDim;
-    const bytes = dtype === 'fp16' ? 2 : 4;
-    const region = this.memory.alloc(Math.max(1, 2 * own.numLayers * elements * bytes));
+    const bytes = numBlocks * shape.numKvHeads * blockSize * kvRowBytes(shape.headDim, dtype);
+    const region = this.memory.alloc(Math.max(1, 2 * own.numLayers * bytes));
     for (let layer = 0; layer < own.numLayers; layer++) {
-      this.kvKeys.push(region + layer * elements * bytes);
-      this.kvValues.push(region + (own.numLayers + layer) * elements * bytes);
+      this.kvKeys.push(region + layer * bytes);
+      this.kvValues.push(region + (own.numLayers + layer) * bytes);
     }
     this.blockSize = blockSize;
-    this.kvHalf = dtype === 'fp16';
+    this.kvType = KV_TYPE[dtype];
+    const buffer = (): ArrayBuffer => this.memory.memory.buffer;
     const view = (ptr: number): KvArray =>
-      this.kvHalf ? new Uint16Array(this.memory.memory.buffer, ptr, elements) : this.memory.f32(ptr, elements);
-    const kv = new ArrayKvMemory(own, numBlocks, blockSize, {
+      dtype === 'fp16'
+        ? new Uint16Array(buffer(), ptr, bytes / 2)
+        : dtype === 'int8'
+          ? new Int8Array(buffer(), ptr, bytes)
+          : this.memory.f32(ptr, bytes / 4);
+    const kv = new ArrayKvMemory(own, numBlocks, blockSize, dtype, {
       keys: this.kvKeys.map(view),
       values: this.kvValues.map(view),
     });
@@ -298,7 +307,7 @@ export class KernelRunner implements ModelRunner {
           const start = starts[r] + (t - firstToken[r]);
           const table = s.tables + tableStart[r] * 4;
           const local = t - c0;
-          const write = this.kvHalf ? k.kv_write_f16 : k.kv_write;
+          const write = [k.kv_write, k.kv_write_f16, k.kv_write_i8][this.kvType];
           write(
             keys,
             values,
@@ -325,7 +334,7 @@ export class KernelRunner implements ModelRunner {
             this.blockSize,
             scale,
             s.scores,
-            this.kvHalf ? 1 : 0,
+            this.kvType,
           );
           t += run;
         }

@@ -97,11 +97,11 @@ type PassLimits = Pick<EngineLimits, 'maxTokensPerStep' | 'maxBatchSize' | 'bloc
 
 /**
  * The largest pass the limits allow. No row is longer than the model's context nor than the KV pool holds
- * (at float16, the most tokens a pool of kvCacheBytes can hold), which bounds attention's score rows.
+ * (at int8, the most tokens a pool of kvCacheBytes can hold), which bounds attention's score rows.
  */
 function largestPass(config: ModelConfig, limits: PassLimits, logits: boolean): PassShape {
   const rows = limits.maxBatchSize;
-  const poolTokens = Math.floor(limits.kvCacheBytes / kvBytesPerToken(config, 2)) + limits.blockSize;
+  const poolTokens = Math.floor(limits.kvCacheBytes / kvBytesPerToken(config, 'int8')) + limits.blockSize;
   const context = Math.min(config.maxPositionEmbeddings, poolTokens);
   return {
     tokens: limits.maxTokensPerStep,

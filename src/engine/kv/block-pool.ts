@@ -5,8 +5,7 @@ export interface KvShape {
   headDim: number;
 }
 
-/** Element type of the KV pool: float32, or float16 (half the bytes per token; KV_DTYPE). */
-export type KvDtype = 'fp32' | 'fp16';
+export type { KvDtype } from './kv-dtype.js';
 
 /** How full the pool is; `free + used + cachedIdle === total` always. */
 export interface BlockPoolStats {

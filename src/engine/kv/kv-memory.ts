@@ -1,4 +1,5 @@
 import type { KvShape } from './block-pool.js';
+import { KV_DTYPES, kvRowBytes, type KvDtype } from './kv-dtype.js';
 
 /**
  * Where a block pool's bytes live. The pool is bookkeeping only (as vLLM's is); the runner that computes
@@ -6,7 +7,7 @@ import type { KvShape } from './block-pool.js';
  * GPU buffers, or the stages that hold a split model's layers. Block ids are the pool's, whichever it is.
  *
  * A block's stored form (readBlock, writeBlock, the durable block store): per layer, its keys then its
- * values, layer 0 first, each (kv_heads, blockSize, head_dim) elements of the pool's dtype.
+ * values, layer 0 first, each (kv_heads, blockSize) rows of the pool's dtype (kvRowBytes).
  */
 export interface KvMemory {
   /** Bytes of one block in its stored form. */
@@ -20,8 +21,8 @@ export interface KvMemory {
 }
 
 /** Bytes of one block's stored form. */
-export function storedBlockBytes(shape: KvShape, blockSize: number, elementBytes: number): number {
-  return 2 * shape.numLayers * shape.numKvHeads * blockSize * shape.headDim * elementBytes;
+export function storedBlockBytes(shape: KvShape, blockSize: number, dtype: KvDtype): number {
+  return 2 * shape.numLayers * shape.numKvHeads * blockSize * kvRowBytes(shape.headDim, dtype);
 }
 
 /**
@@ -31,8 +32,8 @@ export function storedBlockBytes(shape: KvShape, blockSize: number, elementBytes
 export function clearTokensFrom(bytes: Uint8Array, shape: KvShape, blockSize: number, tokens: number): void {
   const { numLayers, numKvHeads, headDim } = shape;
   const part = bytes.length / (2 * numLayers); // one layer's keys (or values) of the block
-  const token = part / (numKvHeads * blockSize);
-  if (!Number.isInteger(token) || token % headDim !== 0)
+  const token = part / (numKvHeads * blockSize); // one (token, head) row
+  if (!KV_DTYPES.some((dtype) => kvRowBytes(headDim, dtype) === token))
     throw new RangeError(`${bytes.length} bytes are not a stored KV block of this shape`);
   for (let at = 0; at < bytes.length; at += part)
     for (let h = 0; h < numKvHeads; h++)

@@ -1,3 +1,4 @@
+import { kvRowBytes, type KvDtype } from '../kv/kv-dtype.js';
 import { InvalidRequestError } from '../errors.js';
 
 /** The parts of a Hugging Face Llama `config.json` the engine needs, in engine spelling. */
@@ -131,17 +132,15 @@ export function parseModelConfig(config: Json, generationConfig: Json = {}): Mod
   };
 }
 
-/** Bytes one token occupies in the KV cache: keys and values, every layer, every KV head. */
 /** Blocks of a KV pool of `kvCacheBytes` (every layer's keys and values, at `kvDtype`). */
-export function kvPoolBlocks(
-  config: ModelConfig,
-  kvCacheBytes: number,
-  blockSize: number,
-  kvDtype: 'fp32' | 'fp16',
-): number {
-  return Math.floor(kvCacheBytes / (blockSize * kvBytesPerToken(config, kvDtype === 'fp16' ? 2 : 4)));
+export function kvPoolBlocks(config: ModelConfig, kvCacheBytes: number, blockSize: number, kvDtype: KvDtype): number {
+  return Math.floor(kvCacheBytes / (blockSize * kvBytesPerToken(config, kvDtype)));
 }
 
-export function kvBytesPerToken(config: ModelConfig, bytesPerElement = 4): number {
-  return 2 * config.numLayers * config.numKvHeads * config.headDim * bytesPerElement;
+/** Bytes one token occupies in the KV cache: keys and values, every layer, every KV head, at `kvDtype`. */
+export function kvBytesPerToken(
+  config: Pick<ModelConfig, 'numLayers' | 'numKvHeads' | 'headDim'>,
+  kvDtype: KvDtype = 'fp32',
+): number {
+  return 2 * config.numLayers * config.numKvHeads * kvRowBytes(config.headDim, kvDtype);
 }

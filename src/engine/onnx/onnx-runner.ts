@@ -82,7 +82,7 @@ export class OnnxRunner implements ModelRunner {
 
   /** onnxruntime computes in float32 KV: the pool is plain JS arrays, gathered into each pass's inputs. */
   createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): ArrayKvMemory {
-    refuseHalfKv(dtype);
+    refuseNarrowKv(dtype);
     if (this.kvMemory) throw new Error('the KV pool is already allocated');
     this.kvMemory = new ArrayKvMemory(shape, numBlocks, blockSize);
     return this.kvMemory;
@@ -176,8 +176,8 @@ export class OnnxRunner implements ModelRunner {
   }
 }
 
-/** onnxruntime's runners keep float32 KV; a float16 pool exists on the edge kernels only. */
-export function refuseHalfKv(dtype: KvDtype): undefined {
+/** onnxruntime's runners keep float32 KV; float16 and 8-bit pools exist on the edge kernels only. */
+export function refuseNarrowKv(dtype: KvDtype): undefined {
   if (dtype !== 'fp32')
     throw new InvalidRequestError(
       'KV_DTYPE',

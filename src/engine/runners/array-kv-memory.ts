@@ -1,8 +1,12 @@
 import type { KvShape } from '../kv/block-pool.js';
+import { kvRowBytes, type KvDtype } from '../kv/kv-dtype.js';
 import { storedBlockBytes, type KvMemory } from '../kv/kv-memory.js';
 
-/** Float32 elements, or float16 bits where a runner computes with a half-precision pool (KV_DTYPE fp16). */
-export type KvArray = Float32Array | Uint16Array;
+/**
+ * Float32 elements; float16 bits where a runner computes with a half-precision pool (KV_DTYPE fp16); the
+ * bytes of 8-bit rows, each head_dim int8 and its float32 scale (KV_DTYPE int8).
+ */
+export type KvArray = Float32Array | Uint16Array | Int8Array;
 
 /** A sequence's place in the pool, as a runner reads it: its block table and how many tokens it has stored. */
 export interface BlockTable {
@@ -12,9 +16,10 @@ export interface BlockTable {
 
 /**
  * KV memory as one array per layer for keys and one for values, each (numBlocks, kv_heads, blockSize,
- * head_dim), so one head's run of tokens inside a block is contiguous and a gather copies one run per
- * (block, head). Plain JS arrays for onnxruntime; views into linear memory for the kernels, which replace
- * them (`keys[layer] = ...`) when the memory grows.
+ * row), a row being one (token, head)'s head_dim values in `dtype`, so one head's run of tokens inside a
+ * block is contiguous and a gather copies one run per (block, head). Plain float32 JS arrays for
+ * onnxruntime; views into linear memory for the kernels, which replace them (`keys[layer] = ...`) when the
+ * memory grows.
  */
 export class ArrayKvMemory implements KvMemory {
   readonly keys: KvArray[];
@@ -24,8 +29,10 @@ export class ArrayKvMemory implements KvMemory {
     readonly shape: KvShape,
     readonly numBlocks: number,
     readonly blockSize: number,
+    readonly dtype: KvDtype = 'fp32',
     arrays?: { keys: KvArray[]; values: KvArray[] },
   ) {
+    if (!arrays && dtype !== 'fp32') throw new Error(`an ArrayKvMemory of ${dtype} is given its arrays`);
     const floats = numBlocks * shape.numKvHeads * blockSize * shape.headDim;
     this.keys = arrays?.keys ?? Array.from({ length: shape.numLayers }, () => new Float32Array(floats));
     this.values = arrays?.values ?? Array.from({ length: shape.numLayers }, () => new Float32Array(floats));
@@ -33,7 +40,7 @@ export class ArrayKvMemory implements KvMemory {
 
   /** Elements between consecutive heads of one block, and between consecutive blocks. */
   get headStride(): number {
-    return this.blockSize * this.shape.headDim;
+    return (this.blockSize * kvRowBytes(this.shape.headDim, this.dtype)) / this.keys[0].BYTES_PER_ELEMENT;
   }
 
   get blockStride(): number {
@@ -41,7 +48,7 @@ export class ArrayKvMemory implements KvMemory {
   }
 
   get blockBytes(): number {
-    return storedBlockBytes(this.shape, this.blockSize, this.keys[0].BYTES_PER_ELEMENT);
+    return storedBlockBytes(this.shape, this.blockSize, this.dtype);
   }
 
   copyBlock(from: number, to: number): void {

@@ -60,7 +60,7 @@ export class IsolatePoolPlan {
   ) {}
 
   private floor(config: ModelConfig): number {
-    return POOL_FLOOR_BLOCKS * this.limits.blockSize * kvBytesPerToken(config, this.kvDtype === 'fp16' ? 2 : 4);
+    return POOL_FLOOR_BLOCKS * this.limits.blockSize * kvBytesPerToken(config, this.kvDtype);
   }
 
   /** An engine's own JS part grows with the tokenizer's vocabulary (its grammars' tables), not the model's rows. */
@@ -97,7 +97,7 @@ export class IsolatePoolPlan {
     const { memoryBudgetBytes: budget, kvCacheBytes: wanted, blockSize } = this.limits;
     const own = [...this.enginePart(model.tokenizer.vocabSize), ...model.perRunner];
     if (this.kvElsewhere) return { kvCacheBytes: wanted, parts: own };
-    const blockBytes = blockSize * kvBytesPerToken(config, this.kvDtype === 'fp16' ? 2 : 4);
+    const blockBytes = blockSize * kvBytesPerToken(config, this.kvDtype);
     const counted = this.share.models.counted(this.share.holder);
     const remaining = this.remaining();
     const room = budget === undefined ? Infinity : budget - total(counted) - remaining * total(own);

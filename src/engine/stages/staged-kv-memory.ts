@@ -1,3 +1,4 @@
+import type { KvDtype } from '../kv/kv-dtype.js';
 import { storedBlockBytes, type KvMemory } from '../kv/kv-memory.js';
 import type { KvShape } from '../kv/block-pool.js';
 import type { StageCommands } from './stage-protocol.js';
@@ -24,10 +25,10 @@ export class StagedKvMemory implements KvMemory {
   constructor(
     shape: KvShape,
     blockSize: number,
-    elementBytes: number,
+    dtype: KvDtype,
     private readonly stages: readonly KvStage[],
   ) {
-    this.blockBytes = storedBlockBytes(shape, blockSize, elementBytes);
+    this.blockBytes = storedBlockBytes(shape, blockSize, dtype);
     this.layerBytes = this.blockBytes / shape.numLayers;
   }
 

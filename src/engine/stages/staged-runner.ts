@@ -253,7 +253,7 @@ export class StagedRunner implements ModelRunner {
       throw new Error(
         `the stages were opened for ${open.numBlocks} blocks of ${open.limits.blockSize} (${open.kvDtype}), not ${numBlocks} of ${blockSize} (${dtype})`,
       );
-    return new StagedKvMemory(shape, blockSize, dtype === 'fp16' ? 2 : 4, this.stages);
+    return new StagedKvMemory(shape, blockSize, dtype, this.stages);
   }
 
   /**

@@ -275,6 +275,18 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
       engine((e) => e.kv.blockSize),
     )
     .family(
+      'edge_infer_kv_pool_tokens',
+      'gauge',
+      "Tokens the shard's KV pool holds in all (its blocks times their size: KV_CACHE_MB at KV_DTYPE).",
+      engine((e) => e.kv.total * e.kv.blockSize),
+    )
+    .family(
+      'edge_infer_kv_bytes_per_token',
+      'gauge',
+      'Bytes one token takes in the KV pool: every layer, keys and values, at KV_DTYPE (int8 rows keep a scale each).',
+      engine((e) => e.kv.bytesPerToken),
+    )
+    .family(
       'edge_infer_queue_depth',
       'gauge',
       'Requests waiting to be admitted to the batch.',
