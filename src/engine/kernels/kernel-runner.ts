@@ -13,10 +13,10 @@ import type { Matrix } from './weights/matrix.js';
 /** Pointers of one pass's scratch buffers (scratch-layout.ts has their shapes). */
 type Scratch = { [K in keyof PassLayout]: number };
 
-/** One row of a pass as the kernels see it: its block table, where its new tokens start, how many. */
 /** attention's kv_type codes (kernels/attention.c), and the kv_write for each at the same index. */
 const KV_TYPE = { fp32: 0, fp16: 1, int8: 2 } as const satisfies Record<KvDtype, number>;
 
+/** One row of a pass as the kernels see it: its block table, where its new tokens start, how many. */
 export interface KernelRow {
   blocks: readonly number[];
   start: number;
