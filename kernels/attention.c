@@ -65,14 +65,7 @@ void EXPORT(kv_write_f16)(half *kpool, half *vpool, const int *table, int start,
  * same bytes, and a row's bytes depend on that row alone (batch invariance).
  */
 static void quantize_row_i8(signed char *dst, const float *x, int head_dim) {
-  v128_t m = wasm_f32x4_splat(0);
-  for (int d = 0; d < head_dim; d += 4) m = wasm_f32x4_max(m, wasm_f32x4_abs(wasm_v128_load(x + d)));
-  float amax = wasm_f32x4_extract_lane(m, 0);
-  for (int l = 1; l < 4; l++) {
-    float lane = l == 1 ? wasm_f32x4_extract_lane(m, 1) : l == 2 ? wasm_f32x4_extract_lane(m, 2) : wasm_f32x4_extract_lane(m, 3);
-    amax = lane > amax ? lane : amax;
-  }
-  float scale = amax / 127.0f;
+  float scale = abs_max(x, head_dim) / 127.0f;
   // A zero row stays zero (and never divides by zero); saturating conversions keep any input in range.
   v128_t s = wasm_f32x4_splat(scale > 0 ? scale : 1.0f);
   for (int d = 0; d < head_dim; d += 8) {

@@ -112,11 +112,7 @@ void EXPORT(quantize_rows)(act_t *xq, float *xs, int *xsum, const float *x, int 
       act_t *dst = xq + ((size_t)r * blocks + b) * 32;
       int n = k - b * 32 < 32 ? k - b * 32 : 32;
       for (int i = 0; i < 32; i++) block[i] = i < n ? src[i] : 0.0f;
-      v128_t m = wasm_f32x4_splat(0);
-      for (int i = 0; i < 32; i += 4) m = wasm_f32x4_max(m, wasm_f32x4_abs(wasm_v128_load(block + i)));
-      m = wasm_f32x4_max(m, wasm_i32x4_shuffle(m, m, 2, 3, 0, 1));
-      m = wasm_f32x4_max(m, wasm_i32x4_shuffle(m, m, 1, 0, 3, 2));
-      float absmax = wasm_f32x4_extract_lane(m, 0);
+      float absmax = abs_max(block, 32);
       xs[(size_t)r * blocks + b] = absmax / 127.0f;
       v128_t inv = wasm_f32x4_splat(absmax == 0.0f ? 0.0f : 127.0f / absmax);
       v128_t q[8];

@@ -57,6 +57,15 @@ static inline float half_to_f32(half h) {
   return wasm_f32x4_extract_lane(lo, 0);
 }
 
+/** max |x[i]| over n (a multiple of 4): lanes, then across them (the scale of a symmetric 8-bit block). */
+static inline float abs_max(const float *x, int n) {
+  v128_t m = wasm_f32x4_splat(0);
+  for (int i = 0; i < n; i += 4) m = wasm_f32x4_max(m, wasm_f32x4_abs(wasm_v128_load(x + i)));
+  m = wasm_f32x4_max(m, wasm_i32x4_shuffle(m, m, 2, 3, 0, 1));
+  m = wasm_f32x4_max(m, wasm_i32x4_shuffle(m, m, 1, 0, 3, 2));
+  return wasm_f32x4_extract_lane(m, 0);
+}
+
 /** x . w over n (a multiple of 4): four lanes, then hsum; one fixed order (attention scores, products). */
 static inline float dot_f32(const float *x, const float *w, int n) {
   v128_t a = wasm_f32x4_splat(0);

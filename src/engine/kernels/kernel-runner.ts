@@ -13,8 +13,19 @@ import type { Matrix } from './weights/matrix.js';
 /** Pointers of one pass's scratch buffers (scratch-layout.ts has their shapes). */
 type Scratch = { [K in keyof PassLayout]: number };
 
-/** attention's kv_type codes (kernels/attention.c), and the kv_write for each at the same index. */
-const KV_TYPE = { fp32: 0, fp16: 1, int8: 2 } as const satisfies Record<KvDtype, number>;
+/** Per KV dtype: attention's kv_type code (kernels/attention.c), the kv_write that stores it, the array that views it. */
+const KV_KERNELS = {
+  fp32: { code: 0, write: 'kv_write', View: Float32Array },
+  fp16: { code: 1, write: 'kv_write_f16', View: Uint16Array },
+  int8: { code: 2, write: 'kv_write_i8', View: Int8Array },
+} as const satisfies Record<
+  KvDtype,
+  {
+    code: number;
+    write: keyof KernelExports;
+    View: { new (b: ArrayBuffer, at: number, n: number): KvArray; BYTES_PER_ELEMENT: number };
+  }
+>;
 
 /** One row of a pass as the kernels see it: its block table, where its new tokens start, how many. */
 export interface KernelRow {
@@ -82,8 +93,8 @@ export class KernelRunner implements ModelRunner {
   private kvKeys: number[] = [];
   private kvValues: number[] = [];
   private blockSize = 0;
-  /** The pool's element type, as attention's kv_type code (kernels/attention.c). */
-  private kvType: number = KV_TYPE.fp32;
+  /** The pool's element type: how attention reads it and which kv_write stores it. */
+  private kvKernels: (typeof KV_KERNELS)[KvDtype] = KV_KERNELS.fp32;
   /** Set once released (or its pool taken back by the isolate): a later pass would write bytes it no longer owns. */
   private released = false;
   /** This pass's scratch, laid out anew each pass in the model's shared arena. */
@@ -126,14 +137,9 @@ export class KernelRunner implements ModelRunner {
       this.kvValues.push(region + (own.numLayers + layer) * bytes);
     }
     this.blockSize = blockSize;
-    this.kvType = KV_TYPE[dtype];
-    const buffer = (): ArrayBuffer => this.memory.memory.buffer;
-    const view = (ptr: number): KvArray =>
-      dtype === 'fp16'
-        ? new Uint16Array(buffer(), ptr, bytes / 2)
-        : dtype === 'int8'
-          ? new Int8Array(buffer(), ptr, bytes)
-          : this.memory.f32(ptr, bytes / 4);
+    this.kvKernels = KV_KERNELS[dtype];
+    const { View } = this.kvKernels;
+    const view = (ptr: number): KvArray => new View(this.memory.memory.buffer, ptr, bytes / View.BYTES_PER_ELEMENT);
     const kv = new ArrayKvMemory(own, numBlocks, blockSize, dtype, {
       keys: this.kvKeys.map(view),
       values: this.kvValues.map(view),
@@ -307,8 +313,7 @@ export class KernelRunner implements ModelRunner {
           const start = starts[r] + (t - firstToken[r]);
           const table = s.tables + tableStart[r] * 4;
           const local = t - c0;
-          const write = [k.kv_write, k.kv_write_f16, k.kv_write_i8][this.kvType];
-          write(
+          k[this.kvKernels.write](
             keys,
             values,
             table,
@@ -334,7 +339,7 @@ export class KernelRunner implements ModelRunner {
             this.blockSize,
             scale,
             s.scores,
-            this.kvType,
+            this.kvKernels.code,
           );
           t += run;
         }

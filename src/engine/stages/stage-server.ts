@@ -42,7 +42,7 @@ export function stageKvBytes(
   open: StageOpen,
   config: { numLayers: number; numKvHeads: number; headDim: number },
 ): number {
-  const perToken = kvBytesPerToken(config as Parameters<typeof kvBytesPerToken>[0], open.kvDtype);
+  const perToken = kvBytesPerToken(config, open.kvDtype);
   return (open.numBlocks * open.limits.blockSize * perToken * (open.span.to - open.span.from)) / config.numLayers;
 }
 
