@@ -66,10 +66,20 @@ describe('budgets of synchronous work', () => {
           prompt: 'Hi',
           constraint: {
             param: 'structured_outputs.choice',
-            spec: { type: 'choice', choices: Array.from({ length: 1025 }, (_, i) => `c${i}`) },
+            spec: { type: 'choice', choices: Array.from({ length: 513 }, (_, i) => `c${i}`) },
           },
         },
-        /list of choices is 1025 long/,
+        /list of choices is 513 long/,
+      ],
+      [
+        {
+          prompt: 'Hi',
+          constraint: {
+            param: 'structured_outputs.choice',
+            spec: { type: 'choice', choices: Array.from({ length: 16 }, (_, i) => `${i}`.padEnd(257, 'x')) },
+          },
+        },
+        /choices together is 4112 long/,
       ],
       [
         {
