@@ -77,6 +77,13 @@ export class InferenceObject extends DurableObject<Env> {
   readonly metrics = new ServiceMetrics();
   private readonly limiter = new RateLimiter();
 
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    // An alarm whose time passed can sit in storage unfired (workerd stopped while it ran), and nothing
+    // else re-arms it until a new job arrives: re-armed when the object wakes, before any request.
+    void ctx.blockConcurrencyWhile(() => this.services.webhooks.dispatcher.reschedule());
+  }
+
   /** The engine, loaded on first call; concurrent first callers share one load, and a failed load is retried next time. */
   protected engine(): Promise<Engine> {
     this.enginePromise ??= this.loadEngine().then(
