@@ -4,9 +4,9 @@
 // one key leaves another's requests on the same shard served after at most the requests already running;
 // and rotating a key's secret (a restart with `alice:<new key>`) keeps its session and hook.
 import { createParser } from 'eventsource-parser';
-import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startWebhookReceiver } from '../helpers/webhook-receiver.js';
+import { api as call, hookSecret, inbox as inboxAt, json, sendEvent as send } from './helpers/service-client.js';
 import { startDevServer, type DevServer } from './helpers/wrangler.js';
 
 const KEYS = { alice: 'sk-alice-e2e', bob: 'sk-bob-e2e', carol: 'sk-carol-e2e' };
@@ -29,49 +29,10 @@ afterAll(async () => {
   await receiver?.close();
 });
 
-function api(key: string, method: string, path: string, body?: unknown): Promise<Response> {
-  return fetch(`${server.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-}
-
-async function json<T = Record<string, unknown>>(res: Response, status = 200): Promise<T> {
-  const text = await res.text();
-  expect(res.status, text).toBe(status);
-  return JSON.parse(text) as T;
-}
-
-const secret = (): string => `whsec_${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64')}`;
-
-async function inbox(key: string, hookSecret: string) {
-  await fetch(`${receiver.url}/control/${key}`, { method: 'POST', body: JSON.stringify({ secret: hookSecret }) });
-  return {
-    url: `${receiver.url}/deliver/${key}`,
-    deliveries: async () =>
-      (
-        (await (await fetch(`${receiver.url}/control/${key}`)).json()) as {
-          deliveries: { body: string; verified: boolean }[];
-        }
-      ).deliveries,
-  };
-}
-
-function sendEvent(ref: string, hookSecret: string, event: unknown): Promise<Response> {
-  const body = JSON.stringify(event);
-  const id = `msg_${crypto.randomUUID()}`;
-  const when = new Date();
-  return fetch(`${server.url}/v1/hooks/${ref}`, {
-    method: 'POST',
-    headers: {
-      'webhook-id': id,
-      'webhook-timestamp': String(Math.floor(+when / 1000)),
-      'webhook-signature': new Webhook(hookSecret).sign(id, when, body),
-    },
-    body,
-  });
-}
+const api = (key: string, method: string, path: string, body?: unknown) => call(server.url, key, method, path, body);
+const secret = hookSecret;
+const inbox = (key: string, hookSecret: string) => inboxAt(receiver.url, key, hookSecret);
+const sendEvent = (ref: string, hookSecret: string, event: unknown) => send(server.url, ref, hookSecret, event);
 
 async function settledJob(key: string, id: string): Promise<{ status: string; key_name: string }> {
   for (const end = Date.now() + 30_000; ; ) {

@@ -1,8 +1,8 @@
 // Webhook-triggered generation end to end: `wrangler dev` over real HTTP, inbound events signed with the
 // `standardwebhooks` package, and deliveries to a real loopback receiver that verifies them with it too.
-import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startWebhookReceiver } from '../helpers/webhook-receiver.js';
+import { hookSecret, inbox as inboxAt, sendEvent as send } from './helpers/service-client.js';
 import { startDevServer, type DevServer } from './helpers/wrangler.js';
 
 const KEY = 'hooks-key';
@@ -23,28 +23,10 @@ afterAll(async () => {
   await receiver?.close();
 });
 
-const secret = (): string => `whsec_${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64')}`;
-
-interface Delivery {
-  headers: Record<string, string>;
-  body: string;
-  verified: boolean;
-  status: number;
-}
+const secret = hookSecret;
 
 /** A receiver inbox that checks signatures with `secret` and fails the first `fail` deliveries. */
-async function inbox(
-  key: string,
-  hookSecret: string,
-  fail = 0,
-): Promise<{ url: string; deliveries(): Promise<Delivery[]> }> {
-  await fetch(`${receiver.url}/control/${key}`, { method: 'POST', body: JSON.stringify({ secret: hookSecret, fail }) });
-  return {
-    url: `${receiver.url}/deliver/${key}`,
-    deliveries: async () =>
-      ((await (await fetch(`${receiver.url}/control/${key}`)).json()) as { deliveries: Delivery[] }).deliveries,
-  };
-}
+const inbox = (key: string, hookSecret: string, fail = 0) => inboxAt(receiver.url, key, hookSecret, { fail });
 
 function putHook(name: string, config: Record<string, unknown>, key = KEY): Promise<Response> {
   return fetch(`${server.url}/v1/hooks/${name}`, {
@@ -54,24 +36,8 @@ function putHook(name: string, config: Record<string, unknown>, key = KEY): Prom
   });
 }
 
-function sendEvent(
-  name: string,
-  hookSecret: string,
-  event: unknown,
-  { id = `msg_${crypto.randomUUID()}`, when = new Date(), tamper = false } = {},
-): Promise<Response> {
-  const body = JSON.stringify(event);
-  const signature = new Webhook(hookSecret).sign(id, when, tamper ? `${body} ` : body);
-  return fetch(`${server.url}/v1/hooks/${name}`, {
-    method: 'POST',
-    headers: {
-      'webhook-id': id,
-      'webhook-timestamp': String(Math.floor(+when / 1000)),
-      'webhook-signature': signature,
-    },
-    body,
-  });
-}
+const sendEvent = (name: string, hookSecret: string, event: unknown, options?: Parameters<typeof send>[4]) =>
+  send(server.url, name, hookSecret, event, options);
 
 interface Job {
   status: string;
