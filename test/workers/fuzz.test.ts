@@ -173,6 +173,9 @@ const hookBody = schemaBody({
     '{{ a.b.c }}',
     '{% for x in items %}{{ x }}{% endfor %}',
     '{{ title | upper }}',
+    // Past the render budget: refused per event, not run for seconds.
+    '{% for a in range(1000) %}{% for b in range(1000) %}{{ b }}{% endfor %}{% endfor %}',
+    '{% for i in range(100000000) %}x{% endfor %}',
   ),
   callback_url: fc.constantFrom('CALLBACK', 'CALLBACK', 'http://169.254.169.254/', 'not a url'),
   secret: fc.constantFrom('SECRET', 'SECRET', 'whsec_', 'plain'),
@@ -196,7 +199,12 @@ const huge = {
   manyBias: Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [String(i), 1])),
   manyIds: Array.from({ length: 100_000 }, (_, i) => i % 512),
   overLimit: ' '.repeat((1 << 20) + 10),
+  /** A value nested 5,000 deep, where a schema or default is read recursively. */
+  deepValue: JSON.parse('['.repeat(5000) + ']'.repeat(5000)) as unknown,
 };
+
+/** A tool the model may call, for outputs the tool-call parser reads on every streamed token. */
+const fuzzTool = { type: 'function', function: { name: 'lookup', parameters: { type: 'object' } } };
 
 const badUtf8 = fc.constantFrom(
   [0xff],
@@ -259,6 +267,11 @@ const hugeFields = fc.oneof(
       { stop_token_ids: huge.manyIds },
       { messages: [{ role: 'user', content: JSON.parse('['.repeat(5000) + ']'.repeat(5000)) }] },
       { defaults: { stop: huge.manyStops, logit_bias: huge.manyBias } },
+      { tools: [{ type: 'function', function: { name: 'deep', parameters: huge.deepValue } }] },
+      { tools: huge.deepValue, defaults: { logit_bias: huge.deepValue } },
+      // Long whitespace, forced, with a tool list: the tool-call parser trims it on every token.
+      { tools: [fuzzTool], guided_regex: '[ \\n\\t]{0,200}', max_tokens: 64, ignore_eos: true },
+      { tools: [fuzzTool], guided_regex: '\\{ {0,200}\\}?', max_tokens: 64, stream: true },
     ),
   },
 );
