@@ -144,6 +144,28 @@ describe('a model on pipeline stages', () => {
     expect(stats.every((s) => s.hops > 0 && s.weightBytes > 0 && s.kvBytes === MiB)).toBe(true);
   });
 
+  it("released, the head closes every stage's pool; a late close leaves a stage opened since", async () => {
+    const models = new IsolateModels<StageModel>();
+    const { links } = await stageLinks(2, models);
+    const runtime = await nodeRuntime('kernels');
+    const load = () =>
+      Engine.load(runtime, source(), { ...base, pipeline: { stages: 2, model: 'tiny', links, kvDtype: 'fp32' } });
+    const pools = () => models.counted().filter((p) => p.label === 'KV pool').length;
+    const first = await load();
+    await collect(first, requests[0]);
+    const epochs = links.map((link) => link.server.epoch!);
+    expect(pools()).toBe(2);
+    await first.runner.release();
+    expect(links.map((link) => link.server.epoch)).toEqual([undefined, undefined]);
+    expect(pools()).toBe(0);
+    // A head's close that arrives after another head opened the stage again names the old epoch: no effect.
+    const second = await load();
+    await links[0].close(epochs[0]);
+    expect(links[0].server.epoch).toBeDefined();
+    expect(pools()).toBe(2);
+    expect((await collect(second, requests[0])).done.finishReason).toBe('length');
+  });
+
   it('runs a batched pass in micro-batches, one per stage, with the tokens of one batch', async () => {
     const { engine } = await staged(2);
     const one = await Engine.load(await nodeRuntime('kernels'), source(), {

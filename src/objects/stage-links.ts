@@ -35,6 +35,7 @@ export function stageLinks(env: Env, stages: number, shard: string): StageLink[]
       read: (read) => stub().read(read),
       ends: (ends) => stub().ends(ends),
       epoch: () => stub().epoch(),
+      close: (epoch) => stub().close(epoch),
     };
   });
 }

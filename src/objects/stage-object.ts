@@ -67,4 +67,8 @@ export class StageObject extends DurableObject<Env> {
   epoch(): string | undefined {
     return this.server?.epoch;
   }
+
+  close(epoch: string): void {
+    this.server?.close(epoch);
+  }
 }

@@ -38,4 +38,8 @@ export class LocalStageLink implements StageLink {
   async ends(ends: StageEnds): Promise<StageEndsReply> {
     return structuredClone(this.server.ends(structuredClone(ends)));
   }
+
+  async close(epoch: string): Promise<void> {
+    this.server.close(epoch);
+  }
 }

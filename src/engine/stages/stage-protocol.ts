@@ -89,4 +89,9 @@ export interface StageLink {
   ends(ends: StageEnds): Promise<StageEndsReply>;
   /** Who the stage is now (undefined: not open): after a failed call, whether it restarted or only failed. */
   epoch(): Promise<string | undefined>;
+  /**
+   * The head is done with the stage as `epoch`: its KV pool goes back to the isolate (the layers stay for the
+   * isolate's other stage objects). A stage that has since been opened again, as another epoch, keeps that.
+   */
+  close(epoch: string): Promise<void>;
 }

@@ -176,9 +176,12 @@ export class StageServer {
     return { lost: false, values };
   }
 
-  /** Gives the pool back to the isolate (the weights stay for the other stage objects). */
-  close(): void {
-    if (!this.state) return;
+  /**
+   * Gives the pool back to the isolate (the weights stay for the other stage objects). With an epoch, only
+   * if the stage is still that one: a head's late close must not drop a pool opened since.
+   */
+  close(epoch?: string): void {
+    if (!this.state || (epoch !== undefined && epoch !== this.state.epoch)) return;
     this.host.isolate.models.release(this.host.isolate.holder);
     this.state = undefined;
   }

@@ -89,6 +89,15 @@ class Stage implements KvStage {
     return this.connecting;
   }
 
+  /** Closes the stage's pool (as the epoch the head knows); one that fails to answer is left to its restart. */
+  async close(): Promise<void> {
+    const epoch = this.info?.epoch;
+    this.info = undefined;
+    this.pending = { ops: [] };
+    if (epoch === undefined) return;
+    await withDeadline(this.link.close(epoch), CALL_TIMEOUT_MS, this.what).catch(() => undefined);
+  }
+
   /** The commands queued since the last step, handed over. */
   private take(): StageCommands {
     const commands = this.pending;
@@ -398,9 +407,10 @@ export class StagedRunner implements ModelRunner {
     return { ...(this.head?.stats() ?? { runner: 'kernels' }), stages: this.stages.map((s) => ({ ...s.stats })) };
   }
 
+  /** Gives back the head's kernels and every stage's pool; a stage that cannot be reached has lost it already. */
   async release(): Promise<void> {
     this.released = true;
-    await this.head?.release();
+    await Promise.all([this.head?.release(), ...this.stages.map((stage) => stage.close())]);
   }
 }
 
