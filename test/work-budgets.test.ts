@@ -40,6 +40,7 @@ describe('budgets of synchronous work', () => {
     const big = Object.fromEntries(
       Array.from({ length: 3000 }, (_, i) => [`field_${i}`, { type: 'string', description: 'x'.repeat(20) }]),
     );
+    const longLiterals = Array.from({ length: 16 }, (_, i) => `${i}`.padEnd(257, 'x'));
     const cases: [Parameters<Engine['resolve']>[0], RegExp][] = [
       [
         {
@@ -90,6 +91,37 @@ describe('budgets of synchronous work', () => {
           },
         },
         /grammar is \d+ long/,
+      ],
+      // Small as text, dear to compile: long alternatives (enum strings, patterns, quoted EBNF strings).
+      [
+        {
+          prompt: 'Hi',
+          constraint: { param: 'response_format', spec: { type: 'json_schema', schema: { enum: longLiterals } } },
+        },
+        /enum strings and patterns is 4112 long, past the limit of 4096/,
+      ],
+      [
+        {
+          prompt: 'Hi',
+          constraint: {
+            param: 'response_format',
+            spec: {
+              type: 'json_schema',
+              schema: { type: 'object', properties: { a: { type: 'string', pattern: longLiterals.join('|') } } },
+            },
+          },
+        },
+        /enum strings and patterns is 4127 long/,
+      ],
+      [
+        {
+          prompt: 'Hi',
+          constraint: {
+            param: 'structured_outputs.grammar',
+            spec: { type: 'grammar', ebnf: `root ::= ${longLiterals.map((l) => `"${l}"`).join(' | ')}` },
+          },
+        },
+        /grammar's quoted strings is 4112 long/,
       ],
     ];
     for (const [request, message] of cases) {
