@@ -80,8 +80,12 @@ export class InferenceObject extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     // An alarm whose time passed can sit in storage unfired (workerd stopped while it ran), and nothing
-    // else re-arms it until a new job arrives: re-armed when the object wakes, before any request.
-    void ctx.blockConcurrencyWhile(() => this.services.webhooks.dispatcher.reschedule());
+    // else re-arms it until a new job arrives: set again when the object wakes, before any request. Only
+    // the alarm is read here; the tables are made when first used, as before.
+    void ctx.blockConcurrencyWhile(async () => {
+      const at = await ctx.storage.getAlarm();
+      if (at !== null && at <= Date.now()) await ctx.storage.setAlarm(Date.now());
+    });
   }
 
   /** The engine, loaded on first call; concurrent first callers share one load, and a failed load is retried next time. */
