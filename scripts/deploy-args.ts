@@ -3,7 +3,7 @@ import { pipelineStagesVar, type Env } from '../src/env.js';
 import { varsOfArgs } from './lib/stage-configs.js';
 
 /** Flags `npm run deploy` understands itself; the rest go to `wrangler deploy` as they are. */
-export const OWN_FLAGS = ['--allow-open', '--kernels-only'] as const;
+export const OWN_FLAGS = ['--allow-open', '--kernels-only', '--model-in-r2'] as const;
 
 /**
  * `--kernels-only`: wrangler.toml plus an [alias] table that swaps onnxruntime-web for
@@ -20,6 +20,20 @@ export function kernelsOnlyConfig(wranglerToml: string): string {
 
 /** Where --kernels-only writes its config: beside wrangler.toml, whose relative paths it keeps. */
 export const KERNELS_ONLY_CONFIG = 'wrangler.kernels-only.toml';
+
+/** The config a plain deploy runs: wrangler.toml with [assets] on the staged model (scripts/lib/deploy-assets.ts). */
+export const DEPLOY_CONFIG = 'wrangler.deploy.toml';
+
+/** What wrangler's dry run or deploy says it uploads: the bundle's KiB and gzip KiB, and the assets it read. */
+export function uploadSizes(log: string): { totalKib?: number; gzipKib?: number; assetEntries?: number } {
+  const upload = /Total Upload: ([\d.]+) KiB \/ gzip: ([\d.]+) KiB/.exec(log);
+  const assets = /Read (\d+) files? from the assets directory/.exec(log);
+  return {
+    totalKib: upload ? Number(upload[1]) : undefined,
+    gzipKib: upload ? Number(upload[2]) : undefined,
+    assetEntries: assets ? Number(assets[1]) : undefined,
+  };
+}
 
 /**
  * Vars a deployment must not inherit from wrangler.toml's dev defaults: loopback webhook callbacks are for

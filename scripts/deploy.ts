@@ -9,6 +9,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import {
+  DEPLOY_CONFIG,
   deployArgs,
   deployExtra,
   deployStages,
@@ -17,7 +18,16 @@ import {
   KERNELS_ONLY_CONFIG,
   kernelsOnlyConfig,
   stageDeployArgs,
+  uploadSizes,
 } from './deploy-args.js';
+import {
+  type AssetPlan,
+  DEPLOY_ASSETS_DIR,
+  deployAssets,
+  stageAssets,
+  withAssetsDirectory,
+} from './lib/deploy-assets.js';
+import { startVars } from './start-args.js';
 import { headConfigFile, stageConfigFile, varsOfArgs, writePipelineConfigs } from './lib/stage-configs.js';
 
 const extra = deployExtra(process.env, process.argv.slice(2));
@@ -52,7 +62,28 @@ if (!extra.includes('--dry-run') && !extra.includes('--allow-open')) {
   }
 }
 
-const toml = readFileSync(join(root, 'wrangler.toml'), 'utf8');
+const wranglerToml = readFileSync(join(root, 'wrangler.toml'), 'utf8');
+// The assets: the served model's files alone, staged into DEPLOY_ASSETS_DIR, unless the user's own config or
+// --assets chooses them.
+const ownAssets = hasConfigFlag(extra) || extra.some((a) => a === '--assets' || a.startsWith('--assets='));
+let toml = wranglerToml;
+if (!ownAssets) {
+  const modelsDir = join(root, 'models');
+  let plan: AssetPlan;
+  try {
+    plan = await deployAssets(modelsDir, { ...startVars(wranglerToml, []), ...vars }, extra.includes('--model-in-r2'));
+  } catch (err) {
+    console.error(`edge-infer: ${(err as Error).message}`);
+    process.exit(1);
+  }
+  stageAssets(modelsDir, plan, join(root, DEPLOY_ASSETS_DIR));
+  for (const note of plan.notes) console.log(`edge-infer: ${note}`);
+  console.log(
+    `edge-infer: assets ${DEPLOY_ASSETS_DIR}/: ${plan.files.length} files, ${plan.totalBytes.toLocaleString('en')} bytes` +
+      `${plan.files.length ? ` (${plan.files.map((f) => f.path).join(', ')})` : ''}`,
+  );
+  toml = withAssetsDirectory(wranglerToml, DEPLOY_ASSETS_DIR);
+}
 const kernelsOnly = extra.includes('--kernels-only');
 /** Each `wrangler deploy`, in order, with what it deploys: the stages first, then the head. */
 const runs: { what: string; args: string[] }[] = [];
@@ -71,19 +102,42 @@ if (stages > 0) {
   runs.push({ what: 'the head', args: deployArgs(extra, headConfigFile) });
 } else {
   if (kernelsOnly) writeFileSync(join(root, KERNELS_ONLY_CONFIG), kernelsOnlyConfig(toml));
-  runs.push({ what: 'the worker', args: deployArgs(extra) });
+  else if (!ownAssets) {
+    writeFileSync(join(root, DEPLOY_CONFIG), toml);
+    written.push(DEPLOY_CONFIG);
+  }
+  runs.push({ what: 'the worker', args: deployArgs(extra, kernelsOnly || ownAssets ? undefined : DEPLOY_CONFIG) });
 }
 
-function wranglerRun(args: string[]): Promise<number> {
-  const child = spawn(process.execPath, [wrangler, ...args], { stdio: 'inherit' });
-  return new Promise((resolve) => child.on('exit', (code, signal) => resolve(code ?? (signal ? 1 : 0))));
+/** Runs wrangler, its output passed through as it comes; resolves with its exit code and what it printed. */
+function wranglerRun(args: string[]): Promise<{ code: number; log: string }> {
+  const child = spawn(process.execPath, [wrangler, ...args], { stdio: ['inherit', 'pipe', 'pipe'] });
+  let log = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    process.stdout.write(chunk);
+    log += chunk.toString();
+  });
+  child.stderr.on('data', (chunk: Buffer) => {
+    process.stderr.write(chunk);
+    log += chunk.toString();
+  });
+  return new Promise((resolve) =>
+    child.on('close', (code, signal) => resolve({ code: code ?? (signal ? 1 : 0), log })),
+  );
 }
 
 let code = 0;
 try {
   for (const { what, args } of runs) {
     if (runs.length > 1) console.log(`npm run deploy: ${what} (${args[args.indexOf('--config') + 1]})`);
-    code = await wranglerRun(args);
+    const run = await wranglerRun(args);
+    code = run.code;
+    const sizes = uploadSizes(run.log);
+    if (sizes.gzipKib !== undefined)
+      console.log(
+        `edge-infer: ${what}: bundle ${sizes.totalKib?.toLocaleString('en')} KiB, gzip ${sizes.gzipKib.toLocaleString('en')} KiB` +
+          `${sizes.assetEntries === undefined ? '' : `; ${sizes.assetEntries} assets read (files and folders)`} (as wrangler reports them)`,
+      );
     if (code !== 0) {
       if (what.startsWith('stage')) console.error(`npm run deploy: ${what} failed; the head was not deployed`);
       break;
@@ -91,5 +145,6 @@ try {
   }
 } finally {
   for (const file of written) rmSync(join(root, file), { force: true });
+  rmSync(join(root, DEPLOY_ASSETS_DIR), { recursive: true, force: true });
 }
 process.exit(code);

@@ -77,7 +77,7 @@ export function filesToUpload(folder: string, dtype?: string): string[] {
 
 const wranglerPackage = () => createRequire(import.meta.url).resolve('wrangler/package.json');
 
-interface LocalBucket {
+export interface LocalBucket {
   put(key: string, value: ArrayBuffer): Promise<unknown>;
   createMultipartUpload(key: string): Promise<{
     uploadPart(part: number, value: ArrayBuffer): Promise<{ partNumber: number; etag: string }>;
@@ -116,7 +116,7 @@ async function putLocal(bucket: LocalBucket, key: string, path: string): Promise
 }
 
 /** The local R2 bucket `wrangler dev --persist-to <root>` sees (wrangler keeps local state under <root>/v3). */
-async function withLocalBucket(persistRoot: string, use: (bucket: LocalBucket) => Promise<void>): Promise<void> {
+export async function withLocalBucket<T>(persistRoot: string, use: (bucket: LocalBucket) => Promise<T>): Promise<T> {
   // miniflare is wrangler's own dependency: resolved from wrangler, it is the version wrangler dev runs.
   const { Miniflare } = (await import(pathToFileURL(createRequire(wranglerPackage()).resolve('miniflare')).href)) as {
     Miniflare: new (
@@ -130,7 +130,7 @@ async function withLocalBucket(persistRoot: string, use: (bucket: LocalBucket) =
     r2Buckets: { BUCKET: MODEL_BUCKET },
   });
   try {
-    await use(await mf.getR2Bucket('BUCKET'));
+    return await use(await mf.getR2Bucket('BUCKET'));
   } finally {
     await mf.dispose();
   }

@@ -37,13 +37,7 @@ export function startArgs(env: NodeJS.ProcessEnv, extra: readonly string[]): str
  * configured (wrangler's bindings table hides their values), and where to reach it.
  */
 export function startLine(toml: string, args: readonly string[]): string {
-  const vars: Record<string, string> = {};
-  for (const m of toml.matchAll(/^([A-Z_]+) = "([^"]*)"/gm)) vars[m[1]] = m[2];
-  for (let i = 0; i < args.length; i++) {
-    const spec = args[i] === '--var' ? args[i + 1] : undefined;
-    const at = spec?.indexOf(':') ?? -1;
-    if (spec && at > 0) vars[spec.slice(0, at)] = spec.slice(at + 1);
-  }
+  const vars = startVars(toml, args);
   const flag = (name: string, fallback: string) => {
     const i = args.indexOf(name);
     return i >= 0 ? args[i + 1] : fallback;
@@ -53,4 +47,16 @@ export function startLine(toml: string, args: readonly string[]): string {
     .filter((name) => vars[name])
     .map((name) => `${name}=${name === 'MODEL_URL' ? '(set)' : vars[name]}`);
   return `edge-infer: serving ${model}${chosen.length ? ` (${chosen.join(', ')})` : ''} on http://${flag('--ip', '127.0.0.1')}:${flag('--port', '8787')} (npm start -- --port N, --var NAME:VALUE)`;
+}
+
+/** The vars wrangler dev will serve with: wrangler.toml's [vars], then each `--var NAME:VALUE` of `args` over them. */
+export function startVars(toml: string, args: readonly string[]): Record<string, string> {
+  const vars: Record<string, string> = {};
+  for (const m of toml.matchAll(/^([A-Z_]+) = "([^"]*)"/gm)) vars[m[1]] = m[2];
+  for (let i = 0; i < args.length; i++) {
+    const spec = args[i] === '--var' ? args[i + 1] : undefined;
+    const at = spec?.indexOf(':') ?? -1;
+    if (spec && at > 0) vars[spec.slice(0, at)] = spec.slice(at + 1);
+  }
+  return vars;
 }

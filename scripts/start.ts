@@ -3,22 +3,21 @@
 // Only the model vars are taken from the environment (never the whole of it: it may hold HF_TOKEN).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ignoreLargeModelFolders } from './import/assets-ignore.js';
 import { ensureInspectorProxyPatched } from './lib/wrangler-inspector-patch.js';
 import { readFileSync } from 'node:fs';
 import { freePort } from './lib/free-port.js';
 import { pipelineConfigArgs } from './lib/stage-configs.js';
-import { startArgs, startLine } from './start-args.js';
+import { startArgs, startLine, startVars } from './start-args.js';
+import { checkModel, ModelCheckError } from './lib/model-check.js';
 
 for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url)))) {
   console.error(
     `models/${name} has files over the 25 MiB asset cap: left out of the assets (models/.assetsignore); serve it from R2 with npm run model:upload -- models/${name}`,
   );
 }
-// Without it a MODEL_URL weights file floods wrangler dev with sockets (scripts/lib/wrangler-inspector-patch.ts).
-ensureInspectorProxyPatched();
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
 // --stage-processes: each pipeline stage in a wrangler dev process of its own (the dev registry connects them),
 // so stages compute at once on a machine with cores to spare; else all of them in the head's one process.
@@ -40,7 +39,26 @@ const childEnv = {
   WRANGLER_HIDE_BANNER: 'true',
   ...process.env,
 };
-console.error(startLine(readFileSync(join(root, 'wrangler.toml'), 'utf8'), args));
+const toml = readFileSync(join(root, 'wrangler.toml'), 'utf8');
+console.error(startLine(toml, args));
+// The model as configured, looked at before wrangler dev starts: what the server would refuse is refused here.
+const persistTo =
+  args.find((a) => a.startsWith('--persist-to='))?.slice('--persist-to='.length) ??
+  (args.includes('--persist-to') ? args[args.indexOf('--persist-to') + 1] : undefined);
+try {
+  const report = await checkModel(startVars(toml, args), {
+    modelsDir: join(root, 'models'),
+    persistRoot: persistTo ? resolve(persistTo) : join(root, '.wrangler', 'state'),
+    root,
+  });
+  for (const line of report) console.error(`  ${line}`);
+} catch (err) {
+  if (!(err instanceof ModelCheckError)) throw err;
+  console.error(`edge-infer: ${err.message}`);
+  process.exit(1);
+}
+// Without it a MODEL_URL weights file floods wrangler dev with sockets (scripts/lib/wrangler-inspector-patch.ts).
+ensureInspectorProxyPatched();
 const children: ChildProcess[] = [];
 const run = (argv: string[]): ChildProcess => {
   const child = spawn(process.execPath, [wrangler, ...argv], { stdio: 'inherit', env: childEnv });

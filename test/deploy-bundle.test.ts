@@ -76,6 +76,15 @@ describe('npm run deploy', () => {
       // The dry run carried the production vars (wrangler hides values given with --var).
       expect(log).toMatch(/env\.ALLOW_LOOPBACK_CALLBACKS \("\(hidden\)"\)/);
       expect(log).not.toMatch(/env\.API_KEYS/);
+      // The assets are the served model's files (scripts/lib/deploy-assets.ts), staged and then removed: wordnet-chat's
+      // config and tokenizer and its fp32 weights, 5 files, which wrangler reads with their 2 folders.
+      expect(log).toMatch(
+        /^edge-infer: assets \.deploy-assets\/: 5 files, [\d,]+ bytes \(wordnet-chat\/config\.json, /m,
+      );
+      expect(log).toMatch(/Read 7 files from the assets directory .*\.deploy-assets/);
+      expect(log).toMatch(/^edge-infer: the worker: bundle [\d,.]+ KiB, gzip [\d,.]+ KiB; 7 assets read/m);
+      for (const left of ['.deploy-assets', 'wrangler.deploy.toml'])
+        expect(existsSync(join(ROOT, left)), `${left} is removed`).toBe(false);
     });
   }, 180_000);
 

@@ -104,7 +104,7 @@ function firstThenAnother(
  * tokenizer_config.json's `chat_template`: a string, or (transformers' named templates) a list of
  * `{name, template}` of which `default` is the chat one; undefined when there is none.
  */
-function chatTemplateOf(value: unknown): string | undefined {
+export function chatTemplateOf(value: unknown): string | undefined {
   if (typeof value === 'string') return value;
   if (!Array.isArray(value)) return undefined;
   const named = value.filter(

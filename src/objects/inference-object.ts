@@ -22,6 +22,8 @@ import type { KvBlockStore } from '../engine/kv/block-store.js';
 import { SqlKvBlockStore } from './kv-block-store.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import { modelSourceFor } from '../sources/model-source.js';
+import { chooseWeights } from '../engine/model/default-weights.js';
+import { plannedRunner } from '../engine/runners/runner-plan.js';
 import { runGeneration, type EventSink } from './generation-run.js';
 import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
@@ -264,6 +266,38 @@ export class InferenceObject extends DurableObject<Env> {
   /** The runner of the loaded engine (`kernels` or `onnxruntime`) for GET /v1/models; null before a load, which this never starts. */
   async runner(): Promise<string | null> {
     return this.loaded?.runner.stats().runner ?? null;
+  }
+
+  private planned: Promise<string | null> | undefined;
+
+  /**
+   * The runner the engine will run on, for GET /v1/models before any shard has loaded it: the loaded one once
+   * there is one, else planned from config.json and the weights the folder's rule chooses (existence checks,
+   * no weights read; runner-plan.ts). Null where that cannot be known (the folder is missing or refused: the
+   * first request says why). A failed plan is tried again next time.
+   */
+  async plannedRunner(): Promise<string | null> {
+    if (this.loaded) return this.runner();
+    this.planned ??= this.planRunner().catch(() => {
+      this.planned = undefined;
+      return null;
+    });
+    return this.planned;
+  }
+
+  private async planRunner(): Promise<string | null> {
+    const places = {
+      bucket: this.env.MODEL_BUCKET,
+      assets: this.env.MODELS,
+      url: this.env.MODEL_URL?.trim() || undefined,
+    };
+    const { source } = await modelSourceFor(modelName(this.env), places);
+    const bytes = await source.read('config.json');
+    if (!bytes) return null;
+    const rawConfig = JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;
+    const asked = this.env.MODEL_DTYPE?.trim() || undefined;
+    const { dtype } = await chooseWeights(source, rawConfig, asked, 'MODEL_DTYPE');
+    return plannedRunner(shardRuntime(this.env), dtype, rawConfig, pipelineStagesVar(this.env) > 0);
   }
 
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */

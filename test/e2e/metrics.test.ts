@@ -45,6 +45,16 @@ async function until(check: () => Promise<boolean>, what: string): Promise<void>
 }
 
 describe('metrics', () => {
+  // First in the file, so on a server nothing has asked to generate yet.
+  it('/v1/models names the runner before any shard has loaded the model', async () => {
+    expect(await metric('edge_infer_engine_loaded')).toBe(0);
+    const models = (await (await fetch(`${server.url}/v1/models`)).json()) as { data: { runner: string | null }[] };
+    // Planned from tiny's config.json and its fp32 weights: a Llama graph on workerd's kernels.
+    expect(models.data[0].runner).toBe('kernels');
+    // Planning read no weights and loaded no engine.
+    expect(await metric('edge_infer_engine_loaded')).toBe(0);
+  });
+
   it('exports Prometheus text with the engine and request metrics', async () => {
     await fetch(`${server.url}/v1/completions`, {
       method: 'POST',

@@ -93,12 +93,29 @@ export class IsolatePoolPlan {
 
   /** This engine's KV pool bytes and everything it will hold, or a refusal naming what the isolate holds. */
   pool(model: LoadedModel): { kvCacheBytes: number; parts: FootprintPart[] } {
-    const { config } = model;
+    return this.poolFor(
+      model.config,
+      model.tokenizer.vocabSize,
+      model.perRunner,
+      this.share.models.counted(this.share.holder),
+    );
+  }
+
+  /**
+   * pool() for a model described, not loaded: its config, tokenizer vocabulary and per-runner parts, and
+   * `counted`, what the isolate holds (the model's shared parts among them), so a plan made before a load
+   * (runner-plan.ts) sizes the pool as the load will.
+   */
+  poolFor(
+    config: ModelConfig,
+    tokenizerVocab: number,
+    perRunner: readonly FootprintPart[],
+    counted: readonly FootprintPart[],
+  ): { kvCacheBytes: number; parts: FootprintPart[] } {
     const { memoryBudgetBytes: budget, kvCacheBytes: wanted, blockSize } = this.limits;
-    const own = [...this.enginePart(model.tokenizer.vocabSize), ...model.perRunner];
+    const own = [...this.enginePart(tokenizerVocab), ...perRunner];
     if (this.kvElsewhere) return { kvCacheBytes: wanted, parts: own };
     const blockBytes = blockSize * kvBytesPerToken(config, this.kvDtype);
-    const counted = this.share.models.counted(this.share.holder);
     const remaining = this.remaining();
     const room = budget === undefined ? Infinity : budget - total(counted) - remaining * total(own);
     const share = Math.min(wanted, Math.floor(room / remaining));

@@ -10,13 +10,14 @@ const models = new Hono<{ Bindings: Env }>();
 const CREATED = 1_767_225_600; // 2026-01-01T00:00:00Z
 
 /**
- * The runner a shard's loaded engine runs on (`kernels` or `onnxruntime`), asked of every shard (none loads
- * its model for this); null while no shard has loaded it. Every shard runs one configuration, so the first
- * answer is the answer: it shows whether a graph fell back from the kernels to onnxruntime.
+ * The runner the model runs on (`kernels` or `onnxruntime`): a loaded shard's, asked of every shard (none loads
+ * its model for this), so it shows whether a graph fell back from the kernels to onnxruntime; every shard runs
+ * one configuration, so the first answer is the answer. While none has loaded it, shard 0's plan from
+ * config.json and the chosen weights (no weights read); null only where that cannot be known.
  */
-async function loadedRunner(env: Env): Promise<string | null> {
+async function modelRunner(env: Env): Promise<string | null> {
   const runners = await Promise.all(Array.from({ length: shardCount(env) }, (_, i) => shardStub(env, i).runner()));
-  return runners.find((r) => r !== null) ?? null;
+  return runners.find((r) => r !== null) ?? shardStub(env, 0).plannedRunner();
 }
 
 /** The largest count of shards sharing one isolate's weights, among the loaded shards (null while none is). */
@@ -36,12 +37,12 @@ async function pipeline(env: Env): Promise<{ layers: [number, number]; isolate_b
 }
 
 // Extra fields, as vLLM adds its own: `backend`, what the shards run the model on (wasm or webgpu), and
-// `runner`, what runs the graph there once a shard has loaded it.
+// `runner`, what runs the graph there (planned before a shard has loaded it, then the loaded one's).
 // `weights`: loaded once per isolate and shared by every shard the platform runs there (`shared_by`, null
 // until a shard has loaded them). `stages`: with PIPELINE_STAGES, each stage Worker's layers [from, to) and its
 // isolate's counted bytes (null until a shard has loaded the model, and without stages).
 const card = async (id: string, env: Env) => {
-  const [runner, sharedBy, stages] = await Promise.all([loadedRunner(env), sharing(env), pipeline(env)]);
+  const [runner, sharedBy, stages] = await Promise.all([modelRunner(env), sharing(env), pipeline(env)]);
   return {
     id,
     object: 'model' as const,
