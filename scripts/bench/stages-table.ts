@@ -1,4 +1,5 @@
 import type { IsolateMemory } from '../lib/isolate-memory.js';
+import type { ProcessesCaseResult } from './stage-processes.js';
 import type { IsolateRow, PipelineCaseResult, ResidentCaseResult, StagesBench } from './stages.js';
 
 // The stages section's tables, apart from the bench itself (which starts wrangler dev).
@@ -59,10 +60,23 @@ export function residentCaseTable(c: ResidentCaseResult): string {
   ].join('\n');
 }
 
+export function processesCaseTable(c: ProcessesCaseResult): string {
+  return [
+    `**${c.model} ${c.dtype} on ${c.stages} stages, ${c.streams} streams of ${c.tokens} tokens at once** (KV ${c.settings.KV_DTYPE}, KV_CACHE_MB ${c.settings.KV_CACHE_MB}; greedy texts equal in both layouts ${c.sameText.equal}/${c.sameText.prompts})`,
+    '',
+    '| layout | tok/s, all streams together | runs |',
+    '|---|---:|---|',
+    `| head and stages in one wrangler dev process | ${c.oneProcess.median.toFixed(1)} | ${runs(c.oneProcess.runs, 1)} |`,
+    `| each stage in a process of its own | ${c.ownProcesses.median.toFixed(1)} | ${runs(c.ownProcesses.runs, 1)} |`,
+    `| own processes ÷ one | **${c.ownVsOne.median.toFixed(2)}×** | ${runs(c.ownVsOne.runs)} |`,
+  ].join('\n');
+}
+
 export function stagesTables(s: StagesBench): string {
   const out: string[] = [];
   if (s.pipeline) out.push(pipelineCaseTable(s.pipeline));
   if (s.resident) out.push(residentCaseTable(s.resident));
   if (s.big) out.push(pipelineCaseTable(s.big));
+  if (s.processes) out.push(processesCaseTable(s.processes));
   return out.join('\n\n');
 }

@@ -13,8 +13,10 @@
 //   1b:       bench-1b q4 (Llama-3.2-1B's shapes) on the fewest stages of at most 128 MiB each, the head too:
 //             every isolate's memory, tokens equal to Node's, batch-1 tok/s. Its 128k x 2048 embedding (8-bit,
 //             281 MiB) fits no isolate, so its rows are split over the stages (PIPELINE_VOCAB=stages).
+//   processes: bench-360m q4 on 3 stages, 16 streams at once, each stage in a wrangler dev process of its own
+//             against all in one (stage-processes.ts).
 //
-//   tsx scripts/bench/stages.ts [--cases pipeline,resident,1b] [--runs 3] [--json FILE]   (npm run bench: section stages)
+//   tsx scripts/bench/stages.ts [--cases pipeline,resident,1b,processes] [--runs 3] [--json FILE]   (npm run bench: section stages)
 import { appendFileSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -40,12 +42,13 @@ import { promptIds } from './engine-runs.js';
 import { streams, until } from './edge-memory.js';
 import { ensureBenchModels, modelDir } from './models.js';
 import { streamOnce } from './service.js';
+import { runProcessesCase, type ProcessesCaseResult } from './stage-processes.js';
 import { ratioByRun, sampled, Samples, type Sampled } from './stats.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const MiB = 2 ** 20;
 const BLOCK_SIZE = 16;
-export const STAGE_CASES = ['pipeline', 'resident', '1b'] as const;
+export const STAGE_CASES = ['pipeline', 'resident', '1b', 'processes'] as const;
 export type StageCase = (typeof STAGE_CASES)[number];
 
 const log = (s: string): void => console.error(`stages: ${s}`);
@@ -118,6 +121,7 @@ export interface StagesBench {
   pipeline?: PipelineCaseResult;
   resident?: ResidentCaseResult;
   big?: PipelineCaseResult;
+  processes?: ProcessesCaseResult;
 }
 
 /** A pipeline in one `wrangler dev`: the server and one memory probe per isolate. */
@@ -645,6 +649,7 @@ export async function runStages(cases: readonly StageCase[], runs: number): Prom
       { model: 'bench-1b', stages: 'fit', streams: 0, long: 48, equalTokens: 16, headBudgetMb: 128, vocab: 'stages' },
       runs,
     );
+  if (cases.includes('processes')) out.processes = await runProcessesCase(runs);
   return out;
 }
 
