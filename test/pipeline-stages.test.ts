@@ -218,6 +218,28 @@ describe('a model on pipeline stages', () => {
     expect(engine.stats().kv.used).toBe(0);
   });
 
+  it('every stage restarting at once (wrangler dev evicting idle ones) is one loss, not a failure', async () => {
+    const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
+    const r = { prompt: 'Once upon a time there was', max_tokens: 24, temperature: 0, ignore_eos: true };
+    const expected = (await collect(alone, r)).done.tokenIds;
+    const { engine, links, server } = await staged(2);
+    const tokens: number[] = [];
+    for await (const event of engine.generate(r)) {
+      if (event.type !== 'token') break;
+      tokens.push(event.tokenId);
+      if (tokens.length === 8)
+        for (const [i, link] of links.entries()) {
+          link.server.close();
+          link.server = server(i);
+        }
+    }
+    expect(tokens).toEqual(expected);
+    // The pass that met the first lost stage asked the other, and reloaded both at once: one recompute, where
+    // each pass finding the next lost stage took one per stage (three of them, on 3 stages, failed the request).
+    expect(engine.stats().kvLosses).toBe(1);
+    expect(engine.runner.stats().stages!.map((s) => s.restarts)).toEqual([1, 1]);
+  });
+
   it('a stage that does not fit its budget refuses, naming its terms: the head does not load', async () => {
     const runtime = await nodeRuntime('kernels');
     const links = [0, 1].map(

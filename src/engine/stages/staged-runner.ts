@@ -41,6 +41,8 @@ class Stage implements KvStage {
   readonly stats: StageStats;
   /** The load in flight: concurrent callers share it, so the head never holds one epoch while the stage has another. */
   private connecting: Promise<StageInfo> | undefined;
+  /** Passes in a row this stage was found restarted: one the pass itself brings down is not retried for ever. */
+  lossesInARow = 0;
 
   constructor(
     readonly link: StageLink,
@@ -171,6 +173,14 @@ class Stage implements KvStage {
     });
   }
 
+  /** Whether the stage answers as another than the head knows (a call that fails says nothing: false). */
+  async restarted(): Promise<boolean> {
+    const known = this.info?.epoch;
+    if (known === undefined) return false;
+    const now = await withDeadline(this.link.epoch(), CALL_TIMEOUT_MS, this.what).catch(() => known);
+    return now !== known;
+  }
+
   /**
    * After a failed call, who the stage is once it answers again: a restarting stage (a process brought back)
    * is waited for a while, so that its sequences are recomputed rather than failed; `err` if it stays away.
@@ -218,8 +228,6 @@ export class StagedRunner implements ModelRunner {
   readonly deviceSampling = undefined;
   private readonly stages: Stage[];
   private released = false;
-  /** Stage restarts since the last pass that went through: a stage the pass itself brings down is not retried for ever. */
-  private lossesInARow = 0;
 
   /** The stages holding rows of the vocabulary, where the head holds none. */
   private readonly vocabStages: Stage[];
@@ -311,27 +319,38 @@ export class StagedRunner implements ModelRunner {
     const out = new Float32Array(hidden.length);
     for (const g of groups) out.set(g.hidden, g.firstToken * H);
     if (this.head) {
-      this.lossesInARow = 0;
+      for (const stage of this.stages) stage.lossesInARow = 0;
       for (const { kv, tokens } of rows) kv.advance(tokens.length);
       // Synchronous from here: the logits lie in the head's shared scratch until its next pass.
       return this.head.logitsFromHidden(passRows, out);
     }
     const logits = await this.vocabLogits(passRows, out, lost);
     if (lost.size) return this.passLost(lost);
-    this.lossesInARow = 0;
+    for (const stage of this.stages) stage.lossesInARow = 0;
     for (const { kv, tokens } of rows) kv.advance(tokens.length);
     return logits;
   }
 
   /**
    * Stages restarted during the pass: they are reloaded now, whatever comes next (a pass after this one must
-   * meet the stages the head knows), and the pass fails as lost KV, to be recomputed.
+   * meet the stages the head knows), and the pass fails as lost KV, to be recomputed. A pass stops at the first
+   * stage it finds lost, so the stages it never reached are asked who they are: after `wrangler dev` evicted
+   * every idle stage, three passes each found one, and the third failed as "restarted 3 passes in a row".
    */
   private async passLost(lost: Set<Stage>): Promise<never> {
+    await Promise.all(
+      this.stages
+        .filter((stage) => !lost.has(stage))
+        .map(async (stage) => {
+          if (!(await stage.restarted())) return;
+          lost.add(stage);
+        }),
+    );
     for (const stage of lost) await stage.lost().catch(() => undefined);
     const where = [...lost].map((s) => `${s.from}..${s.to - 1}`).join(', ');
-    const fatal = ++this.lossesInARow >= MAX_LOSSES_IN_A_ROW;
-    if (fatal) this.lossesInARow = 0;
+    for (const stage of lost) stage.lossesInARow++;
+    const fatal = [...lost].some((stage) => stage.lossesInARow >= MAX_LOSSES_IN_A_ROW);
+    if (fatal) for (const stage of this.stages) stage.lossesInARow = 0;
     throw new KvLostError(
       `pipeline stage${lost.size > 1 ? 's' : ''} of layers ${where} restarted${fatal ? ` ${MAX_LOSSES_IN_A_ROW} passes in a row` : ''}: ${lost.size > 1 ? 'their' : 'its'} KV blocks are gone`,
       fatal,
