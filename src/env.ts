@@ -4,6 +4,7 @@ import { InvalidRequestError } from './engine/errors.js';
 import type { KvDtype } from './engine/kv/kv-dtype.js';
 import type { InferenceObject } from './objects/inference-object.js';
 import type { StageObject } from './objects/stage-object.js';
+import type { ModelLocations } from './sources/model-source.js';
 
 /**
  * Bindings and vars (wrangler.toml). Vars arrive as strings; read them with `intVar`/`boolVar`, which fall
@@ -137,6 +138,11 @@ export function intVar(env: Env, name: IntVar): number {
 export function modelName(env: Env): string {
   // wrangler.toml sets MODEL; MODEL_NAME (the older name) is set only when passed, so it wins then.
   return env.MODEL_NAME?.trim() || env.MODEL?.trim() || DEFAULTS.MODEL_NAME;
+}
+
+/** Where this Worker's bindings let it read a model folder: MODEL_URL, the R2 bucket, the static assets. */
+export function modelLocations(env: Env): ModelLocations {
+  return { bucket: env.MODEL_BUCKET, assets: env.MODELS, url: env.MODEL_URL?.trim() || undefined };
 }
 
 export function boolVar(env: Env, name: 'ALLOW_LOOPBACK_CALLBACKS'): boolean {

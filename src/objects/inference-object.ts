@@ -9,6 +9,7 @@ import {
   intVar,
   kvDtypeVar,
   kvStoreBytesVar,
+  modelLocations,
   modelName,
   microBatchesVar,
   pipelineVocabVar,
@@ -104,11 +105,7 @@ export class InferenceObject extends DurableObject<Env> {
 
   private async loadEngine(): Promise<Engine> {
     const model = modelName(this.env);
-    const places = {
-      bucket: this.env.MODEL_BUCKET,
-      assets: this.env.MODELS,
-      url: this.env.MODEL_URL?.trim() || undefined,
-    };
+    const places = modelLocations(this.env);
     const started = Date.now();
     const { source, kind } = await modelSourceFor(model, places);
     // Unset: the folder's default weights (its GGUF file when config.json names one, else fp32).
@@ -286,12 +283,7 @@ export class InferenceObject extends DurableObject<Env> {
   }
 
   private async planRunner(): Promise<string | null> {
-    const places = {
-      bucket: this.env.MODEL_BUCKET,
-      assets: this.env.MODELS,
-      url: this.env.MODEL_URL?.trim() || undefined,
-    };
-    const { source } = await modelSourceFor(modelName(this.env), places);
+    const { source } = await modelSourceFor(modelName(this.env), modelLocations(this.env));
     const bytes = await source.read('config.json');
     if (!bytes) return null;
     const rawConfig = JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;

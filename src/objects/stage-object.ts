@@ -12,7 +12,7 @@ import type {
   StageStep,
 } from '../engine/stages/stage-protocol.js';
 import { InvalidRequestError } from '../engine/errors.js';
-import { intVar, modelName, type Env } from '../env.js';
+import { intVar, modelLocations, modelName, type Env } from '../env.js';
 import { modelSourceFor } from '../sources/model-source.js';
 import { stageRuntime } from './stage-runtime.js';
 
@@ -37,11 +37,7 @@ export class StageObject extends DurableObject<Env> {
 
   private async load(open: StageOpen): Promise<StageInfo> {
     const model = modelName(this.env);
-    const { source } = await modelSourceFor(model, {
-      bucket: this.env.MODEL_BUCKET,
-      assets: this.env.MODELS,
-      url: this.env.MODEL_URL?.trim() || undefined,
-    });
+    const { source } = await modelSourceFor(model, modelLocations(this.env));
     this.server ??= new StageServer({
       runtime: stageRuntime(this.env),
       source,
