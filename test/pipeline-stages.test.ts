@@ -30,17 +30,23 @@ async function stageLinks(count: number, models = new IsolateModels<StageModel>(
       memoryBudgetBytes: undefined,
       isolate: { models, holder: `stage-${i}` },
     });
-  return { links: Array.from({ length: count }, (_, i) => new LocalStageLink(server(i))), server };
+  const links = Array.from({ length: count }, (_, i) => new LocalStageLink(server(i)));
+  /** Stage `i`'s process restarts: a new server, an empty pool, another epoch. */
+  const restart = (i: number) => {
+    links[i].server.close();
+    links[i].server = server(i);
+  };
+  return { links, restart };
 }
 
 async function staged(count: number, extra: EngineOptions = {}) {
-  const { links, server } = await stageLinks(count);
+  const { links, restart } = await stageLinks(count);
   const engine = await Engine.load(await nodeRuntime('kernels'), source(), {
     ...base,
     ...extra,
     pipeline: { stages: count, model: 'tiny', links, kvDtype: extra.kvDtype ?? 'fp32' },
   });
-  return { engine, links, server };
+  return { engine, links, restart };
 }
 
 /** Every choice's token ids of an n > 1 request, by index. */
@@ -201,16 +207,12 @@ describe('a model on pipeline stages', () => {
     const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
     const r = { prompt: 'Once upon a time there was', max_tokens: 40, temperature: 0, ignore_eos: true };
     const expected = (await collect(alone, r)).done.tokenIds;
-    const { engine, links, server } = await staged(2);
+    const { engine, restart } = await staged(2);
     const tokens: number[] = [];
     for await (const event of engine.generate(r)) {
       if (event.type !== 'token') break;
       tokens.push(event.tokenId);
-      // The second stage's process restarts: a new server, an empty pool, another epoch.
-      if (tokens.length === 10) {
-        links[1].server.close();
-        links[1].server = server(1);
-      }
+      if (tokens.length === 10) restart(1);
     }
     expect(tokens).toEqual(expected);
     expect(engine.stats().kvLosses).toBe(1);
@@ -222,16 +224,12 @@ describe('a model on pipeline stages', () => {
     const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
     const r = { prompt: 'Once upon a time there was', max_tokens: 24, temperature: 0, ignore_eos: true };
     const expected = (await collect(alone, r)).done.tokenIds;
-    const { engine, links, server } = await staged(2);
+    const { engine, links, restart } = await staged(2);
     const tokens: number[] = [];
     for await (const event of engine.generate(r)) {
       if (event.type !== 'token') break;
       tokens.push(event.tokenId);
-      if (tokens.length === 8)
-        for (const [i, link] of links.entries()) {
-          link.server.close();
-          link.server = server(i);
-        }
+      if (tokens.length === 8) for (const i of links.keys()) restart(i);
     }
     expect(tokens).toEqual(expected);
     // The pass that met the first lost stage asked the other, and reloaded both at once: one recompute, where
@@ -345,12 +343,11 @@ describe('a model on pipeline stages', () => {
 
   it('a read that finds a stage restarted fails, and the next pass recomputes: no block of the old stage is kept', async () => {
     const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
-    const { engine, links, server } = await staged(2);
+    const { engine, restart } = await staged(2);
     const r = { prompt: 'Once upon a time there was', max_tokens: 12, temperature: 0, ignore_eos: true };
     const expected = (await collect(alone, r)).done.tokenIds;
     expect((await collect(engine, r)).done.tokenIds).toEqual(expected);
-    links[0].server.close();
-    links[0].server = server(0);
+    restart(0);
     await expect(engine.kv.memory.readBlock(0)).rejects.toThrow(/restarted: block 0 is gone/);
     // The same prompt again: its cached prefix was the old stage's; it is recomputed, not reused.
     expect((await collect(engine, r)).done.tokenIds).toEqual(expected);
@@ -381,17 +378,14 @@ describe('a model on pipeline stages', () => {
 
   it('a stage lost pass after pass fails those requests, then serves again once it stays up', async () => {
     const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
-    const { engine, links, server } = await staged(2);
+    const { engine, links, restart } = await staged(2);
     const r = { prompt: 'Once upon a time', max_tokens: 8, temperature: 0, ignore_eos: true };
     const expected = (await collect(alone, r)).done.tokenIds;
     const step = links[1].step.bind(links[1]);
     let restarts = 3;
     links[1].step = async (message) => {
       // The pass brings the stage down: it answers as a new one every time.
-      if (restarts-- > 0) {
-        links[1].server.close();
-        links[1].server = server(1);
-      }
+      if (restarts-- > 0) restart(1);
       return step(message);
     };
     await expect(collect(engine, r)).rejects.toThrow(/restarted 3 passes in a row/);

@@ -40,6 +40,30 @@ const api = (key: string, method: string, path: string, body?: unknown) => call(
 const sendEvent = (ref: string, secret: string, event: unknown) => send(server.url, ref, secret, event);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * A new hook of `key`'s named `name`, delivering to a receiver inbox of the same name (which fails or holds
+ * deliveries as `inboxOptions` says), its template rendering `{{ text }}`.
+ */
+async function newHook(
+  key: string,
+  name: string,
+  params: Record<string, unknown>,
+  inboxOptions: Parameters<typeof inbox>[3] = {},
+) {
+  const secret = hookSecret();
+  const box = await inbox(receiver.url, name, secret, inboxOptions);
+  const hook = await json<{ id: string }>(
+    await api(key, 'PUT', `/v1/hooks/${name}`, {
+      template: 'Write about {{ text }}',
+      callback_url: box.url,
+      secret,
+      params,
+    }),
+    201,
+  );
+  return { id: hook.id, secret, box };
+}
+
 interface Streamed {
   text: string;
   errors: unknown[];
@@ -157,18 +181,8 @@ describe("one key's attack leaves another key's work as it is alone", () => {
   });
 
   it('100 events to one hook: past the job cap they are 429 with x-ratelimit-*; bob is served', async () => {
-    const secret = hookSecret();
-    const box = await inbox(receiver.url, 'flood', secret);
-    const hook = await json<{ id: string }>(
-      await api(KEYS.alice, 'PUT', '/v1/hooks/flood', {
-        template: 'Write about {{ text }}',
-        callback_url: box.url,
-        secret,
-        params: { max_tokens: 48, ignore_eos: true },
-      }),
-      201,
-    );
-    const flood = Promise.all(Array.from({ length: 100 }, (_, i) => sendEvent(hook.id, secret, { text: `item ${i}` })));
+    const { id, secret } = await newHook(KEYS.alice, 'flood', { max_tokens: 48, ignore_eos: true });
+    const flood = Promise.all(Array.from({ length: 100 }, (_, i) => sendEvent(id, secret, { text: `item ${i}` })));
     await probesDuring('100 signed events to one hook', flood);
     const answers = await flood;
     const statuses = answers.map((r) => r.status);
@@ -236,18 +250,9 @@ describe("one key's attack leaves another key's work as it is alone", () => {
 
 describe('webhooks across restarts', () => {
   it('a retry due when the server stopped inside an alarm handler is delivered after the restart', async () => {
-    const secret = hookSecret();
     // The first attempt fails; the retry (made by the alarm) is left hanging while the server stops.
-    const box = await inbox(receiver.url, 'alarm-stop', secret, { fail: 1, hold: 1 });
-    const hook = await json<{ id: string }>(
-      await api(KEYS.bob, 'PUT', '/v1/hooks/alarmed', {
-        template: 'Tell me about {{ text }}',
-        callback_url: box.url,
-        secret,
-        params: { max_tokens: 4 },
-      }),
-      201,
-    );
+    const hook = await newHook(KEYS.bob, 'alarmed', { max_tokens: 4 }, { fail: 1, hold: 1 });
+    const { secret, box } = hook;
     const job = (await json<{ job_id: string }>(await sendEvent(hook.id, secret, { text: 'alarms' }), 202)).job_id;
     await until('the held retry', box.deliveries, (d) => d.length === 2);
     await server.kill();
@@ -270,17 +275,8 @@ describe('webhooks across restarts', () => {
   });
 
   it("a removed key's hook takes no event and its pending retries stop; bob's hook goes on", async () => {
-    const secret = hookSecret();
-    const box = await inbox(receiver.url, 'revoked', secret, { fail: -1 });
-    const hook = await json<{ id: string }>(
-      await api(KEYS.alice, 'PUT', '/v1/hooks/retrying', {
-        template: 'Say {{ text }}',
-        callback_url: box.url,
-        secret,
-        params: { max_tokens: 4 },
-      }),
-      201,
-    );
+    const hook = await newHook(KEYS.alice, 'retrying', { max_tokens: 4 }, { fail: -1 });
+    const { secret, box } = hook;
     await json(await sendEvent(hook.id, secret, { text: 'hello' }), 202);
     await until('the first failed attempt', box.deliveries, (d) => d.length === 1);
     await server.stop();

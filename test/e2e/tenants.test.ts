@@ -6,7 +6,7 @@
 import { createParser } from 'eventsource-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startWebhookReceiver } from '../helpers/webhook-receiver.js';
-import { api as call, hookSecret, inbox as inboxAt, json, sendEvent as send } from './helpers/service-client.js';
+import { api as call, hookSecret, inbox as inboxAt, json, sendEvent as send, until } from './helpers/service-client.js';
 import { startDevServer, type DevServer } from './helpers/wrangler.js';
 
 const KEYS = { alice: 'sk-alice-e2e', bob: 'sk-bob-e2e', carol: 'sk-carol-e2e' };
@@ -34,14 +34,12 @@ const secret = hookSecret;
 const inbox = (key: string, hookSecret: string) => inboxAt(receiver.url, key, hookSecret);
 const sendEvent = (ref: string, hookSecret: string, event: unknown) => send(server.url, ref, hookSecret, event);
 
-async function settledJob(key: string, id: string): Promise<{ status: string; key_name: string }> {
-  for (const end = Date.now() + 30_000; ; ) {
-    const job = await json<{ status: string; key_name: string }>(await api(key, 'GET', `/v1/jobs/${id}`));
-    if (job.status === 'delivered' || job.status === 'failed') return job;
-    if (Date.now() > end) throw new Error(`job ${id} still ${job.status}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
+const settledJob = (key: string, id: string) =>
+  until(
+    `job ${id}`,
+    async () => json<{ status: string; key_name: string }>(await api(key, 'GET', `/v1/jobs/${id}`)),
+    (job) => job.status === 'delivered' || job.status === 'failed',
+  );
 
 const hookConfig = (callback_url: string, hookSecret: string) => ({
   template: 'Summarise: {{ text }}',
