@@ -2,8 +2,14 @@
 // point; and the grammar matcher's rollback and fork, which beams and speculation lean on.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine/engine.js';
-import { parseToolCalls, ToolCallParser, withoutTail, type ToolCallDelta } from '../src/worker/tool-calls.js';
-import { toolCallText, TOOL_CALL_SUFFIX, toolCallPrefix } from '../src/tokenizer/tool-format.js';
+import { parseToolCalls, ToolCallParser, type ToolCallDelta } from '../src/worker/tool-calls.js';
+import {
+  toolCallText,
+  TOOL_CALL_BEGIN,
+  TOOL_CALL_END,
+  TOOL_CALL_SUFFIX,
+  toolCallPrefix,
+} from '../src/tokenizer/tool-format.js';
 import type { JsonObject } from '../src/worker/body.js';
 import { withRequestWhitespace } from '../src/worker/structured.js';
 import { toolUse } from '../src/worker/tools.js';
@@ -57,19 +63,49 @@ describe('tool-call parsing', () => {
   });
 });
 
-describe('the arguments tail is trimmed in linear time', () => {
-  it('strips what /\\s*\\}?\\s*$/ stripped', () => {
-    for (const text of ['{"a":1} }  ', '{"a":1}\n}\n', '  ', '}', '{"a": "x }"}', '{"a":1}  }}', ''])
-      expect(withoutTail(text), JSON.stringify(text)).toBe(text.replace(/\s*\}?\s*$/, ''));
+describe('streaming reads each character a bounded number of times', () => {
+  /** The text pushed in `chunks`: the arguments that streamed, and the parser's count of characters read. */
+  function stream(chunks: string[]): { args: string[]; content: string; examined: number } {
+    const parser = new ToolCallParser();
+    let content = '';
+    for (const chunk of chunks) content += parser.push(chunk).content;
+    content += parser.flush();
+    return { args: parser.calls.map((c) => c.function.arguments), content, examined: parser.examined };
+  }
+
+  it('holds back what /\\s*\\}?\\s*$/ matches at the end of the arguments, however the text is split', () => {
+    for (const body of ['{"a":1} }  ', '{"a":1}\n}\n', '{"a": "x }"}', '{"a":1}  }}', '{"a":1}', '[ ]  \n']) {
+      const text = `${toolCallPrefix('f')}${body}${TOOL_CALL_END}`;
+      for (const step of [1, 2, 3, text.length]) {
+        const chunks = Array.from({ length: Math.ceil(text.length / step) }, (_, i) =>
+          text.slice(i * step, (i + 1) * step),
+        );
+        expect(stream(chunks).args, JSON.stringify([body, step])).toEqual([body.replace(/\s*\}?\s*$/, '')]);
+      }
+    }
   });
 
-  it('a megabyte of whitespace streamed into the arguments stays fast', () => {
-    const parser = new ToolCallParser();
-    const started = performance.now();
-    parser.push(`${toolCallPrefix('f')}{"a": 1${' '.repeat(5_000)}`);
-    for (let i = 0; i < 200; i++) parser.push(' '.repeat(5_000));
-    // 200 tokens over 1 MB of blanks: the old regex took minutes here.
-    expect(performance.now() - started).toBeLessThan(5_000);
+  // 200 tokens over 1 MB of blanks: re-reading the block on every token read 100 MB and took 5 s here.
+  const blanks = Array.from({ length: 200 }, () => ' '.repeat(5_000));
+  const total = (chunks: string[]): number => chunks.reduce((n, c) => n + c.length, 0);
+
+  it('a megabyte of whitespace streamed into the arguments', () => {
+    const chunks = [`${toolCallPrefix('f')}{"a": 1`, ...blanks, '}\n', TOOL_CALL_END];
+    const { args, examined } = stream(chunks);
+    expect(args).toEqual(['{"a": 1']);
+    expect(examined).toBeLessThan(4 * total(chunks));
+  });
+
+  it('a megabyte of whitespace where the header should be, and one token at a time', () => {
+    const blank = stream([TOOL_CALL_BEGIN, ...blanks, '{"name": "f", "arguments": {}}', TOOL_CALL_END]);
+    expect(blank.args).toEqual([]);
+    expect(blank.examined).toBeLessThan(4 * 1_000_100);
+    const text = `x${toolCallPrefix('f')}{"a": "${'b'.repeat(20_000)}"}\n${TOOL_CALL_END} y`;
+    const single = stream([...text]);
+    expect(single.args).toEqual([`{"a": "${'b'.repeat(20_000)}"`]);
+    expect(single.content).toBe('x y');
+    // Each one-character push may look back a marker's length, and the header is read from its start.
+    expect(single.examined).toBeLessThan(text.length * (TOOL_CALL_END.length + 2) + 64 * 64);
   });
 });
 

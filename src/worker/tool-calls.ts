@@ -17,21 +17,6 @@ export interface ToolCallDelta {
 
 /** `{"name": "...", "arguments": ` at the start of a call block, once the arguments have begun (so the whitespace before them is known). */
 const HEADER = /^\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*(?=\S)/;
-/**
- * `text` without what may close the arguments: whitespace, the call object's `}`, whitespace (what
- * /\s*\}?\s*$/ matched). Scanned from the end, in time linear in what it strips: that regex, tried at
- * every start position, went cubic on a long run of whitespace, which guided_regex can force, and it
- * runs again on every streamed token.
- */
-export function withoutTail(text: string): string {
-  const space = (i: number): boolean => i >= 0 && /\s/.test(text[i]);
-  let end = text.length;
-  while (space(end - 1)) end--;
-  if (text[end - 1] === '}') end--;
-  while (space(end - 1)) end--;
-  return text.slice(0, end);
-}
-
 const callId = (): string =>
   `call_${[...crypto.getRandomValues(new Uint8Array(12))].map((b) => b.toString(16).padStart(2, '0')).join('')}`;
 
@@ -42,25 +27,45 @@ function partialMarker(text: string, marker: string): number {
 }
 
 /**
+ * A call's header is read only from this many characters after `<tool_call>` (names are at most 64):
+ * past them the block is not a call. It bounds the header regex, which reads from the block's start.
+ */
+const HEADER_LIMIT = 1024;
+
+const isSpace = (c: string): boolean => /\s/.test(c);
+
+/**
  * Splits a completion's text, as it streams, into content and tool calls written in the model's format
  * (src/tokenizer/tool-format.ts: `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`). Text that
  * may be the start of a marker is held back until it is known; a call's arguments stream as they come,
  * less what may be the call's closing brace. A block that does not read as a call is given back as content.
+ *
+ * Each push reads only the text it brings (and a marker's length before it): a block is one growing
+ * buffer, and re-reading it on every token made a long stream quadratic, which guided_regex can force
+ * with a run of whitespace.
  */
 export class ToolCallParser {
   readonly calls: ToolCall[] = [];
+  /** Characters read so far, by every scan together: what the tests hold to the length of the text. */
+  examined = 0;
   private buffer = '';
   private inside = false;
-  /** The current call, once its header has been read: its index, where its arguments start in `buffer`, and how much of them went out. */
-  private current: { index: number; argsStart: number; sent: number } | undefined;
+  /** Inside a block: where the search for its end marker resumes. */
+  private searched = 0;
+  /** Whether the header may yet be read (false once it is, or once the block is too long to hold one). */
+  private headerOpen = true;
+  private current: OpenCall | undefined;
 
   push(text: string): { content: string; deltas: ToolCallDelta[] } {
+    const before = this.buffer.length;
     this.buffer += text;
     let content = '';
     const deltas: ToolCallDelta[] = [];
-    for (;;) {
+    for (let fresh = before; ; fresh = 0) {
       if (!this.inside) {
-        const at = this.buffer.indexOf(TOOL_CALL_BEGIN);
+        const from = Math.max(0, fresh - TOOL_CALL_BEGIN.length + 1);
+        this.examined += this.buffer.length - from;
+        const at = this.buffer.indexOf(TOOL_CALL_BEGIN, from);
         if (at < 0) {
           const keep = partialMarker(this.buffer, TOOL_CALL_BEGIN);
           content += this.buffer.slice(0, this.buffer.length - keep);
@@ -70,30 +75,31 @@ export class ToolCallParser {
         content += this.buffer.slice(0, at);
         this.buffer = this.buffer.slice(at + TOOL_CALL_BEGIN.length);
         this.inside = true;
+        this.searched = 0;
+        this.headerOpen = true;
         continue;
       }
-      if (!this.current) {
-        const header = HEADER.exec(this.buffer);
-        if (header) {
-          const name = JSON.parse(header[1]) as string;
-          const index = this.calls.length;
-          this.calls.push({ id: callId(), type: 'function', function: { name, arguments: '' } });
-          this.current = { index, argsStart: header[0].length, sent: 0 };
-          deltas.push({ index, id: this.calls[index].id, type: 'function', function: { name, arguments: '' } });
-        }
+      // Only new text that is not blank can complete a header (it ends where the arguments' first character is).
+      if (this.headerOpen) {
+        this.examined += this.buffer.length - fresh;
+        if (/\S/.test(this.buffer.slice(fresh))) this.readHeader(deltas);
       }
-      const end = this.buffer.indexOf(TOOL_CALL_END);
+      const from = Math.max(0, this.searched - TOOL_CALL_END.length + 1);
+      this.examined += this.buffer.length - from;
+      const end = this.buffer.indexOf(TOOL_CALL_END, from);
+      this.searched = this.buffer.length;
       if (this.current) {
-        const { index, argsStart } = this.current;
-        const body = this.buffer.slice(argsStart, end < 0 ? this.buffer.length : end);
         // Unfinished: hold back what may be the end marker, the call's `}` and the whitespace around it.
-        const safe =
-          end < 0 ? withoutTail(body.slice(0, body.length - partialMarker(body, TOOL_CALL_END))) : withoutTail(body);
-        if (safe.length > this.current.sent) {
-          const fragment = safe.slice(this.current.sent);
-          deltas.push({ index, function: { arguments: fragment } });
-          this.calls[index].function.arguments += fragment;
-          this.current.sent = safe.length;
+        const stable =
+          end >= 0
+            ? end
+            : this.buffer.length -
+              Math.min(partialMarker(this.buffer, TOOL_CALL_END), this.buffer.length - this.current.argsStart);
+        this.examined += Math.max(0, stable - this.current.readTo);
+        const fragment = this.current.advance(this.buffer, stable);
+        if (fragment) {
+          deltas.push({ index: this.current.index, function: { arguments: fragment } });
+          this.calls[this.current.index].function.arguments += fragment;
         }
       }
       if (end < 0) break;
@@ -110,6 +116,60 @@ export class ToolCallParser {
     const rest = this.inside && !this.current ? `${TOOL_CALL_BEGIN}${this.buffer}` : this.inside ? '' : this.buffer;
     this.buffer = '';
     return rest;
+  }
+
+  private readHeader(deltas: ToolCallDelta[]): void {
+    const head = this.buffer.slice(0, HEADER_LIMIT);
+    this.examined += head.length;
+    const header = HEADER.exec(head);
+    if (!header) {
+      this.headerOpen = this.buffer.length < HEADER_LIMIT;
+      return;
+    }
+    this.headerOpen = false;
+    const name = JSON.parse(header[1]) as string;
+    const index = this.calls.length;
+    this.calls.push({ id: callId(), type: 'function', function: { name, arguments: '' } });
+    this.current = new OpenCall(index, header[0].length);
+    deltas.push({ index, id: this.calls[index].id, type: 'function', function: { name, arguments: '' } });
+  }
+}
+
+/**
+ * A call whose arguments are streaming: what went out, and where the last two characters that are not
+ * whitespace sit, so the tail /\s*\}?\s*$/ (what may close the call) is known without reading it again. Only the text between
+ * the last read and `stable` (what can no longer turn out to be the end marker) is read.
+ */
+class OpenCall {
+  /** Where in the block its arguments start, and how far they went out. */
+  private sentTo: number;
+  /** How far the arguments have been read. */
+  readTo: number;
+  /** Just past the last character that is not whitespace, and past the one before it. */
+  private lastSolid: number;
+  private solidBefore: number;
+
+  constructor(
+    readonly index: number,
+    readonly argsStart: number,
+  ) {
+    this.sentTo = this.readTo = this.lastSolid = this.solidBefore = argsStart;
+  }
+
+  /** The arguments' text that is now safe to send: up to `stable`, less a closing `}` and whitespace. */
+  advance(block: string, stable: number): string {
+    for (let i = this.readTo; i < stable; i++) {
+      if (isSpace(block[i])) continue;
+      this.solidBefore = this.lastSolid;
+      this.lastSolid = i + 1;
+    }
+    this.readTo = Math.max(this.readTo, stable);
+    const safe =
+      block[this.lastSolid - 1] === '}' && this.lastSolid > this.argsStart ? this.solidBefore : this.lastSolid;
+    if (safe <= this.sentTo) return '';
+    const fragment = block.slice(this.sentTo, safe);
+    this.sentTo = safe;
+    return fragment;
   }
 }
 
