@@ -56,6 +56,10 @@ export function makeModel({ preset, outDir, seed = DEFAULT_SEED, dtypes = ['fp32
   const p = PRESETS[preset];
   if (!p) throw new Error(`unknown preset ${preset}`);
   if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new Error(`seed must be a uint32, got ${seed}`);
+  if ((p.architecture ?? 'llama') !== 'llama')
+    throw new Error(
+      `${preset} is a ${p.architecture} model, which our ONNX graphs do not compute: write it as GGUF (npx tsx scripts/model/gguf-writer.ts --preset ${preset} --out <file>) and import that`,
+    );
   // Refused before anything is written: a variant past protobuf's limit, asked for alone.
   const variants = hub ? [] : variantsToWrite(p, dtypes);
   mkdirSync(join(outDir, 'onnx'), { recursive: true });

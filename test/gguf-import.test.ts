@@ -205,13 +205,15 @@ describe('GGUF import: refusals', () => {
   };
 
   it('names the architecture, tokenizer model or pre-tokenizer it does not take', async () => {
-    await refused(
-      variant('qwen2', set('general.architecture', { type: 'str', value: 'qwen2' })),
-      'qwen2 is not supported',
-    );
+    // A llama file's keys under qwen2's name: a qwen2 block without its biases.
+    const asQwen2 = (meta: [string, MetaValue][]) => {
+      for (const [i, [key, value]] of meta.entries()) meta[i] = [key.replace(/^llama\./, 'qwen2.'), value];
+      set('general.architecture', { type: 'str', value: 'qwen2' })(meta);
+    };
+    await refused(variant('qwen2', asQwen2), 'GGUF tensor blk.0.attn_q.bias is missing');
     await refused(
       variant('gemma', set('general.architecture', { type: 'str', value: 'gemma' })),
-      'GGUF architecture gemma is not supported (llama is)',
+      'GGUF architecture gemma is not supported (llama, qwen2, qwen3 are)',
     );
     await refused(
       variant('bert', set('tokenizer.ggml.model', { type: 'str', value: 'bert' })),

@@ -1,9 +1,10 @@
-// A GGUF file's architecture metadata and tensor table -> config.json (Hugging Face's LlamaConfig keys),
-// after checking that the engine can serve it: architecture `llama`, the tensors a Llama block has with
-// the shapes the metadata implies, and tensor types the loader reads. Anything else is refused by name.
+// A GGUF file's architecture metadata and tensor table -> config.json (the Hugging Face config class's keys
+// for its architecture), after checking that the engine can serve it: architecture `llama`, `qwen2` or
+// `qwen3`, the tensors such a block has with the shapes the metadata implies, and tensor types the loader
+// reads. Anything else is refused by name.
 import { GGML_TYPE, ggmlTypeName } from '../../src/engine/gguf/ggml-types.js';
 import type { GgufHeader } from '../../src/engine/gguf/gguf-header.js';
-import { llamaConfigJson } from '../model/presets.js';
+import { ARCHITECTURES, llamaConfigJson, type Architecture } from '../model/presets.js';
 
 /** Tensor types the kernels' GGUF loader takes. */
 export const GGUF_LOADABLE_TYPES: readonly number[] = [
@@ -42,6 +43,7 @@ export function float32Decimal(v: number): number {
 }
 
 export interface GgufLlamaShape {
+  architecture: Architecture;
   hiddenSize: number;
   intermediateSize: number;
   numLayers: number;
@@ -55,24 +57,19 @@ export interface GgufLlamaShape {
   tieWordEmbeddings: boolean;
 }
 
-function refuseArchitecture(arch: string): never {
-  if (arch === 'qwen2')
-    throw new Error(
-      'GGUF architecture qwen2 is not supported: its attention has q/k/v biases, which the kernels do not apply yet',
-    );
-  throw new Error(`GGUF architecture ${arch} is not supported (llama is)`);
-}
+const isArchitecture = (arch: string): arch is Architecture => (ARCHITECTURES as readonly string[]).includes(arch);
 
-/** Reads and checks a `llama` GGUF's shape from its metadata and tensor table. */
+/** Reads and checks a Llama-family GGUF's shape from its metadata and tensor table. */
 export function ggufLlamaShape(header: GgufHeader): GgufLlamaShape {
   const meta = header.metadata;
   const arch = meta.str('general.architecture');
-  if (arch !== 'llama') refuseArchitecture(arch);
-  const k = (key: string) => `llama.${key}`;
+  if (!isArchitecture(arch))
+    throw new Error(`GGUF architecture ${arch} is not supported (${ARCHITECTURES.join(', ')} are)`);
+  const k = (key: string) => `${arch}.${key}`;
   if (meta.u32(k('expert_count'), 0) > 0)
-    throw new Error('GGUF llama.expert_count > 0: mixture-of-experts models are not supported');
+    throw new Error(`GGUF ${k('expert_count')} > 0: mixture-of-experts models are not supported`);
   const scaling = meta.str(k('rope.scaling.type'), 'none');
-  if (scaling !== 'none') throw new Error(`GGUF llama.rope.scaling.type ${scaling} is not supported`);
+  if (scaling !== 'none') throw new Error(`GGUF ${k('rope.scaling.type')} ${scaling} is not supported`);
 
   const hiddenSize = meta.u32(k('embedding_length'));
   const numHeads = meta.u32(k('attention.head_count'));
@@ -81,18 +78,19 @@ export function ggufLlamaShape(header: GgufHeader): GgufLlamaShape {
   if (!Number.isInteger(headDim))
     throw new Error(`GGUF ${k('embedding_length')} ${hiddenSize} is not a whole number of heads`);
   if (meta.u32(k('attention.value_length'), headDim) !== headDim)
-    throw new Error('GGUF llama.attention.value_length differs from key_length: not supported');
+    throw new Error(`GGUF ${k('attention.value_length')} differs from key_length: not supported`);
   if (meta.u32(k('rope.dimension_count'), headDim) !== headDim)
     throw new Error(
-      'GGUF llama.rope.dimension_count is not the head dimension: partial rotary embeddings are not supported',
+      `GGUF ${k('rope.dimension_count')} is not the head dimension: partial rotary embeddings are not supported`,
     );
   if (numKvHeads < 1 || numHeads % numKvHeads)
-    throw new Error(`GGUF llama.attention.head_count ${numHeads} is not a multiple of head_count_kv ${numKvHeads}`);
+    throw new Error(`GGUF ${k('attention.head_count')} ${numHeads} is not a multiple of head_count_kv ${numKvHeads}`);
 
   const tensors = new Map(header.tensors.map((t) => [t.name, t]));
   const embedding = tensors.get('token_embd.weight');
   if (!embedding) throw new Error('GGUF tensor token_embd.weight is missing');
   const shape: GgufLlamaShape = {
+    architecture: arch,
     hiddenSize,
     intermediateSize: meta.u32(k('feed_forward_length')),
     numLayers: meta.u32(k('block_count')),
@@ -110,7 +108,7 @@ export function ggufLlamaShape(header: GgufHeader): GgufLlamaShape {
   return shape;
 }
 
-/** Every tensor a Llama of this shape has, with its dims, and nothing else. */
+/** Every tensor a model of this shape and architecture has, with its dims, and nothing else. */
 function checkTensors(header: GgufHeader, p: GgufLlamaShape): void {
   const q = p.numHeads * p.headDim;
   const kv = p.numKvHeads * p.headDim;
@@ -130,11 +128,29 @@ function checkTensors(header: GgufHeader, p: GgufLlamaShape): void {
     ffn_up: [p.hiddenSize, p.intermediateSize],
     ffn_down: [p.intermediateSize, p.hiddenSize],
   };
-  for (let i = 0; i < p.numLayers; i++) for (const t of LAYER_TENSORS) want.set(`blk.${i}.${t}.weight`, dims[t]);
+  const extra: [string, number[]][] =
+    p.architecture === 'qwen2'
+      ? [
+          ['attn_q.bias', [q]],
+          ['attn_k.bias', [kv]],
+          ['attn_v.bias', [kv]],
+        ]
+      : p.architecture === 'qwen3'
+        ? [
+            ['attn_q_norm.weight', [p.headDim]],
+            ['attn_k_norm.weight', [p.headDim]],
+          ]
+        : [];
+  for (let i = 0; i < p.numLayers; i++) {
+    for (const t of LAYER_TENSORS) want.set(`blk.${i}.${t}.weight`, dims[t]);
+    for (const [t, d] of extra) want.set(`blk.${i}.${t}`, d);
+  }
   for (const t of header.tensors) {
     const expected = want.get(t.name);
     if (!expected)
-      throw new Error(`GGUF tensor ${t.name} is not part of a llama model the engine serves (biases, rope_freqs...)`);
+      throw new Error(
+        `GGUF tensor ${t.name} is not part of a ${p.architecture} model the engine serves (rope_freqs, an o bias...)`,
+      );
     if (t.ne.join() !== expected.join())
       throw new Error(`GGUF tensor ${t.name} has dims [${t.ne}], the metadata implies [${expected}]`);
     if (!GGUF_LOADABLE_TYPES.includes(t.type))
@@ -147,7 +163,7 @@ function checkTensors(header: GgufHeader, p: GgufLlamaShape): void {
   if (want.size) throw new Error(`GGUF tensor ${[...want.keys()][0]} is missing`);
 }
 
-/** config.json for the folder: LlamaConfig's keys (presets.ts writes them), naming the GGUF file the weights are in. */
+/** config.json for the folder: its architecture's config keys (presets.ts writes them), naming the GGUF file the weights are in. */
 export function ggufConfigJson(p: GgufLlamaShape, bosId: number | null, eosId: number | null): Record<string, unknown> {
   return llamaConfigJson(
     { ...p, maxPositionEmbeddings: p.contextLength },

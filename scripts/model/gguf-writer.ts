@@ -9,7 +9,9 @@
 //   WeightMap holds MatMul layout (in, out), so every matrix but the embedding is transposed.
 // - llama.cpp's `llama` architecture rotates adjacent pairs (x[2i], x[2i+1]) in RoPE, where HF rotates
 //   halves (x[i], x[i + head_dim/2]). The converter permutes q_proj/k_proj output rows per head so the two
-//   agree: new row 2i + j of a head is old row j * head_dim/2 + i.
+//   agree: new row 2i + j of a head is old row j * head_dim/2 + i. `qwen2` and `qwen3` run NEOX RoPE
+//   (halves, as HF) and are written unpermuted, with their keys under their own prefix and their extra
+//   tensors (Qwen2's q/k/v biases as blk.N.attn_q.bias..., Qwen3's blk.N.attn_q_norm.weight...) in F32.
 // - Types per tensor as llama-quantize chooses them (gguf-quant-mix.ts): a single type quantises every
 //   matrix (the embedding too, like llama-quantize --pure); Q4_K_M is llama.cpp's mix. Norms stay F32.
 // - Tokenizer (gguf-tokenizer-meta.ts): our byte-level BPE as llama.cpp's "gpt2" model, or a SentencePiece
@@ -89,6 +91,7 @@ export function llamaTensors(p: LlamaShape, weights: WeightMap, fileType: GgufFi
     data: () => get(name).data,
   });
   const mix = { numLayers: p.numLayers, tiedEmbeddings: p.tieWordEmbeddings };
+  const permuted = (p.architecture ?? 'llama') === 'llama';
   /** A MatMul (in, out) weight as an (out, in) ggml matrix, optionally with its rows permuted for RoPE. */
   const matrix = (name: string, out: string, ropeHeads?: number): GgufTensor => {
     const [nIn, nOut] = get(name).dims;
@@ -98,7 +101,7 @@ export function llamaTensors(p: LlamaShape, weights: WeightMap, fileType: GgufFi
       type: tensorTypeFor(fileType, out, [nIn, nOut], mix),
       data: () => {
         const t = transpose(get(name).data, nIn, nOut);
-        return ropeHeads === undefined ? t : permuteForRope(t, ropeHeads, p.headDim, nIn);
+        return ropeHeads === undefined || !permuted ? t : permuteForRope(t, ropeHeads, p.headDim, nIn);
       },
     };
   };
@@ -119,6 +122,7 @@ export function llamaTensors(p: LlamaShape, weights: WeightMap, fileType: GgufFi
       matrix(`${l}.self_attn.k_proj.weight`, `blk.${i}.attn_k.weight`, p.numKvHeads),
       matrix(`${l}.self_attn.v_proj.weight`, `blk.${i}.attn_v.weight`),
       matrix(`${l}.self_attn.o_proj.weight`, `blk.${i}.attn_output.weight`),
+      ...architectureTensors(p).map(([hf, gguf]) => vector(`${l}.${hf}`, `blk.${i}.${gguf}`)),
       vector(`${l}.post_attention_layernorm.weight`, `blk.${i}.ffn_norm.weight`),
       matrix(`${l}.mlp.gate_proj.weight`, `blk.${i}.ffn_gate.weight`),
       matrix(`${l}.mlp.up_proj.weight`, `blk.${i}.ffn_up.weight`),
@@ -131,7 +135,14 @@ export function llamaTensors(p: LlamaShape, weights: WeightMap, fileType: GgufFi
   return tensors;
 }
 
-/** The metadata of a Llama GGUF, in the order convert_hf_to_gguf.py writes it. */
+/** A layer's tensors beyond a Llama layer's: (Hugging Face name after the layer prefix, GGUF name after blk.N.). */
+export function architectureTensors(p: LlamaShape): [string, string][] {
+  if (p.architecture === 'qwen2') return ['q', 'k', 'v'].map((x) => [`self_attn.${x}_proj.bias`, `attn_${x}.bias`]);
+  if (p.architecture === 'qwen3') return ['q', 'k'].map((x) => [`self_attn.${x}_norm.weight`, `attn_${x}_norm.weight`]);
+  return [];
+}
+
+/** The metadata of a Llama-family GGUF, in the order convert_hf_to_gguf.py writes it. */
 export function llamaGgufMeta(
   input: LlamaGgufInput,
   fileType: GgufFileType,
@@ -139,23 +150,24 @@ export function llamaGgufMeta(
 ): [string, MetaValue][] {
   const p = input.shape;
   const u32 = (value: number): MetaValue => ({ type: 'u32', value });
+  const arch = p.architecture ?? 'llama';
   const meta: [string, MetaValue][] = [
-    ['general.architecture', { type: 'str', value: 'llama' }],
+    ['general.architecture', { type: 'str', value: arch }],
     ['general.name', { type: 'str', value: input.name }],
     ['general.file_type', u32(LLAMA_FTYPE[fileType])],
     ['general.alignment', u32(ALIGNMENT)],
-    ['llama.vocab_size', u32(p.vocabSize)],
-    ['llama.context_length', u32(p.maxPositionEmbeddings)],
-    ['llama.embedding_length', u32(p.hiddenSize)],
-    ['llama.block_count', u32(p.numLayers)],
-    ['llama.feed_forward_length', u32(p.intermediateSize)],
-    ['llama.rope.dimension_count', u32(p.headDim)],
-    ['llama.rope.freq_base', { type: 'f32', value: p.ropeTheta }],
-    ['llama.attention.head_count', u32(p.numHeads)],
-    ['llama.attention.head_count_kv', u32(p.numKvHeads)],
-    ['llama.attention.key_length', u32(p.headDim)],
-    ['llama.attention.value_length', u32(p.headDim)],
-    ['llama.attention.layer_norm_rms_epsilon', { type: 'f32', value: p.rmsNormEps }],
+    [`${arch}.vocab_size`, u32(p.vocabSize)],
+    [`${arch}.context_length`, u32(p.maxPositionEmbeddings)],
+    [`${arch}.embedding_length`, u32(p.hiddenSize)],
+    [`${arch}.block_count`, u32(p.numLayers)],
+    [`${arch}.feed_forward_length`, u32(p.intermediateSize)],
+    [`${arch}.rope.dimension_count`, u32(p.headDim)],
+    [`${arch}.rope.freq_base`, { type: 'f32', value: p.ropeTheta }],
+    [`${arch}.attention.head_count`, u32(p.numHeads)],
+    [`${arch}.attention.head_count_kv`, u32(p.numKvHeads)],
+    [`${arch}.attention.key_length`, u32(p.headDim)],
+    [`${arch}.attention.value_length`, u32(p.headDim)],
+    [`${arch}.attention.layer_norm_rms_epsilon`, { type: 'f32', value: p.rmsNormEps }],
     ...(options.tokenizer === 'llama' ? llamaTokenizerMeta : gpt2TokenizerMeta)(input.tokenizer, p.vocabSize),
   ];
   if (input.chatTemplate) meta.push(['tokenizer.chat_template', { type: 'str', value: input.chatTemplate }]);

@@ -9,7 +9,9 @@ export type PresetName =
   | 'bench-135m'
   | 'bench-135m-copy'
   | 'bench-360m'
-  | 'bench-1b';
+  | 'bench-1b'
+  | 'tiny-qwen2'
+  | 'tiny-qwen3';
 export const PRESET_NAMES: readonly PresetName[] = [
   'tiny',
   'tiny-untied',
@@ -20,12 +22,25 @@ export const PRESET_NAMES: readonly PresetName[] = [
   'bench-135m-copy',
   'bench-360m',
   'bench-1b',
+  'tiny-qwen2',
+  'tiny-qwen3',
 ];
 
 /** Presets whose weights continue a repeated phrase of this many tokens (copy-weights.ts), not random ones. */
 export const COPY_PERIOD: Partial<Record<PresetName, number>> = { 'tiny-copy': 8, 'bench-135m-copy': 16 };
 
+/**
+ * The decoder families the kernels run, by Hugging Face model_type: a Llama block, and what each adds to it
+ * (llama.cpp's src/llama-model.cpp builds them the same way).
+ * - `qwen2`: biases on the q, k and v projections.
+ * - `qwen3`: an RMSNorm over each head of q and k (a head_dim weight each) before RoPE; head_dim is its own key.
+ */
+export type Architecture = 'llama' | 'qwen2' | 'qwen3';
+export const ARCHITECTURES: readonly Architecture[] = ['llama', 'qwen2', 'qwen3'];
+
 export interface LlamaShape {
+  /** Absent: llama. */
+  architecture?: Architecture;
   hiddenSize: number;
   intermediateSize: number;
   numLayers: number;
@@ -109,6 +124,12 @@ const bench1b: LlamaShape = {
   ropeTheta: 500000,
 };
 
+/** Qwen2.5's block (q/k/v biases, rope theta 1e6) at tiny's size. */
+const tinyQwen2: LlamaShape = { ...tiny, architecture: 'qwen2', ropeTheta: 1_000_000, rmsNormEps: 1e-6 };
+
+/** Qwen3's block (q/k norms) at tiny's size, with head_dim 32 where hidden / heads is 16, as Qwen3's 128 is not 1024 / 16. */
+const tinyQwen3: LlamaShape = { ...tinyQwen2, architecture: 'qwen3', headDim: 32 };
+
 export const PRESETS: Record<PresetName, LlamaShape> = {
   tiny,
   'tiny-untied': { ...tiny, tieWordEmbeddings: false },
@@ -121,6 +142,8 @@ export const PRESETS: Record<PresetName, LlamaShape> = {
   'bench-135m-copy': bench135m,
   'bench-360m': bench360m,
   'bench-1b': bench1b,
+  'tiny-qwen2': tinyQwen2,
+  'tiny-qwen3': tinyQwen3,
 };
 
 export const BOS_TOKEN_ID = 1; // <|im_start|>
@@ -131,15 +154,32 @@ export function isPresetName(s: string): s is PresetName {
   return (PRESET_NAMES as readonly string[]).includes(s);
 }
 
+/** What config.json says differently per architecture (Qwen2Config and Qwen3Config beside LlamaConfig). */
+const ARCHITECTURE_KEYS: Record<Architecture, Record<string, unknown>> = {
+  llama: { architectures: ['LlamaForCausalLM'], attention_bias: false, mlp_bias: false, model_type: 'llama' },
+  // Qwen2's q/k/v biases are not a key: Qwen2Config has no attention_bias, the model always has them.
+  qwen2: {
+    architectures: ['Qwen2ForCausalLM'],
+    model_type: 'qwen2',
+    sliding_window: null,
+    use_sliding_window: false,
+  },
+  qwen3: {
+    architectures: ['Qwen3ForCausalLM'],
+    attention_bias: false,
+    model_type: 'qwen3',
+    sliding_window: null,
+    use_sliding_window: false,
+  },
+};
+
 /**
- * A Llama config.json, the one builder of it (model:make, the safetensors and llama2.c imports, the GGUF import):
- * LlamaConfig's keys in alphabetical order (insertion order is the serialisation order). `overrides` replace
- * or add keys; an undefined one is left out.
+ * A Llama-family config.json, the one builder of it (model:make, the safetensors and llama2.c imports, the GGUF
+ * import): the keys of the shape's architecture's config class in alphabetical order (insertion order is the
+ * serialisation order). `overrides` replace or add keys; an undefined one is left out.
  */
 export function llamaConfigJson(p: LlamaShape, overrides: Record<string, unknown> = {}): Record<string, unknown> {
   const config: Record<string, unknown> = {
-    architectures: ['LlamaForCausalLM'],
-    attention_bias: false,
     bos_token_id: BOS_TOKEN_ID,
     eos_token_id: EOS_TOKEN_ID,
     head_dim: p.headDim,
@@ -147,8 +187,6 @@ export function llamaConfigJson(p: LlamaShape, overrides: Record<string, unknown
     hidden_size: p.hiddenSize,
     intermediate_size: p.intermediateSize,
     max_position_embeddings: p.maxPositionEmbeddings,
-    mlp_bias: false,
-    model_type: 'llama',
     num_attention_heads: p.numHeads,
     num_hidden_layers: p.numLayers,
     num_key_value_heads: p.numKvHeads,
@@ -160,6 +198,7 @@ export function llamaConfigJson(p: LlamaShape, overrides: Record<string, unknown
     transformers_version: '4.46.0',
     use_cache: true,
     vocab_size: p.vocabSize,
+    ...ARCHITECTURE_KEYS[p.architecture ?? 'llama'],
     ...overrides,
   };
   const keys = Object.keys(config).filter((k) => config[k] !== undefined);

@@ -68,6 +68,7 @@ export function weightSpecs(p: LlamaShape): { name: string; dims: number[] }[] {
       { name: `${l}.self_attn.k_proj.weight`, dims: [H, kv] },
       { name: `${l}.self_attn.v_proj.weight`, dims: [H, kv] },
       { name: `${l}.self_attn.o_proj.weight`, dims: [q, H] },
+      ...architectureSpecs(p, l),
       { name: `${l}.post_attention_layernorm.weight`, dims: [H] },
       { name: `${l}.mlp.gate_proj.weight`, dims: [H, I] },
       { name: `${l}.mlp.up_proj.weight`, dims: [H, I] },
@@ -79,12 +80,32 @@ export function weightSpecs(p: LlamaShape): { name: string; dims: number[] }[] {
   return specs;
 }
 
+/** The tensors a layer of `p`'s architecture has beyond a Llama layer's (Hugging Face's names). */
+function architectureSpecs(p: LlamaShape, l: string): { name: string; dims: number[] }[] {
+  const q = p.numHeads * p.headDim;
+  const kv = p.numKvHeads * p.headDim;
+  if (p.architecture === 'qwen2')
+    return [
+      { name: `${l}.self_attn.q_proj.bias`, dims: [q] },
+      { name: `${l}.self_attn.k_proj.bias`, dims: [kv] },
+      { name: `${l}.self_attn.v_proj.bias`, dims: [kv] },
+    ];
+  if (p.architecture === 'qwen3')
+    return [
+      { name: `${l}.self_attn.q_norm.weight`, dims: [p.headDim] },
+      { name: `${l}.self_attn.k_norm.weight`, dims: [p.headDim] },
+    ];
+  return [];
+}
+
 /** std (and mean) of each tensor kind; `fanIn` is the matrix's input size. */
 function initFor(name: string, p: LlamaShape, fanIn: number): { std: number; mean: number } {
   // Normalised activations have rms ~1, so a [in, out] matrix with std g/sqrt(in) outputs rms ~g.
   const embStd = LOGIT_STD / Math.sqrt(p.hiddenSize);
   const perIn = 1 / Math.sqrt(fanIn);
-  if (name.endsWith('layernorm.weight') || name === 'model.norm.weight') return { std: 0.1, mean: 1 };
+  if (name.endsWith('norm.weight')) return { std: 0.1, mean: 1 };
+  // Qwen2's biases are large beside its products' outputs (rms ~1.6 for q and k); these are of that order.
+  if (name.endsWith('_proj.bias')) return { std: name.includes('v_proj') ? 0.2 : 1, mean: 0 };
   if (name === 'model.embed_tokens.weight') return { std: embStd, mean: 0 };
   if (name === 'lm_head.weight') return { std: LOGIT_STD * perIn, mean: 0 };
   if (name.endsWith('q_proj.weight') || name.endsWith('k_proj.weight')) return { std: QK_GAIN * perIn, mean: 0 };

@@ -3,14 +3,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { importGguf } from '../../scripts/import/gguf.js';
 import { DEFAULT_SEED } from '../../scripts/model-make.js';
-import { presetGgufInput, writeLlamaGguf } from '../../scripts/model/gguf-writer.js';
+import { presetGgufInput, writeLlamaGguf, type GgufFileType } from '../../scripts/model/gguf-writer.js';
+import type { PresetName } from '../../scripts/model/presets.js';
 
-/** tiny-256's weights as a Q4_K_M GGUF file, imported into `out` as `model:import gguf` writes it. */
-export async function writeGgufFolder(out: string): Promise<void> {
+/** A preset's weights (tiny-256's by default) as a GGUF file of `type`, imported into `out` as `model:import gguf` writes it. */
+export async function writeGgufFolder(
+  out: string,
+  preset: PresetName = 'tiny-256',
+  type: GgufFileType = 'Q4_K_M',
+): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'edge-infer-gguf-'));
   try {
-    const file = join(dir, 'tiny-256-Q4_K_M.gguf');
-    writeLlamaGguf(file, presetGgufInput('tiny-256', DEFAULT_SEED), 'Q4_K_M');
+    const file = join(dir, `${preset}-${type}.gguf`);
+    writeLlamaGguf(file, presetGgufInput(preset, DEFAULT_SEED), type);
     rmSync(out, { recursive: true, force: true });
     await importGguf(file, out);
   } finally {

@@ -1,4 +1,4 @@
-// A Llama GGUF's tensors dequantized back into our WeightMap (MatMul layout, Hugging Face names): the
+// A Llama-family GGUF's tensors dequantized back into our WeightMap (MatMul layout, Hugging Face names): the
 // writer's mapping undone (transpose, RoPE row permutation), so the float64 reference can run the very
 // values a quantised file stands for.
 import { dequantizeRow } from '../../scripts/model/ggml-quants.js';
@@ -25,14 +25,17 @@ export function ggufWeights(
   heads: { numHeads: number; numKvHeads: number; headDim: number },
 ): WeightMap {
   const out: WeightMap = new Map();
+  // Only llama's files are permuted for interleaved RoPE; Qwen's are in Hugging Face's order (NEOX RoPE).
+  const arch = header.metadata.get('general.architecture');
+  const permuted = arch?.type === 'string' && arch.value === 'llama';
   for (const t of header.tensors) {
     const at = header.dataStart + t.offset;
     const n = t.ne.reduce((a, b) => a * b, 1);
     const data = dequantizeRow(t.type, file.subarray(at, at + t.byteSize!), n);
-    const layer = /^blk\.(\d+)\.(\w+)\.weight$/.exec(t.name);
+    const layer = /^blk\.(\d+)\.(\w+)\.(weight|bias)$/.exec(t.name);
     const matrix = (name: string, ropeHeads?: number) => {
       const [cols, rows] = t.ne;
-      const rowsHf = ropeHeads === undefined ? data : unpermute(data, ropeHeads, heads.headDim, cols);
+      const rowsHf = ropeHeads === undefined || !permuted ? data : unpermute(data, ropeHeads, heads.headDim, cols);
       out.set(name, { dims: [cols, rows], data: transpose(rowsHf, rows, cols) });
     };
     if (t.name === 'token_embd.weight') out.set('model.embed_tokens.weight', { dims: [t.ne[1], t.ne[0]], data });
@@ -50,8 +53,10 @@ export function ggufWeights(
         ffn_gate: 'mlp.gate_proj',
         ffn_up: 'mlp.up_proj',
         ffn_down: 'mlp.down_proj',
+        attn_q_norm: 'self_attn.q_norm',
+        attn_k_norm: 'self_attn.k_norm',
       };
-      const name = `${p}.${names[layer[2]]}.weight`;
+      const name = `${p}.${names[layer[2]]}.${layer[3]}`;
       if (t.ne.length === 1) out.set(name, { dims: [n], data });
       else if (layer[2] === 'attn_q') matrix(name, heads.numHeads);
       else if (layer[2] === 'attn_k') matrix(name, heads.numKvHeads);

@@ -1,5 +1,5 @@
-// Reference Llama forward pass (HF LlamaForCausalLM math), the oracle the engine is
-// checked against. Deliberately naive, one token at a time, every accumulation in Float64, in the
+// Reference Llama forward pass (HF LlamaForCausalLM math, and Qwen2ForCausalLM's and Qwen3ForCausalLM's
+// by config.json model_type), the oracle the engine is checked against. Deliberately naive, one token at a time, every accumulation in Float64, in the
 // spirit of llama2.c run.c. It shares no code with the engine or the ONNX graph builder.
 import type { Tensor } from './onnx-weights';
 
@@ -15,6 +15,8 @@ export interface LlamaConfig {
   rms_norm_eps: number;
   rope_theta: number;
   tie_word_embeddings: boolean;
+  /** `qwen2`: q/k/v projections with biases; `qwen3`: RMSNorm over each head of q and k before RoPE. */
+  model_type?: string;
   /** llama2.c run.c's RoPE: rotates adjacent pairs (x[2j], x[2j+1]) instead of HF's halves (x[j], x[j+hd/2]). */
   rope_interleaved?: boolean;
   [key: string]: unknown;
@@ -30,6 +32,13 @@ interface LayerWeights {
   wGate: Float32Array; // (hidden, intermediate)
   wUp: Float32Array; // (hidden, intermediate)
   wDown: Float32Array; // (intermediate, hidden)
+  /** Qwen2: added to q, k and v. */
+  bq?: Float32Array; // (heads*head_dim)
+  bk?: Float32Array; // (kv_heads*head_dim)
+  bv?: Float32Array; // (kv_heads*head_dim)
+  /** Qwen3: per-head RMSNorm weights of q and k. */
+  qNorm?: Float32Array; // (head_dim)
+  kNorm?: Float32Array; // (head_dim)
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -169,9 +178,20 @@ export class LlamaReference {
 
     this.embed = get('model.embed_tokens.weight', [this.vocab, H]);
     this.layers = [];
+    const qwen2 = config.model_type === 'qwen2';
+    const qwen3 = config.model_type === 'qwen3';
     for (let l = 0; l < this.nLayers; l++) {
       const p = `model.layers.${l}.`;
       this.layers.push({
+        ...(qwen2 && {
+          bq: get(`${p}self_attn.q_proj.bias`, [Q]),
+          bk: get(`${p}self_attn.k_proj.bias`, [KV]),
+          bv: get(`${p}self_attn.v_proj.bias`, [KV]),
+        }),
+        ...(qwen3 && {
+          qNorm: get(`${p}self_attn.q_norm.weight`, [this.headDim]),
+          kNorm: get(`${p}self_attn.k_norm.weight`, [this.headDim]),
+        }),
         attnNorm: get(`${p}input_layernorm.weight`, [H]),
         wq: get(`${p}self_attn.q_proj.weight`, [H, Q]),
         wk: get(`${p}self_attn.k_proj.weight`, [H, KV]),
@@ -248,6 +268,17 @@ export class LlamaReference {
       const q = matmul(xn, w.wq, H, heads * D); // (heads*head_dim)
       const k = matmul(xn, w.wk, H, kvHeads * D); // (kv_heads*head_dim)
       const v = matmul(xn, w.wv, H, kvHeads * D); // (kv_heads*head_dim)
+      if (w.bq && w.bk && w.bv) {
+        for (let i = 0; i < heads * D; i++) q[i] += w.bq[i];
+        for (let i = 0; i < kvHeads * D; i++) {
+          k[i] += w.bk[i];
+          v[i] += w.bv[i];
+        }
+      }
+      if (w.qNorm && w.kNorm) {
+        for (let h = 0; h < heads; h++) q.set(rmsnorm(q.subarray(h * D, (h + 1) * D), w.qNorm, this.eps), h * D);
+        for (let h = 0; h < kvHeads; h++) k.set(rmsnorm(k.subarray(h * D, (h + 1) * D), w.kNorm, this.eps), h * D);
+      }
       for (let h = 0; h < heads; h++) this.rope(q, h * D, D, pos, this.theta);
       for (let h = 0; h < kvHeads; h++) this.rope(k, h * D, D, pos, this.theta);
       if (this.kvInt8) for (let h = 0; h < kvHeads; h++) for (const row of [k, v]) int8Row(row, h * D, D);

@@ -20,6 +20,13 @@ export const WORKERD_CASES: Record<string, GenerationRequest> = {
   },
 };
 
+/** GGUF folders under models/ the workerd tests load: (folder, preset, file type). */
+export const GGUF_FOLDERS = [
+  ['tiny-gguf', 'tiny-256', 'Q4_K_M'],
+  ['tiny-qwen2-gguf', 'tiny-qwen2', 'Q8_0'],
+  ['tiny-qwen3-gguf', 'tiny-qwen3', 'Q8_0'],
+] as const;
+
 /** Generated token ids per backend and case. */
 /** Tokens each case gives in Node on onnxruntime-node, our kernels and onnxruntime-web. */
 export type NodeExpectations = Record<'cpu' | 'kernels' | 'ort-wasm', Record<string, number[]>>;
@@ -29,8 +36,8 @@ declare module 'vitest' {
     nodeExpectations: NodeExpectations;
     /** quantProbe (test/helpers/quant-layout.ts) in Node, per kernels build. */
     nodeKernelProbe: Record<string, Record<string, number[]>>;
-    /** The greedy case on models/tiny-gguf (Q4_K_M) on the kernels in Node. */
-    nodeGgufGreedy: number[];
+    /** The greedy case on each of GGUF_FOLDERS on the kernels in Node, by folder. */
+    nodeGgufGreedy: Record<string, number[]>;
     /** Every case on the kernels in Node with an 8-bit KV pool (KV_DTYPE int8). */
     nodeInt8Kv: Record<string, number[]>;
   }

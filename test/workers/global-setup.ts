@@ -8,7 +8,7 @@ import { instantiateKernels } from '../../src/engine/kernels/edge-kernels.js';
 import { collect, loadEngine } from '../helpers/engines.js';
 import { writeGgufFolder } from '../helpers/gguf-folder.js';
 import { quantProbe } from '../helpers/quant-layout.js';
-import { WORKERD_CASES, type NodeExpectations } from './cases.js';
+import { GGUF_FOLDERS, WORKERD_CASES, type NodeExpectations } from './cases.js';
 
 export default async function setup(project: TestProject): Promise<void> {
   ensureModels();
@@ -42,13 +42,17 @@ async function int8KvInNode(): Promise<Record<string, number[]>> {
 }
 
 /**
- * A Q4_K_M GGUF folder as `model:import gguf` writes it (models/tiny-gguf, served by the assets binding), and
- * its greedy tokens on the kernels in Node, for the GGUF test inside workerd.
+ * GGUF folders as `model:import gguf` writes them (served by the assets binding): tiny-256 in Q4_K_M
+ * (models/tiny-gguf), and Qwen2's and Qwen3's blocks in Q8_0; and their greedy tokens on the kernels in Node,
+ * for the GGUF tests inside workerd.
  */
-async function ggufGreedyInNode(): Promise<number[]> {
-  await writeGgufFolder(join(MODELS_DIR, 'tiny-gguf'));
-  const engine = await loadEngine('kernels', 'tiny-gguf');
-  const tokens = (await collect(engine, WORKERD_CASES.greedy)).done.tokenIds;
-  await engine.runner.release();
-  return tokens;
+async function ggufGreedyInNode(): Promise<Record<string, number[]>> {
+  const out: Record<string, number[]> = {};
+  for (const [folder, preset, type] of GGUF_FOLDERS) {
+    await writeGgufFolder(join(MODELS_DIR, folder), preset, type);
+    const engine = await loadEngine('kernels', folder);
+    out[folder] = (await collect(engine, WORKERD_CASES.greedy)).done.tokenIds;
+    await engine.runner.release();
+  }
+  return out;
 }

@@ -65,9 +65,9 @@ export function kernelRows(rows: readonly StepRow[]): KernelRow[] {
 }
 
 /**
- * The model runner on our own WebAssembly kernels (kernels/*.c): the whole Llama forward pass over
- * weights held once, in their stored format, in the kernels' linear memory, with the KV block pool in
- * that same memory. Attention reads each sequence's past straight from its blocks through its block
+ * The model runner on our own WebAssembly kernels (kernels/*.c): the whole Llama forward pass (with Qwen2's
+ * q/k/v biases and Qwen3's q/k norms where LayerWeights has them) over weights held once, in their stored
+ * format, in the kernels' linear memory, with the KV block pool in that same memory. Attention reads each sequence's past straight from its blocks through its block
  * table and writes the new tokens' keys and values into their blocks in place: nothing is gathered.
  *
  * A pass lays every row's new tokens end to end (M tokens) and runs each layer over them CHUNK tokens
@@ -304,6 +304,19 @@ export class KernelRunner implements ModelRunner {
         this.linear(s.q, attnIn, w.q);
         this.linear(s.k, attnIn, w.k);
         this.linear(s.v, attnIn, w.v);
+        if (w.bias) {
+          // Row by row: the same float additions whatever the chunk, so batch invariance holds.
+          for (let r = 0; r < n; r++) {
+            k.add_inplace(s.q + r * qOut * 4, w.bias.q, qOut);
+            k.add_inplace(s.k + r * kvOut * 4, w.bias.k, kvOut);
+            k.add_inplace(s.v + r * kvOut * 4, w.bias.v, kvOut);
+          }
+        }
+        if (w.qkNorm) {
+          // Each head of each token is a row of head_dim (q and k are (n, heads, head_dim) end to end).
+          k.rmsnorm(s.q, s.q, w.qkNorm.q, n * numHeads, headDim, this.config.rmsNormEps);
+          k.rmsnorm(s.k, s.k, w.qkNorm.k, n * numKvHeads, headDim, this.config.rmsNormEps);
+        }
         k.rope(s.q, s.cos + c0 * (headDim / 2) * 4, s.sin + c0 * (headDim / 2) * 4, n, numHeads, headDim, qOut);
         k.rope(s.k, s.cos + c0 * (headDim / 2) * 4, s.sin + c0 * (headDim / 2) * 4, n, numKvHeads, headDim, kvOut);
         // Each run of one row's tokens inside the chunk: store its keys and values, then attend.

@@ -3,6 +3,8 @@ import { InvalidRequestError } from '../errors.js';
 
 /** The parts of a Hugging Face Llama `config.json` the engine needs, in engine spelling. */
 export interface ModelConfig {
+  /** config.json model_type: what a layer computes beyond a Llama layer's (qwen2: q/k/v biases; qwen3: q/k norms). */
+  modelType: string;
   hiddenSize: number;
   numLayers: number;
   numHeads: number;
@@ -112,6 +114,7 @@ export function parseModelConfig(config: Json, generationConfig: Json = {}): Mod
   const headDim = config.head_dim === undefined ? hiddenSize / numHeads : positiveInt(config, 'head_dim');
   const eos = [...new Set([...idList(config.eos_token_id), ...idList(generationConfig.eos_token_id)])];
   return {
+    modelType: config.model_type,
     hiddenSize,
     numLayers: positiveInt(config, 'num_hidden_layers'),
     numHeads,

@@ -5,6 +5,7 @@ import type { BuildContext } from '../weights/matrix-builders.js';
 import {
   checkShapes,
   inSpan,
+  layerExtras,
   ropeInvFreq,
   type LayerSpan,
   type LayerWeights,
@@ -28,15 +29,38 @@ const FORMAT: Partial<Record<number, { format: QuantFormat; zp: number }>> = {
 /** Bytes of tensor data staged at once while repacking (whole rows). */
 const STAGING = 1 << 20;
 
+/** The architectures the loader reads, by general.architecture: llama.cpp names them as Hugging Face's model_type. */
+const ARCHITECTURES = ['llama', 'qwen2', 'qwen3'];
+
+/** A layer's float32 vectors besides its two norms, by GGUF name (after blk.N.). */
+const LAYER_VECTORS = new Set([
+  'attn_q.bias',
+  'attn_k.bias',
+  'attn_v.bias',
+  'attn_q_norm.weight',
+  'attn_k_norm.weight',
+]);
+
 /**
  * A GGUF file's role for each tensor name: GGUF names its tensors by the format's own scheme (llama.cpp's
- * gguf-py constants), so the name is the role. Q and K rows come permuted for llama.cpp's interleaved RoPE
- * (its converter's `permute`); they are put back in Hugging Face's order, which the kernels' RoPE computes.
+ * gguf-py constants), so the name is the role. In a `llama` file Q and K rows come permuted for llama.cpp's
+ * interleaved RoPE (its converter's `permute`); they are put back in Hugging Face's order, which the kernels'
+ * RoPE computes. Qwen's files are written in that order already (llama.cpp runs NEOX RoPE for them).
  */
-function role(name: string): { layer: number; part: keyof LayerWeights } | 'embedding' | 'norm' | 'lmHead' | undefined {
+function role(
+  name: string,
+):
+  | { layer: number; part: keyof LayerWeights }
+  | { layer: number; vector: string }
+  | 'embedding'
+  | 'norm'
+  | 'lmHead'
+  | undefined {
   if (name === 'token_embd.weight') return 'embedding';
   if (name === 'output_norm.weight') return 'norm';
   if (name === 'output.weight') return 'lmHead';
+  const extra = /^blk\.(\d+)\.(\w+\.(?:weight|bias))$/.exec(name);
+  if (extra && LAYER_VECTORS.has(extra[2])) return { layer: Number(extra[1]), vector: extra[2] };
   const m = /^blk\.(\d+)\.(\w+)\.weight$/.exec(name);
   if (!m) return undefined;
   const part = (
@@ -70,11 +94,25 @@ export async function loadGgufWeights(
   const { header, reader } = await readGgufHeader(chunks);
   const arch = header.metadata.get('general.architecture');
   const archName = arch?.type === 'string' ? arch.value : '?';
-  if (archName !== 'llama') throw new UnsupportedByKernels(`GGUF architecture ${archName} (the kernels run llama)`);
+  if (!ARCHITECTURES.includes(archName))
+    throw new UnsupportedByKernels(`GGUF architecture ${archName} (the kernels run ${ARCHITECTURES.join(', ')})`);
+  if (archName !== config.modelType)
+    throw new UnsupportedByKernels(`GGUF architecture ${archName}, where config.json says ${config.modelType}`);
+  const permuted = archName === 'llama';
   const mem = ctx.memory;
   const start = mem.used;
   const vectors = new Map<string, number>();
   const matrices = new Map<string, Matrix>();
+  let vectorBytes = 0;
+  /** A vector's length from config.json: a norm's is hidden; a bias's its product's width; a q/k norm's head_dim. */
+  const vectorLength = (name: string | undefined): number =>
+    name === 'attn_q.bias'
+      ? config.numHeads * config.headDim
+      : name === 'attn_k.bias' || name === 'attn_v.bias'
+        ? config.numKvHeads * config.headDim
+        : name?.endsWith('_norm.weight')
+          ? config.headDim
+          : config.hiddenSize;
   await reader.skip(header.dataStart - reader.position);
   for (const t of tensorsByOffset(header.tensors)) {
     const r = role(t.name);
@@ -84,19 +122,17 @@ export async function loadGgufWeights(
     // skip at the next tensor placed (a ranged read past another stage's layers where the source can).
     if (r === undefined || !inSpan(span, typeof r === 'object' ? r.layer : undefined)) continue;
     await reader.skip(at - reader.position);
-    if (r === 'norm' || (typeof r === 'object' && (r.part === 'attnNorm' || r.part === 'mlpNorm'))) {
-      if (t.type !== GGML_TYPE.F32 || t.ne.length !== 1)
-        throw new UnsupportedByKernels(`${t.name} is not a float32 vector`);
-      const ptr = mem.alloc(t.ne[0] * 4);
-      await reader.readInto(mem.u8(ptr, t.ne[0] * 4));
+    if (r === 'norm' || (typeof r === 'object' && ('vector' in r || r.part === 'attnNorm' || r.part === 'mlpNorm'))) {
+      const length = vectorLength(typeof r === 'object' && 'vector' in r ? r.vector : undefined);
+      if (t.type !== GGML_TYPE.F32 || t.ne.length !== 1 || t.ne[0] !== length)
+        throw new UnsupportedByKernels(`${t.name} is not a float32 vector of ${length}`);
+      const ptr = mem.alloc(length * 4);
+      await reader.readInto(mem.u8(ptr, length * 4));
       vectors.set(t.name, ptr);
+      vectorBytes += length * 4;
     } else {
-      const heads =
-        typeof r === 'object' && r.part === 'q'
-          ? config.numHeads
-          : typeof r === 'object' && r.part === 'k'
-            ? config.numKvHeads
-            : 0;
+      const part = typeof r === 'object' && 'part' in r ? r.part : undefined;
+      const heads = !permuted ? 0 : part === 'q' ? config.numHeads : part === 'k' ? config.numKvHeads : 0;
       // A table's rows are token ids: a stage holding part of the vocabulary places only its rows.
       const rows = r === 'embedding' || r === 'lmHead' ? span.vocab : undefined;
       matrices.set(t.name, await placeMatrix(t, heads, config.headDim, rows));
@@ -161,9 +197,20 @@ export async function loadGgufWeights(
     if (!m) throw new UnsupportedByKernels(`the GGUF file has no ${name}`);
     return m;
   };
+  const extras = layerExtras(config);
   const layers: LayerWeights[] = [];
   for (let i = span.from; i < span.to; i++)
     layers[i] = {
+      ...(extras.bias && {
+        bias: {
+          q: vector(`blk.${i}.attn_q.bias`),
+          k: vector(`blk.${i}.attn_k.bias`),
+          v: vector(`blk.${i}.attn_v.bias`),
+        },
+      }),
+      ...(extras.qkNorm && {
+        qkNorm: { q: vector(`blk.${i}.attn_q_norm.weight`), k: vector(`blk.${i}.attn_k_norm.weight`) },
+      }),
       attnNorm: vector(`blk.${i}.attn_norm.weight`),
       q: matrix(`blk.${i}.attn_q.weight`),
       k: matrix(`blk.${i}.attn_k.weight`),
@@ -185,7 +232,7 @@ export async function loadGgufWeights(
     layers,
     invFreq: ropeInvFreq(config),
     intermediateSize: layers[span.from]?.gate.n ?? 0,
-    bytes: [...matrices.values()].reduce((n, m) => n + matrixBytes(m), 0) + vectors.size * config.hiddenSize * 4,
+    bytes: [...matrices.values()].reduce((n, m) => n + matrixBytes(m), 0) + vectorBytes,
   };
   checkShapes(weights, config);
   return weights;

@@ -12,6 +12,7 @@ import {
   inSpan,
   ropeInvFreq,
   type LayerSpan,
+  layerExtras,
   type LayerWeights,
   type LlamaWeights,
   type VocabRows,
@@ -40,6 +41,12 @@ export async function loadOnnxWeights(
   budget: (placedBytes: number) => void,
   span: LayerSpan,
 ): Promise<LlamaWeights> {
+  const extras = layerExtras(config);
+  // The graph's biases or q/k norms would be left out of the kernels' pass: onnxruntime runs such a graph.
+  if (extras.bias || extras.qkNorm)
+    throw new UnsupportedByKernels(
+      `model_type ${config.modelType} from an ONNX graph (the kernels read its ${extras.bias ? 'q/k/v biases' : 'q/k norms'} from GGUF files)`,
+    );
   let sources: LlamaSources | undefined;
   /** Each tensor name's parts: the builder (or the norm vector) that takes it. */
   const claims = new Map<

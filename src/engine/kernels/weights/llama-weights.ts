@@ -12,6 +12,15 @@ export interface LayerWeights {
   gate: Matrix; // hidden -> intermediate
   up: Matrix; // hidden -> intermediate
   down: Matrix; // intermediate -> hidden
+  /** Qwen2's biases of q, k and v (heads * head_dim, kv_heads * head_dim twice) float32. */
+  bias?: { q: number; k: number; v: number };
+  /** Qwen3's RMSNorm weights over each head of q and of k, before RoPE: (head_dim) float32 each. */
+  qkNorm?: { q: number; k: number };
+}
+
+/** What a layer of config.json's model_type has beyond a Llama layer's, which a loader must find. */
+export function layerExtras(config: ModelConfig): { bias: boolean; qkNorm: boolean } {
+  return { bias: config.modelType === 'qwen2', qkNorm: config.modelType === 'qwen3' };
 }
 
 /**
