@@ -91,18 +91,22 @@ void EXPORT(kv_write_i8)(signed char *kpool, signed char *vpool, const int *tabl
   }
 }
 
-/** p[0..n) = exp(p - max) in place, returning their sum (lanes, then hsum: depends on n alone). */
-static float softmax_numerators(float *p, int n) {
-  float max = p[0];
-  for (int j = 1; j < n; j++) max = p[j] > max ? p[j] : max;
+/**
+ * p[lo..n) = exp(p - max) in place, returning their sum (lanes, then hsum: depends on lo and n alone), and
+ * p[first..lo) = 0 (a sliding window's keys left behind; first <= lo, a multiple of 4). Lanes are p's own
+ * 4-aligned columns, so where the row starts does not change a sum: what lies before lo adds exact zeros.
+ */
+static float softmax_numerators(float *p, int first, int lo, int n) {
+  float max = p[lo];
+  for (int j = lo + 1; j < n; j++) max = p[j] > max ? p[j] : max;
   // The caller leaves room for n rounded up to 4; the padding lanes are zeroed after exp.
   for (int j = n; j < ((n + 3) & ~3); j++) p[j] = max;
   v128_t m = wasm_f32x4_splat(max), sum = wasm_f32x4_splat(0);
-  for (int j = 0; j < n; j += 4) {
+  for (int j = first; j < n; j += 4) {
     v128_t e = exp_f32x4(wasm_f32x4_sub(wasm_v128_load(p + j), m));
-    if (j + 4 > n) { // zero the padding
+    if (j + 4 > n || j < lo) { // zero the padding and what the window left behind (scored or not)
       v128_t lane = wasm_i32x4_make(j, j + 1, j + 2, j + 3);
-      e = wasm_v128_and(e, wasm_i32x4_lt(lane, wasm_i32x4_splat(n)));
+      e = wasm_v128_and(e, wasm_v128_and(wasm_i32x4_lt(lane, wasm_i32x4_splat(n)), wasm_i32x4_ge(lane, wasm_i32x4_splat(lo))));
     }
     wasm_v128_store(p + j, e);
     sum = wasm_f32x4_add(sum, e);
@@ -298,6 +302,8 @@ static void add_values2(float *oa, float *ob, const float *pa, const float *pb, 
  * One sequence's `count` new tokens (positions start .. start + count - 1) attend to its first
  * start + t + 1 keys, read in place from the pool through `table`; their own keys were written by
  * kv_write first. q and out: (count, heads * head_dim). kv_type: the pool's elements (KV_F32, KV_F16, KV_I8).
+ * window > 0: a sliding-window layer's, where the token at position p sees keys p - window + 1 .. p only;
+ * keys before the first token's window are not read, and those between it and a later token's get weight 0.
  *
  * Each chunk of keys and values is read once for every query that sees it: all `count` tokens and all heads
  * of its KV group (GQA) take their turn on it while it is in cache. What each (token, head) computes is
@@ -307,13 +313,17 @@ static void add_values2(float *oa, float *ob, const float *pa, const float *pb, 
  * multiple of 8, at most MAX_HEAD_DIM.
  */
 void EXPORT(attention)(float *out, const float *q, const void *kpool, const void *vpool, const int *table, int start, int count,
-                       int heads, int kv_heads, int head_dim, int block_size, float scale, float *scores, int kv_type) {
+                       int heads, int kv_heads, int head_dim, int block_size, float scale, float *scores, int kv_type,
+                       int window) {
   int group = heads / kv_heads, total = start + count;
+  // Where token t's window begins, and the first key read (4-aligned, so softmax's lanes keep their columns).
+#define WINDOW_LO(t) (window > 0 && start + (t) + 1 > window ? start + (t) + 1 - window : 0)
+  int first = WINDOW_LO(0) & ~3;
   int stride = (total + 4) & ~3; // floats per (token, head) score row, room for softmax's padding
   float buf[CHUNK * MAX_HEAD_DIM] __attribute__((aligned(16)));
   for (int g = 0; g < kv_heads; g++) {
     // Scores. Token t sees keys j <= start + t.
-    for (int j0 = 0, n; j0 < total; j0 += n) {
+    for (int j0 = first, n; j0 < total; j0 += n) {
       n = chunk_len(j0, total, block_size);
       const float *keys = chunk_f32(kpool, table, j0, g, n, kv_heads, head_dim, block_size, kv_type, buf);
       // Queries in (token, head) order, two at a time: the second sees at least the first's keys.
@@ -334,12 +344,13 @@ void EXPORT(attention)(float *out, const float *q, const void *kpool, const void
     }
     for (int a = 0; a < count * group; a++) {
       float *p = scores + (size_t)a * stride;
-      p[total] = 1.0f / softmax_numerators(p, start + a / group + 1); // beside the row: the values pass scales by it last
+      // Beside the row: the values pass scales by it last.
+      p[total] = 1.0f / softmax_numerators(p, first, WINDOW_LO(a / group), start + a / group + 1);
       float *o = out + query_at(a, group, heads, g, head_dim);
       for (int d = 0; d < head_dim; d += 4) wasm_v128_store(o + d, wasm_f32x4_splat(0));
     }
     // Values, in key order for every (token, head).
-    for (int j0 = 0, n; j0 < total; j0 += n) {
+    for (int j0 = first, n; j0 < total; j0 += n) {
       n = chunk_len(j0, total, block_size);
       const float *values = chunk_f32(vpool, table, j0, g, n, kv_heads, head_dim, block_size, kv_type, buf);
       for (int a = (j0 > start ? j0 - start : 0) * group; a < count * group; a += 2) {
@@ -363,4 +374,5 @@ void EXPORT(attention)(float *out, const float *q, const void *kpool, const void
       for (int d = 0; d < head_dim; d += 4) wasm_v128_store(o + d, wasm_f32x4_mul(wasm_v128_load(o + d), inv));
     }
   }
+#undef WINDOW_LO
 }

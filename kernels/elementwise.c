@@ -1,4 +1,4 @@
-// Row-wise kernels of the Llama block: RMSNorm, RoPE, SwiGLU, residual add, embedding rows, and the
+// Row-wise kernels of the Llama block: RMSNorm, RoPE, SwiGLU (and Gemma's GeGLU), residual add, embedding rows, and the
 // per-block activation quantisation the integer matrix kernels take.
 #include "quant.h"
 
@@ -75,6 +75,28 @@ void EXPORT(silu_mul)(float *gate, const float *up, int n) {
     v128_t sig = wasm_f32x4_div(one, wasm_f32x4_add(one, exp_f32x4(wasm_f32x4_neg(g))));
     wasm_v128_store(gate + i, wasm_f32x4_mul(wasm_f32x4_mul(g, sig), wasm_v128_load(up + i)));
   }
+}
+
+/**
+ * gate (n) = gelu_tanh(gate) * up in place (Gemma's GeGLU, PyTorch's gelu approximate="tanh"):
+ * 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as x * sigmoid(2u), the same
+ * function, from exp alone; n is padded to 4 by the caller.
+ */
+void EXPORT(gelu_tanh_mul)(float *gate, const float *up, int n) {
+  v128_t one = wasm_f32x4_splat(1.0f), c = wasm_f32x4_splat(0.044715f);
+  v128_t minus_two_k = wasm_f32x4_splat(-2.0f * 0.7978845608028654f);
+  for (int i = 0; i < n; i += 4) {
+    v128_t x = wasm_v128_load(gate + i);
+    v128_t u = wasm_f32x4_mul(wasm_f32x4_add(x, wasm_f32x4_mul(c, wasm_f32x4_mul(x, wasm_f32x4_mul(x, x)))), minus_two_k);
+    v128_t g = wasm_f32x4_div(x, wasm_f32x4_add(one, exp_f32x4(u)));
+    wasm_v128_store(gate + i, wasm_f32x4_mul(g, wasm_v128_load(up + i)));
+  }
+}
+
+/** x (n) *= s: Gemma's embedding scale (sqrt(hidden)); n is padded to 4 by the caller. */
+void EXPORT(scale_inplace)(float *x, float s, int n) {
+  v128_t v = wasm_f32x4_splat(s);
+  for (int i = 0; i < n; i += 4) wasm_v128_store(x + i, wasm_f32x4_mul(wasm_v128_load(x + i), v));
 }
 
 /** x (n) += y (n); n is padded to 4 by the caller. */

@@ -205,10 +205,30 @@ describe('row kernels', () => {
       ),
     ).toBeLessThan(2e-7);
   });
+
+  it("gelu_tanh_mul is PyTorch's tanh GELU times up; scale_inplace scales", () => {
+    // Both tails (exp's clamps), zero, and the region where the cubic term matters.
+    const g = Float32Array.from({ length: 40 }, (_, i) => (i - 20) * 0.45 + (i === 39 ? 1e6 : i === 0 ? -1e6 : 0));
+    const u = gaussian(15, 40);
+    const gp = put(g);
+    k.gelu_tanh_mul(gp, put(u), 40);
+    const gelu = (x: number): number => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3)));
+    const got = floats(gp, 40);
+    const want = Array.from(g, (v, i) => gelu(v) * u[i]);
+    expect(got[0] === 0).toBe(true); // gelu(-1e6) is 0: exp of the clamped argument is infinite there
+    expect(relErr(got, want)).toBeLessThan(1e-6);
+    const x = gaussian(16, 12);
+    const xp = put(x);
+    k.scale_inplace(xp, Math.fround(Math.sqrt(640)), 12);
+    expect(Array.from(floats(xp, 12))).toEqual(Array.from(x, (v) => Math.fround(v * Math.fround(Math.sqrt(640)))));
+  });
 });
 
 describe('paged attention', () => {
-  /** Float64 attention of `count` queries at positions start.. over keys/values listed by position. */
+  /**
+   * Float64 attention of `count` queries at positions start.. over keys/values listed by position; with a
+   * window, the query at position p sees keys p - window + 1 .. p only.
+   */
   function attentionRef(
     shape: { heads: number; kvHeads: number; hd: number },
     q: Float32Array,
@@ -216,6 +236,7 @@ describe('paged attention', () => {
     values: number[][][],
     start: number,
     count: number,
+    window = 0,
   ): Float64Array {
     const { heads, kvHeads, hd } = shape;
     const out = new Float64Array(count * heads * hd);
@@ -223,9 +244,11 @@ describe('paged attention', () => {
       for (let h = 0; h < heads; h++) {
         const kvh = Math.floor(h / (heads / kvHeads));
         const len = start + t + 1;
-        const scores = Array.from(
-          { length: len },
-          (_, j) => keys[j][kvh].reduce((a, kv, d) => a + kv * q[(t * heads + h) * hd + d], 0) / Math.sqrt(hd),
+        const lo = window > 0 ? Math.max(0, len - window) : 0;
+        const scores = Array.from({ length: len }, (_, j) =>
+          j < lo
+            ? -Infinity
+            : keys[j][kvh].reduce((a, kv, d) => a + kv * q[(t * heads + h) * hd + d], 0) / Math.sqrt(hd),
         );
         const max = Math.max(...scores);
         const e = scores.map((s) => Math.exp(s - max));
@@ -237,15 +260,18 @@ describe('paged attention', () => {
   }
 
   // Small blocks; blocks past the kernel's 16-key chunks, head_dim 24 (not a multiple of 16), queries that
-  // see part of a chunk; a block size that is no multiple of 16.
+  // see part of a chunk; a block size that is no multiple of 16. Sliding windows (Gemma 3's local layers):
+  // shorter than the past, not a multiple of 4, and longer than some queries' whole past.
   const cases = [
-    { heads: 4, kvHeads: 2, hd: 8, bs: 4, past: 5, count: 4, table: [4, 1, 5] },
-    { heads: 6, kvHeads: 2, hd: 24, bs: 32, past: 37, count: 11, table: [2, 0, 1] },
-    { heads: 3, kvHeads: 3, hd: 64, bs: 24, past: 19, count: 30, table: [3, 1, 0, 2] },
+    { heads: 4, kvHeads: 2, hd: 8, bs: 4, past: 5, count: 4, table: [4, 1, 5], window: 0 },
+    { heads: 6, kvHeads: 2, hd: 24, bs: 32, past: 37, count: 11, table: [2, 0, 1], window: 0 },
+    { heads: 3, kvHeads: 3, hd: 64, bs: 24, past: 19, count: 30, table: [3, 1, 0, 2], window: 0 },
+    { heads: 6, kvHeads: 2, hd: 24, bs: 32, past: 37, count: 11, table: [2, 0, 1], window: 13 },
+    { heads: 3, kvHeads: 3, hd: 64, bs: 24, past: 19, count: 30, table: [3, 1, 0, 2], window: 24 },
   ];
-  for (const { heads, kvHeads, hd, bs, past, count, table: blocks } of cases)
+  for (const { heads, kvHeads, hd, bs, past, count, table: blocks, window } of cases)
     for (const half of [false, true]) {
-      const what = `heads ${heads}/${kvHeads}, head_dim ${hd}, block ${bs}, ${past} cached + ${count}`;
+      const what = `heads ${heads}/${kvHeads}, head_dim ${hd}, block ${bs}, ${past} cached + ${count}${window ? `, window ${window}` : ''}`;
       it(`writes new keys and values into their blocks and attends in place (${what}${half ? ', float16 pool' : ''}); each token's bits are its own`, () => {
         const bytes = half ? 2 : 4;
         const numBlocks = 6;
@@ -306,13 +332,14 @@ describe('paged attention', () => {
             1 / Math.sqrt(hd),
             scores,
             half ? 1 : 0,
+            window,
           );
           return out;
         };
         const out = floats(attend(past, count, qAt), count * row);
-        expect(relErr(out, attentionRef({ heads, kvHeads, hd }, q, byPos(kr), byPos(vr), past, count))).toBeLessThan(
-          1e-5,
-        );
+        expect(
+          relErr(out, attentionRef({ heads, kvHeads, hd }, q, byPos(kr), byPos(vr), past, count, window)),
+        ).toBeLessThan(1e-5);
         // Token t alone (its keys are in the pool already) gives the bits it got beside the others.
         for (let t = 0; t < count; t++)
           expect(floats(attend(past + t, 1, qAt + t * row * 4), row)).toEqual(out.subarray(t * row, (t + 1) * row));

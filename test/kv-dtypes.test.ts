@@ -181,7 +181,7 @@ describe('the 8-bit KV kernels (kv_write_i8, attention on an int8 pool)', () => 
     kernels.kv_write_i8(kp, vp, tp, 0, 20, kPtr, vPtr, kvHeads, headDim, blockSize);
     const rest = 20 * kvHeads * headDim * 4;
     kernels.kv_write_i8(kp, vp, tp, 20, tokens - 20, kPtr + rest, vPtr + rest, kvHeads, headDim, blockSize);
-    kernels.attention(out, qPtr, kp, vp, tp, 0, tokens, heads, kvHeads, headDim, blockSize, 0.125, scores, 2);
+    kernels.attention(out, qPtr, kp, vp, tp, 0, tokens, heads, kvHeads, headDim, blockSize, 0.125, scores, 2, 0);
     return { pool: memory.read(kp, poolBytes).slice(), out: memory.f32(out, q.length).slice() };
   }
 

@@ -26,6 +26,9 @@ export interface KernelExports {
   rmsnorm(out: number, x: number, w: number, rows: number, n: number, eps: number): void;
   rope(x: number, cos: number, sin: number, rows: number, heads: number, headDim: number, rowStride: number): void;
   silu_mul(gate: number, up: number, n: number): void;
+  /** Gemma's GeGLU: gate = gelu_tanh(gate) * up. */
+  gelu_tanh_mul(gate: number, up: number, n: number): void;
+  scale_inplace(x: number, s: number, n: number): void;
   add_inplace(x: number, y: number, n: number): void;
   embed_f16(out: number, table: number, id: number, n: number): void;
   embed_bf16(out: number, table: number, id: number, n: number): void;
@@ -63,6 +66,8 @@ export interface KernelExports {
     scores: number,
     /** The pool's elements: KV_TYPE's codes. */
     kvType: number,
+    /** A sliding-window layer's window (a token sees the last `window` positions, itself included); 0: all. */
+    window: number,
   ): void;
 }
 
@@ -71,6 +76,8 @@ const DECLARED: Record<keyof KernelExports, true> = {
   rmsnorm: true,
   rope: true,
   silu_mul: true,
+  gelu_tanh_mul: true,
+  scale_inplace: true,
   add_inplace: true,
   embed_f16: true,
   embed_bf16: true,

@@ -353,6 +353,7 @@ export class KernelRunner implements ModelRunner {
             scale,
             s.scores,
             this.kvKernels.code,
+            0,
           );
           t += run;
         }
