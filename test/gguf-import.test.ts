@@ -213,7 +213,7 @@ describe('GGUF import: refusals', () => {
     await refused(variant('qwen2', asQwen2), 'GGUF tensor blk.0.attn_q.bias is missing');
     await refused(
       variant('gemma', set('general.architecture', { type: 'str', value: 'gemma' })),
-      'GGUF architecture gemma is not supported (llama, qwen2, qwen3 are)',
+      'GGUF architecture gemma is not supported (llama, qwen2, qwen3, gemma3 are)',
     );
     await refused(
       variant('bert', set('tokenizer.ggml.model', { type: 'str', value: 'bert' })),

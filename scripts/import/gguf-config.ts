@@ -55,6 +55,8 @@ export interface GgufLlamaShape {
   rmsNormEps: number;
   ropeTheta: number;
   tieWordEmbeddings: boolean;
+  /** Gemma 3: its local layers' window (every sixth layer is global, as llama.cpp reads the file). */
+  slidingWindow?: number;
 }
 
 const isArchitecture = (arch: string): arch is Architecture => (ARCHITECTURES as readonly string[]).includes(arch);
@@ -103,6 +105,7 @@ export function ggufLlamaShape(header: GgufHeader): GgufLlamaShape {
     rmsNormEps: float32Decimal(meta.f32(k('attention.layer_norm_rms_epsilon'))),
     ropeTheta: float32Decimal(meta.f32(k('rope.freq_base'), 10000)),
     tieWordEmbeddings: !tensors.has('output.weight'),
+    ...(arch === 'gemma3' && { slidingWindow: meta.u32(k('attention.sliding_window')) }),
   };
   checkTensors(header, shape);
   return shape;
@@ -135,10 +138,16 @@ function checkTensors(header: GgufHeader, p: GgufLlamaShape): void {
           ['attn_k.bias', [kv]],
           ['attn_v.bias', [kv]],
         ]
-      : p.architecture === 'qwen3'
+      : p.architecture === 'qwen3' || p.architecture === 'gemma3'
         ? [
             ['attn_q_norm.weight', [p.headDim]],
             ['attn_k_norm.weight', [p.headDim]],
+            ...(p.architecture === 'gemma3'
+              ? ([
+                  ['post_attention_norm.weight', [p.hiddenSize]],
+                  ['post_ffw_norm.weight', [p.hiddenSize]],
+                ] as [string, number[]][])
+              : []),
           ]
         : [];
   for (let i = 0; i < p.numLayers; i++) {

@@ -12,6 +12,8 @@
 //   agree: new row 2i + j of a head is old row j * head_dim/2 + i. `qwen2` and `qwen3` run NEOX RoPE
 //   (halves, as HF) and are written unpermuted, with their keys under their own prefix and their extra
 //   tensors (Qwen2's q/k/v biases as blk.N.attn_q.bias..., Qwen3's blk.N.attn_q_norm.weight...) in F32.
+//   `gemma3` likewise, with its post-norms (post_attention_norm, post_ffw_norm) and every norm's scale
+//   written whole (HF's weight + 1, as the converter's norm_shift).
 // - Types per tensor as llama-quantize chooses them (gguf-quant-mix.ts): a single type quantises every
 //   matrix (the embedding too, like llama-quantize --pure); Q4_K_M is llama.cpp's mix. Norms stay F32.
 // - Tokenizer (gguf-tokenizer-meta.ts): our byte-level BPE as llama.cpp's "gpt2" model, or a SentencePiece
@@ -84,11 +86,13 @@ export function llamaTensors(p: LlamaShape, weights: WeightMap, fileType: GgufFi
     if (!w) throw new Error(`missing weight ${name}`);
     return w;
   };
+  const gemma = p.architecture === 'gemma3';
+  // convert_hf_to_gguf.py's Gemma norm_shift: Hugging Face stores a Gemma norm's scale less one, GGUF the scale.
   const vector = (name: string, out: string): GgufTensor => ({
     name: out,
     ne: [get(name).data.length],
     type: 'F32',
-    data: () => get(name).data,
+    data: () => (gemma && name.endsWith('norm.weight') ? get(name).data.map((w) => w + 1) : get(name).data),
   });
   const mix = { numLayers: p.numLayers, tiedEmbeddings: p.tieWordEmbeddings };
   const permuted = (p.architecture ?? 'llama') === 'llama';
@@ -123,7 +127,8 @@ export function llamaTensors(p: LlamaShape, weights: WeightMap, fileType: GgufFi
       matrix(`${l}.self_attn.v_proj.weight`, `blk.${i}.attn_v.weight`),
       matrix(`${l}.self_attn.o_proj.weight`, `blk.${i}.attn_output.weight`),
       ...architectureTensors(p).map(([hf, gguf]) => vector(`${l}.${hf}`, `blk.${i}.${gguf}`)),
-      vector(`${l}.post_attention_layernorm.weight`, `blk.${i}.ffn_norm.weight`),
+      // Llama's post_attention_layernorm is the MLP's input norm; Gemma's normalises the attention's output.
+      vector(`${l}.post_attention_layernorm.weight`, `blk.${i}.${gemma ? 'post_attention_norm' : 'ffn_norm'}.weight`),
       matrix(`${l}.mlp.gate_proj.weight`, `blk.${i}.ffn_gate.weight`),
       matrix(`${l}.mlp.up_proj.weight`, `blk.${i}.ffn_up.weight`),
       matrix(`${l}.mlp.down_proj.weight`, `blk.${i}.ffn_down.weight`),
@@ -138,7 +143,14 @@ export function llamaTensors(p: LlamaShape, weights: WeightMap, fileType: GgufFi
 /** A layer's tensors beyond a Llama layer's: (Hugging Face name after the layer prefix, GGUF name after blk.N.). */
 export function architectureTensors(p: LlamaShape): [string, string][] {
   if (p.architecture === 'qwen2') return ['q', 'k', 'v'].map((x) => [`self_attn.${x}_proj.bias`, `attn_${x}.bias`]);
-  if (p.architecture === 'qwen3') return ['q', 'k'].map((x) => [`self_attn.${x}_norm.weight`, `attn_${x}_norm.weight`]);
+  const qkNorms: [string, string][] = ['q', 'k'].map((x) => [`self_attn.${x}_norm.weight`, `attn_${x}_norm.weight`]);
+  if (p.architecture === 'qwen3') return qkNorms;
+  if (p.architecture === 'gemma3')
+    return [
+      ...qkNorms,
+      ['pre_feedforward_layernorm.weight', 'ffn_norm.weight'],
+      ['post_feedforward_layernorm.weight', 'post_ffw_norm.weight'],
+    ];
   return [];
 }
 
@@ -168,6 +180,7 @@ export function llamaGgufMeta(
     [`${arch}.attention.key_length`, u32(p.headDim)],
     [`${arch}.attention.value_length`, u32(p.headDim)],
     [`${arch}.attention.layer_norm_rms_epsilon`, { type: 'f32', value: p.rmsNormEps }],
+    ...(p.slidingWindow ? [[`${arch}.attention.sliding_window`, u32(p.slidingWindow)] as [string, MetaValue]] : []),
     ...(options.tokenizer === 'llama' ? llamaTokenizerMeta : gpt2TokenizerMeta)(input.tokenizer, p.vocabSize),
   ];
   if (input.chatTemplate) meta.push(['tokenizer.chat_template', { type: 'str', value: input.chatTemplate }]);

@@ -11,7 +11,8 @@ export type PresetName =
   | 'bench-360m'
   | 'bench-1b'
   | 'tiny-qwen2'
-  | 'tiny-qwen3';
+  | 'tiny-qwen3'
+  | 'tiny-gemma3';
 export const PRESET_NAMES: readonly PresetName[] = [
   'tiny',
   'tiny-untied',
@@ -24,6 +25,7 @@ export const PRESET_NAMES: readonly PresetName[] = [
   'bench-1b',
   'tiny-qwen2',
   'tiny-qwen3',
+  'tiny-gemma3',
 ];
 
 /** Presets whose weights continue a repeated phrase of this many tokens (copy-weights.ts), not random ones. */
@@ -34,13 +36,23 @@ export const COPY_PERIOD: Partial<Record<PresetName, number>> = { 'tiny-copy': 8
  * (llama.cpp's src/llama-model.cpp builds them the same way).
  * - `qwen2`: biases on the q, k and v projections.
  * - `qwen3`: an RMSNorm over each head of q and k (a head_dim weight each) before RoPE; head_dim is its own key.
+ * - `gemma3`: Qwen3's q/k norms, norms of the attention's and the MLP's outputs too (Hugging Face stores every
+ *   Gemma norm as w where the scale is 1 + w), GeGLU, embeddings times sqrt(hidden), and sliding-window
+ *   attention on five layers of every six (their RoPE base 10000, the global layers' rope_theta).
  */
-export type Architecture = 'llama' | 'qwen2' | 'qwen3';
-export const ARCHITECTURES: readonly Architecture[] = ['llama', 'qwen2', 'qwen3'];
+export type Architecture = 'llama' | 'qwen2' | 'qwen3' | 'gemma3';
+export const ARCHITECTURES: readonly Architecture[] = ['llama', 'qwen2', 'qwen3', 'gemma3'];
+
+/** Gemma 3: every SLIDING_PATTERN-th layer is global (llama.cpp's set_swa_pattern(6), HF's sliding_window_pattern). */
+export const SLIDING_PATTERN = 6;
+/** Gemma 3's local layers' RoPE base (rope_local_base_freq; llama.cpp's rope_freq_base_train_swa). */
+export const LOCAL_ROPE_THETA = 10000;
 
 export interface LlamaShape {
   /** Absent: llama. */
   architecture?: Architecture;
+  /** Gemma 3: the window of its local layers. */
+  slidingWindow?: number;
   hiddenSize: number;
   intermediateSize: number;
   numLayers: number;
@@ -130,6 +142,19 @@ const tinyQwen2: LlamaShape = { ...tiny, architecture: 'qwen2', ropeTheta: 1_000
 /** Qwen3's block (q/k norms) at tiny's size, with head_dim 32 where hidden / heads is 16, as Qwen3's 128 is not 1024 / 16. */
 const tinyQwen3: LlamaShape = { ...tinyQwen2, architecture: 'qwen3', headDim: 32 };
 
+/**
+ * Gemma 3's block at tiny's size, shaped as Gemma-3-270M is (one KV head, head_dim past hidden / heads), with six
+ * layers (five local, one global) and a window of 8, so a test's prompt runs past it.
+ */
+const tinyGemma3: LlamaShape = {
+  ...tinyQwen2,
+  architecture: 'gemma3',
+  numLayers: 6,
+  numKvHeads: 1,
+  headDim: 32,
+  slidingWindow: 8,
+};
+
 export const PRESETS: Record<PresetName, LlamaShape> = {
   tiny,
   'tiny-untied': { ...tiny, tieWordEmbeddings: false },
@@ -144,6 +169,7 @@ export const PRESETS: Record<PresetName, LlamaShape> = {
   'bench-1b': bench1b,
   'tiny-qwen2': tinyQwen2,
   'tiny-qwen3': tinyQwen3,
+  'tiny-gemma3': tinyGemma3,
 };
 
 export const BOS_TOKEN_ID = 1; // <|im_start|>
@@ -171,7 +197,31 @@ const ARCHITECTURE_KEYS: Record<Architecture, Record<string, unknown>> = {
     sliding_window: null,
     use_sliding_window: false,
   },
+  // Gemma3TextConfig's keys (sliding_window and layer_types are the shape's: gemmaKeys).
+  gemma3: {
+    architectures: ['Gemma3ForCausalLM'],
+    attention_bias: false,
+    attn_logit_softcapping: null,
+    final_logit_softcapping: null,
+    hidden_act: undefined,
+    hidden_activation: 'gelu_pytorch_tanh',
+    model_type: 'gemma3_text',
+    rope_local_base_freq: LOCAL_ROPE_THETA,
+    sliding_window_pattern: SLIDING_PATTERN,
+  },
 };
+
+/** A Gemma 3 shape's own keys: its window, the query scale (head_dim, as Gemma-3-270M's), each layer's type. */
+function gemmaKeys(p: LlamaShape): Record<string, unknown> {
+  if (p.architecture !== 'gemma3') return {};
+  return {
+    layer_types: Array.from({ length: p.numLayers }, (_, i) =>
+      (i + 1) % SLIDING_PATTERN === 0 ? 'full_attention' : 'sliding_attention',
+    ),
+    query_pre_attn_scalar: p.headDim,
+    sliding_window: p.slidingWindow,
+  };
+}
 
 /**
  * A Llama-family config.json, the one builder of it (model:make, the safetensors and llama2.c imports, the GGUF
@@ -199,6 +249,7 @@ export function llamaConfigJson(p: LlamaShape, overrides: Record<string, unknown
     use_cache: true,
     vocab_size: p.vocabSize,
     ...ARCHITECTURE_KEYS[p.architecture ?? 'llama'],
+    ...gemmaKeys(p),
     ...overrides,
   };
   const keys = Object.keys(config).filter((k) => config[k] !== undefined);

@@ -90,10 +90,17 @@ function architectureSpecs(p: LlamaShape, l: string): { name: string; dims: numb
       { name: `${l}.self_attn.k_proj.bias`, dims: [kv] },
       { name: `${l}.self_attn.v_proj.bias`, dims: [kv] },
     ];
-  if (p.architecture === 'qwen3')
+  const qkNorms = [
+    { name: `${l}.self_attn.q_norm.weight`, dims: [p.headDim] },
+    { name: `${l}.self_attn.k_norm.weight`, dims: [p.headDim] },
+  ];
+  if (p.architecture === 'qwen3') return qkNorms;
+  // Gemma 3's post_attention_layernorm (above) normalises the attention's output; these, the MLP's input and output.
+  if (p.architecture === 'gemma3')
     return [
-      { name: `${l}.self_attn.q_norm.weight`, dims: [p.headDim] },
-      { name: `${l}.self_attn.k_norm.weight`, dims: [p.headDim] },
+      ...qkNorms,
+      { name: `${l}.pre_feedforward_layernorm.weight`, dims: [p.hiddenSize] },
+      { name: `${l}.post_feedforward_layernorm.weight`, dims: [p.hiddenSize] },
     ];
   return [];
 }
@@ -103,6 +110,16 @@ function initFor(name: string, p: LlamaShape, fanIn: number): { std: number; mea
   // Normalised activations have rms ~1, so a [in, out] matrix with std g/sqrt(in) outputs rms ~g.
   const embStd = LOGIT_STD / Math.sqrt(p.hiddenSize);
   const perIn = 1 / Math.sqrt(fanIn);
+  // Gemma stores a norm's scale less one. Its outputs' norms set how much each sublayer adds to a residual that
+  // starts at sqrt(hidden) times the embedding: at scale 16 (and 4 on the inputs) the context outweighs the
+  // last token, which otherwise predicts itself for ever, as the gains above see to for Llama. q and k keep
+  // scale 1: sharper attention made the model chaotic, 8-bit activations' error then 14% of the logits.
+  if (p.architecture === 'gemma3' && name.endsWith('norm.weight'))
+    return /post_(attention|feedforward)_layernorm/.test(name)
+      ? { std: 1, mean: 15 }
+      : /\.[qk]_norm/.test(name)
+        ? { std: 0.1, mean: 0 }
+        : { std: 0.3, mean: 3 };
   if (name.endsWith('norm.weight')) return { std: 0.1, mean: 1 };
   // Qwen2's biases are large beside its products' outputs (rms ~1.6 for q and k); these are of that order.
   if (name.endsWith('_proj.bias')) return { std: name.includes('v_proj') ? 0.2 : 1, mean: 0 };

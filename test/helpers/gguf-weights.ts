@@ -28,6 +28,10 @@ export function ggufWeights(
   // Only llama's files are permuted for interleaved RoPE; Qwen's are in Hugging Face's order (NEOX RoPE).
   const arch = header.metadata.get('general.architecture');
   const permuted = arch?.type === 'string' && arch.value === 'llama';
+  // Gemma's files hold each norm's scale; Hugging Face's names hold it less one (the converter's norm_shift).
+  const gemma = arch?.type === 'string' && arch.value === 'gemma3';
+  const vector = (name: string, data: Float32Array) =>
+    out.set(name, { dims: [data.length], data: gemma && name.endsWith('norm.weight') ? data.map((w) => w - 1) : data });
   for (const t of header.tensors) {
     const at = header.dataStart + t.offset;
     const n = t.ne.reduce((a, b) => a * b, 1);
@@ -39,13 +43,15 @@ export function ggufWeights(
       out.set(name, { dims: [cols, rows], data: transpose(rowsHf, rows, cols) });
     };
     if (t.name === 'token_embd.weight') out.set('model.embed_tokens.weight', { dims: [t.ne[1], t.ne[0]], data });
-    else if (t.name === 'output_norm.weight') out.set('model.norm.weight', { dims: [n], data });
+    else if (t.name === 'output_norm.weight') vector('model.norm.weight', data);
     else if (t.name === 'output.weight') matrix('lm_head.weight');
     else if (layer) {
       const p = `model.layers.${layer[1]}`;
       const names: Record<string, string> = {
         attn_norm: 'input_layernorm',
-        ffn_norm: 'post_attention_layernorm',
+        ffn_norm: gemma ? 'pre_feedforward_layernorm' : 'post_attention_layernorm',
+        post_attention_norm: 'post_attention_layernorm',
+        post_ffw_norm: 'post_feedforward_layernorm',
         attn_q: 'self_attn.q_proj',
         attn_k: 'self_attn.k_proj',
         attn_v: 'self_attn.v_proj',
@@ -57,7 +63,7 @@ export function ggufWeights(
         attn_k_norm: 'self_attn.k_norm',
       };
       const name = `${p}.${names[layer[2]]}.${layer[3]}`;
-      if (t.ne.length === 1) out.set(name, { dims: [n], data });
+      if (t.ne.length === 1) vector(name, data);
       else if (layer[2] === 'attn_q') matrix(name, heads.numHeads);
       else if (layer[2] === 'attn_k') matrix(name, heads.numKvHeads);
       else matrix(name);

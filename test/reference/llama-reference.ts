@@ -1,5 +1,5 @@
-// Reference Llama forward pass (HF LlamaForCausalLM math, and Qwen2ForCausalLM's and Qwen3ForCausalLM's
-// by config.json model_type), the oracle the engine is checked against. Deliberately naive, one token at a time, every accumulation in Float64, in the
+// Reference Llama forward pass (HF LlamaForCausalLM math, and Qwen2ForCausalLM's, Qwen3ForCausalLM's and
+// Gemma3ForCausalLM's by config.json model_type), the oracle the engine is checked against. Deliberately naive, one token at a time, every accumulation in Float64, in the
 // spirit of llama2.c run.c. It shares no code with the engine or the ONNX graph builder.
 import type { Tensor } from './onnx-weights';
 
@@ -15,8 +15,17 @@ export interface LlamaConfig {
   rms_norm_eps: number;
   rope_theta: number;
   tie_word_embeddings: boolean;
-  /** `qwen2`: q/k/v projections with biases; `qwen3`: RMSNorm over each head of q and k before RoPE. */
+  /**
+   * `qwen2`: q/k/v projections with biases; `qwen3`: RMSNorm over each head of q and k before RoPE;
+   * `gemma3_text`: Gemma 3 (the keys below, norms scaled by 1 + w, GeGLU, embeddings times sqrt(hidden)).
+   */
   model_type?: string;
+  /** Gemma 3: per layer, `sliding_attention` (the last sliding_window positions, RoPE base rope_local_base_freq) or `full_attention`. */
+  layer_types?: string[];
+  sliding_window?: number;
+  rope_local_base_freq?: number;
+  /** Gemma: q . k is scaled by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2. */
+  query_pre_attn_scalar?: number;
   /** llama2.c run.c's RoPE: rotates adjacent pairs (x[2j], x[2j+1]) instead of HF's halves (x[j], x[j+hd/2]). */
   rope_interleaved?: boolean;
   [key: string]: unknown;
@@ -36,9 +45,12 @@ interface LayerWeights {
   bq?: Float32Array; // (heads*head_dim)
   bk?: Float32Array; // (kv_heads*head_dim)
   bv?: Float32Array; // (kv_heads*head_dim)
-  /** Qwen3: per-head RMSNorm weights of q and k. */
+  /** Qwen3, Gemma 3: per-head RMSNorm weights of q and k. */
   qNorm?: Float32Array; // (head_dim)
   kNorm?: Float32Array; // (head_dim)
+  /** Gemma 3: norms of the attention's and the MLP's outputs (mlpNorm is then its pre_feedforward_layernorm). */
+  postAttnNorm?: Float32Array; // (hidden)
+  postMlpNorm?: Float32Array; // (hidden)
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -55,14 +67,19 @@ function matmul(x: Float64Array, w: Float32Array, nIn: number, nOut: number): Fl
   return out;
 }
 
-/** y (n) = x / sqrt(mean(x^2) + eps) * w */
-function rmsnorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
+/** y (n) = x / sqrt(mean(x^2) + eps) * (offset + w): Gemma's norms store the scale less one (offset 1). */
+function rmsnorm(x: Float64Array, w: Float32Array, eps: number, offset = 0): Float64Array {
   let ss = 0;
   for (let i = 0; i < x.length; i++) ss += x[i] * x[i];
   const scale = 1 / Math.sqrt(ss / x.length + eps);
   const y = new Float64Array(x.length);
-  for (let i = 0; i < x.length; i++) y[i] = x[i] * scale * w[i];
+  for (let i = 0; i < x.length; i++) y[i] = x[i] * scale * (offset + w[i]);
   return y;
+}
+
+/** PyTorch's gelu(approximate="tanh"). */
+function geluTanh(v: number): number {
+  return 0.5 * v * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3)));
 }
 
 /** In place over x[off .. off+headDim): x' = x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x2, x1). */
@@ -130,6 +147,8 @@ export class LlamaReference {
   readonly theta: number;
   readonly tied: boolean;
   private readonly rope: typeof ropeHead;
+  /** Gemma 3's differences (undefined for the others). */
+  private readonly gemma?: { window: number; sliding: boolean[]; localTheta: number; scale: number };
 
   private readonly embed: Float32Array; // (vocab, hidden)
   private readonly layers: LayerWeights[];
@@ -161,6 +180,13 @@ export class LlamaReference {
     this.theta = config.rope_theta;
     this.tied = config.tie_word_embeddings;
     this.rope = config.rope_interleaved ? ropeHeadInterleaved : ropeHead;
+    if (config.model_type === 'gemma3_text')
+      this.gemma = {
+        window: config.sliding_window ?? Infinity,
+        sliding: Array.from({ length: this.nLayers }, (_, l) => config.layer_types?.[l] === 'sliding_attention'),
+        localTheta: config.rope_local_base_freq ?? 10000,
+        scale: 1 / Math.sqrt(config.query_pre_attn_scalar ?? this.headDim),
+      };
     if (this.heads % this.kvHeads !== 0) throw new Error('heads must be a multiple of kv_heads');
 
     const H = this.hidden;
@@ -179,7 +205,8 @@ export class LlamaReference {
     this.embed = get('model.embed_tokens.weight', [this.vocab, H]);
     this.layers = [];
     const qwen2 = config.model_type === 'qwen2';
-    const qwen3 = config.model_type === 'qwen3';
+    const gemma = config.model_type === 'gemma3_text';
+    const qwen3 = config.model_type === 'qwen3' || gemma;
     for (let l = 0; l < this.nLayers; l++) {
       const p = `model.layers.${l}.`;
       this.layers.push({
@@ -197,7 +224,11 @@ export class LlamaReference {
         wk: get(`${p}self_attn.k_proj.weight`, [H, KV]),
         wv: get(`${p}self_attn.v_proj.weight`, [H, KV]),
         wo: get(`${p}self_attn.o_proj.weight`, [Q, H]),
-        mlpNorm: get(`${p}post_attention_layernorm.weight`, [H]),
+        ...(gemma && {
+          postAttnNorm: get(`${p}post_attention_layernorm.weight`, [H]),
+          postMlpNorm: get(`${p}post_feedforward_layernorm.weight`, [H]),
+        }),
+        mlpNorm: get(`${p}${gemma ? 'pre_feedforward' : 'post_attention'}_layernorm.weight`, [H]),
         wGate: get(`${p}mlp.gate_proj.weight`, [H, I]),
         wUp: get(`${p}mlp.up_proj.weight`, [H, I]),
         wDown: get(`${p}mlp.down_proj.weight`, [I, H]),
@@ -257,14 +288,17 @@ export class LlamaReference {
 
     // x (hidden) = embed_tokens[token]
     const x = new Float64Array(H);
-    for (let i = 0; i < H; i++) x[i] = this.embed[token * H + i];
+    // Gemma: times sqrt(hidden) as a float32 tensor (HF's normalizer, in the model's dtype).
+    const embScale = this.gemma ? Math.fround(Math.sqrt(H)) : 1;
+    for (let i = 0; i < H; i++) x[i] = this.embed[token * H + i] * embScale;
+    const off = this.gemma ? 1 : 0; // Gemma's norms: x * (1 + w)
 
     const group = heads / kvHeads; // query heads per kv head
     for (let l = 0; l < this.nLayers; l++) {
       const w = this.layers[l];
 
       // --- attention ---
-      const xn = rmsnorm(x, w.attnNorm, this.eps); // (hidden)
+      const xn = rmsnorm(x, w.attnNorm, this.eps, off); // (hidden)
       const q = matmul(xn, w.wq, H, heads * D); // (heads*head_dim)
       const k = matmul(xn, w.wk, H, kvHeads * D); // (kv_heads*head_dim)
       const v = matmul(xn, w.wv, H, kvHeads * D); // (kv_heads*head_dim)
@@ -276,52 +310,59 @@ export class LlamaReference {
         }
       }
       if (w.qNorm && w.kNorm) {
-        for (let h = 0; h < heads; h++) q.set(rmsnorm(q.subarray(h * D, (h + 1) * D), w.qNorm, this.eps), h * D);
-        for (let h = 0; h < kvHeads; h++) k.set(rmsnorm(k.subarray(h * D, (h + 1) * D), w.kNorm, this.eps), h * D);
+        for (let h = 0; h < heads; h++) q.set(rmsnorm(q.subarray(h * D, (h + 1) * D), w.qNorm, this.eps, off), h * D);
+        for (let h = 0; h < kvHeads; h++) k.set(rmsnorm(k.subarray(h * D, (h + 1) * D), w.kNorm, this.eps, off), h * D);
       }
-      for (let h = 0; h < heads; h++) this.rope(q, h * D, D, pos, this.theta);
-      for (let h = 0; h < kvHeads; h++) this.rope(k, h * D, D, pos, this.theta);
+      const sliding = this.gemma?.sliding[l] === true;
+      const theta = sliding ? this.gemma!.localTheta : this.theta;
+      for (let h = 0; h < heads; h++) this.rope(q, h * D, D, pos, theta);
+      for (let h = 0; h < kvHeads; h++) this.rope(k, h * D, D, pos, theta);
       if (this.kvInt8) for (let h = 0; h < kvHeads; h++) for (const row of [k, v]) int8Row(row, h * D, D);
       this.keys[l].push(k);
       this.values[l].push(v);
-      const T = pos + 1; // visible keys: 0..pos
+      const T = pos + 1; // visible keys: 0..pos (a sliding layer's: the last `window` of them)
+      const first = sliding ? Math.max(0, T - this.gemma!.window) : 0;
+      const attnScale = this.gemma ? this.gemma.scale : 1 / Math.sqrt(D);
 
       const att = new Float64Array(heads * D); // (heads*head_dim) concatenated head outputs
       const scores = new Float64Array(T); // (T)
       for (let h = 0; h < heads; h++) {
         const kvh = Math.floor(h / group);
         let max = -Infinity;
-        for (let t = 0; t < T; t++) {
+        for (let t = first; t < T; t++) {
           const kt = this.keys[l][t];
           let dot = 0;
           for (let d = 0; d < D; d++) dot += q[h * D + d] * kt[kvh * D + d];
-          scores[t] = dot / Math.sqrt(D);
+          scores[t] = dot * attnScale;
           if (scores[t] > max) max = scores[t];
         }
         let sum = 0;
-        for (let t = 0; t < T; t++) {
+        for (let t = first; t < T; t++) {
           scores[t] = Math.exp(scores[t] - max);
           sum += scores[t];
         }
-        for (let t = 0; t < T; t++) {
+        for (let t = first; t < T; t++) {
           const p = scores[t] / sum;
           const vt = this.values[l][t];
           for (let d = 0; d < D; d++) att[h * D + d] += p * vt[kvh * D + d];
         }
       }
-      const o = matmul(att, w.wo, heads * D, H); // (hidden)
+      let o = matmul(att, w.wo, heads * D, H); // (hidden)
+      if (w.postAttnNorm) o = rmsnorm(o, w.postAttnNorm, this.eps, off);
       for (let i = 0; i < H; i++) x[i] += o[i];
 
-      // --- MLP: down(silu(gate(x)) * up(x)) ---
-      const xm = rmsnorm(x, w.mlpNorm, this.eps); // (hidden)
+      // --- MLP: down(silu(gate(x)) * up(x)), Gemma's with gelu_tanh ---
+      const xm = rmsnorm(x, w.mlpNorm, this.eps, off); // (hidden)
       const gate = matmul(xm, w.wGate, H, I); // (intermediate)
       const up = matmul(xm, w.wUp, H, I); // (intermediate)
-      for (let i = 0; i < I; i++) gate[i] = silu(gate[i]) * up[i];
-      const down = matmul(gate, w.wDown, I, H); // (hidden)
+      const act = this.gemma ? geluTanh : silu;
+      for (let i = 0; i < I; i++) gate[i] = act(gate[i]) * up[i];
+      let down = matmul(gate, w.wDown, I, H); // (hidden)
+      if (w.postMlpNorm) down = rmsnorm(down, w.postMlpNorm, this.eps, off);
       for (let i = 0; i < H; i++) x[i] += down[i];
     }
 
-    const hn = rmsnorm(x, this.finalNorm, this.eps); // (hidden)
+    const hn = rmsnorm(x, this.finalNorm, this.eps, off); // (hidden)
     if (this.lmHead) return matmul(hn, this.lmHead, H, this.vocab); // (vocab)
     // Tied: logits[v] = h · embed_tokens[v]
     const logits = new Float64Array(this.vocab); // (vocab)

@@ -25,6 +25,7 @@ export const GGUF_FOLDERS = [
   ['tiny-gguf', 'tiny-256', 'Q4_K_M'],
   ['tiny-qwen2-gguf', 'tiny-qwen2', 'Q8_0'],
   ['tiny-qwen3-gguf', 'tiny-qwen3', 'Q8_0'],
+  ['tiny-gemma3-gguf', 'tiny-gemma3', 'Q8_0'],
 ] as const;
 
 /** Generated token ids per backend and case. */

@@ -1,7 +1,7 @@
 // GGUF folders (as model:import gguf writes them) inside workerd: read through the assets binding as a stream,
 // their quantised blocks placed in the kernels' linear memory, with no MODEL_DTYPE or dtype given (config.json's
 // gguf_file makes the file the folder's default weights). Same greedy tokens as in Node, for a Llama block in
-// Q4_K_M and Qwen2's and Qwen3's blocks in Q8_0.
+// Q4_K_M and Qwen2's, Qwen3's and Gemma 3's blocks in Q8_0.
 import { env } from 'cloudflare:workers';
 import { expect, inject, it } from 'vitest';
 import { workerdWasmRuntime } from '../../src/backends/ort-web-workerd.js';

@@ -43,7 +43,7 @@ async function int8KvInNode(): Promise<Record<string, number[]>> {
 
 /**
  * GGUF folders as `model:import gguf` writes them (served by the assets binding): tiny-256 in Q4_K_M
- * (models/tiny-gguf), and Qwen2's and Qwen3's blocks in Q8_0; and their greedy tokens on the kernels in Node,
+ * (models/tiny-gguf), and Qwen2's, Qwen3's and Gemma 3's blocks in Q8_0; and their greedy tokens on the kernels in Node,
  * for the GGUF tests inside workerd.
  */
 async function ggufGreedyInNode(): Promise<Record<string, number[]>> {

@@ -66,8 +66,9 @@ export function kernelRows(rows: readonly StepRow[]): KernelRow[] {
 
 /**
  * The model runner on our own WebAssembly kernels (kernels/*.c): the whole Llama forward pass (with Qwen2's
- * q/k/v biases and Qwen3's q/k norms where LayerWeights has them) over weights held once, in their stored
- * format, in the kernels' linear memory, with the KV block pool in that same memory. Attention reads each sequence's past straight from its blocks through its block
+ * q/k/v biases, Qwen3's q/k norms and Gemma 3's post-norms, GeGLU and sliding windows where the weights and
+ * config have them) over weights held once, in their stored format, in the kernels' linear memory, with the
+ * KV block pool in that same memory. Attention reads each sequence's past straight from its blocks through its block
  * table and writes the new tokens' keys and values into their blocks in place: nothing is gathered.
  *
  * A pass lays every row's new tokens end to end (M tokens) and runs each layer over them CHUNK tokens
@@ -248,20 +249,26 @@ export class KernelRunner implements ModelRunner {
     this.scratch = scratch;
 
     // Views are made after every alloc (none grows later).
-    const cosView = mem.f32(scratch.cos, M * (headDim / 2));
-    const sinView = mem.f32(scratch.sin, M * (headDim / 2));
-    const { invFreq } = this.weights;
-    rows.forEach((row, r) => {
-      for (let i = 0; i < row.count; i++) {
-        const pos = starts[r] + i;
-        const at = (firstToken[r] + i) * (headDim / 2);
-        // float64 angles, rounded once: the float32 graph's pos * inv_freq rounds before the cosine.
-        for (let j = 0; j < headDim / 2; j++) {
-          cosView[at + j] = Math.cos(pos * invFreq[j]);
-          sinView[at + j] = Math.sin(pos * invFreq[j]);
+    const tables: [number, number, Float32Array | undefined][] = [
+      [scratch.cos, scratch.sin, this.weights.invFreq],
+      [scratch.cosLocal, scratch.sinLocal, this.weights.localInvFreq],
+    ];
+    for (const [cos, sin, invFreq] of tables) {
+      if (!invFreq) continue;
+      const cosView = mem.f32(cos, M * (headDim / 2));
+      const sinView = mem.f32(sin, M * (headDim / 2));
+      rows.forEach((row, r) => {
+        for (let i = 0; i < row.count; i++) {
+          const pos = starts[r] + i;
+          const at = (firstToken[r] + i) * (headDim / 2);
+          // float64 angles, rounded once: the float32 graph's pos * inv_freq rounds before the cosine.
+          for (let j = 0; j < headDim / 2; j++) {
+            cosView[at + j] = Math.cos(pos * invFreq[j]);
+            sinView[at + j] = Math.sin(pos * invFreq[j]);
+          }
         }
-      }
-    });
+      });
+    }
     for (const [r, row] of rows.entries())
       mem.i32(scratch.tables + tableStart[r] * 4, row.blocks.length).set(row.blocks);
     return { rows, counts, starts, firstToken, tableStart, tokens: M, want, logitStart, logitRows, epoch, scratch };
@@ -290,16 +297,20 @@ export class KernelRunner implements ModelRunner {
     const kvOut = numKvHeads * headDim;
     const I = this.weights.intermediateSize;
     const rowOf = counts.flatMap((n, r) => Array.from({ length: n }, () => r));
-    const scale = 1 / Math.sqrt(headDim);
+    const { attentionScale: scale, slidingWindow, rmsNormEps: eps } = this.config;
+    const act = this.config.hiddenAct === 'gelu_tanh' ? k.gelu_tanh_mul : k.silu_mul;
     const { from, to } = this.weights.span;
     for (let layer = from; layer < to; layer++) {
       const w = this.weights.layers[layer];
       const keys = this.kvKeys[layer - from];
       const values = this.kvValues[layer - from];
+      const sliding = slidingWindow?.layers[layer] === true;
+      const window = sliding ? slidingWindow!.size : 0;
+      const [cos, sin] = sliding ? [s.cosLocal, s.sinLocal] : [s.cos, s.sin];
       for (let c0 = 0; c0 < M; c0 += CHUNK) {
         const n = Math.min(CHUNK, M - c0);
         const x = s.residual + c0 * H * 4;
-        k.rmsnorm(s.h, x, w.attnNorm, n, H, this.config.rmsNormEps);
+        k.rmsnorm(s.h, x, w.attnNorm, n, H, eps);
         const attnIn = this.input(s.h, n, w.q, w.k, w.v);
         this.linear(s.q, attnIn, w.q);
         this.linear(s.k, attnIn, w.k);
@@ -314,11 +325,11 @@ export class KernelRunner implements ModelRunner {
         }
         if (w.qkNorm) {
           // Each head of each token is a row of head_dim (q and k are (n, heads, head_dim) end to end).
-          k.rmsnorm(s.q, s.q, w.qkNorm.q, n * numHeads, headDim, this.config.rmsNormEps);
-          k.rmsnorm(s.k, s.k, w.qkNorm.k, n * numKvHeads, headDim, this.config.rmsNormEps);
+          k.rmsnorm(s.q, s.q, w.qkNorm.q, n * numHeads, headDim, eps);
+          k.rmsnorm(s.k, s.k, w.qkNorm.k, n * numKvHeads, headDim, eps);
         }
-        k.rope(s.q, s.cos + c0 * (headDim / 2) * 4, s.sin + c0 * (headDim / 2) * 4, n, numHeads, headDim, qOut);
-        k.rope(s.k, s.cos + c0 * (headDim / 2) * 4, s.sin + c0 * (headDim / 2) * 4, n, numKvHeads, headDim, kvOut);
+        k.rope(s.q, cos + c0 * (headDim / 2) * 4, sin + c0 * (headDim / 2) * 4, n, numHeads, headDim, qOut);
+        k.rope(s.k, cos + c0 * (headDim / 2) * 4, sin + c0 * (headDim / 2) * 4, n, numKvHeads, headDim, kvOut);
         // Each run of one row's tokens inside the chunk: store its keys and values, then attend.
         for (let t = c0; t < c0 + n; ) {
           const r = rowOf[t];
@@ -353,18 +364,20 @@ export class KernelRunner implements ModelRunner {
             scale,
             s.scores,
             this.kvKernels.code,
-            0,
+            window,
           );
           t += run;
         }
         this.linear(s.out, this.input(s.ctx, n, w.o), w.o);
+        if (w.postNorm) k.rmsnorm(s.out, s.out, w.postNorm.attn, n, H, eps);
         k.add_inplace(x, s.out, n * H);
-        k.rmsnorm(s.h, x, w.mlpNorm, n, H, this.config.rmsNormEps);
+        k.rmsnorm(s.h, x, w.mlpNorm, n, H, eps);
         const mlpIn = this.input(s.h, n, w.gate, w.up);
         this.linear(s.gate, mlpIn, w.gate);
         this.linear(s.up, mlpIn, w.up);
-        k.silu_mul(s.gate, s.up, align(n * I, 4));
+        act(s.gate, s.up, align(n * I, 4));
         this.linear(s.out, this.input(s.gate, n, w.down), w.down);
+        if (w.postNorm) k.rmsnorm(s.out, s.out, w.postNorm.mlp, n, H, eps);
         k.add_inplace(x, s.out, n * H);
       }
     }
@@ -436,6 +449,8 @@ export class KernelRunner implements ModelRunner {
     else if (e.dtype === 'f16') this.kernels.embed_f16(out, e.ptr, id, H);
     else if (e.dtype === 'bf16') this.kernels.embed_bf16(out, e.ptr, id, H);
     else this.memory.u8(0, this.memory.bytes).copyWithin(out, e.ptr + id * H * 4, e.ptr + (id + 1) * H * 4);
+    // Gemma's sqrt(hidden), once per row wherever the row is read (a vocabulary stage's rows too).
+    if (this.config.embeddingScale !== 1) this.kernels.scale_inplace(out, this.config.embeddingScale, H);
   }
 
   /**

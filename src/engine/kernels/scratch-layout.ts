@@ -53,7 +53,7 @@ function widths(config: ModelConfig, weights?: LlamaWeights): Widths {
 
 /**
  * One pass's scratch, in the order KernelRunner.forward allocates it: bytes of each buffer. Shapes:
- *   residual (M, hidden); cos, sin (M, head_dim / 2); tables (block-table entries) int32;
+ *   residual (M, hidden); cos, sin (M, head_dim / 2), and cosLocal, sinLocal for sliding layers; tables (block-table entries) int32;
  *   h, out (CHUNK, hidden); q, ctx (CHUNK, heads * head_dim); k, v (CHUNK, kv_heads * head_dim);
  *   gate, up (CHUNK, intermediate); xq (CHUNK, widest quantised input) int8 or int16 (by build);
  *   xs (CHUNK, widest / 32) its block scales; xsum (CHUNK, widest / 32, 2) int32 its half-block sums;
@@ -72,6 +72,9 @@ export function passLayout(config: ModelConfig, pass: PassShape, weights?: Llama
     residual: f(pass.tokens * H),
     cos: f(pass.tokens * (headDim / 2)),
     sin: f(pass.tokens * (headDim / 2)),
+    // Sliding layers' RoPE at their own base (Gemma 3), where there are any.
+    cosLocal: config.slidingWindow ? f(pass.tokens * (headDim / 2)) : 0,
+    sinLocal: config.slidingWindow ? f(pass.tokens * (headDim / 2)) : 0,
     tables: 4 * pass.tableEntries,
     h: f(CHUNK * H),
     q: f(CHUNK * numHeads * headDim),

@@ -25,6 +25,17 @@ export interface ModelConfig {
   ropeScaling?: RopeScaling;
   /** config.json intermediate_size (the MLP's width), where it says: what a layer's weights are sized by before they are read. */
   intermediateSize?: number;
+  /** The MLP's gate: SwiGLU (Llama, Qwen) or GeGLU with PyTorch's tanh GELU (Gemma: gelu_pytorch_tanh). */
+  hiddenAct: 'silu' | 'gelu_tanh';
+  /** q . k is scaled by this: 1 / sqrt(query_pre_attn_scalar) where config.json gives one (Gemma), else 1 / sqrt(head_dim). */
+  attentionScale: number;
+  /** Embedding rows are multiplied by this before the first layer: sqrt(hidden) for Gemma, else 1. */
+  embeddingScale: number;
+  /**
+   * Gemma 3's local layers: `layers[i]` says whether layer i attends to the last `size` positions only (its
+   * RoPE base then `ropeTheta`, config.json rope_local_base_freq); the others attend to every position.
+   */
+  slidingWindow?: { size: number; layers: boolean[]; ropeTheta: number };
 }
 
 export type RopeScaling =
@@ -85,8 +96,31 @@ export const SUPPORTED_MODEL_TYPES: readonly string[] = [
   'qwen3',
   'phi3',
   'gemma',
+  'gemma3_text',
   'granite',
 ];
+
+/**
+ * Gemma 3's sliding layers from config.json: `layer_types` where given (transformers 4.53 on), else every
+ * `sliding_window_pattern`-th layer (default 6) is global and the rest slide.
+ */
+function slidingWindow(config: Json, numLayers: number): ModelConfig['slidingWindow'] {
+  if (config.model_type !== 'gemma3_text' || typeof config.sliding_window !== 'number') return undefined;
+  const types = Array.isArray(config.layer_types) ? config.layer_types : undefined;
+  const pattern = typeof config.sliding_window_pattern === 'number' ? config.sliding_window_pattern : 6;
+  if (types && types.length !== numLayers)
+    throw new InvalidRequestError(
+      'config',
+      `config.json: layer_types has ${types.length} entries for ${numLayers} layers`,
+    );
+  return {
+    size: positiveInt(config, 'sliding_window'),
+    layers: Array.from({ length: numLayers }, (_, i) =>
+      types ? types[i] === 'sliding_attention' : (i + 1) % pattern !== 0,
+    ),
+    ropeTheta: typeof config.rope_local_base_freq === 'number' ? config.rope_local_base_freq : 10000,
+  };
+}
 
 /** Reads `config.json` (and optionally `generation_config.json`) into a ModelConfig. */
 export function parseModelConfig(config: Json, generationConfig: Json = {}): ModelConfig {
@@ -99,6 +133,7 @@ export function parseModelConfig(config: Json, generationConfig: Json = {}): Mod
   }
   if (
     typeof config.sliding_window === 'number' &&
+    config.model_type !== 'gemma3_text' &&
     config.use_sliding_window !== false &&
     config.sliding_window < positiveInt(config, 'max_position_embeddings')
   ) {
@@ -113,10 +148,13 @@ export function parseModelConfig(config: Json, generationConfig: Json = {}): Mod
   const numKvHeads = config.num_key_value_heads === undefined ? numHeads : positiveInt(config, 'num_key_value_heads');
   const headDim = config.head_dim === undefined ? hiddenSize / numHeads : positiveInt(config, 'head_dim');
   const eos = [...new Set([...idList(config.eos_token_id), ...idList(generationConfig.eos_token_id)])];
+  const numLayers = positiveInt(config, 'num_hidden_layers');
+  const act = config.hidden_activation ?? config.hidden_act;
+  const window = slidingWindow(config, numLayers);
   return {
     modelType: config.model_type,
     hiddenSize,
-    numLayers: positiveInt(config, 'num_hidden_layers'),
+    numLayers,
     numHeads,
     numKvHeads,
     headDim,
@@ -132,6 +170,11 @@ export function parseModelConfig(config: Json, generationConfig: Json = {}): Mod
     ...(typeof config.intermediate_size === 'number' && config.intermediate_size > 0
       ? { intermediateSize: config.intermediate_size }
       : {}),
+    hiddenAct: act === 'gelu_pytorch_tanh' || act === 'gelu_tanh' ? 'gelu_tanh' : 'silu',
+    attentionScale:
+      1 / Math.sqrt(typeof config.query_pre_attn_scalar === 'number' ? config.query_pre_attn_scalar : headDim),
+    embeddingScale: config.model_type === 'gemma3_text' ? Math.sqrt(hiddenSize) : 1,
+    ...(window ? { slidingWindow: window } : {}),
   };
 }
 

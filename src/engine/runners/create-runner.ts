@@ -189,6 +189,12 @@ export async function loadRunner(
       console.warn(`edge kernels: ${err.message}; running the graph on onnxruntime (${runtime.name}) instead`);
     }
   }
+  if (config.slidingWindow)
+    throw new InvalidRequestError(
+      'model',
+      `${config.modelType}'s sliding-window layers run on the edge kernels only (from a GGUF file), not on onnxruntime`,
+      'unsupported_model',
+    );
   const onnx = await readOnnx(source, dtype);
   if (gpu && options.kvOnDevice !== false) {
     budget.check([{ label: 'weights', bytes: onnx.byteLength }]);

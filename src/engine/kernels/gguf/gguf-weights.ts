@@ -29,8 +29,8 @@ const FORMAT: Partial<Record<number, { format: QuantFormat; zp: number }>> = {
 /** Bytes of tensor data staged at once while repacking (whole rows). */
 const STAGING = 1 << 20;
 
-/** The architectures the loader reads, by general.architecture: llama.cpp names them as Hugging Face's model_type. */
-const ARCHITECTURES = ['llama', 'qwen2', 'qwen3'];
+/** The architectures the loader reads, by general.architecture, and the config.json model_type of each. */
+const MODEL_TYPES: Record<string, string> = { llama: 'llama', qwen2: 'qwen2', qwen3: 'qwen3', gemma3: 'gemma3_text' };
 
 /** A layer's float32 vectors besides its two norms, by GGUF name (after blk.N.). */
 const LAYER_VECTORS = new Set([
@@ -39,6 +39,8 @@ const LAYER_VECTORS = new Set([
   'attn_v.bias',
   'attn_q_norm.weight',
   'attn_k_norm.weight',
+  'post_attention_norm.weight',
+  'post_ffw_norm.weight',
 ]);
 
 /**
@@ -94,9 +96,11 @@ export async function loadGgufWeights(
   const { header, reader } = await readGgufHeader(chunks);
   const arch = header.metadata.get('general.architecture');
   const archName = arch?.type === 'string' ? arch.value : '?';
-  if (!ARCHITECTURES.includes(archName))
-    throw new UnsupportedByKernels(`GGUF architecture ${archName} (the kernels run ${ARCHITECTURES.join(', ')})`);
-  if (archName !== config.modelType)
+  if (MODEL_TYPES[archName] === undefined)
+    throw new UnsupportedByKernels(
+      `GGUF architecture ${archName} (the kernels run ${Object.keys(MODEL_TYPES).join(', ')})`,
+    );
+  if (MODEL_TYPES[archName] !== config.modelType)
     throw new UnsupportedByKernels(`GGUF architecture ${archName}, where config.json says ${config.modelType}`);
   const permuted = archName === 'llama';
   const mem = ctx.memory;
@@ -110,7 +114,7 @@ export async function loadGgufWeights(
       ? config.numHeads * config.headDim
       : name === 'attn_k.bias' || name === 'attn_v.bias'
         ? config.numKvHeads * config.headDim
-        : name?.endsWith('_norm.weight')
+        : name === 'attn_q_norm.weight' || name === 'attn_k_norm.weight'
           ? config.headDim
           : config.hiddenSize;
   await reader.skip(header.dataStart - reader.position);
@@ -211,6 +215,9 @@ export async function loadGgufWeights(
       ...(extras.qkNorm && {
         qkNorm: { q: vector(`blk.${i}.attn_q_norm.weight`), k: vector(`blk.${i}.attn_k_norm.weight`) },
       }),
+      ...(extras.postNorm && {
+        postNorm: { attn: vector(`blk.${i}.post_attention_norm.weight`), mlp: vector(`blk.${i}.post_ffw_norm.weight`) },
+      }),
       attnNorm: vector(`blk.${i}.attn_norm.weight`),
       q: matrix(`blk.${i}.attn_q.weight`),
       k: matrix(`blk.${i}.attn_k.weight`),
@@ -231,6 +238,10 @@ export async function loadGgufWeights(
     ends: span.ends ? ends() : undefined,
     layers,
     invFreq: ropeInvFreq(config),
+    ...(config.slidingWindow && {
+      // HF's Gemma 3 scales only its global layers' RoPE; the local ones run the default at their own base.
+      localInvFreq: ropeInvFreq({ ...config, ropeTheta: config.slidingWindow.ropeTheta, ropeScaling: undefined }),
+    }),
     intermediateSize: layers[span.from]?.gate.n ?? 0,
     bytes: [...matrices.values()].reduce((n, m) => n + matrixBytes(m), 0) + vectorBytes,
   };

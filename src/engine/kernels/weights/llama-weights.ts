@@ -14,13 +14,16 @@ export interface LayerWeights {
   down: Matrix; // intermediate -> hidden
   /** Qwen2's biases of q, k and v (heads * head_dim, kv_heads * head_dim twice) float32. */
   bias?: { q: number; k: number; v: number };
-  /** Qwen3's RMSNorm weights over each head of q and of k, before RoPE: (head_dim) float32 each. */
+  /** Qwen3's and Gemma 3's RMSNorm weights over each head of q and of k, before RoPE: (head_dim) float32 each. */
   qkNorm?: { q: number; k: number };
+  /** Gemma 3's norms of the attention's and the MLP's outputs, before each joins the residual: (hidden) float32. */
+  postNorm?: { attn: number; mlp: number };
 }
 
 /** What a layer of config.json's model_type has beyond a Llama layer's, which a loader must find. */
-export function layerExtras(config: ModelConfig): { bias: boolean; qkNorm: boolean } {
-  return { bias: config.modelType === 'qwen2', qkNorm: config.modelType === 'qwen3' };
+export function layerExtras(config: ModelConfig): { bias: boolean; qkNorm: boolean; postNorm: boolean } {
+  const gemma3 = config.modelType === 'gemma3_text';
+  return { bias: config.modelType === 'qwen2', qkNorm: config.modelType === 'qwen3' || gemma3, postNorm: gemma3 };
 }
 
 /**
@@ -74,6 +77,8 @@ export interface LlamaWeights {
   layers: LayerWeights[];
   /** RoPE inverse frequencies (head_dim / 2), float32. */
   invFreq: Float32Array;
+  /** Sliding layers' (config.slidingWindow), where their RoPE base is another. */
+  localInvFreq?: Float32Array;
   intermediateSize: number;
   /** Bytes of weights placed in linear memory. */
   bytes: number;
