@@ -6,7 +6,7 @@
 // Writes <out>/results.json, <out>/decode.svg and prints Markdown tables. Not part of `npm test`.
 //
 //   npm run bench -- [--quick] [--models bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32]
-//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore,structured,edge,edge-memory,stages]
+//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore,structured,edge,edge-memory,stages,architectures]
 //     [--runs 5] [--batches 1,4,16,32] [--prefill 128,512,2048] [--histories 256,1024,4096]
 //     [--prompt 32] [--tokens 32] [--fresh 20] [--clients 1,16] [--session-models ...] [--out bench] [--append]
 // Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1). Each backend runs in a child process.
@@ -25,6 +25,7 @@ import { runServiceRestore } from './bench/service-restore.js';
 import type { SpeculationCase } from './bench/speculative-table.js';
 import type { WebGpuBenchRow } from './bench/webgpu-table.js';
 import type { WllamaBenchRow } from './bench/wllama-table.js';
+import type { ArchitectureBenchRow } from './bench/architectures-table.js';
 import type { KernelsBench } from './bench/kernels-table.js';
 import type { EdgeBench } from './bench/edge.js';
 import type { EdgeMemoryBench } from './bench/edge-memory.js';
@@ -35,8 +36,8 @@ import { decodePlotSvg } from './bench/svg-plot.js';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const log = (s: string): void => console.error(s);
 const options = parseBenchOptions(process.argv.slice(2));
-// The wllama, kernels and stages sections make the models they need themselves.
-if (options.sections.some((s) => s !== 'wllama' && s !== 'kernels' && s !== 'stages'))
+// The wllama, kernels, stages and architectures sections make the models they need themselves.
+if (options.sections.some((s) => s !== 'wllama' && s !== 'kernels' && s !== 'stages' && s !== 'architectures'))
   ensureBenchModels(options.variants);
 const outDir = resolvePath(ROOT, options.out);
 mkdirSync(outDir, { recursive: true });
@@ -95,6 +96,7 @@ const SCRIPT_SECTIONS: readonly string[] = [
   'edge',
   'edge-memory',
   'stages',
+  'architectures',
 ];
 const engineSections = options.sections.filter((s) => !SCRIPT_SECTIONS.includes(s));
 const backends: BackendResult[] = [];
@@ -160,6 +162,12 @@ if (options.sections.includes('edge-memory'))
 if (options.sections.includes('stages'))
   // bench-360m on 3 stages, bench-135m's 16 x 1,024 tokens resident on 4, bench-1b on as many as 128 MiB each needs.
   results.stages = await runScriptChild<StagesBench>([], 'scripts/bench/stages.ts', ['--runs', String(options.runs)]);
+if (options.sections.includes('architectures'))
+  // Qwen2.5-0.5B's, Qwen3-0.6B's and Gemma-3-270M's shapes as GGUF, the kernels against llama.cpp.
+  results.architectures = await runScriptChild<ArchitectureBenchRow[]>([], 'scripts/bench/architectures.ts', [
+    '--runs',
+    String(options.runs),
+  ]);
 if (options.sections.includes('wllama')) {
   // Batch-1 greedy decode of 128 tokens, as the speculative section measures ours.
   results.wllama = await runScriptChild<WllamaBenchRow[]>([], 'scripts/bench/wllama.ts', [
@@ -184,6 +192,7 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   results.edge ??= earlier.edge;
   results.edgeMemory ??= earlier.edgeMemory;
   results.stages ??= earlier.stages;
+  results.architectures ??= earlier.architectures;
   results.parts = [
     ...(earlier.parts ?? [{ machine: earlier.machine, options: earlier.options }]),
     { machine: results.machine, options },

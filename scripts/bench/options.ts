@@ -22,6 +22,7 @@ export const SECTIONS = [
   'edge',
   'edge-memory',
   'stages',
+  'architectures',
 ] as const;
 export type Section = (typeof SECTIONS)[number];
 

@@ -4,6 +4,7 @@ import { wllamaBenchTable } from './wllama-table.js';
 import { edgeMemoryTable, edgeTable } from './edge-table.js';
 import { kernelsTable } from './kernels-table.js';
 import { stagesTables } from './stages-table.js';
+import { architecturesTable } from './architectures-table.js';
 // Markdown tables of a results object: what the bench prints, and what docs/benchmarks.md shows.
 import type { BenchResults, VariantResult } from './results.js';
 import type { Sampled } from './stats.js';
@@ -245,5 +246,6 @@ export function markdownReport(r: BenchResults): string {
   if (r.edge) out.push(`\n${edgeTable(r.edge)}`);
   if (r.edgeMemory) out.push(`\n${edgeMemoryTable(r.edgeMemory)}`);
   if (r.stages) out.push(`\n${stagesTables(r.stages)}`);
+  if (r.architectures) out.push(`\n${architecturesTable(r.architectures)}`);
   return `${out.join('\n')}\n`;
 }

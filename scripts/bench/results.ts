@@ -6,6 +6,7 @@ import type { KernelsBench } from './kernels-table.js';
 import type { EdgeBench } from './edge.js';
 import type { EdgeMemoryBench } from './edge-memory.js';
 import type { StagesBench } from './stages.js';
+import type { ArchitectureBenchRow } from './architectures-table.js';
 // The shape of bench/results.json.
 import type { Sampled } from './stats.js';
 import type { ServiceResult } from './service.js';
@@ -109,6 +110,8 @@ export interface BenchResults {
   edgeMemory?: EdgeMemoryBench;
   /** A model on pipeline stages in wrangler dev: every isolate's memory, tokens and speed (scripts/bench/stages.ts). */
   stages?: StagesBench;
+  /** Qwen2, Qwen3 and Gemma 3 shapes on the kernels against llama.cpp (scripts/bench/architectures.ts). */
+  architectures?: ArchitectureBenchRow[];
   /** When the run was made in parts (--append): each part's machine and options. */
   parts?: { machine: Machine; options: BenchOptions }[];
 }

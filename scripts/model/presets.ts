@@ -12,7 +12,10 @@ export type PresetName =
   | 'bench-1b'
   | 'tiny-qwen2'
   | 'tiny-qwen3'
-  | 'tiny-gemma3';
+  | 'tiny-gemma3'
+  | 'bench-qwen2-0.5b'
+  | 'bench-qwen3-0.6b'
+  | 'bench-gemma3-270m';
 export const PRESET_NAMES: readonly PresetName[] = [
   'tiny',
   'tiny-untied',
@@ -26,6 +29,9 @@ export const PRESET_NAMES: readonly PresetName[] = [
   'tiny-qwen2',
   'tiny-qwen3',
   'tiny-gemma3',
+  'bench-qwen2-0.5b',
+  'bench-qwen3-0.6b',
+  'bench-gemma3-270m',
 ];
 
 /** Presets whose weights continue a repeated phrase of this many tokens (copy-weights.ts), not random ones. */
@@ -155,6 +161,51 @@ const tinyGemma3: LlamaShape = {
   slidingWindow: 8,
 };
 
+/** Qwen2.5-0.5B's shapes (its 151,936-entry vocabulary, tied; context cut to 8192): 494M parameters. */
+const benchQwen2: LlamaShape = {
+  architecture: 'qwen2',
+  hiddenSize: 896,
+  intermediateSize: 4864,
+  numLayers: 24,
+  numHeads: 14,
+  numKvHeads: 2,
+  headDim: 64,
+  vocabSize: 151936,
+  maxPositionEmbeddings: 8192,
+  tieWordEmbeddings: true,
+  rmsNormEps: 1e-6,
+  ropeTheta: 1_000_000,
+};
+
+/** Qwen3-0.6B's shapes (head_dim 128 of hidden 1024 over 16 heads): 596M parameters. */
+const benchQwen3: LlamaShape = {
+  ...benchQwen2,
+  architecture: 'qwen3',
+  hiddenSize: 1024,
+  intermediateSize: 3072,
+  numLayers: 28,
+  numHeads: 16,
+  numKvHeads: 8,
+  headDim: 128,
+};
+
+/** Gemma-3-270M's shapes (a 262,144-entry vocabulary, head_dim 256, one KV head, window 512): 268M parameters. */
+const benchGemma3: LlamaShape = {
+  architecture: 'gemma3',
+  hiddenSize: 640,
+  intermediateSize: 2048,
+  numLayers: 18,
+  numHeads: 4,
+  numKvHeads: 1,
+  headDim: 256,
+  vocabSize: 262144,
+  maxPositionEmbeddings: 8192,
+  tieWordEmbeddings: true,
+  rmsNormEps: 1e-6,
+  ropeTheta: 1_000_000,
+  slidingWindow: 512,
+};
+
 export const PRESETS: Record<PresetName, LlamaShape> = {
   tiny,
   'tiny-untied': { ...tiny, tieWordEmbeddings: false },
@@ -170,6 +221,9 @@ export const PRESETS: Record<PresetName, LlamaShape> = {
   'tiny-qwen2': tinyQwen2,
   'tiny-qwen3': tinyQwen3,
   'tiny-gemma3': tinyGemma3,
+  'bench-qwen2-0.5b': benchQwen2,
+  'bench-qwen3-0.6b': benchQwen3,
+  'bench-gemma3-270m': benchGemma3,
 };
 
 export const BOS_TOKEN_ID = 1; // <|im_start|>
