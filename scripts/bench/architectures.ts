@@ -76,7 +76,7 @@ export async function benchArchitectures(
     for (const type of types) {
       const folder = await ensureFolder(preset, type, log);
       const engine = await Engine.load(await nodeRuntime('kernels'), directorySource(folder), {
-        kvCacheBytes: 16 << 20,
+        kvCacheBytes: 64 << 20,
       });
       const wllama = await loadWllama(join(folder, 'model.gguf'));
       const bannedIds = nonUtf8TokenIds(engine.tokenizer);
