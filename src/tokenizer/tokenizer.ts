@@ -13,7 +13,7 @@ export interface DecodeOptions {
 }
 
 export interface TokenBytesOptions {
-  /** What an added token (special or not) gives: nothing (default) or the UTF-8 of its text. */
+  /** What an added token (special or not) gives: nothing (default) or the UTF-8 of its decoded text (addedTokenText). */
   addedTokens?: 'empty' | 'text';
 }
 
@@ -145,6 +145,22 @@ export class TextTokenizer {
   }
   private addedTexts: string[] | undefined;
 
+  /**
+   * The text decode() gives an added token: its content as the decoder spells it (Gemma 3's "▁▁" is two
+   * spaces, "<|im_end|>" itself). What a stream shows for it and what its bytes are with `addedTokens: 'text'`.
+   */
+  addedTokenText(id: number): string {
+    const added = this.addedTokens.get(id);
+    if (!added) throw new RangeError(`token id ${id} is not an added token`);
+    let text = this.addedTextById.get(id);
+    if (text === undefined) {
+      text = this.hf.decode([id], { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+      this.addedTextById.set(id, text);
+    }
+    return text;
+  }
+  private readonly addedTextById = new Map<number, string>();
+
   /** Added tokens (special or not) are decoded as their own text, never as byte-level bytes. */
   isAddedToken(id: number): boolean {
     return this.addedTokens.has(id);
@@ -170,7 +186,7 @@ export class TextTokenizer {
   tokenBytes(id: number, options: TokenBytesOptions = {}): Uint8Array {
     this.checkId(id);
     const added = this.addedTokens.get(id);
-    if (added) return options.addedTokens === 'text' ? utf8.encode(added.content) : EMPTY;
+    if (added) return options.addedTokens === 'text' ? utf8.encode(this.addedTokenText(id)) : EMPTY;
     this.packed ??= this.packTokenBytes();
     const failed = this.packed.failed.get(id);
     if (failed) throw failed;
