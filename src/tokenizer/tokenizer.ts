@@ -138,9 +138,18 @@ export class TextTokenizer {
     return this.specialTokenIds.has(id);
   }
 
-  /** The texts of the added tokens (`<|im_end|>`...): what encode() turns into control ids wherever it meets them. */
+  /**
+   * The texts of the added tokens that encode() turns into their ids wherever it meets them and that mark
+   * structure (`<|im_end|>`, `<tool_call>`...): chat content must not produce them (chat-encoding.ts). Added
+   * tokens made only of whitespace (Gemma 3's "\n", "\n\n", "\t", "▁▁"...) are left out: ordinary text is made
+   * of them, and their ids are what the model's own merges make of that text.
+   */
   get addedTokenTexts(): string[] {
-    this.addedTexts ??= [...new Set([...this.addedTokens.values()].map((t) => t.content).filter((t) => t.length > 0))];
+    this.addedTexts ??= [
+      ...new Set(
+        [...this.addedTokens.values()].map((t) => t.content).filter((t) => t.length > 0 && !/^[\s▁]+$/u.test(t)),
+      ),
+    ];
     return this.addedTexts;
   }
   private addedTexts: string[] | undefined;
