@@ -5,6 +5,8 @@
  */
 import { Tokenizer } from '@huggingface/tokenizers';
 import { byteLevelToBytes } from './byte-level.js';
+import { compactMergeRanks } from './merge-ranks.js';
+import { compactVocabIndex } from './vocab-index.js';
 import { sentencePieceToBytes, usesByteFallback } from './sentencepiece.js';
 
 export interface DecodeOptions {
@@ -265,6 +267,10 @@ function buildHfTokenizer(tokenizerJson: Record<string, unknown>, config: Record
     : undefined;
   if (merges) model.merges = merges;
   const hf = new Tokenizer({ ...tokenizerJson, model }, config);
+  // Its token -> id index and its merge ranks in typed arrays rather than Maps (vocab-index.ts,
+  // merge-ranks.ts; the index first: the ranks' lookups read whichever the model holds).
+  compactVocabIndex(hf.model);
+  if (merges && model.type === 'BPE') compactMergeRanks(hf.model, merges as [string, string][]);
   delete model.vocab;
   delete model.merges;
   if (merges) merges.length = 0;
