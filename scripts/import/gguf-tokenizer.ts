@@ -5,8 +5,15 @@
 // - `llama`: SentencePiece (scores, byte fallback), through sentencepiece-json.ts.
 // Token types (llama_token_type) decide the added tokens: CONTROL and UNKNOWN tokens are special,
 // USER_DEFINED ones are added but not special; BYTE tokens are <0xXX> fallbacks.
+// Where llama.cpp and the model's own tokenizer.json part, we follow tokenizer.json (what the model was
+// trained on; test/real-tokenizers.test.ts checks Qwen3's and Gemma 3's token for token):
+// - qwen2: tokenizer.json normalises to NFC first; llama.cpp does not, so a decomposed "e\u0301" differs;
+// - SentencePiece user-defined pieces (Gemma 3's "▁▁", "\n\n", "<table>"): the converter writes them with
+//   spaces for ▁ and score -1000, and llama.cpp only matches them in the text as typed. tokenizer.json
+//   has them as added tokens spelled with ▁ and as pieces its merges build, at the score SentencePiece
+//   gives them (0): typed spaces merge into "▁▁" and a typed "▁▁" is matched whole. So they are here.
 import type { GgufMetadata } from '../../src/engine/gguf/gguf-metadata.js';
-import { bosTemplate, sentencePieceTokenizerJson } from './sentencepiece-json.js';
+import { bosTemplate, SPACE, sentencePieceTokenizerJson } from './sentencepiece-json.js';
 
 const TYPE = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;
 
@@ -31,7 +38,7 @@ const split = (regex: string) => ({
  * regex (ByteLevel's own), `smollm` splits every digit first (as llama.cpp's "\p{N}" pass), `llama-bpe`
  * (Llama 3) and `qwen2` split by their regexes.
  */
-const PRE_TOKENIZERS: Record<string, { preTokenizer: unknown; ignoreMerges: boolean }> = {
+const PRE_TOKENIZERS: Record<string, { preTokenizer: unknown; ignoreMerges: boolean; normalizer?: unknown }> = {
   'gpt-2': { preTokenizer: byteLevel(true), ignoreMerges: false },
   smollm: {
     preTokenizer: { type: 'Sequence', pretokenizers: [{ type: 'Digits', individual_digits: true }, byteLevel(true)] },
@@ -39,7 +46,7 @@ const PRE_TOKENIZERS: Record<string, { preTokenizer: unknown; ignoreMerges: bool
   },
   // llama.cpp takes a whole pre-token that is in the vocabulary as it is, before merging (ignore_merges).
   'llama-bpe': { preTokenizer: split(LLAMA3_REGEX), ignoreMerges: true },
-  qwen2: { preTokenizer: split(QWEN2_REGEX), ignoreMerges: false },
+  qwen2: { preTokenizer: split(QWEN2_REGEX), ignoreMerges: false, normalizer: { type: 'NFC' } },
 };
 export const SUPPORTED_PRE = Object.keys(PRE_TOKENIZERS);
 
@@ -104,7 +111,7 @@ function gpt2TokenizerJson(meta: GgufMetadata, tokens: string[], types: ArrayLik
       normalized: false,
       special,
     })),
-    normalizer: null,
+    normalizer: choice.normalizer ?? null,
     pre_tokenizer: choice.preTokenizer,
     post_processor:
       bos === null
@@ -155,10 +162,11 @@ export function ggufTokenizerFiles(meta: GgufMetadata, contextLength: number): G
       ? meta.numbers('tokenizer.ggml.scores')
       : new Array<number>(n).fill(0);
     if (scores.length !== n) throw new Error(`GGUF tokenizer.ggml.scores has ${scores.length} entries for ${n} tokens`);
+    const userDefined = (id: number) => types[id] === TYPE.USER_DEFINED;
     tokenizerJson = sentencePieceTokenizerJson({
-      pieces: tokens,
-      scores,
-      added: addedTokens(types),
+      pieces: tokens.map((t, id) => (userDefined(id) ? t.replaceAll(' ', SPACE) : t)),
+      scores: Float32Array.from(scores, (s, id) => (userDefined(id) ? 0 : s)),
+      added: addedTokens(types).map((t) => (userDefined(t.id) ? { ...t, mergeable: true } : t)),
       isByte: (id) => types[id] === TYPE.BYTE,
       unkToken: tokens[unkId ?? 0],
       bosToken: bos,

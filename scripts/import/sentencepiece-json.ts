@@ -7,14 +7,17 @@
 // The Hugging Face form, the one transformers uses for SentencePiece Llama tokenizers:
 //   normalizer      Prepend "▁" (when the vocabulary adds a space prefix) + Replace " " -> "▁"
 //   model           BPE with byte_fallback; merges = every split (a, b) of every piece whose two halves are
-//                   pieces too, ranked by the merged piece's score (highest first). BPE then merges the
-//                   lowest-ranked adjacent pair first (leftmost on ties): the rule above, given that a
-//                   piece's score orders it against every other piece. Pieces with equal scores are the one
-//                   case where the two can differ (SentencePiece vocabularies give each piece its own).
+//                   pieces too, ranked as transformers' converter ranks them (generate_merges): by the merged
+//                   piece's score (highest first), then the halves' lengths (longest first), then id. BPE
+//                   then merges the lowest-ranked adjacent pair first (leftmost on ties): the rule above,
+//                   given that a piece's score orders it against every other piece. Pieces with equal scores
+//                   are the one case where the two can differ (SentencePiece vocabularies give most pieces
+//                   their own).
 //   decoder         Replace ▁ -> " ", ByteFallback, Fuse, Strip one leading space
 //   post_processor  <s> $A when the vocabulary adds BOS
-// Added tokens (special ones and user-defined) are split out of the text first and never merged; like
-// llama.cpp, Hugging Face then applies the normalizer, so the dummy prefix, to each stretch of text between them.
+// Added tokens (special ones and user-defined) are split out of the text first; like llama.cpp, Hugging Face
+// then applies the normalizer, so the dummy prefix, to each stretch of text between them. Only a `mergeable`
+// one (a user-defined piece such as Gemma's "▁▁") is also in the merges, so spaces typed become it as well.
 
 export const SPACE = '▁';
 const BYTE_PIECE = /^<0x[0-9A-Fa-f]{2}>$/;
@@ -23,8 +26,11 @@ export interface SentencePieceVocab {
   /** Pieces by id, spaces spelled ▁. */
   pieces: readonly string[];
   scores: ArrayLike<number>;
-  /** Tokens matched as whole strings before the model runs; `special` ones are dropped by skip-special decoding. */
-  added: readonly { id: number; special: boolean }[];
+  /**
+   * Tokens matched as whole strings before the model runs; `special` ones are dropped by skip-special decoding.
+   * A `mergeable` one is also a piece the merges build (by its score), as tokenizer.json has user-defined ones.
+   */
+  added: readonly { id: number; special: boolean; mergeable?: boolean }[];
   /** Ids of byte-fallback tokens (<0xXX>): in the vocabulary, never merged. */
   isByte: (id: number) => boolean;
   unkToken: string;
@@ -52,7 +58,7 @@ export function bosTemplate(bos: string, id: number): Record<string, unknown> {
 
 export function sentencePieceTokenizerJson(v: SentencePieceVocab): Record<string, unknown> {
   const { pieces, scores } = v;
-  const addedIds = new Set(v.added.map((t) => t.id));
+  const addedIds = new Set(v.added.filter((t) => !t.mergeable).map((t) => t.id));
   // No prototype: pieces such as "constructor" or "toString" are ordinary tokens, not inherited keys.
   const vocab: Record<string, number> = Object.create(null) as Record<string, number>;
   const mergeable = new Map<string, number>();
@@ -63,16 +69,17 @@ export function sentencePieceTokenizerJson(v: SentencePieceVocab): Record<string
     if (!addedIds.has(id) && !v.isByte(id)) mergeable.set(piece, id);
   });
 
-  const merges: { a: string; b: string; score: number; id: number; split: number }[] = [];
+  const merges: { a: string; b: string; score: number; id: number; split: number; right: number }[] = [];
   for (const [piece, id] of mergeable) {
     const chars = Array.from(piece);
     for (let k = 1; k < chars.length; k++) {
       const a = chars.slice(0, k).join('');
       const b = chars.slice(k).join('');
-      if (mergeable.has(a) && mergeable.has(b)) merges.push({ a, b, score: scores[id], id, split: k });
+      if (mergeable.has(a) && mergeable.has(b))
+        merges.push({ a, b, score: scores[id], id, split: k, right: chars.length - k });
     }
   }
-  merges.sort((x, y) => y.score - x.score || x.id - y.id || x.split - y.split);
+  merges.sort((x, y) => y.score - x.score || y.split - x.split || y.right - x.right || x.id - y.id);
 
   const bos = v.bosToken;
   return {

@@ -6,10 +6,16 @@
  * placeholder in its place, the template's text around it is encoded as usual, and the content as plain
  * text (each control string spelled by ordinary tokens). Content without one is rendered and encoded in
  * one piece, as before, so ordinary prompts keep exactly their tokens.
+ *
+ * Assistant messages are left as they are: their content is the model's own earlier output, whose
+ * <think> or <tool_call> were tokens when it was generated, and a template may read it (Qwen3's drops
+ * the thinking of earlier answers, which it cannot see behind a placeholder). Third-party text (a
+ * webhook's event) reaches the prompt as user content, which is still guarded.
  */
 import type { TextTokenizer } from './tokenizer.js';
 
 interface Message {
+  role?: unknown;
   content?: unknown;
 }
 
@@ -20,16 +26,17 @@ export function encodeChat(
   render: (messages: unknown) => string,
 ): number[] {
   const controls = tokenizer.addedTokenTexts;
-  const carries = (text: unknown): text is string =>
-    typeof text === 'string' && controls.some((control) => text.includes(control));
-  if (!Array.isArray(messages) || !messages.some((m: Message) => carries(m?.content)))
-    return tokenizer.encode(render(messages));
+  const carries = (m: Message): boolean =>
+    m?.role !== 'assistant' &&
+    typeof m?.content === 'string' &&
+    controls.some((control) => (m.content as string).includes(control));
+  if (!Array.isArray(messages) || !messages.some(carries)) return tokenizer.encode(render(messages));
 
   // A nonce no message can know, so no content can pose as a placeholder.
   const nonce = [...crypto.getRandomValues(new Uint8Array(8))].map((b) => b.toString(16)).join('');
   const contents: string[] = [];
   const masked = messages.map((m: Message) =>
-    carries(m?.content) ? { ...m, content: `\uE000${nonce}:${contents.push(m.content) - 1}\uE001` } : m,
+    carries(m) ? { ...m, content: `\uE000${nonce}:${contents.push(m.content as string) - 1}\uE001` } : m,
   );
   const text = render(masked);
   const ids: number[] = [];

@@ -32,7 +32,7 @@ export class IncrementalDetokenizer {
     if (this.skipSpecialTokens && tokenizer.isSpecial(tokenId)) return '';
     if (tokenizer.isAddedToken(tokenId)) {
       // A kept added token ends the current byte chunk: pending bytes are decoded (as U+FFFD if incomplete).
-      return this.decoder.decode() + tokenizer.idToToken(tokenId);
+      return this.decoder.decode() + tokenizer.addedTokenText(tokenId);
     }
     return this.decoder.decode(tokenizer.tokenBytes(tokenId), { stream: true });
   }

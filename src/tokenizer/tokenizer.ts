@@ -5,6 +5,8 @@
  */
 import { Tokenizer } from '@huggingface/tokenizers';
 import { byteLevelToBytes } from './byte-level.js';
+import { compactMergeRanks } from './merge-ranks.js';
+import { compactVocabIndex } from './vocab-index.js';
 import { sentencePieceToBytes, usesByteFallback } from './sentencepiece.js';
 
 export interface DecodeOptions {
@@ -13,7 +15,7 @@ export interface DecodeOptions {
 }
 
 export interface TokenBytesOptions {
-  /** What an added token (special or not) gives: nothing (default) or the UTF-8 of its text. */
+  /** What an added token (special or not) gives: nothing (default) or the UTF-8 of its decoded text (addedTokenText). */
   addedTokens?: 'empty' | 'text';
 }
 
@@ -138,12 +140,37 @@ export class TextTokenizer {
     return this.specialTokenIds.has(id);
   }
 
-  /** The texts of the added tokens (`<|im_end|>`...): what encode() turns into control ids wherever it meets them. */
+  /**
+   * The texts of the added tokens that encode() turns into their ids wherever it meets them and that mark
+   * structure (`<|im_end|>`, `<tool_call>`...): chat content must not produce them (chat-encoding.ts). Added
+   * tokens made only of whitespace (Gemma 3's "\n", "\n\n", "\t", "▁▁"...) are left out: ordinary text is made
+   * of them, and their ids are what the model's own merges make of that text.
+   */
   get addedTokenTexts(): string[] {
-    this.addedTexts ??= [...new Set([...this.addedTokens.values()].map((t) => t.content).filter((t) => t.length > 0))];
+    this.addedTexts ??= [
+      ...new Set(
+        [...this.addedTokens.values()].map((t) => t.content).filter((t) => t.length > 0 && !/^[\s▁]+$/u.test(t)),
+      ),
+    ];
     return this.addedTexts;
   }
   private addedTexts: string[] | undefined;
+
+  /**
+   * The text decode() gives an added token: its content as the decoder spells it (Gemma 3's "▁▁" is two
+   * spaces, "<|im_end|>" itself). What a stream shows for it and what its bytes are with `addedTokens: 'text'`.
+   */
+  addedTokenText(id: number): string {
+    const added = this.addedTokens.get(id);
+    if (!added) throw new RangeError(`token id ${id} is not an added token`);
+    let text = this.addedTextById.get(id);
+    if (text === undefined) {
+      text = this.hf.decode([id], { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+      this.addedTextById.set(id, text);
+    }
+    return text;
+  }
+  private readonly addedTextById = new Map<number, string>();
 
   /** Added tokens (special or not) are decoded as their own text, never as byte-level bytes. */
   isAddedToken(id: number): boolean {
@@ -170,7 +197,7 @@ export class TextTokenizer {
   tokenBytes(id: number, options: TokenBytesOptions = {}): Uint8Array {
     this.checkId(id);
     const added = this.addedTokens.get(id);
-    if (added) return options.addedTokens === 'text' ? utf8.encode(added.content) : EMPTY;
+    if (added) return options.addedTokens === 'text' ? utf8.encode(this.addedTokenText(id)) : EMPTY;
     this.packed ??= this.packTokenBytes();
     const failed = this.packed.failed.get(id);
     if (failed) throw failed;
@@ -240,6 +267,10 @@ function buildHfTokenizer(tokenizerJson: Record<string, unknown>, config: Record
     : undefined;
   if (merges) model.merges = merges;
   const hf = new Tokenizer({ ...tokenizerJson, model }, config);
+  // Its token -> id index and its merge ranks in typed arrays rather than Maps (vocab-index.ts,
+  // merge-ranks.ts; the index first: the ranks' lookups read whichever the model holds).
+  compactVocabIndex(hf.model);
+  if (merges && model.type === 'BPE') compactMergeRanks(hf.model, merges as [string, string][]);
   delete model.vocab;
   delete model.merges;
   if (merges) merges.length = 0;
