@@ -5,8 +5,8 @@ import { absentOrt } from './onnxruntime-absent.js';
 import ortWasmModule from 'onnxruntime-web/ort-wasm-simd-threaded.wasm';
 // workerd's V8 runs relaxed SIMD, exactly from the first call (docs/platform.md): the relaxed build, and the
 // baseline one for 8-bit graphs, which ran faster on it in Node (OrtRuntime.kernels8Bit; same bits).
-import edgeKernels from '../engine/kernels/edge-kernels-relaxed.wasm';
-import edgeKernels8Bit from '../engine/kernels/edge-kernels.wasm';
+import edgeKernels from '../engine/runners/wasm/edge-kernels-relaxed.wasm';
+import edgeKernels8Bit from '../engine/runners/wasm/edge-kernels.wasm';
 import xgrammarWasm from '../engine/constraints/xgrammar/xgrammar.wasm';
 import type { OrtRuntime, RunnerChoice } from '../engine/model/runtime.js';
 

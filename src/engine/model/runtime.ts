@@ -15,7 +15,7 @@ export interface OrtRuntime {
   /** Execution providers to ask for when creating a session. */
   readonly executionProviders: InferenceSession.SessionOptions['executionProviders'];
   /**
-   * Our WebAssembly kernels (src/engine/kernels/edge-kernels.wasm), compiled by the host: workerd
+   * Our WebAssembly kernels (src/engine/runners/wasm/edge-kernels.wasm), compiled by the host: workerd
    * imports .wasm files precompiled, Node compiles the bytes. On a `wasm` runtime the engine runs Llama
    * graphs on them and keeps onnxruntime for the graphs they do not cover.
    */

@@ -1,6 +1,6 @@
 import type { EngineLimits } from '../defaults.js';
 import type { KvDtype } from '../kv/block-pool.js';
-import type { LayerSpan } from '../kernels/weights/llama-weights.js';
+import type { LayerSpan } from '../runners/wasm/weights/llama-weights.js';
 import type { ModelDtype } from '../model/model-files.js';
 
 /**

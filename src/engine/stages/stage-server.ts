@@ -1,6 +1,6 @@
 import { InvalidRequestError } from '../errors.js';
-import { KernelModel } from '../kernels/kernel-model.js';
-import type { KernelRunner } from '../kernels/kernel-runner.js';
+import { KernelModel } from '../runners/wasm/kernel-model.js';
+import type { KernelRunner } from '../runners/wasm/kernel-runner.js';
 import { kvBytesPerToken, parseModelConfig } from '../model/config.js';
 import { chooseWeights } from '../model/default-weights.js';
 import { streamWeights, type ModelSource } from '../model/model-files.js';

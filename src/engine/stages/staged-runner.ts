@@ -1,6 +1,6 @@
 import type { KvDtype, KvShape } from '../kv/block-pool.js';
-import { kernelRows, type KernelRow, type KernelRunner } from '../kernels/kernel-runner.js';
-import type { LayerSpan } from '../kernels/weights/llama-weights.js';
+import { kernelRows, type KernelRow, type KernelRunner } from '../runners/wasm/kernel-runner.js';
+import type { LayerSpan } from '../runners/wasm/weights/llama-weights.js';
 import type { ModelConfig } from '../model/config.js';
 import {
   KvLostError,

@@ -1,4 +1,4 @@
-import { halfValue } from '../../model/half.js';
+import { halfValue } from '../../../model/half.js';
 import type { KernelExports } from '../edge-kernels.js';
 import type { LinearMemory } from '../linear-memory.js';
 import {

@@ -1,5 +1,5 @@
-import type { EngineLimits } from '../defaults.js';
-import { kvBytesPerToken, type ModelConfig } from '../model/config.js';
+import type { EngineLimits } from '../../defaults.js';
+import { kvBytesPerToken, type ModelConfig } from '../../model/config.js';
 import { vocabRows, type LayerSpan, type LlamaWeights } from './weights/llama-weights.js';
 
 /** Tokens whose activations are in scratch at once: bounds scratch memory whatever the pass's size. */

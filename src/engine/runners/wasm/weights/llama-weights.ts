@@ -1,4 +1,4 @@
-import type { ModelConfig } from '../../model/config.js';
+import type { ModelConfig } from '../../../model/config.js';
 import type { Matrix } from './matrix.js';
 import { UnsupportedByKernels } from './unsupported.js';
 

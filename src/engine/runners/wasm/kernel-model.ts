@@ -1,7 +1,7 @@
-import type { EngineLimits } from '../defaults.js';
-import type { ModelConfig } from '../model/config.js';
-import type { ByteStream } from '../model/model-files.js';
-import type { MemoryBudget } from '../runners/memory-budget.js';
+import type { EngineLimits } from '../../defaults.js';
+import type { ModelConfig } from '../../model/config.js';
+import type { ByteStream } from '../../model/model-files.js';
+import type { MemoryBudget } from '../memory-budget.js';
 import { instantiateKernels, type KernelExports } from './edge-kernels.js';
 import { loadGgufWeights } from './gguf/gguf-weights.js';
 import { KernelRunner } from './kernel-runner.js';

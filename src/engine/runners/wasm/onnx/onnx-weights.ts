@@ -1,4 +1,4 @@
-import type { ModelConfig } from '../../model/config.js';
+import type { ModelConfig } from '../../../model/config.js';
 import {
   DenseBuilder,
   IntegerBuilder,
@@ -20,7 +20,7 @@ import { matrixBytes, type Matrix } from '../weights/matrix.js';
 import { UnsupportedByKernels } from '../weights/unsupported.js';
 import { findLlamaSources, type LlamaSources, type MatrixSource } from './llama-roles.js';
 import { ONNX_FLOAT, ONNX_FLOAT16, streamOnnx, type InitializerHeader } from './onnx-stream.js';
-import { halfValue } from '../../model/half.js';
+import { halfValue } from '../../../model/half.js';
 import { windowPart } from './vocab-window.js';
 
 /** Our own exports hold their RoPE table under this name; other graphs get it from config.json. */

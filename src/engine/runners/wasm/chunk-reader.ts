@@ -1,4 +1,4 @@
-import { seekPast } from '../model/model-files.js';
+import { seekPast } from '../../model/model-files.js';
 
 /** Pulls bytes from chunks as they come (split anywhere), keeping only the unread part of the current chunk. */
 export class ChunkReader {

@@ -1,8 +1,8 @@
-import type { KvShape } from '../kv/block-pool.js';
-import { kvRowBytes, type KvDtype } from '../kv/kv-dtype.js';
-import { ArrayKvMemory, type KvArray } from '../runners/array-kv-memory.js';
-import type { ModelConfig } from '../model/config.js';
-import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../runners/model-runner.js';
+import type { KvShape } from '../../kv/block-pool.js';
+import { kvRowBytes, type KvDtype } from '../../kv/kv-dtype.js';
+import { ArrayKvMemory, type KvArray } from '../array-kv-memory.js';
+import type { ModelConfig } from '../../model/config.js';
+import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../model-runner.js';
 import type { KernelExports } from './edge-kernels.js';
 import type { KernelModel } from './kernel-model.js';
 import { align, type LinearMemory } from './linear-memory.js';
