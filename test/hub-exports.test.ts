@@ -21,7 +21,7 @@ import { makeWeights, type WeightMap } from '../scripts/model/weights.js';
 import { nodeRuntime } from '../scripts/lib/runtimes.js';
 import { Engine } from '../src/engine/engine.js';
 import { fromHalf } from '../src/engine/model/half.js';
-import type { OnnxRunner } from '../src/engine/onnx/onnx-runner.js';
+import type { OnnxRunner } from '../src/engine/runners/ort/onnx-runner.js';
 import { directorySource } from '../src/sources/directory-source.js';
 import { argmax, collect, modelDir } from './helpers/engines.js';
 import { walkHubGraph, type LinearUnit } from './helpers/hub-graph-walk.js';

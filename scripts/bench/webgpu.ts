@@ -19,7 +19,7 @@ import { WgslKernels } from '../../src/engine/gpu/wgsl-kernels.js';
 import { BlockPool } from '../../src/engine/kv/block-pool.js';
 import { KvCacheManager } from '../../src/engine/kv/paged-kv.js';
 import { loadModelFiles } from '../../src/engine/model/model-files.js';
-import { OnnxRunner } from '../../src/engine/onnx/onnx-runner.js';
+import { OnnxRunner } from '../../src/engine/runners/ort/onnx-runner.js';
 import type { ModelRunner, StepLogits, StepRow } from '../../src/engine/runners/model-runner.js';
 import { argmax } from '../../src/engine/sampling/processors.js';
 import { directorySource } from '../../src/sources/directory-source.js';

@@ -8,8 +8,8 @@ import type {
   StepLogits,
   StepRow,
 } from '../runners/model-runner.js';
-import { describeGraphIo, type GraphIo } from '../onnx/graph-io.js';
-import { refuseNarrowKv, stepInputs } from '../onnx/onnx-runner.js';
+import { describeGraphIo, type GraphIo } from '../runners/ort/graph-io.js';
+import { refuseNarrowKv, stepInputs } from '../runners/ort/onnx-runner.js';
 import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
 import type { SampledToken } from '../sampling/sampler.js';
 import { DeviceSampler } from './device-sampler.js';

@@ -8,7 +8,7 @@ import { UnsupportedByKernels } from './wasm/weights/unsupported.js';
 import type { ModelConfig } from '../model/config.js';
 import { readOnnx, streamWeights, type ModelDtype, type ModelSource } from '../model/model-files.js';
 import type { OrtRuntime } from '../model/runtime.js';
-import { OnnxRunner } from '../onnx/onnx-runner.js';
+import { OnnxRunner } from './ort/onnx-runner.js';
 import { isolateFootprint, MemoryBudget, onnxruntimeFootprint, type FootprintPart } from './memory-budget.js';
 import type { ModelRunner } from './model-runner.js';
 import type { KvDtype } from '../kv/block-pool.js';

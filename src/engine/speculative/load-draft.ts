@@ -4,7 +4,7 @@ import { KvCacheManager } from '../kv/paged-kv.js';
 import { kvBytesPerToken, type ModelConfig } from '../model/config.js';
 import { loadModelFiles, type ModelDtype, type ModelSource } from '../model/model-files.js';
 import type { EngineLimits } from '../defaults.js';
-import { OnnxRunner } from '../onnx/onnx-runner.js';
+import { OnnxRunner } from '../runners/ort/onnx-runner.js';
 import { mib } from '../runners/memory-budget.js';
 import type { OrtRuntime } from '../model/runtime.js';
 import { DraftModelProposer } from './draft-proposer.js';

@@ -1,7 +1,7 @@
-import { InvalidRequestError } from '../errors.js';
-import type { ModelConfig } from '../model/config.js';
-import { fromHalf, toHalf } from '../model/half.js';
-import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
+import { InvalidRequestError } from '../../errors.js';
+import type { ModelConfig } from '../../model/config.js';
+import { fromHalf, toHalf } from '../../model/half.js';
+import type { OrtRuntime, OrtSession, OrtTensor } from '../../model/runtime.js';
 
 /** Float element types a graph may use for its KV cache and logits. */
 export type FloatType = 'float32' | 'float16';

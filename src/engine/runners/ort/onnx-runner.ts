@@ -1,11 +1,11 @@
-import { InvalidRequestError } from '../errors.js';
-import type { KvDtype, KvShape } from '../kv/block-pool.js';
-import type { PagedSequenceKv } from '../kv/paged-kv.js';
-import type { ModelConfig } from '../model/config.js';
-import { ArrayKvMemory } from '../runners/array-kv-memory.js';
-import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../runners/model-runner.js';
+import { InvalidRequestError } from '../../errors.js';
+import type { KvDtype, KvShape } from '../../kv/block-pool.js';
+import type { PagedSequenceKv } from '../../kv/paged-kv.js';
+import type { ModelConfig } from '../../model/config.js';
+import { ArrayKvMemory } from '../array-kv-memory.js';
+import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../model-runner.js';
 import type { GraphIo } from './graph-io.js';
-import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
+import type { OrtRuntime, OrtSession, OrtTensor } from '../../model/runtime.js';
 import { loadSession, type SessionOptions } from './session-loader.js';
 
 /**

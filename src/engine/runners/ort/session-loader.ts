@@ -1,7 +1,7 @@
-import { InvalidRequestError } from '../errors.js';
-import type { ModelConfig } from '../model/config.js';
+import { InvalidRequestError } from '../../errors.js';
+import type { ModelConfig } from '../../model/config.js';
 import { describeGraphIo, type GraphIo } from './graph-io.js';
-import type { OrtRuntime, OrtSession } from '../model/runtime.js';
+import type { OrtRuntime, OrtSession } from '../../model/runtime.js';
 
 export interface SessionOptions {
   /** Threads for one op (native CPU backend only; WASM threads are set on its env). */
