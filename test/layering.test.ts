@@ -1,12 +1,13 @@
 // The engine sees runners only through runners/ (the contract and the factory): nothing in the engine's own
-// modules imports a runner's internals from gpu/ or runners/wasm/, so a runner can change without the engine knowing.
+// modules imports a runner's internals from runners/webgpu/ or runners/wasm/, so a runner can change without
+// the engine knowing.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const ENGINE = fileURLToPath(new URL('../src/engine', import.meta.url));
-/** The engine's own folders; the runners' (gpu, stages, runners) may import each other. */
+/** The engine's own folders; the runners' (stages, runners) may import each other. */
 const ENGINE_FOLDERS = ['sampling', 'kv', 'beam', 'speculative', 'constraints'];
 
 function sources(dir: string, deep: boolean): string[] {
@@ -18,10 +19,10 @@ function sources(dir: string, deep: boolean): string[] {
 }
 
 describe('the engine', () => {
-  it('imports nothing from gpu/ or runners/wasm/', () => {
+  it('imports nothing from runners/webgpu/ or runners/wasm/', () => {
     const files = [...sources(ENGINE, false), ...ENGINE_FOLDERS.flatMap((f) => sources(join(ENGINE, f), true))];
     const reaching = files.flatMap((file) =>
-      [...readFileSync(file, 'utf8').matchAll(/from '((?:\.\.?\/)+(?:gpu|runners\/wasm)\/[^']+)'/g)].map(
+      [...readFileSync(file, 'utf8').matchAll(/from '((?:\.\.?\/)+runners\/(?:webgpu|wasm)\/[^']+)'/g)].map(
         (m) => `${relative(ENGINE, file)}: ${m[1]}`,
       ),
     );

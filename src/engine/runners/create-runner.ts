@@ -1,8 +1,8 @@
 import { InvalidRequestError } from '../errors.js';
 import { resolveEngineLimits, type EngineLimits } from '../defaults.js';
-import { isGpuRuntime } from '../gpu/gpu-runtime.js';
-import { GpuRunner, UnsupportedOnDevice } from '../gpu/gpu-runner.js';
-import { WgslKernels } from '../gpu/wgsl-kernels.js';
+import { isGpuRuntime } from './webgpu/gpu-runtime.js';
+import { GpuRunner, UnsupportedOnDevice } from './webgpu/gpu-runner.js';
+import { WgslKernels } from './webgpu/wgsl-kernels.js';
 import { KernelModel } from './wasm/kernel-model.js';
 import { UnsupportedByKernels } from './wasm/weights/unsupported.js';
 import type { ModelConfig } from '../model/config.js';

@@ -1,5 +1,5 @@
-import { SETTINGS_BYTES, type DeviceSamplerState } from '../sampling/device-sampler-state.js';
-import type { SampledToken } from '../sampling/sampler.js';
+import { SETTINGS_BYTES, type DeviceSamplerState } from '../../sampling/device-sampler-state.js';
+import type { SampledToken } from '../../sampling/sampler.js';
 import type { WgslKernels } from './wgsl-kernels.js';
 import { readBuffer } from './wgsl-kernels.js';
 import { BufferUsage } from './usage.js';

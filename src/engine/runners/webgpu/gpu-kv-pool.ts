@@ -1,6 +1,6 @@
 import { BufferUsage, MAP_MODE_READ } from './usage.js';
-import type { KvShape } from '../kv/block-pool.js';
-import { storedBlockBytes, type KvMemory } from '../kv/kv-memory.js';
+import type { KvShape } from '../../kv/block-pool.js';
+import { storedBlockBytes, type KvMemory } from '../../kv/kv-memory.js';
 
 /**
  * The block pool's memory on the device: per layer, keys and values each (num_blocks, kv_heads,

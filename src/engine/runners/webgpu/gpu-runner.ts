@@ -1,17 +1,10 @@
-import type { KvDtype, KvShape } from '../kv/block-pool.js';
-import type { ModelConfig } from '../model/config.js';
-import type {
-  DeviceDraw,
-  DeviceSampling,
-  ModelRunner,
-  RunnerStats,
-  StepLogits,
-  StepRow,
-} from '../runners/model-runner.js';
-import { describeGraphIo, type GraphIo } from '../runners/ort/graph-io.js';
-import { refuseNarrowKv, stepInputs } from '../runners/ort/onnx-runner.js';
-import type { OrtRuntime, OrtSession, OrtTensor } from '../model/runtime.js';
-import type { SampledToken } from '../sampling/sampler.js';
+import type { KvDtype, KvShape } from '../../kv/block-pool.js';
+import type { ModelConfig } from '../../model/config.js';
+import type { DeviceDraw, DeviceSampling, ModelRunner, RunnerStats, StepLogits, StepRow } from '../model-runner.js';
+import { describeGraphIo, type GraphIo } from '../ort/graph-io.js';
+import { refuseNarrowKv, stepInputs } from '../ort/onnx-runner.js';
+import type { OrtRuntime, OrtSession, OrtTensor } from '../../model/runtime.js';
+import type { SampledToken } from '../../sampling/sampler.js';
 import { DeviceSampler } from './device-sampler.js';
 import { GpuKvPool } from './gpu-kv-pool.js';
 import type { WgslKernels } from './wgsl-kernels.js';

@@ -1,4 +1,4 @@
-import type { OrtRuntime } from '../model/runtime.js';
+import type { OrtRuntime } from '../../model/runtime.js';
 import type { GpuContext } from './device.js';
 import type { ShaderSource } from './wgsl-kernels.js';
 
