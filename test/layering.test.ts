@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const ENGINE = fileURLToPath(new URL('../src/engine', import.meta.url));
-/** The engine's own folders; the runners' (stages, runners) may import each other. */
+/** The engine's own folders; the runners' (runners/ and the runners under it) may import each other. */
 const ENGINE_FOLDERS = ['sampling', 'kv', 'beam', 'speculative', 'constraints'];
 
 function sources(dir: string, deep: boolean): string[] {

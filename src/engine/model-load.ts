@@ -7,7 +7,7 @@ import { digestingSource } from './model/weights-digest.js';
 import { loadRunner, type LoadedRunner, type RunnerOptions } from './runners/create-runner.js';
 import type { FootprintPart } from './runners/memory-budget.js';
 import type { ModelRunner } from './runners/model-runner.js';
-import type { StageLink } from './stages/stage-protocol.js';
+import type { StageLink } from './runners/stages/stage-protocol.js';
 import { TextTokenizer } from '../tokenizer/tokenizer.js';
 
 /** What loading a model needs besides its source: which weights, and how the runner is sized and checked. */

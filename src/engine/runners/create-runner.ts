@@ -13,9 +13,9 @@ import { isolateFootprint, MemoryBudget, onnxruntimeFootprint, type FootprintPar
 import type { ModelRunner } from './model-runner.js';
 import type { KvDtype } from '../kv/block-pool.js';
 import { kvPoolBlocks } from '../model/config.js';
-import { endsBytes, HEAD_SPAN, layerCosts, planStages, splitVocabulary } from '../stages/stage-plan.js';
-import type { StageLink } from '../stages/stage-protocol.js';
-import { StagedRunner } from '../stages/staged-runner.js';
+import { endsBytes, HEAD_SPAN, layerCosts, planStages, splitVocabulary } from './stages/stage-plan.js';
+import type { StageLink } from './stages/stage-protocol.js';
+import { StagedRunner } from './stages/staged-runner.js';
 
 /** A model whose layers run on pipeline stages (each a Worker of its own); the head holds the ends. */
 export interface PipelineOptions {

@@ -1,7 +1,7 @@
-import type { EngineLimits } from '../defaults.js';
-import type { KvDtype } from '../kv/block-pool.js';
-import type { LayerSpan } from '../runners/wasm/weights/llama-weights.js';
-import type { ModelDtype } from '../model/model-files.js';
+import type { EngineLimits } from '../../defaults.js';
+import type { KvDtype } from '../../kv/block-pool.js';
+import type { LayerSpan } from '../wasm/weights/llama-weights.js';
+import type { ModelDtype } from '../../model/model-files.js';
 
 /**
  * What the head and a pipeline stage say to each other (vLLM's pipeline parallelism; Petals' servers): the

@@ -1,4 +1,4 @@
-import { IsolateModels } from '../runners/isolate-models.js';
+import { IsolateModels } from '../isolate-models.js';
 import type { StageModel } from './stage-server.js';
 
 /** The isolate's pipeline stages' weights: module scope, shared by every stage object of the Worker script here. */

@@ -1,6 +1,6 @@
-import type { KvDtype } from '../kv/kv-dtype.js';
-import { storedBlockBytes, type KvMemory } from '../kv/kv-memory.js';
-import type { KvShape } from '../kv/block-pool.js';
+import type { KvDtype } from '../../kv/kv-dtype.js';
+import { storedBlockBytes, type KvMemory } from '../../kv/kv-memory.js';
+import type { KvShape } from '../../kv/block-pool.js';
 import type { StageCommands } from './stage-protocol.js';
 
 /** What the pool's memory needs of each stage: its layers, its queue of block commands, and a block read. */

@@ -1,5 +1,5 @@
-import type { ModelConfig } from '../model/config.js';
-import type { LayerSpan } from '../runners/wasm/weights/llama-weights.js';
+import type { ModelConfig } from '../../model/config.js';
+import type { LayerSpan } from '../wasm/weights/llama-weights.js';
 
 /**
  * Bytes of each layer on a stage: its weights (estimated from the shapes and the weights file's bytes per

@@ -1,13 +1,13 @@
-import { InvalidRequestError } from '../errors.js';
-import { KernelModel } from '../runners/wasm/kernel-model.js';
-import type { KernelRunner } from '../runners/wasm/kernel-runner.js';
-import { kvBytesPerToken, parseModelConfig } from '../model/config.js';
-import { chooseWeights } from '../model/default-weights.js';
-import { streamWeights, type ModelSource } from '../model/model-files.js';
-import type { OrtRuntime } from '../model/runtime.js';
-import type { ArrayKvMemory } from '../runners/array-kv-memory.js';
-import type { IsolateModels } from '../runners/isolate-models.js';
-import { MemoryBudget, mib, stageIsolateFootprint, type FootprintPart } from '../runners/memory-budget.js';
+import { InvalidRequestError } from '../../errors.js';
+import { KernelModel } from '../wasm/kernel-model.js';
+import type { KernelRunner } from '../wasm/kernel-runner.js';
+import { kvBytesPerToken, parseModelConfig } from '../../model/config.js';
+import { chooseWeights } from '../../model/default-weights.js';
+import { streamWeights, type ModelSource } from '../../model/model-files.js';
+import type { OrtRuntime } from '../../model/runtime.js';
+import type { ArrayKvMemory } from '../array-kv-memory.js';
+import type { IsolateModels } from '../isolate-models.js';
+import { MemoryBudget, mib, stageIsolateFootprint, type FootprintPart } from '../memory-budget.js';
 import type {
   StageCommands,
   StageEnds,

@@ -1,7 +1,7 @@
-import type { KvDtype, KvShape } from '../kv/block-pool.js';
-import { kernelRows, type KernelRow, type KernelRunner } from '../runners/wasm/kernel-runner.js';
-import type { LayerSpan } from '../runners/wasm/weights/llama-weights.js';
-import type { ModelConfig } from '../model/config.js';
+import type { KvDtype, KvShape } from '../../kv/block-pool.js';
+import { kernelRows, type KernelRow, type KernelRunner } from '../wasm/kernel-runner.js';
+import type { LayerSpan } from '../wasm/weights/llama-weights.js';
+import type { ModelConfig } from '../../model/config.js';
 import {
   KvLostError,
   type ModelRunner,
@@ -9,7 +9,7 @@ import {
   type StageStats,
   type StepLogits,
   type StepRow,
-} from '../runners/model-runner.js';
+} from '../model-runner.js';
 import { StagedKvMemory, type KvStage } from './staged-kv-memory.js';
 import type { StageCommands, StageEnds, StageInfo, StageLink, StageOpen, StageStep } from './stage-protocol.js';
 
