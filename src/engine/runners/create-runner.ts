@@ -4,7 +4,7 @@ import { isGpuRuntime } from './webgpu/gpu-runtime.js';
 import { GpuRunner, UnsupportedOnDevice } from './webgpu/gpu-runner.js';
 import { WgslKernels } from './webgpu/wgsl-kernels.js';
 import { KernelModel } from './wasm/kernel-model.js';
-import { UnsupportedByKernels } from './wasm/weights/unsupported.js';
+import { UnsupportedByKernels } from './unsupported.js';
 import type { ModelConfig } from '../model/config.js';
 import { readOnnx, streamWeights, type ModelDtype, type ModelSource } from '../model/model-files.js';
 import type { OrtRuntime } from '../model/runtime.js';

@@ -11,7 +11,7 @@ import {
   type LlamaWeights,
 } from '../weights/llama-weights.js';
 import { allocQuant, matrixBytes, type Matrix, type QuantFormat } from '../weights/matrix.js';
-import { UnsupportedByKernels } from '../weights/unsupported.js';
+import { UnsupportedByKernels } from '../../unsupported.js';
 
 /** How each ggml block type lands in the kernels' forms (kernels/quant.h), and its zero point. */
 const FORMAT: Partial<Record<number, { format: QuantFormat; zp: number }>> = {

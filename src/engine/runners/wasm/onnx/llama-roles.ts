@@ -1,4 +1,4 @@
-import { UnsupportedByKernels } from '../weights/unsupported.js';
+import { UnsupportedByKernels } from '../../unsupported.js';
 import type { OnnxNode } from './onnx-node.js';
 
 /**

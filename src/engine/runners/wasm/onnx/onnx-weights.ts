@@ -17,7 +17,7 @@ import {
   type VocabRows,
 } from '../weights/llama-weights.js';
 import { matrixBytes, type Matrix } from '../weights/matrix.js';
-import { UnsupportedByKernels } from '../weights/unsupported.js';
+import { UnsupportedByKernels } from '../../unsupported.js';
 import { findLlamaSources, type LlamaSources, type MatrixSource } from './llama-roles.js';
 import { ONNX_FLOAT, ONNX_FLOAT16, streamOnnx, type InitializerHeader } from './onnx-stream.js';
 import { halfValue } from '../../../model/half.js';

@@ -1,6 +1,6 @@
 import type { VocabRows } from '../weights/llama-weights.js';
 import type { Writer } from '../weights/matrix-builders.js';
-import { UnsupportedByKernels } from '../weights/unsupported.js';
+import { UnsupportedByKernels } from '../../unsupported.js';
 import type { InitializerHeader } from './onnx-stream.js';
 
 /**
