@@ -20,7 +20,7 @@ import { DEFAULT_SEED } from '../scripts/model-make.js';
 import { GGUF_FILE_TYPES } from '../scripts/model/gguf-quant-mix.js';
 import { presetGgufInput, writeLlamaGguf, type GgufFileType } from '../scripts/model/gguf-writer.js';
 import { generationConfigJson, llamaConfigJson, PRESETS } from '../scripts/model/presets.js';
-import { readGgufHeader } from '../src/engine/gguf/gguf-header.js';
+import { readGgufHeader } from '../src/engine/formats/gguf/gguf-header.js';
 import { Engine } from '../src/engine/engine.js';
 import type { KernelRunner } from '../src/engine/runners/wasm/kernel-runner.js';
 import { MemoryKvBlockStore } from '../src/engine/kv/memory-block-store.js';

@@ -1,8 +1,8 @@
 // A GGUF file's architecture metadata and tensor table -> config.json (Hugging Face's LlamaConfig keys),
 // after checking that the engine can serve it: architecture `llama`, the tensors a Llama block has with
 // the shapes the metadata implies, and tensor types the loader reads. Anything else is refused by name.
-import { GGML_TYPE, ggmlTypeName } from '../../src/engine/gguf/ggml-types.js';
-import type { GgufHeader } from '../../src/engine/gguf/gguf-header.js';
+import { GGML_TYPE, ggmlTypeName } from '../../src/engine/formats/gguf/ggml-types.js';
+import type { GgufHeader } from '../../src/engine/formats/gguf/gguf-header.js';
 import { llamaConfigJson } from '../model/presets.js';
 
 /** Tensor types the kernels' GGUF loader takes. */

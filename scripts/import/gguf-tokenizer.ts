@@ -5,7 +5,7 @@
 // - `llama`: SentencePiece (scores, byte fallback), through sentencepiece-json.ts.
 // Token types (llama_token_type) decide the added tokens: CONTROL and UNKNOWN tokens are special,
 // USER_DEFINED ones are added but not special; BYTE tokens are <0xXX> fallbacks.
-import type { GgufMetadata } from '../../src/engine/gguf/gguf-metadata.js';
+import type { GgufMetadata } from '../../src/engine/formats/gguf/gguf-metadata.js';
 import { bosTemplate, sentencePieceTokenizerJson } from './sentencepiece-json.js';
 
 const TYPE = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;

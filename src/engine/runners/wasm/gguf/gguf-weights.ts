@@ -1,5 +1,5 @@
-import { GGML_TYPE, ggmlRowBytes, ggmlTypeName } from '../../../gguf/ggml-types.js';
-import { readGgufHeader, tensorsByOffset, type GgufTensorInfo } from '../../../gguf/gguf-header.js';
+import { GGML_TYPE, ggmlRowBytes, ggmlTypeName } from '../../../formats/gguf/ggml-types.js';
+import { readGgufHeader, tensorsByOffset, type GgufTensorInfo } from '../../../formats/gguf/gguf-header.js';
 import type { ModelConfig } from '../../../model/config.js';
 import type { BuildContext } from '../weights/matrix-builders.js';
 import {

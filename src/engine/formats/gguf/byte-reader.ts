@@ -1,4 +1,4 @@
-import { seekPast } from '../model/model-files.js';
+import { seekPast } from '../../model/model-files.js';
 // Little-endian reads from bytes that arrive in chunks split anywhere (a fetch body, an R2 object), or from
 // bytes already whole. The GGUF header parser reads through this, and the loader goes on reading tensor
 // data from the same reader where the header ends.
