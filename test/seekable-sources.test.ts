@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ChunkByteReader } from '../src/engine/formats/gguf/byte-reader.js';
-import { ChunkReader } from '../src/engine/runners/wasm/chunk-reader.js';
+import { ChunkReader } from '../src/engine/formats/onnx/chunk-reader.js';
 import { seekable, type ModelSource, type SeekableChunks } from '../src/engine/model/model-files.js';
 import { directorySource } from '../src/sources/directory-source.js';
 import { fetchSource } from '../src/sources/fetch-source.js';

@@ -19,7 +19,7 @@ import {
 import { matrixBytes, type Matrix } from '../weights/matrix.js';
 import { UnsupportedByKernels } from '../../unsupported.js';
 import { findLlamaSources, type LlamaSources, type MatrixSource } from './llama-roles.js';
-import { ONNX_FLOAT, ONNX_FLOAT16, streamOnnx, type InitializerHeader } from './onnx-stream.js';
+import { ONNX_FLOAT, ONNX_FLOAT16, streamOnnx, type InitializerHeader } from '../../../formats/onnx/onnx-stream.js';
 import { halfValue } from '../../../model/half.js';
 import { windowPart } from './vocab-window.js';
 

@@ -8,7 +8,7 @@ import {
   ONNX_INT8,
   ONNX_UINT8,
   type InitializerHeader,
-} from '../onnx/onnx-stream.js';
+} from '../../../formats/onnx/onnx-stream.js';
 import type { MatrixSource } from '../onnx/llama-roles.js';
 import {
   quantPlaneBytes,
