@@ -1,4 +1,4 @@
-// GGUF files on our kernels (src/engine/runners/wasm/gguf/): files written by the GGUF writer (scripts/model/, another
+// GGUF files on our kernels (src/engine/runners/wasm/weights/gguf/): files written by the GGUF writer (scripts/model/, another
 // writer than the one that made the ONNX graphs), imported with `model:import gguf` (the folder serves the .gguf
 // itself), read where they lie and repacked losslessly into the kernels' forms.
 //   - Every type's logits against the float64 reference on the file's dequantised values (test/helpers/gguf-weights.ts).

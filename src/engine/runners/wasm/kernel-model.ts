@@ -3,10 +3,10 @@ import type { ModelConfig } from '../../model/config.js';
 import type { ByteStream } from '../../model/model-files.js';
 import type { MemoryBudget } from '../memory-budget.js';
 import { instantiateKernels, type KernelExports } from './edge-kernels.js';
-import { loadGgufWeights } from './gguf/gguf-weights.js';
+import { loadGgufWeights } from './weights/gguf/gguf-weights.js';
 import { KernelRunner } from './kernel-runner.js';
 import { ScratchArena, type LinearMemory } from './linear-memory.js';
-import { loadOnnxWeights } from './onnx/onnx-weights.js';
+import { loadOnnxWeights } from './weights/onnx/onnx-weights.js';
 import { scratchBytes } from './scratch-layout.js';
 import { wholeModel, type LayerSpan, type LlamaWeights } from './weights/llama-weights.js';
 

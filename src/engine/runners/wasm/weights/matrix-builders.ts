@@ -9,7 +9,7 @@ import {
   ONNX_UINT8,
   type InitializerHeader,
 } from '../../../formats/onnx/onnx-stream.js';
-import type { MatrixSource } from '../onnx/llama-roles.js';
+import type { MatrixSource } from './onnx/llama-roles.js';
 import {
   quantPlaneBytes,
   sideIndex,

@@ -1,4 +1,4 @@
-import type { ModelConfig } from '../../../model/config.js';
+import type { ModelConfig } from '../../../../model/config.js';
 import {
   DenseBuilder,
   IntegerBuilder,
@@ -6,7 +6,7 @@ import {
   type BuildContext,
   type MatrixBuilder,
   type Writer,
-} from '../weights/matrix-builders.js';
+} from '../matrix-builders.js';
 import {
   checkShapes,
   inSpan,
@@ -15,12 +15,12 @@ import {
   type LayerWeights,
   type LlamaWeights,
   type VocabRows,
-} from '../weights/llama-weights.js';
-import { matrixBytes, type Matrix } from '../weights/matrix.js';
-import { UnsupportedByKernels } from '../../unsupported.js';
+} from '../llama-weights.js';
+import { matrixBytes, type Matrix } from '../matrix.js';
+import { UnsupportedByKernels } from '../../../unsupported.js';
 import { findLlamaSources, type LlamaSources, type MatrixSource } from './llama-roles.js';
-import { ONNX_FLOAT, ONNX_FLOAT16, streamOnnx, type InitializerHeader } from '../../../formats/onnx/onnx-stream.js';
-import { halfValue } from '../../../model/half.js';
+import { ONNX_FLOAT, ONNX_FLOAT16, streamOnnx, type InitializerHeader } from '../../../../formats/onnx/onnx-stream.js';
+import { halfValue } from '../../../../model/half.js';
 import { windowPart } from './vocab-window.js';
 
 /** Our own exports hold their RoPE table under this name; other graphs get it from config.json. */

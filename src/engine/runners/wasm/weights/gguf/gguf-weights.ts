@@ -1,7 +1,7 @@
-import { GGML_TYPE, ggmlRowBytes, ggmlTypeName } from '../../../formats/gguf/ggml-types.js';
-import { readGgufHeader, tensorsByOffset, type GgufTensorInfo } from '../../../formats/gguf/gguf-header.js';
-import type { ModelConfig } from '../../../model/config.js';
-import type { BuildContext } from '../weights/matrix-builders.js';
+import { GGML_TYPE, ggmlRowBytes, ggmlTypeName } from '../../../../formats/gguf/ggml-types.js';
+import { readGgufHeader, tensorsByOffset, type GgufTensorInfo } from '../../../../formats/gguf/gguf-header.js';
+import type { ModelConfig } from '../../../../model/config.js';
+import type { BuildContext } from '../matrix-builders.js';
 import {
   checkShapes,
   inSpan,
@@ -9,9 +9,9 @@ import {
   type LayerSpan,
   type LayerWeights,
   type LlamaWeights,
-} from '../weights/llama-weights.js';
-import { allocQuant, matrixBytes, type Matrix, type QuantFormat } from '../weights/matrix.js';
-import { UnsupportedByKernels } from '../../unsupported.js';
+} from '../llama-weights.js';
+import { allocQuant, matrixBytes, type Matrix, type QuantFormat } from '../matrix.js';
+import { UnsupportedByKernels } from '../../../unsupported.js';
 
 /** How each ggml block type lands in the kernels' forms (kernels/quant.h), and its zero point. */
 const FORMAT: Partial<Record<number, { format: QuantFormat; zp: number }>> = {

@@ -1,5 +1,5 @@
-import { UnsupportedByKernels } from '../../unsupported.js';
-import type { OnnxNode } from '../../../formats/onnx/onnx-node.js';
+import { UnsupportedByKernels } from '../../../unsupported.js';
+import type { OnnxNode } from '../../../../formats/onnx/onnx-node.js';
 
 /**
  * One weight matrix as a graph multiplies it, named by the tensors that hold it:

@@ -1,7 +1,7 @@
-import type { VocabRows } from '../weights/llama-weights.js';
-import type { Writer } from '../weights/matrix-builders.js';
-import { UnsupportedByKernels } from '../../unsupported.js';
-import type { InitializerHeader } from '../../../formats/onnx/onnx-stream.js';
+import type { VocabRows } from '../llama-weights.js';
+import type { Writer } from '../matrix-builders.js';
+import { UnsupportedByKernels } from '../../../unsupported.js';
+import type { InitializerHeader } from '../../../../formats/onnx/onnx-stream.js';
 
 /**
  * One part of a vocabulary table (its weight, scales or zero points) cut to a stage's rows as it streams in:
