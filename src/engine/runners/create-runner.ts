@@ -7,7 +7,7 @@ import { KernelModel } from './wasm/kernel-model.js';
 import { UnsupportedByKernels } from './unsupported.js';
 import type { ModelConfig } from '../model/config.js';
 import { readOnnx, streamWeights, type ModelDtype, type ModelSource } from '../model/model-files.js';
-import type { OrtRuntime } from '../model/runtime.js';
+import type { EngineRuntime } from '../model/runtime.js';
 import { OnnxRunner } from './ort/onnx-runner.js';
 import { isolateFootprint, MemoryBudget, onnxruntimeFootprint, type FootprintPart } from './memory-budget.js';
 import type { ModelRunner } from './model-runner.js';
@@ -83,7 +83,7 @@ export interface LoadedRunner {
  * - else onnxruntime (node or web) on the whole file.
  */
 export async function loadRunner(
-  runtime: OrtRuntime,
+  runtime: EngineRuntime,
   source: ModelSource,
   dtype: ModelDtype,
   /** The weights file in the folder: an ONNX graph, or a GGUF file (dtype `gguf`), which only the kernels read. */

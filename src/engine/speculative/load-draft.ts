@@ -6,7 +6,7 @@ import { loadModelFiles, type ModelDtype, type ModelSource } from '../model/mode
 import type { EngineLimits } from '../defaults.js';
 import { OnnxRunner } from '../runners/ort/onnx-runner.js';
 import { mib } from '../runners/memory-budget.js';
-import type { OrtRuntime } from '../model/runtime.js';
+import type { EngineRuntime } from '../model/runtime.js';
 import { DraftModelProposer } from './draft-proposer.js';
 
 /** A draft model for speculation: where its folder is, which variant, and its KV pool's byte budget. */
@@ -32,7 +32,7 @@ export interface DraftTarget {
 
 /** Loads the draft model and its KV pool; refuses one that does not read and write the target's token ids. */
 export async function loadDraftModel(
-  runtime: OrtRuntime,
+  runtime: EngineRuntime,
   draft: DraftModelOptions,
   target: DraftTarget,
 ): Promise<DraftModelProposer> {

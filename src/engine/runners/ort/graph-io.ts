@@ -1,7 +1,7 @@
 import { InvalidRequestError } from '../../errors.js';
 import type { ModelConfig } from '../../model/config.js';
 import { fromHalf, toHalf } from '../../model/half.js';
-import type { OrtRuntime, OrtSession, OrtTensor } from '../../model/runtime.js';
+import type { EngineRuntime, OrtSession, OrtTensor } from '../../model/runtime.js';
 
 /** Float element types a graph may use for its KV cache and logits. */
 export type FloatType = 'float32' | 'float16';
@@ -27,7 +27,7 @@ export interface GraphIo {
 const FLOAT_TYPES: readonly string[] = ['float32', 'float16'];
 
 /** Reads the session's inputs and outputs; refuses, naming it, anything the runner cannot feed or read. */
-export function describeGraphIo(runtime: OrtRuntime, session: OrtSession, config: ModelConfig): GraphIo {
+export function describeGraphIo(runtime: EngineRuntime, session: OrtSession, config: ModelConfig): GraphIo {
   const refuse = (message: string): never => {
     throw new InvalidRequestError('model', `the model's ONNX graph cannot be served: ${message}`, 'unsupported_model');
   };

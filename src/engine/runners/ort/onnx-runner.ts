@@ -5,7 +5,7 @@ import type { ModelConfig } from '../../model/config.js';
 import { ArrayKvMemory } from '../array-kv-memory.js';
 import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../model-runner.js';
 import type { GraphIo } from './graph-io.js';
-import type { OrtRuntime, OrtSession, OrtTensor } from '../../model/runtime.js';
+import type { EngineRuntime, OrtSession, OrtTensor } from '../../model/runtime.js';
 import { loadSession, type SessionOptions } from './session-loader.js';
 
 /**
@@ -63,7 +63,7 @@ export class OnnxRunner implements ModelRunner {
     | undefined;
 
   private constructor(
-    private readonly runtime: OrtRuntime,
+    private readonly runtime: EngineRuntime,
     private readonly session: OrtSession,
     readonly config: ModelConfig,
     /** The graph's I/O types (fp16 KV / logits in Hugging Face fp16 exports), read from the session. */
@@ -71,7 +71,7 @@ export class OnnxRunner implements ModelRunner {
   ) {}
 
   static async create(
-    runtime: OrtRuntime,
+    runtime: EngineRuntime,
     onnx: Uint8Array,
     config: ModelConfig,
     options: SessionOptions = {},

@@ -1,7 +1,7 @@
 import { InvalidRequestError } from '../../errors.js';
 import type { ModelConfig } from '../../model/config.js';
 import { describeGraphIo, type GraphIo } from './graph-io.js';
-import type { OrtRuntime, OrtSession } from '../../model/runtime.js';
+import type { EngineRuntime, OrtSession } from '../../model/runtime.js';
 
 export interface SessionOptions {
   /** Threads for one op (native CPU backend only; WASM threads are set on its env). */
@@ -14,7 +14,7 @@ export interface SessionOptions {
  * The memory budget is the runner factory's to check, before this is called.
  */
 export async function loadSession(
-  runtime: OrtRuntime,
+  runtime: EngineRuntime,
   onnx: Uint8Array,
   config: ModelConfig,
   options: SessionOptions = {},

@@ -4,7 +4,7 @@ import type { KernelRunner } from '../wasm/kernel-runner.js';
 import { kvBytesPerToken, parseModelConfig } from '../../model/config.js';
 import { chooseWeights } from '../../model/default-weights.js';
 import { streamWeights, type ModelSource } from '../../model/model-files.js';
-import type { OrtRuntime } from '../../model/runtime.js';
+import type { EngineRuntime } from '../../model/runtime.js';
 import type { ArrayKvMemory } from '../array-kv-memory.js';
 import type { IsolateModels } from '../isolate-models.js';
 import { MemoryBudget, mib, stageIsolateFootprint, type FootprintPart } from '../memory-budget.js';
@@ -28,7 +28,7 @@ export interface StageModel {
 
 /** Where a stage finds its model and what it may use: the stage Worker's own bindings and budget. */
 export interface StageHost {
-  runtime: OrtRuntime;
+  runtime: EngineRuntime;
   source: ModelSource;
   /** The model this stage Worker is configured to serve (its MODEL): a head asking for another is refused. */
   model: string;

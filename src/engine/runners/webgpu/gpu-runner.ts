@@ -3,7 +3,7 @@ import type { ModelConfig } from '../../model/config.js';
 import type { DeviceDraw, DeviceSampling, ModelRunner, RunnerStats, StepLogits, StepRow } from '../model-runner.js';
 import { describeGraphIo, type GraphIo } from '../ort/graph-io.js';
 import { refuseNarrowKv, stepInputs } from '../ort/onnx-runner.js';
-import type { OrtRuntime, OrtSession, OrtTensor } from '../../model/runtime.js';
+import type { EngineRuntime, OrtSession, OrtTensor } from '../../model/runtime.js';
 import type { SampledToken } from '../../sampling/sampler.js';
 import { DeviceSampler } from './device-sampler.js';
 import { GpuKvPool } from './gpu-kv-pool.js';
@@ -54,7 +54,7 @@ export class GpuRunner implements ModelRunner, DeviceSampling {
   private kvPool: GpuKvPool | undefined;
 
   private constructor(
-    private readonly runtime: OrtRuntime,
+    private readonly runtime: EngineRuntime,
     private readonly session: OrtSession,
     readonly config: ModelConfig,
     private readonly kernels: WgslKernels,
@@ -62,7 +62,7 @@ export class GpuRunner implements ModelRunner, DeviceSampling {
   ) {}
 
   static async create(
-    runtime: OrtRuntime,
+    runtime: EngineRuntime,
     onnx: Uint8Array,
     config: ModelConfig,
     kernels: WgslKernels,
