@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the edge kernels (kernels/*.c) twice with Debian's clang-16 and lld-16, into src/engine/kernels/:
+# Builds the edge kernels (kernels/*.c) twice with Debian's clang-16 and lld-16, into src/engine/runners/wasm/:
 #   edge-kernels.wasm          WebAssembly SIMD (simd128): runs everywhere
 #   edge-kernels-relaxed.wasm  the same sources with relaxed SIMD's i8 dot product (-DRELAXED): the same bits
 # The .wasm files are committed: `npm start` and `npm test` need no compiler; CI rebuilds them and fails if
@@ -7,7 +7,7 @@
 #   bash kernels/build.sh [out-dir]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-out="${1:-$here/../src/engine/kernels}"
+out="${1:-$here/../src/engine/runners/wasm}"
 cc=clang-16
 command -v "$cc" >/dev/null || { echo "kernels/build.sh needs clang-16 and lld-16 (apt-get install clang-16 lld-16)" >&2; exit 1; }
 # -ffp-contract=off: no fused multiply-add, so every product is rounded as the reference expects and

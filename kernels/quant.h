@@ -2,7 +2,7 @@
 //
 // Every quantised matrix is blocks of 32 along its input dimension K, one output column n after another,
 // each value an unsigned integer u in 0..(2^bits - 1); what a block is worth is its value plane and its
-// side information (one of the forms below), both laid out at load time by src/engine/kernels/ from
+// side information (one of the forms below), both laid out at load time by src/engine/runners/wasm/ from
 // whatever the file held (our exports, onnxruntime's MatMulNBits / MatMulInteger, ggml's blocks):
 //
 //   value planes, (N, K/32, bytes per block), column n contiguous:
@@ -29,7 +29,7 @@
 
 enum { QV4_ZP = 0, QV4_MIN = 1, QV4_KMIN = 2, QV5_ZP = 3, QV5_MIN = 4, QV5_KMIN = 5, QV6_K16 = 6, QV8_ZP = 7 };
 
-/** A quantised matrix (N, K) in linear memory; JS writes this header next to it (writeQmat in src/engine/kernels/weights/matrix.ts). */
+/** A quantised matrix (N, K) in linear memory; JS writes this header next to it (writeQmat in src/engine/runners/wasm/weights/matrix.ts). */
 typedef struct {
   int kind;
   int zp_const;            // ZP forms: the zero point when z is null

@@ -17,7 +17,7 @@ import { DEFAULT_SEED } from '../scripts/model-make.js';
 import { presetGgufInput, writeLlamaGguf, type GgufFileType } from '../scripts/model/gguf-writer.js';
 import { PRESETS, type PresetName } from '../scripts/model/presets.js';
 import { Engine } from '../src/engine/engine.js';
-import { readGgufHeader } from '../src/engine/gguf/gguf-header.js';
+import { readGgufHeader } from '../src/engine/formats/gguf/gguf-header.js';
 import { directorySource } from '../src/sources/directory-source.js';
 import { collect, topGap } from './helpers/engines.js';
 import { ggufWeights } from './helpers/gguf-weights.js';

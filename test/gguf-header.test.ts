@@ -1,4 +1,4 @@
-// The GGUF header parser (src/engine/gguf) on files our writer makes: the same header from whole bytes and
+// The GGUF header parser (src/engine/formats/gguf) on files our writer makes: the same header from whole bytes and
 // from chunks split anywhere, the reader left where the tensor data is read on, typed metadata getters whose
 // errors name the key, and corrupt or unsupported files refused by name.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -8,9 +8,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_SEED } from '../scripts/model-make.js';
 import { writeGguf } from '../scripts/model/gguf-file.js';
 import { presetGgufInput, writeLlamaGguf } from '../scripts/model/gguf-writer.js';
-import { BufferByteReader, ChunkByteReader, EndOfDataError } from '../src/engine/gguf/byte-reader.js';
-import { GGML_TYPE, ggmlRowBytes, ggmlTensorBytes, ggmlTypeName } from '../src/engine/gguf/ggml-types.js';
-import { parseGgufHeader, readGgufHeader, tensorsByOffset, type GgufHeader } from '../src/engine/gguf/gguf-header.js';
+import { BufferByteReader, ChunkByteReader, EndOfDataError } from '../src/engine/formats/gguf/byte-reader.js';
+import { GGML_TYPE, ggmlRowBytes, ggmlTensorBytes, ggmlTypeName } from '../src/engine/formats/gguf/ggml-types.js';
+import {
+  parseGgufHeader,
+  readGgufHeader,
+  tensorsByOffset,
+  type GgufHeader,
+} from '../src/engine/formats/gguf/gguf-header.js';
 import { mulberry32 } from './helpers/prng.js';
 
 let dir: string;

@@ -1,4 +1,4 @@
-// GGUF files on our kernels (src/engine/kernels/gguf/): files written by the GGUF writer (scripts/model/, another
+// GGUF files on our kernels (src/engine/runners/wasm/weights/gguf/): files written by the GGUF writer (scripts/model/, another
 // writer than the one that made the ONNX graphs), imported with `model:import gguf` (the folder serves the .gguf
 // itself), read where they lie and repacked losslessly into the kernels' forms.
 //   - Every type's logits against the float64 reference on the file's dequantised values (test/helpers/gguf-weights.ts).
@@ -20,9 +20,9 @@ import { DEFAULT_SEED } from '../scripts/model-make.js';
 import { GGUF_FILE_TYPES } from '../scripts/model/gguf-quant-mix.js';
 import { presetGgufInput, writeLlamaGguf, type GgufFileType } from '../scripts/model/gguf-writer.js';
 import { generationConfigJson, llamaConfigJson, PRESETS } from '../scripts/model/presets.js';
-import { readGgufHeader } from '../src/engine/gguf/gguf-header.js';
+import { readGgufHeader } from '../src/engine/formats/gguf/gguf-header.js';
 import { Engine } from '../src/engine/engine.js';
-import type { KernelRunner } from '../src/engine/kernels/kernel-runner.js';
+import type { KernelRunner } from '../src/engine/runners/wasm/kernel-runner.js';
 import { MemoryKvBlockStore } from '../src/engine/kv/memory-block-store.js';
 import { directorySource } from '../src/sources/directory-source.js';
 import { TextTokenizer } from '../src/tokenizer/tokenizer.js';

@@ -18,8 +18,8 @@ import { dequantizeRow, quantize, type QuantType } from '../scripts/model/ggml-q
 import { llamaTensors, presetGgufInput, writeLlamaGguf, type GgufFileType } from '../scripts/model/gguf-writer.js';
 import { llamaConfigJson, PRESETS } from '../scripts/model/presets.js';
 import { makeWeights } from '../scripts/model/weights.js';
-import { GGML_TYPE, ggmlTypeName } from '../src/engine/gguf/ggml-types.js';
-import { readGgufHeader } from '../src/engine/gguf/gguf-header.js';
+import { GGML_TYPE, ggmlTypeName } from '../src/engine/formats/gguf/ggml-types.js';
+import { readGgufHeader } from '../src/engine/formats/gguf/gguf-header.js';
 import { TextTokenizer } from '../src/tokenizer/tokenizer.js';
 import { argmax, topGap } from './helpers/engines.js';
 import { ggufWeights } from './helpers/gguf-weights.js';

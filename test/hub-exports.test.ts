@@ -21,7 +21,7 @@ import { makeWeights, type WeightMap } from '../scripts/model/weights.js';
 import { nodeRuntime } from '../scripts/lib/runtimes.js';
 import { Engine } from '../src/engine/engine.js';
 import { fromHalf } from '../src/engine/model/half.js';
-import type { OnnxRunner } from '../src/engine/onnx/onnx-runner.js';
+import type { OnnxRunner } from '../src/engine/runners/ort/onnx-runner.js';
 import { directorySource } from '../src/sources/directory-source.js';
 import { argmax, collect, modelDir } from './helpers/engines.js';
 import { walkHubGraph, type LinearUnit } from './helpers/hub-graph-walk.js';
@@ -256,7 +256,7 @@ describe('hub-shaped exports on onnxruntime, against the float64 reference', () 
 });
 
 /**
- * The same files on our kernels, which find each weight by walking the graph (src/engine/kernels/onnx/) and
+ * The same files on our kernels, which find each weight by walking the graph (src/engine/runners/wasm/weights/onnx/) and
  * read it in the format the file stores: float32, float16, MatMulNBits of any block size that is a multiple
  * of 32 (16 is refused: two scales in one of our blocks), quantize_dynamic's int8 and uint8. Activations are
  * quantised per block of 32 of their row before an integer product, so a quantised graph's logits are within

@@ -19,7 +19,7 @@ import { fromHalf, halfBits, halfValue, toHalf } from '../src/engine/model/half.
 import { directorySource } from '../src/sources/directory-source.js';
 import { argmax, collect, modelDir } from './helpers/engines.js';
 import { loadReference } from './reference/load-reference.js';
-import type { OnnxRunner } from '../src/engine/onnx/onnx-runner.js';
+import type { OnnxRunner } from '../src/engine/runners/ort/onnx-runner.js';
 
 let dir: string;
 beforeAll(() => {

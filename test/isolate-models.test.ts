@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { nodeRuntime } from '../scripts/lib/runtimes.js';
 import { Engine, type EngineOptions } from '../src/engine/engine.js';
 import { InvalidRequestError } from '../src/engine/errors.js';
-import type { KernelRunner } from '../src/engine/kernels/kernel-runner.js';
+import type { KernelRunner } from '../src/engine/runners/wasm/kernel-runner.js';
 import { IsolateModels } from '../src/engine/runners/isolate-models.js';
 import { POOL_FLOOR_BLOCKS } from '../src/engine/runners/isolate-pool.js';
 import { directorySource } from '../src/sources/directory-source.js';

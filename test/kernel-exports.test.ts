@@ -2,7 +2,7 @@
 // that lacks a function is refused at load, naming it, rather than failing at its first call mid-pass.
 import { describe, expect, it } from 'vitest';
 import { edgeKernelsModule } from '../src/backends/edge-kernels-node.js';
-import { checkedExports, instantiateKernels } from '../src/engine/kernels/edge-kernels.js';
+import { checkedExports, instantiateKernels } from '../src/engine/runners/wasm/edge-kernels.js';
 
 describe('the kernels module', () => {
   it('exports every function the runner calls, in every build', async () => {

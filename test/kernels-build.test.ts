@@ -23,8 +23,8 @@ describe(`edge-kernels.wasm and edge-kernels-relaxed.wasm${hasCompiler ? '' : ` 
       execFileSync('bash', [join(ROOT, 'kernels/build.sh'), dir], { stdio: 'pipe' });
       for (const name of ['edge-kernels.wasm', 'edge-kernels-relaxed.wasm']) {
         const built = readFileSync(join(dir, name));
-        const committed = readFileSync(join(ROOT, 'src/engine/kernels', name));
-        expect(built.equals(committed), `run kernels/build.sh and commit src/engine/kernels/${name}`).toBe(true);
+        const committed = readFileSync(join(ROOT, 'src/engine/runners/wasm', name));
+        expect(built.equals(committed), `run kernels/build.sh and commit src/engine/runners/wasm/${name}`).toBe(true);
         expect(committed.length, 'the kernels stay small').toBeLessThan(200 * 1024);
       }
     } finally {

@@ -2,8 +2,8 @@
 // batch invariance: a row's output bits do not depend on how many rows run with it or where it sits.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { edgeKernelsModule } from '../src/backends/edge-kernels-node.js';
-import { instantiateKernels, type KernelExports } from '../src/engine/kernels/edge-kernels.js';
-import type { LinearMemory } from '../src/engine/kernels/linear-memory.js';
+import { instantiateKernels, type KernelExports } from '../src/engine/runners/wasm/edge-kernels.js';
+import type { LinearMemory } from '../src/engine/runners/wasm/linear-memory.js';
 import { fromHalf, toHalf } from '../src/engine/model/half.js';
 import { mulberry32 } from './helpers/prng.js';
 

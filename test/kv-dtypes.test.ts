@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { edgeKernelsModule } from '../src/backends/edge-kernels-node.js';
 import type { Engine } from '../src/engine/engine.js';
-import { instantiateKernels } from '../src/engine/kernels/edge-kernels.js';
+import { instantiateKernels } from '../src/engine/runners/wasm/edge-kernels.js';
 import type { KvDtype } from '../src/engine/kv/kv-dtype.js';
 import { loadReference } from './reference/load-reference.js';
 import type { LlamaReference } from './reference/llama-reference.js';

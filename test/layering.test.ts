@@ -1,13 +1,26 @@
-// The engine sees runners only through runners/ (the contract and the factory): nothing in the engine's own
-// modules imports a runner's internals from gpu/ or kernels/, so a runner can change without the engine knowing.
+// The engine sees runners only through runners/ itself (the contract, the factory, the budget and the plan):
+// nothing in the engine's own modules imports a runner's internals from runners/wasm/, runners/ort/,
+// runners/webgpu/ or runners/stages/, so a runner can change without the engine knowing. The file-format
+// readers (formats/) are the engine's too: the runners read through them, never the other way round.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const ENGINE = fileURLToPath(new URL('../src/engine', import.meta.url));
-/** The engine's own folders; the runners' (gpu, kernels, onnx, stages, runners) may import each other. */
-const ENGINE_FOLDERS = ['sampling', 'kv', 'beam', 'speculative', 'constraints'];
+/** The engine's own folders; the runners (runners/ and each runner's folder under it) may import each other. */
+const ENGINE_FOLDERS = ['sampling', 'kv', 'beam', 'speculative', 'constraints', 'model', 'formats'];
+/** A runner's own folder under runners/, as an import names it from anywhere in the engine. */
+const RUNNER_INTERNALS = /from '((?:\.\.?\/)+runners\/(?:wasm|ort|webgpu|stages)\/[^']+)'/g;
+/**
+ * The reaches that remain, each for a reason; a new one fails the test. A draft model runs on onnxruntime
+ * whatever the target runs on (load-draft builds its OnnxRunner itself, not through loadRunner), and a model
+ * split over pipeline stages is handed the links to them (the StageLink type of the stages' protocol).
+ */
+const ALLOWED = new Set([
+  'speculative/load-draft.ts: ../runners/ort/onnx-runner.js',
+  'model-load.ts: ./runners/stages/stage-protocol.js',
+]);
 
 function sources(dir: string, deep: boolean): string[] {
   return readdirSync(dir).flatMap((name) => {
@@ -18,14 +31,14 @@ function sources(dir: string, deep: boolean): string[] {
 }
 
 describe('the engine', () => {
-  it('imports nothing from gpu/ or kernels/', () => {
+  it("imports nothing from a runner's internals (runners/wasm, ort, webgpu, stages)", () => {
     const files = [...sources(ENGINE, false), ...ENGINE_FOLDERS.flatMap((f) => sources(join(ENGINE, f), true))];
     const reaching = files.flatMap((file) =>
-      [...readFileSync(file, 'utf8').matchAll(/from '((?:\.\.?\/)+(?:gpu|kernels)\/[^']+)'/g)].map(
-        (m) => `${relative(ENGINE, file)}: ${m[1]}`,
-      ),
+      [...readFileSync(file, 'utf8').matchAll(RUNNER_INTERNALS)].map((m) => `${relative(ENGINE, file)}: ${m[1]}`),
     );
     expect(files.length).toBeGreaterThan(30);
-    expect(reaching).toEqual([]);
+    expect(reaching.filter((r) => !ALLOWED.has(r))).toEqual([]);
+    // An allowance that no longer matches an import is stale: drop it, so it cannot excuse a later one.
+    expect([...ALLOWED].filter((a) => !reaching.includes(a))).toEqual([]);
   });
 });

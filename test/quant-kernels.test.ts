@@ -5,8 +5,8 @@
 // (baseline and relaxed SIMD) must give the same bits, and a row's bits must not depend on its batch.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { edgeKernelsModule, type KernelsBuild } from '../src/backends/edge-kernels-node.js';
-import { instantiateKernels } from '../src/engine/kernels/edge-kernels.js';
-import { QUANT_FORMATS } from '../src/engine/kernels/weights/matrix.js';
+import { instantiateKernels } from '../src/engine/runners/wasm/edge-kernels.js';
+import { QUANT_FORMATS } from '../src/engine/runners/wasm/weights/matrix.js';
 import { gaussian, type Kernels, type Logical, place, product, randomLogical } from './helpers/quant-layout.js';
 
 const builds = new Map<KernelsBuild, Kernels>();

@@ -2,7 +2,7 @@
 // Batch 1, no KV pool, no scheduler, no sampler: each step feeds the previous step's `present`
 // tensors back as `past_key_values` and takes the argmax of the last logits.
 import type { ModelConfig } from '../../src/engine/model/config.js';
-import type { OrtRuntime, OrtSession, OrtTensor } from '../../src/engine/model/runtime.js';
+import type { EngineRuntime, OrtSession, OrtTensor } from '../../src/engine/model/runtime.js';
 
 export interface BareLoop {
   /** Greedy generation of `tokens` tokens after `prompt`; times of the first token and of the last. */
@@ -15,7 +15,7 @@ export interface BareLoop {
 
 /** `samplable`: argmax over the ids the tokenizer knows, as the engine's greedy sampler does. */
 export async function createBareLoop(
-  runtime: OrtRuntime,
+  runtime: EngineRuntime,
   onnx: Uint8Array,
   config: ModelConfig,
   samplable = config.vocabSize,

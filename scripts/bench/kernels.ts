@@ -13,7 +13,7 @@ import { writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Engine } from '../../src/engine/engine.js';
-import type { KernelRunner } from '../../src/engine/kernels/kernel-runner.js';
+import type { KernelRunner } from '../../src/engine/runners/wasm/kernel-runner.js';
 import type { PagedSequenceKv } from '../../src/engine/kv/paged-kv.js';
 import type { ModelDtype } from '../../src/engine/model/model-files.js';
 import { directorySource } from '../../src/sources/directory-source.js';

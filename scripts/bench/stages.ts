@@ -25,7 +25,7 @@ import { parseArgs } from 'node:util';
 import { Engine } from '../../src/engine/engine.js';
 import { parseModelConfig, kvBytesPerToken } from '../../src/engine/model/config.js';
 import { onnxFileFor } from '../../src/engine/model/model-files.js';
-import { planStages } from '../../src/engine/stages/stage-plan.js';
+import { planStages } from '../../src/engine/runners/stages/stage-plan.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { startDevServer, type DevServer } from '../lib/dev-server.js';
 import {

@@ -2,8 +2,8 @@
 // for its architecture), after checking that the engine can serve it: architecture `llama`, `qwen2` or
 // `qwen3`, the tensors such a block has with the shapes the metadata implies, and tensor types the loader
 // reads. Anything else is refused by name.
-import { GGML_TYPE, ggmlTypeName } from '../../src/engine/gguf/ggml-types.js';
-import type { GgufHeader } from '../../src/engine/gguf/gguf-header.js';
+import { GGML_TYPE, ggmlTypeName } from '../../src/engine/formats/gguf/ggml-types.js';
+import type { GgufHeader } from '../../src/engine/formats/gguf/gguf-header.js';
 import { ARCHITECTURES, llamaConfigJson, type Architecture } from '../model/presets.js';
 
 /** Tensor types the kernels' GGUF loader takes. */

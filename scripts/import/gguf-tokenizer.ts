@@ -12,7 +12,7 @@
 //   spaces for ▁ and score -1000, and llama.cpp only matches them in the text as typed. tokenizer.json
 //   has them as added tokens spelled with ▁ and as pieces its merges build, at the score SentencePiece
 //   gives them (0): typed spaces merge into "▁▁" and a typed "▁▁" is matched whole. So they are here.
-import type { GgufMetadata } from '../../src/engine/gguf/gguf-metadata.js';
+import type { GgufMetadata } from '../../src/engine/formats/gguf/gguf-metadata.js';
 import { bosTemplate, SPACE, sentencePieceTokenizerJson } from './sentencepiece-json.js';
 
 const TYPE = { NORMAL: 1, UNKNOWN: 2, CONTROL: 3, USER_DEFINED: 4, UNUSED: 5, BYTE: 6 } as const;

@@ -8,8 +8,8 @@
 //   tokenizer_config.json    bos / eos / add_bos, chat_template from tokenizer.chat_template
 import { copyFileSync, createReadStream, mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseGgufHeader, type GgufHeader } from '../../src/engine/gguf/gguf-header.js';
-import { ChunkByteReader } from '../../src/engine/gguf/byte-reader.js';
+import { parseGgufHeader, type GgufHeader } from '../../src/engine/formats/gguf/gguf-header.js';
+import { ChunkByteReader } from '../../src/engine/formats/gguf/byte-reader.js';
 import { ggufConfigJson, ggufLlamaShape } from './gguf-config.js';
 import { ggufTokenizerFiles } from './gguf-tokenizer.js';
 

@@ -1,4 +1,4 @@
-import type { OrtRuntime } from '../../src/engine/model/runtime.js';
+import type { EngineRuntime } from '../../src/engine/model/runtime.js';
 import { probeGpuAdapter, type AdapterKind } from './gpu-probe.js';
 
 /**
@@ -27,7 +27,7 @@ const FLOAT_DTYPES = new Set(['fp32', 'fp16']);
  * WebGPU EP on Dawn (`webgpu`; throws without an adapter), or `auto`. The modules are imported only
  * when chosen: ORT's WebGPU build is large and Dawn starts a Vulkan instance.
  */
-export async function nodeRuntime(backend: NodeBackend, dtype?: string): Promise<OrtRuntime> {
+export async function nodeRuntime(backend: NodeBackend, dtype?: string): Promise<EngineRuntime> {
   if (backend === 'cpu') return (await import('../../src/backends/ort-node.js')).nodeCpuRuntime();
   if (backend === 'wasm') return (await import('../../src/backends/ort-web-node.js')).webWasmRuntimeForNode();
   if (backend === 'kernels')

@@ -1,7 +1,7 @@
 // ggml's dequantize_row_* (ggml-quants.c) and its F16 / BF16 conversions: the float32 values a GGUF tensor
 // stands for, rounded where the C code rounds (a product, then the subtraction of the min), so the results
 // are bit-equal to ggml's without FMA. For tests and reference checks, not for serving.
-import { GGML_TYPE, ggmlLayout, ggmlRowBytes, ggmlTypeName } from '../../src/engine/gguf/ggml-types.js';
+import { GGML_TYPE, ggmlLayout, ggmlRowBytes, ggmlTypeName } from '../../src/engine/formats/gguf/ggml-types.js';
 import { halfValue } from '../../src/engine/model/half.js';
 import { scaleMinK4 } from './ggml-kquants.js';
 

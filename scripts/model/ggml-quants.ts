@@ -5,7 +5,7 @@
 // fused multiply-add, so for the same input the bytes equal what ggml's reference code produces when
 // compiled without FMA contraction (its WebAssembly and generic x86-64 builds).
 import { halfBits } from '../../src/engine/model/half.js';
-import { GGML_TYPE, ggmlRowBytes, type GgmlTypeName } from '../../src/engine/gguf/ggml-types.js';
+import { GGML_TYPE, ggmlRowBytes, type GgmlTypeName } from '../../src/engine/formats/gguf/ggml-types.js';
 import { quantizeQ4_K, quantizeQ5_K, quantizeQ6_K } from './ggml-kquants.js';
 
 export { dequantizeRow } from './ggml-dequant.js';

@@ -1,7 +1,7 @@
 // Writes GGUF files (version 3, little-endian): metadata, the tensor table, aligned tensor data. Tensors are
 // encoded one at a time, so peak memory is about one tensor.
 import { closeSync, openSync, writeSync } from 'node:fs';
-import { GGML_TYPE, ggmlTensorBytes } from '../../src/engine/gguf/ggml-types.js';
+import { GGML_TYPE, ggmlTensorBytes } from '../../src/engine/formats/gguf/ggml-types.js';
 import { quantize, type QuantType } from './ggml-quants.js';
 
 export const ALIGNMENT = 32;

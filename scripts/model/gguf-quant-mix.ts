@@ -3,7 +3,7 @@
 // gives the output projection (or the tied embedding) Q6_K, attn_v and ffn_down of some layers Q6_K and
 // the rest Q4_K. A row that is not a whole number of blocks falls back as llama.cpp does: Q4_K -> Q5_0,
 // Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 when even 32 does not divide it. Vectors (norms) stay F32.
-import { GGML_TYPE, ggmlLayout } from '../../src/engine/gguf/ggml-types.js';
+import { GGML_TYPE, ggmlLayout } from '../../src/engine/formats/gguf/ggml-types.js';
 import { QUANT_TYPES, type QuantType } from './ggml-quants.js';
 
 /** What `--type` takes: one type for every matrix, or llama.cpp's Q4_K_M mix. */

@@ -10,7 +10,7 @@ let relaxedWorks: boolean | undefined;
 const file = (build: KernelsBuild): Uint8Array<ArrayBuffer> =>
   new Uint8Array(
     readFileSync(
-      new URL(`../engine/kernels/edge-kernels${build === 'relaxed' ? '-relaxed' : ''}.wasm`, import.meta.url),
+      new URL(`../engine/runners/wasm/edge-kernels${build === 'relaxed' ? '-relaxed' : ''}.wasm`, import.meta.url),
     ),
   );
 

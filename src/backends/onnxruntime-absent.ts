@@ -1,4 +1,4 @@
-import type { OrtRuntime } from '../engine/model/runtime.js';
+import type { EngineRuntime } from '../engine/model/runtime.js';
 
 /**
  * Stands in for onnxruntime-web in a build that leaves its 14 MB WebAssembly binary out of the worker
@@ -15,10 +15,10 @@ export const InferenceSession = {
     );
   },
 };
-export const Tensor = undefined as unknown as OrtRuntime['Tensor'];
+export const Tensor = undefined as unknown as EngineRuntime['Tensor'];
 export const env = { wasm: {} };
 
 /** The runtime a kernels-only build hands the engine. */
-export function absentOrt(): OrtRuntime {
+export function absentOrt(): EngineRuntime {
   return { name: 'wasm', InferenceSession, Tensor, executionProviders: ['wasm'], hasOnnxruntime: false };
 }

@@ -1,9 +1,9 @@
 import * as ort from 'onnxruntime-node';
-import type { OrtRuntime } from '../engine/model/runtime.js';
+import type { EngineRuntime } from '../engine/model/runtime.js';
 import { xgrammarModule } from './xgrammar-node.js';
 
 /** onnxruntime-node's native CPU backend: what the CLI and benchmarks use in Node. */
-export function nodeCpuRuntime(): OrtRuntime {
+export function nodeCpuRuntime(): EngineRuntime {
   return {
     name: 'cpu',
     InferenceSession: ort.InferenceSession,

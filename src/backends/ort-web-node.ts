@@ -2,7 +2,7 @@ import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as ort from 'onnxruntime-web';
-import type { OrtRuntime, RunnerChoice } from '../engine/model/runtime.js';
+import type { EngineRuntime, RunnerChoice } from '../engine/model/runtime.js';
 import { edgeKernelsModule, preferredBuild } from './edge-kernels-node.js';
 import { xgrammarModule } from './xgrammar-node.js';
 
@@ -12,13 +12,13 @@ import { xgrammarModule } from './xgrammar-node.js';
  * beside itself through import.meta.url, which bundlers and module runners (vitest's) rewrite, so the
  * package's dist folder is named explicitly.
  */
-export function webWasmRuntimeForNode(numThreads = 1, runner: RunnerChoice = 'auto'): OrtRuntime {
+export function webWasmRuntimeForNode(numThreads = 1, runner: RunnerChoice = 'auto'): EngineRuntime {
   const dist = dirname(createRequire(import.meta.url).resolve('onnxruntime-web'));
   ort.env.wasm.wasmPaths = `${pathToFileURL(dist).href}/`;
   ort.env.wasm.numThreads = numThreads;
   ort.env.wasm.proxy = false;
   const kernels = runner === 'onnxruntime' ? undefined : edgeKernelsModule();
-  // 8-bit graphs run faster on the baseline build (OrtRuntime.kernels8Bit), unless a build was asked for.
+  // 8-bit graphs run faster on the baseline build (EngineRuntime.kernels8Bit), unless a build was asked for.
   const kernels8Bit =
     kernels && !process.env.EDGE_KERNELS_BUILD && preferredBuild() === 'relaxed'
       ? edgeKernelsModule('baseline')

@@ -4,11 +4,11 @@ import { absentOrt } from './onnxruntime-absent.js';
 // forbids compiling WebAssembly from bytes at run time, so the module must arrive precompiled.
 import ortWasmModule from 'onnxruntime-web/ort-wasm-simd-threaded.wasm';
 // workerd's V8 runs relaxed SIMD, exactly from the first call (docs/platform.md): the relaxed build, and the
-// baseline one for 8-bit graphs, which ran faster on it in Node (OrtRuntime.kernels8Bit; same bits).
-import edgeKernels from '../engine/kernels/edge-kernels-relaxed.wasm';
-import edgeKernels8Bit from '../engine/kernels/edge-kernels.wasm';
+// baseline one for 8-bit graphs, which ran faster on it in Node (EngineRuntime.kernels8Bit; same bits).
+import edgeKernels from '../engine/runners/wasm/edge-kernels-relaxed.wasm';
+import edgeKernels8Bit from '../engine/runners/wasm/edge-kernels.wasm';
 import xgrammarWasm from '../engine/constraints/xgrammar/xgrammar.wasm';
-import type { OrtRuntime, RunnerChoice } from '../engine/model/runtime.js';
+import type { EngineRuntime, RunnerChoice } from '../engine/model/runtime.js';
 
 /**
  * onnxruntime-web's WASM backend inside workerd (see docs/platform.md). ORT 1.30 cannot be handed a compiled
@@ -47,7 +47,7 @@ function hookInstantiate(): void {
  * Llama graphs they cover, onnxruntime-web for the rest. A build that aliases onnxruntime-web away
  * (src/backends/onnxruntime-absent.ts, `npm run deploy:kernels-only`) has the kernels alone.
  */
-export function workerdWasmRuntime(runner: RunnerChoice = 'auto'): OrtRuntime {
+export function workerdWasmRuntime(runner: RunnerChoice = 'auto'): EngineRuntime {
   const kernels = runner === 'onnxruntime' ? undefined : edgeKernels;
   const kernels8Bit = kernels && edgeKernels8Bit;
   if (ortWasmModule === undefined) return { ...absentOrt(), kernels, kernels8Bit, runner, grammar: xgrammarWasm };

@@ -3,8 +3,8 @@ import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { setFlagsFromString } from 'node:v8';
-import { createGpuContext, platformGpu, requestGpuAdapter, type GpuContext } from '../engine/gpu/device.js';
-import type { ShaderSource } from '../engine/gpu/wgsl-kernels.js';
+import { createGpuContext, platformGpu, requestGpuAdapter, type GpuContext } from '../engine/runners/webgpu/device.js';
+import type { ShaderSource } from '../engine/runners/webgpu/wgsl-kernels.js';
 import { webGpuRuntime, type WebGpuRuntime } from './ort-webgpu.js';
 import { xgrammarModule } from './xgrammar-node.js';
 

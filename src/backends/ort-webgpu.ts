@@ -1,7 +1,7 @@
 import * as ort from 'onnxruntime-web/webgpu';
-import type { GpuContext } from '../engine/gpu/device.js';
-import type { GpuRuntime } from '../engine/gpu/gpu-runtime.js';
-import type { ShaderSource } from '../engine/gpu/wgsl-kernels.js';
+import type { GpuContext } from '../engine/runners/webgpu/device.js';
+import type { GpuRuntime } from '../engine/runners/webgpu/gpu-runtime.js';
+import type { ShaderSource } from '../engine/runners/webgpu/wgsl-kernels.js';
 
 export type WebGpuRuntime = GpuRuntime;
 

@@ -30,7 +30,7 @@ import {
 import { resolveEngineLimits, type EngineLimits } from './defaults.js';
 import { isKvDtype, KV_DTYPES, type KvDtype } from './kv/kv-dtype.js';
 import type { SampledToken } from './sampling/sampler.js';
-import type { OrtRuntime } from './model/runtime.js';
+import type { EngineRuntime } from './model/runtime.js';
 import { resolveRequest, type GenerationRequest, type ResolvedRequest } from './request.js';
 import { Scheduler } from './scheduler.js';
 import { SequenceOutput, type GenerationEvent, type TokenEvent } from './sequence-output.js';
@@ -183,7 +183,7 @@ export class Engine {
     );
   }
 
-  static async load(runtime: OrtRuntime, source: ModelSource, options: EngineOptions = {}): Promise<Engine> {
+  static async load(runtime: EngineRuntime, source: ModelSource, options: EngineOptions = {}): Promise<Engine> {
     const limits = resolveEngineLimits(options);
     const kvDtype = options.kvDtype ?? 'fp32';
     if (!isKvDtype(kvDtype))
@@ -233,7 +233,7 @@ export class Engine {
 
   /** An engine over a loaded model and a runner of its own: its KV pool, its draft model, its cache identity. */
   private static async assemble(
-    runtime: OrtRuntime,
+    runtime: EngineRuntime,
     model: LoadedModel,
     runner: ModelRunner,
     limits: EngineLimits,

@@ -2,12 +2,12 @@ import type { EngineLimits } from './defaults.js';
 import type { ModelConfig } from './model/config.js';
 import { chooseWeights } from './model/default-weights.js';
 import { loadModelMeta, type ModelDtype, type ModelSource } from './model/model-files.js';
-import type { OrtRuntime } from './model/runtime.js';
+import type { EngineRuntime } from './model/runtime.js';
 import { digestingSource } from './model/weights-digest.js';
 import { loadRunner, type LoadedRunner, type RunnerOptions } from './runners/create-runner.js';
 import type { FootprintPart } from './runners/memory-budget.js';
 import type { ModelRunner } from './runners/model-runner.js';
-import type { StageLink } from './stages/stage-protocol.js';
+import type { StageLink } from './runners/stages/stage-protocol.js';
 import { TextTokenizer } from '../tokenizer/tokenizer.js';
 
 /** What loading a model needs besides its source: which weights, and how the runner is sized and checked. */
@@ -55,7 +55,7 @@ export interface LoadedModel {
 
 /** Reads a model folder's config and tokenizer and places its weights on the runner `loadRunner` picks. */
 export async function loadModel(
-  runtime: OrtRuntime,
+  runtime: EngineRuntime,
   source: ModelSource,
   options: ModelLoadOptions,
   limits: EngineLimits,

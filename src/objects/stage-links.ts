@@ -1,4 +1,4 @@
-import type { StageLink } from '../engine/stages/stage-protocol.js';
+import type { StageLink } from '../engine/runners/stages/stage-protocol.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import type { Env, StageBindings } from '../env.js';
 

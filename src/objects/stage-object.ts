@@ -1,6 +1,6 @@
 import { DurableObject } from 'cloudflare:workers';
-import { isolateStages } from '../engine/stages/isolate-stages.js';
-import { StageServer } from '../engine/stages/stage-server.js';
+import { isolateStages } from '../engine/runners/stages/isolate-stages.js';
+import { StageServer } from '../engine/runners/stages/stage-server.js';
 import type {
   StageEnds,
   StageEndsReply,
@@ -10,7 +10,7 @@ import type {
   StageReadReply,
   StageReply,
   StageStep,
-} from '../engine/stages/stage-protocol.js';
+} from '../engine/runners/stages/stage-protocol.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import { intVar, modelLocations, modelName, type Env } from '../env.js';
 import { modelSourceFor } from '../sources/model-source.js';

@@ -1,8 +1,8 @@
 import { absentOrt } from '../backends/onnxruntime-absent.js';
 // Precompiled by wrangler, like the head's (src/backends/ort-web-workerd.ts). The relaxed build only: a stage
 // runs every graph on it (StageServer reads `kernels`), and the baseline build gives the same bits.
-import edgeKernels from '../engine/kernels/edge-kernels-relaxed.wasm';
-import type { OrtRuntime } from '../engine/model/runtime.js';
+import edgeKernels from '../engine/runners/wasm/edge-kernels-relaxed.wasm';
+import type { EngineRuntime } from '../engine/model/runtime.js';
 import { requireWasmBackend, runnerChoice, type Env } from '../env.js';
 
 /**
@@ -11,7 +11,7 @@ import { requireWasmBackend, runnerChoice, type Env } from '../env.js';
  * BACKEND is read as the head reads it: `webgpu` is refused by name, `ort-wasm` leaves the stage no kernels
  * (StageServer refuses it).
  */
-export function stageRuntime(env: Env): OrtRuntime {
+export function stageRuntime(env: Env): EngineRuntime {
   requireWasmBackend(env);
   const runner = runnerChoice(env);
   return { ...absentOrt(), kernels: runner === 'onnxruntime' ? undefined : edgeKernels, runner };

@@ -4,7 +4,7 @@
 import { dequantizeRow } from '../../scripts/model/ggml-quants.js';
 import { transpose } from '../../scripts/model/gguf-writer.js';
 import type { WeightMap } from '../../scripts/model/weights.js';
-import type { GgufHeader } from '../../src/engine/gguf/gguf-header.js';
+import type { GgufHeader } from '../../src/engine/formats/gguf/gguf-header.js';
 
 /** Inverse of convert_hf_to_gguf.py's permute(): per head, row j * headDim/2 + i takes row 2i + j. */
 function unpermute(w: Float32Array, nHead: number, headDim: number, cols: number): Float32Array {

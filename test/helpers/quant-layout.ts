@@ -1,14 +1,14 @@
 // Quantised matrices for the kernel tests: random logical values per form (kernels/quant.h), laid out in
 // the documented planes by a writer independent of the loaders, and the quantize_rows + matmul_q product.
-import type { KernelExports } from '../../src/engine/kernels/edge-kernels.js';
-import type { LinearMemory } from '../../src/engine/kernels/linear-memory.js';
+import type { KernelExports } from '../../src/engine/runners/wasm/edge-kernels.js';
+import type { LinearMemory } from '../../src/engine/runners/wasm/linear-memory.js';
 import {
   allocQuant,
   QUANT_FORMATS,
   sideIndex,
   type QuantFormat,
   type QuantMatrix,
-} from '../../src/engine/kernels/weights/matrix.js';
+} from '../../src/engine/runners/wasm/weights/matrix.js';
 import { mulberry32 } from './prng.js';
 
 export interface Kernels {

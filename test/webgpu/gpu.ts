@@ -1,7 +1,7 @@
 // The WebGPU context the tests in this folder share, or the reason they skip. In CI (CI is set; .ci/run
 // installs the driver) or with EDGE_INFER_REQUIRE_WEBGPU=1, a missing adapter fails instead.
 import { NO_ADAPTER_MESSAGE, nodeGpuContext } from '../../src/backends/ort-webgpu-node.js';
-import type { GpuContext } from '../../src/engine/gpu/device.js';
+import type { GpuContext } from '../../src/engine/runners/webgpu/device.js';
 
 export const gpu: GpuContext | null = await nodeGpuContext();
 

@@ -6,12 +6,12 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { BlockPool } from '../../src/engine/kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from '../../src/engine/kv/paged-kv.js';
 import { ArrayKvMemory, type KvArray } from '../../src/engine/runners/array-kv-memory.js';
-import { GpuKvPool } from '../../src/engine/gpu/gpu-kv-pool.js';
-import { WgslKernels, readBuffer } from '../../src/engine/gpu/wgsl-kernels.js';
-import { KvTransfer, type KvLayerBuffers, type KvRowPlacement } from '../../src/engine/gpu/kv-transfer.js';
+import { GpuKvPool } from '../../src/engine/runners/webgpu/gpu-kv-pool.js';
+import { WgslKernels, readBuffer } from '../../src/engine/runners/webgpu/wgsl-kernels.js';
+import { KvTransfer, type KvLayerBuffers, type KvRowPlacement } from '../../src/engine/runners/webgpu/kv-transfer.js';
 import { nodeShaderSource } from '../../src/backends/ort-webgpu-node.js';
 import { mulberry32 } from '../helpers/prng.js';
-import { BufferUsage } from '../../src/engine/gpu/usage.js';
+import { BufferUsage } from '../../src/engine/runners/webgpu/usage.js';
 import { gpu, skipNote } from './gpu.js';
 
 const shape = { numLayers: 2, numKvHeads: 3, headDim: 5 };

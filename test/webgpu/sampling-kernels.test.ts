@@ -6,10 +6,10 @@
 // seeded cases do not hit), logprobs within 2e-5.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { nodeShaderSource } from '../../src/backends/ort-webgpu-node.js';
-import { DeviceSampler } from '../../src/engine/gpu/device-sampler.js';
+import { DeviceSampler } from '../../src/engine/runners/webgpu/device-sampler.js';
 import { DeviceSamplerState } from '../../src/engine/sampling/device-sampler-state.js';
-import { WgslKernels } from '../../src/engine/gpu/wgsl-kernels.js';
-import { BufferUsage } from '../../src/engine/gpu/usage.js';
+import { WgslKernels } from '../../src/engine/runners/webgpu/wgsl-kernels.js';
+import { BufferUsage } from '../../src/engine/runners/webgpu/usage.js';
 import { resolveSamplingParams, type SamplingInput } from '../../src/engine/sampling/sampling-params.js';
 import { TokenSampler } from '../../src/engine/sampling/sampler.js';
 import { mulberry32 } from '../helpers/prng.js';

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine/engine.js';
 import type { ConstraintSpec } from '../../src/engine/constraints/spec.js';
-import { DeviceSampler } from '../../src/engine/gpu/device-sampler.js';
+import { DeviceSampler } from '../../src/engine/runners/webgpu/device-sampler.js';
 import { collect, loadEngine } from '../helpers/engines.js';
 import { gpu, skipNote } from './gpu.js';
 

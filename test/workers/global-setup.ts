@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { ensureModels, MODELS_DIR } from '../../scripts/ensure-models.js';
 import { edgeKernelsModule } from '../../src/backends/edge-kernels-node.js';
-import { instantiateKernels } from '../../src/engine/kernels/edge-kernels.js';
+import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
 import { collect, loadEngine } from '../helpers/engines.js';
 import { writeGgufFolder } from '../helpers/gguf-folder.js';
 import { quantProbe } from '../helpers/quant-layout.js';

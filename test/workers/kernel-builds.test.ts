@@ -2,9 +2,9 @@
 // baseline give the same bits for the block-quantised product in every form, and the same bits as in Node.
 // This is the check docs/platform.md's "relaxed SIMD is exact here" rests on, in the engine the product runs in.
 import { describe, expect, inject, it } from 'vitest';
-import baseline from '../../src/engine/kernels/edge-kernels.wasm';
-import relaxed from '../../src/engine/kernels/edge-kernels-relaxed.wasm';
-import { instantiateKernels } from '../../src/engine/kernels/edge-kernels.js';
+import baseline from '../../src/engine/runners/wasm/edge-kernels.wasm';
+import relaxed from '../../src/engine/runners/wasm/edge-kernels-relaxed.wasm';
+import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
 import { quantProbe } from '../helpers/quant-layout.js';
 
 describe('kernel builds in workerd', () => {

@@ -1,11 +1,12 @@
 import type { InferenceSession, Tensor } from 'onnxruntime-common';
 
 /**
- * The ONNX runtime the engine runs on, handed in by whoever hosts the engine: onnxruntime-node's native
- * CPU backend in Node, onnxruntime-web's WASM (or WebGPU) backend in workerd and browsers. Both modules
- * speak onnxruntime-common's API, so the engine never imports either of them itself.
+ * What the host hands the engine to run on: an ONNX runtime (onnxruntime-node's native CPU backend in Node,
+ * onnxruntime-web's WASM or WebGPU backend in workerd and browsers; both speak onnxruntime-common's API),
+ * our kernels' compiled WebAssembly modules and xgrammar's, and which runner to prefer. The engine imports
+ * none of these itself: a host (src/backends/, src/objects/) builds this once and passes it in.
  */
-export interface OrtRuntime {
+export interface EngineRuntime {
   /** Human-readable backend name for metrics and logs, e.g. `cpu`, `wasm`, `webgpu`. */
   readonly name: string;
   readonly InferenceSession: {
@@ -15,7 +16,7 @@ export interface OrtRuntime {
   /** Execution providers to ask for when creating a session. */
   readonly executionProviders: InferenceSession.SessionOptions['executionProviders'];
   /**
-   * Our WebAssembly kernels (src/engine/kernels/edge-kernels.wasm), compiled by the host: workerd
+   * Our WebAssembly kernels (src/engine/runners/wasm/edge-kernels.wasm), compiled by the host: workerd
    * imports .wasm files precompiled, Node compiles the bytes. On a `wasm` runtime the engine runs Llama
    * graphs on them and keeps onnxruntime for the graphs they do not cover.
    */

@@ -1,21 +1,21 @@
 import { InvalidRequestError } from '../errors.js';
 import { resolveEngineLimits, type EngineLimits } from '../defaults.js';
-import { isGpuRuntime } from '../gpu/gpu-runtime.js';
-import { GpuRunner, UnsupportedOnDevice } from '../gpu/gpu-runner.js';
-import { WgslKernels } from '../gpu/wgsl-kernels.js';
-import { KernelModel } from '../kernels/kernel-model.js';
-import { UnsupportedByKernels } from '../kernels/weights/unsupported.js';
+import { isGpuRuntime } from './webgpu/gpu-runtime.js';
+import { GpuRunner, UnsupportedOnDevice } from './webgpu/gpu-runner.js';
+import { WgslKernels } from './webgpu/wgsl-kernels.js';
+import { KernelModel } from './wasm/kernel-model.js';
+import { UnsupportedByKernels } from './unsupported.js';
 import type { ModelConfig } from '../model/config.js';
 import { readOnnx, streamWeights, type ModelDtype, type ModelSource } from '../model/model-files.js';
-import type { OrtRuntime } from '../model/runtime.js';
-import { OnnxRunner } from '../onnx/onnx-runner.js';
+import type { EngineRuntime } from '../model/runtime.js';
+import { OnnxRunner } from './ort/onnx-runner.js';
 import { isolateFootprint, MemoryBudget, onnxruntimeFootprint, type FootprintPart } from './memory-budget.js';
 import type { ModelRunner } from './model-runner.js';
 import type { KvDtype } from '../kv/block-pool.js';
 import { kvPoolBlocks } from '../model/config.js';
-import { endsBytes, HEAD_SPAN, layerCosts, planStages, splitVocabulary } from '../stages/stage-plan.js';
-import type { StageLink } from '../stages/stage-protocol.js';
-import { StagedRunner } from '../stages/staged-runner.js';
+import { endsBytes, HEAD_SPAN, layerCosts, planStages, splitVocabulary } from './stages/stage-plan.js';
+import type { StageLink } from './stages/stage-protocol.js';
+import { StagedRunner } from './stages/staged-runner.js';
 
 /** A model whose layers run on pipeline stages (each a Worker of its own); the head holds the ends. */
 export interface PipelineOptions {
@@ -83,7 +83,7 @@ export interface LoadedRunner {
  * - else onnxruntime (node or web) on the whole file.
  */
 export async function loadRunner(
-  runtime: OrtRuntime,
+  runtime: EngineRuntime,
   source: ModelSource,
   dtype: ModelDtype,
   /** The weights file in the folder: an ONNX graph, or a GGUF file (dtype `gguf`), which only the kernels read. */

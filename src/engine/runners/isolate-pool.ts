@@ -3,7 +3,7 @@ import { InvalidRequestError } from '../errors.js';
 import type { KvDtype } from '../kv/block-pool.js';
 import { kvBytesPerToken, type ModelConfig } from '../model/config.js';
 import type { LoadedModel } from '../model-load.js';
-import type { OrtRuntime } from '../model/runtime.js';
+import type { EngineRuntime } from '../model/runtime.js';
 import type { IsolateModels } from './isolate-models.js';
 import { engineIsolateFootprint, mib, sharedIsolateFootprint, type FootprintPart } from './memory-budget.js';
 
@@ -24,7 +24,7 @@ export const POOL_FLOOR_BLOCKS = 4;
 /** What makes two engines' weights the same bytes: where they come from, which file, which runner. */
 export function sharedModelKey(
   share: IsolateShare,
-  runtime: OrtRuntime,
+  runtime: EngineRuntime,
   options: { modelId?: string; dtype?: string; kvStore?: unknown; pipeline?: { stages: number } },
 ): string {
   return JSON.stringify([

@@ -4,7 +4,7 @@
 // (create-runner.ts, isolate-pool.ts, memory-budget.ts), so the plan and the load cannot disagree on a rule.
 import type { EngineLimits } from '../defaults.js';
 import type { KvDtype } from '../kv/block-pool.js';
-import { scratchBytes } from '../kernels/scratch-layout.js';
+import { scratchBytes } from './wasm/scratch-layout.js';
 import type { ModelConfig } from '../model/config.js';
 import type { ModelDtype } from '../model/model-files.js';
 import type { RunnerChoice } from '../model/runtime.js';

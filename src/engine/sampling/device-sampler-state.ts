@@ -6,9 +6,10 @@ import { TokenCounts } from './token-counts.js';
 export const SETTINGS_BYTES = 72;
 
 /**
- * A sequence's sampler state where tokens are drawn on the device (gpu/device-sampler.ts draws them): the same
- * seed and xoshiro128** stream as TokenSampler, the same prompt + generated counts for the penalties, and each
- * step's settings in the layout the sampling kernel reads. Sampling state, not a runner's: the engine holds it.
+ * A sequence's sampler state where tokens are drawn on the device (runners/webgpu/device-sampler.ts draws
+ * them): the same seed and xoshiro128** stream as TokenSampler, the same prompt + generated counts for the
+ * penalties, and each step's settings in the layout the sampling kernel reads. Sampling state, not a runner's:
+ * the engine holds it.
  */
 export class DeviceSamplerState {
   readonly seed: number;

@@ -4,9 +4,9 @@ import { KvCacheManager } from '../kv/paged-kv.js';
 import { kvBytesPerToken, type ModelConfig } from '../model/config.js';
 import { loadModelFiles, type ModelDtype, type ModelSource } from '../model/model-files.js';
 import type { EngineLimits } from '../defaults.js';
-import { OnnxRunner } from '../onnx/onnx-runner.js';
+import { OnnxRunner } from '../runners/ort/onnx-runner.js';
 import { mib } from '../runners/memory-budget.js';
-import type { OrtRuntime } from '../model/runtime.js';
+import type { EngineRuntime } from '../model/runtime.js';
 import { DraftModelProposer } from './draft-proposer.js';
 
 /** A draft model for speculation: where its folder is, which variant, and its KV pool's byte budget. */
@@ -32,7 +32,7 @@ export interface DraftTarget {
 
 /** Loads the draft model and its KV pool; refuses one that does not read and write the target's token ids. */
 export async function loadDraftModel(
-  runtime: OrtRuntime,
+  runtime: EngineRuntime,
   draft: DraftModelOptions,
   target: DraftTarget,
 ): Promise<DraftModelProposer> {

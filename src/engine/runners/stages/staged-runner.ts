@@ -1,0 +1,467 @@
+import type { KvDtype, KvShape } from '../../kv/block-pool.js';
+import { kernelRows, type KernelRow, type KernelRunner } from '../wasm/kernel-runner.js';
+import type { LayerSpan } from '../wasm/weights/llama-weights.js';
+import type { ModelConfig } from '../../model/config.js';
+import {
+  KvLostError,
+  type ModelRunner,
+  type RunnerStats,
+  type StageStats,
+  type StepLogits,
+  type StepRow,
+} from '../model-runner.js';
+import { StagedKvMemory, type KvStage } from './staged-kv-memory.js';
+import type { StageCommands, StageEnds, StageInfo, StageLink, StageOpen, StageStep } from './stage-protocol.js';
+
+/** Omit over each member of a union (the built-in one would merge the members). */
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+
+/** Restarts in a row (no pass through in between) after which the pass's requests fail instead of being recomputed. */
+const MAX_LOSSES_IN_A_ROW = 3;
+
+/** How long a stage that does not answer is waited for before the pass fails. */
+const STAGE_WAIT_MS = 30_000;
+
+/** How long one call may take before it counts as failed: a hung stage must not hold the engine loop for ever. */
+const CALL_TIMEOUT_MS = 120_000;
+
+/** `call`, or a rejection once `ms` have passed without its answer. */
+function withDeadline<T>(call: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not answer within ${ms / 1000} s`)), ms);
+  });
+  return Promise.race([call, deadline]).finally(() => clearTimeout(timer));
+}
+
+/** One stage as the head keeps it: how to reach it, what it was asked to load, who it is now. */
+class Stage implements KvStage {
+  info: StageInfo | undefined;
+  pending: StageCommands = { ops: [] };
+  readonly stats: StageStats;
+  /** The load in flight: concurrent callers share it, so the head never holds one epoch while the stage has another. */
+  private connecting: Promise<StageInfo> | undefined;
+  /** Passes in a row this stage was found restarted: one the pass itself brings down is not retried for ever. */
+  lossesInARow = 0;
+
+  constructor(
+    readonly link: StageLink,
+    readonly open: StageOpen,
+  ) {
+    this.stats = {
+      layers: { from: open.span.from, to: open.span.to },
+      weightBytes: 0,
+      kvBytes: 0,
+      isolateBytes: undefined,
+      hops: 0,
+      hopMs: 0,
+      computeMs: 0,
+      restarts: 0,
+    };
+  }
+
+  get from(): number {
+    return this.open.span.from;
+  }
+
+  get to(): number {
+    return this.open.span.to;
+  }
+
+  private get what(): string {
+    return `pipeline stage of layers ${this.from}..${this.to - 1}`;
+  }
+
+  /** Loads the stage (again): a new epoch, an empty pool. */
+  connect(): Promise<StageInfo> {
+    this.info = undefined;
+    this.connecting ??= withDeadline(this.link.open(this.open), CALL_TIMEOUT_MS, this.what)
+      .then((info) => {
+        this.info = info;
+        Object.assign(this.stats, {
+          weightBytes: info.weightBytes,
+          kvBytes: info.kvBytes,
+          isolateBytes: info.isolateBytes,
+        });
+        return info;
+      })
+      .finally(() => {
+        this.connecting = undefined;
+      });
+    return this.connecting;
+  }
+
+  /** Closes the stage's pool (as the epoch the head knows); one that fails to answer is left to its restart. */
+  async close(): Promise<void> {
+    const epoch = this.info?.epoch;
+    this.info = undefined;
+    this.pending = { ops: [] };
+    if (epoch === undefined) return;
+    await withDeadline(this.link.close(epoch), CALL_TIMEOUT_MS, this.what).catch(() => undefined);
+  }
+
+  /** The commands queued since the last step, handed over. */
+  private take(): StageCommands {
+    const commands = this.pending;
+    this.pending = { ops: [] };
+    return commands;
+  }
+
+  /**
+   * The stage restarted: what it held is gone, the commands queued for it too; it is loaded again for the
+   * next pass (tried again then if this fails).
+   */
+  async lost(): Promise<void> {
+    this.stats.restarts++;
+    this.pending = { ops: [] };
+    this.info = undefined;
+    await this.connect();
+  }
+
+  /**
+   * Sends one micro-batch through the stage: the hidden states it returns, or `lost` when it restarted (a new
+   * epoch, or a failed call after which it answers as another). The block commands go with the pass's first;
+   * a call that fails while the stage lives on gives them back, to go with the next.
+   */
+  async step(rows: StageStep['rows'], hidden: Float32Array): Promise<Float32Array | 'lost'> {
+    const epoch = await this.currentEpoch();
+    const t0 = performance.now();
+    const commands = this.take();
+    const reply = await this.call(
+      epoch,
+      () => this.link.step({ epoch, rows, hidden, ...commands }),
+      // applying them twice is harmless: copies' sources are immutable
+      () => this.pending.ops.unshift(...commands.ops),
+    );
+    if (reply.lost) return 'lost';
+    this.stats.hops++;
+    this.stats.hopMs += performance.now() - t0;
+    this.stats.computeMs += reply.computeMs;
+    this.stats.isolateBytes = reply.isolateBytes ?? this.stats.isolateBytes;
+    return reply.hidden;
+  }
+
+  /** The stage's rows of the embedding for `ids`, or of the logits for `count` final hidden states. */
+  async ends(ends: DistributiveOmit<StageEnds, 'epoch'>): Promise<Float32Array | 'lost'> {
+    const epoch = await this.currentEpoch();
+    const reply = await this.call(epoch, () => this.link.ends({ ...ends, epoch }));
+    return reply.lost ? 'lost' : reply.values;
+  }
+
+  /**
+   * Its epoch. Not connected only after a reconnect that failed, and that pass was lost: every sequence is
+   * being recomputed, so a fresh stage is what the head expects.
+   */
+  private async currentEpoch(): Promise<string> {
+    return this.info?.epoch ?? (await this.connect()).epoch;
+  }
+
+  /**
+   * One call to the stage the head knows as `epoch`: its reply, or lost where the call failed because the
+   * stage restarted (its process died mid-call); a failure of the call alone (`undo` first) is thrown.
+   */
+  private async call<R extends { lost: boolean }>(
+    epoch: string,
+    send: () => Promise<R>,
+    undo?: () => void,
+  ): Promise<R | { lost: true }> {
+    return withDeadline(send(), CALL_TIMEOUT_MS, this.what).catch(async (err: unknown) => {
+      const now = await this.answer(err);
+      if (now !== epoch) return { lost: true as const };
+      undo?.();
+      throw err;
+    });
+  }
+
+  /** Whether the stage answers as another than the head knows (a call that fails says nothing: false). */
+  async restarted(): Promise<boolean> {
+    const known = this.info?.epoch;
+    if (known === undefined) return false;
+    const now = await withDeadline(this.link.epoch(), CALL_TIMEOUT_MS, this.what).catch(() => known);
+    return now !== known;
+  }
+
+  /**
+   * After a failed call, who the stage is once it answers again: a restarting stage (a process brought back)
+   * is waited for a while, so that its sequences are recomputed rather than failed; `err` if it stays away.
+   */
+  async answer(err: unknown): Promise<string | undefined> {
+    const deadline = performance.now() + STAGE_WAIT_MS;
+    for (let wait = 100; ; wait = Math.min(2 * wait, 1000)) {
+      try {
+        return await withDeadline(this.link.epoch(), STAGE_WAIT_MS, this.what);
+      } catch {
+        if (performance.now() + wait > deadline) throw err;
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      }
+    }
+  }
+
+  /**
+   * A block's layers' part, for the durable store. Never connects nor reconnects: a stage found restarted here
+   * fails the read (the chain is not stored), and the next step finds it lost and has everything recomputed.
+   */
+  async read(block: number): Promise<Uint8Array> {
+    const epoch = this.info?.epoch;
+    if (epoch === undefined) throw new Error(`${this.what} is not loaded: block ${block} cannot be read`);
+    const reply = await withDeadline(this.link.read({ epoch, block }), CALL_TIMEOUT_MS, this.what);
+    if (reply.lost) throw new Error(`${this.what} restarted: block ${block} is gone`);
+    return reply.bytes;
+  }
+}
+
+/**
+ * The head's runner of a model split over pipeline stages: the ends (embedding, final norm, output
+ * projection) on its own kernels, the layers on the stages. A pass embeds every row's tokens, sends the
+ * hidden states through each stage in layer order (one message each: block tables, positions, queued block
+ * commands, hidden states as bytes), and turns what the last returns into logits. Each stage runs the same
+ * kernels on the same rows, so the logits are bit-identical to one process's, in any batch.
+ *
+ * A vocabulary too large for the head (PIPELINE_VOCAB; Llama-3.2-1B's 128k-token table) is split by rows
+ * over the stages instead: the embedding comes from the stages holding each token's row, and each stage
+ * computes its rows' logits for the positions sampled from, all in parallel, the head holding no weight.
+ */
+export class StagedRunner implements ModelRunner {
+  readonly name = 'kernels';
+  /** The blocks' bytes are the one-process kernels' bytes: stored blocks restore across both. */
+  readonly kvIdentity = 'kernels';
+  readonly deviceSampling = undefined;
+  private readonly stages: Stage[];
+  private released = false;
+
+  /** The stages holding rows of the vocabulary, where the head holds none. */
+  private readonly vocabStages: Stage[];
+  readonly noPromptLogprobs?: string;
+
+  private constructor(
+    readonly config: ModelConfig,
+    /** The head's kernels over the ends; none where the vocabulary is split over the stages. */
+    private readonly head: KernelRunner | undefined,
+    stages: Stage[],
+    /** Micro-batches a pass is split into (at most one per row): the stages that can work at once. */
+    private readonly microBatches: number,
+  ) {
+    this.stages = stages;
+    this.vocabStages = stages.filter((s) => s.open.span.vocab);
+    if (!head && this.vocabStages.length === 0) throw new Error('neither the head nor a stage holds the vocabulary');
+    if (!head)
+      this.noPromptLogprobs =
+        "prompt logprobs need logits at every prompt position, and this model's vocabulary is split over its pipeline stages, which compute the positions sampled from only";
+  }
+
+  /** Opens every stage (in parallel: each loads its layers) and returns the runner over them. */
+  static async open(
+    config: ModelConfig,
+    head: KernelRunner | undefined,
+    links: readonly StageLink[],
+    spans: readonly LayerSpan[],
+    open: Omit<StageOpen, 'span'>,
+    microBatches = spans.length,
+  ): Promise<StagedRunner> {
+    if (links.length !== spans.length) throw new Error(`${spans.length} stages planned, ${links.length} links given`);
+    const stages = spans.map((span, i) => new Stage(links[i], { ...open, span }));
+    await Promise.all(stages.map((stage) => stage.connect()));
+    return new StagedRunner(config, head, stages, Math.max(1, microBatches));
+  }
+
+  createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): StagedKvMemory {
+    const open = this.stages[0].open;
+    if (numBlocks !== open.numBlocks || blockSize !== open.limits.blockSize || dtype !== open.kvDtype)
+      throw new Error(
+        `the stages were opened for ${open.numBlocks} blocks of ${open.limits.blockSize} (${open.kvDtype}), not ${numBlocks} of ${blockSize} (${dtype})`,
+      );
+    return new StagedKvMemory(shape, blockSize, dtype, this.stages);
+  }
+
+  /**
+   * One pass. With several stages and rows, the rows go through in micro-batches (GPipe's): while stage 2
+   * computes the first, stage 1 computes the second, so stages that run in parallel (objects on their own
+   * threads, or `wrangler dev` processes) all work at once. Every stage sees a pass's micro-batches in order
+   * (block commands with the first), and rows are independent, so the logits are those of one batch.
+   */
+  async forward(rows: readonly StepRow[]): Promise<StepLogits> {
+    if (this.released) throw new Error('this runner was released');
+    for (const { kv, tokens } of rows) kv.checkWritable(tokens.length);
+    const passRows = kernelRows(rows);
+    const H = this.config.hiddenSize;
+    const lost = new Set<Stage>();
+    const ids = rows.flatMap((r) => r.tokens);
+    const hidden = this.head ? this.head.forwardHidden(passRows, ids) : await this.embed(ids, lost);
+    if (lost.size) return this.passLost(lost);
+    const groups: (MicroBatch & { hidden: Float32Array })[] = microBatches(
+      passRows,
+      Math.min(this.microBatches, rows.length),
+    ).map((g) => ({
+      ...g,
+      hidden: hidden.slice(g.firstToken * H, (g.firstToken + g.tokens) * H),
+    }));
+    // chain[s]: stage s's last micro-batch; a micro-batch enters stage s when it left stage s - 1 and stage s
+    // is done with the one before it.
+    const chain: Promise<unknown>[] = this.stages.map(() => Promise.resolve());
+    const runs = groups.map(async (group) => {
+      let ready: Promise<unknown> = Promise.resolve();
+      for (const [s, stage] of this.stages.entries()) {
+        const turn = Promise.all([ready, chain[s]]).then(async () => {
+          if (lost.size) return; // the pass is lost already: recomputed, not finished
+          const reply = await stage.step(group.wire, group.hidden);
+          if (reply === 'lost') lost.add(stage);
+          else group.hidden = reply;
+        });
+        chain[s] = turn.catch(() => undefined);
+        ready = turn;
+      }
+      await ready;
+    });
+    const settled = await Promise.allSettled(runs);
+    if (lost.size) return this.passLost(lost);
+    const failed = settled.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    const out = new Float32Array(hidden.length);
+    for (const g of groups) out.set(g.hidden, g.firstToken * H);
+    if (this.head) {
+      for (const stage of this.stages) stage.lossesInARow = 0;
+      for (const { kv, tokens } of rows) kv.advance(tokens.length);
+      // Synchronous from here: the logits lie in the head's shared scratch until its next pass.
+      return this.head.logitsFromHidden(passRows, out);
+    }
+    const logits = await this.vocabLogits(passRows, out, lost);
+    if (lost.size) return this.passLost(lost);
+    for (const stage of this.stages) stage.lossesInARow = 0;
+    for (const { kv, tokens } of rows) kv.advance(tokens.length);
+    return logits;
+  }
+
+  /**
+   * Stages restarted during the pass: they are reloaded now, whatever comes next (a pass after this one must
+   * meet the stages the head knows), and the pass fails as lost KV, to be recomputed. A pass stops at the first
+   * stage it finds lost, so the stages it never reached are asked who they are: after `wrangler dev` evicted
+   * every idle stage, three passes each found one, and the third failed as "restarted 3 passes in a row".
+   */
+  private async passLost(lost: Set<Stage>): Promise<never> {
+    await Promise.all(
+      this.stages
+        .filter((stage) => !lost.has(stage))
+        .map(async (stage) => {
+          if (!(await stage.restarted())) return;
+          lost.add(stage);
+        }),
+    );
+    for (const stage of lost) await stage.lost().catch(() => undefined);
+    const where = [...lost].map((s) => `${s.from}..${s.to - 1}`).join(', ');
+    for (const stage of lost) stage.lossesInARow++;
+    const fatal = [...lost].some((stage) => stage.lossesInARow >= MAX_LOSSES_IN_A_ROW);
+    if (fatal) for (const stage of this.stages) stage.lossesInARow = 0;
+    throw new KvLostError(
+      `pipeline stage${lost.size > 1 ? 's' : ''} of layers ${where} restarted${fatal ? ` ${MAX_LOSSES_IN_A_ROW} passes in a row` : ''}: ${lost.size > 1 ? 'their' : 'its'} KV blocks are gone`,
+      fatal,
+    );
+  }
+
+  /** The embedding of `ids` from the stages holding their rows (a vocabulary split over the stages), in parallel. */
+  private async embed(ids: readonly number[], lost: Set<Stage>): Promise<Float32Array> {
+    const { hiddenSize: H, vocabSize } = this.config;
+    for (const id of ids)
+      if (!Number.isInteger(id) || id < 0 || id >= vocabSize)
+        throw new RangeError(`token id ${id} is outside the vocabulary (${vocabSize})`);
+    const out = new Float32Array(ids.length * H);
+    await Promise.all(
+      this.vocabStages.map(async (stage) => {
+        const { from, to } = stage.open.span.vocab!;
+        const at = ids.flatMap((id, t) => (id >= from && id < to ? [t] : []));
+        if (at.length === 0) return;
+        const reply = await stage.ends({ op: 'embed', ids: at.map((t) => ids[t]) });
+        if (reply === 'lost') return void lost.add(stage);
+        for (const [i, t] of at.entries()) out.set(reply.subarray(i * H, (i + 1) * H), t * H);
+      }),
+    );
+    return out;
+  }
+
+  /**
+   * Logits from the stages holding the vocabulary's rows: each row's last positions asked for (its last token,
+   * or a verification's proposals and the token after them), every one of them computed now (no position is
+   * left to compute later: the stages are a call away), each stage its rows of every position, in parallel.
+   */
+  private async vocabLogits(rows: readonly KernelRow[], hidden: Float32Array, lost: Set<Stage>): Promise<StepLogits> {
+    const { hiddenSize: H, vocabSize: V } = this.config;
+    const want = rows.map((r) => Math.min(r.count, Math.max(1, r.logits ?? 1)));
+    const first: number[] = [];
+    const positions: number[] = [];
+    let token = 0;
+    for (const [r, row] of rows.entries()) {
+      first.push(positions.length);
+      for (let j = row.count - want[r]; j < row.count; j++) positions.push(token + j);
+      token += row.count;
+    }
+    const picked = new Float32Array(positions.length * H);
+    for (const [i, t] of positions.entries()) picked.set(hidden.subarray(t * H, (t + 1) * H), i * H);
+    const logits = new Float32Array(positions.length * V);
+    // At most a batch of positions a call: a stage's scratch holds that many rows of logits.
+    const perCall = this.stages[0].open.limits.maxBatchSize;
+    await Promise.all(
+      this.vocabStages.map(async (stage) => {
+        const { from, to } = stage.open.span.vocab!;
+        const width = to - from;
+        for (let p0 = 0; p0 < positions.length && !lost.size; p0 += perCall) {
+          const count = Math.min(perCall, positions.length - p0);
+          const reply = await stage.ends({ op: 'logits', hidden: picked.slice(p0 * H, (p0 + count) * H), count });
+          if (reply === 'lost') return void lost.add(stage);
+          for (let i = 0; i < count; i++) logits.set(reply.subarray(i * width, (i + 1) * width), (p0 + i) * V + from);
+        }
+      }),
+    );
+    const view = (slot: number): Float32Array => logits.subarray(slot * V, (slot + 1) * V);
+    return {
+      last: (row) => view(first[row] + want[row] - 1),
+      at: (row, index) => {
+        const fromEnd = rows[row].count - 1 - index;
+        if (fromEnd < 0 || fromEnd >= want[row])
+          throw new Error(`row ${row}'s logits at ${index} were not asked for (a split vocabulary computes no others)`);
+        return view(first[row] + want[row] - 1 - fromEnd);
+      },
+    };
+  }
+
+  stats(): RunnerStats {
+    return { ...(this.head?.stats() ?? { runner: 'kernels' }), stages: this.stages.map((s) => ({ ...s.stats })) };
+  }
+
+  /** Gives back the head's kernels and every stage's pool; a stage that cannot be reached has lost it already. */
+  async release(): Promise<void> {
+    this.released = true;
+    await Promise.all([this.head?.release(), ...this.stages.map((stage) => stage.close())]);
+  }
+}
+
+/** A micro-batch: a run of the pass's rows, where its tokens start among the pass's, and what a stage is sent. */
+interface MicroBatch {
+  firstToken: number;
+  tokens: number;
+  wire: StageStep['rows'];
+}
+
+/**
+ * The pass's rows in `count` contiguous runs of about equal tokens (a prefill chunk weighs what it feeds), none
+ * empty: each micro-batch a stage computes costs about the same.
+ */
+export function microBatches(rows: readonly KernelRow[], count: number): MicroBatch[] {
+  const total = rows.reduce((n, r) => n + r.count, 0);
+  const out: MicroBatch[] = [];
+  let token = 0;
+  let r = 0;
+  for (let g = 0; g < count; g++) {
+    const first = r;
+    const target = ((g + 1) * total) / count;
+    const firstToken = token;
+    // Take rows while the run is short of its share, leaving a row for every run after it.
+    while (r < rows.length - (count - g - 1) && (r === first || token + rows[r].count / 2 <= target))
+      token += rows[r++].count;
+    if (g === count - 1) while (r < rows.length) token += rows[r++].count;
+    out.push({
+      firstToken,
+      tokens: token - firstToken,
+      wire: rows.slice(first, r).map(({ blocks, start, count: n }) => ({ blocks: [...blocks], start, count: n })),
+    });
+  }
+  return out;
+}

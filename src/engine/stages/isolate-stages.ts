@@ -1,5 +1,0 @@
-import { IsolateModels } from '../runners/isolate-models.js';
-import type { StageModel } from './stage-server.js';
-
-/** The isolate's pipeline stages' weights: module scope, shared by every stage object of the Worker script here. */
-export const isolateStages = new IsolateModels<StageModel>();
