@@ -35,7 +35,7 @@ const names = new Set(files.map((f) => basename(f)));
 const CITED = /(?<![\w/.@-])((?:[\w-]+\/)*[\w.-]+\.(?:ts|md|c|h|wgsl|sh))(?![\w/-])/g;
 /** Names that are not files of ours: other projects' (llama2.c is a project), system headers, and patterns. */
 const FOREIGN =
-  /^(llama2\.c|run\.c|quants\.c|ggml-quants\.c|ggml\.h|ggml-common\.h|gguf\.h|wasm_simd128\.h|xoshiro128starstar\.c|sse\.ts|hono-base\.ts|index\.d\.ts|\.test\.ts|.*\*.*)$/;
+  /^(llama2\.c|run\.c|quants\.c|ggml-quants\.c|ggml\.h|ggml-common\.h|gguf\.h|wasm_simd128\.h|stdio\.h|xoshiro128starstar\.c|sse\.ts|hono-base\.ts|index\.d\.ts|\.test\.ts|.*\*.*)$/;
 
 function citations(text: string, comments: boolean): string[] {
   // In code, only what comments say (a string may name a file that is made at run time).
