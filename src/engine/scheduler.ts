@@ -30,8 +30,14 @@ export interface SchedulableSequence {
 export interface SchedulerLimits {
   /** Tokens one pass may compute, over all sequences (prefill chunks + decodes). */
   maxTokensPerStep: number;
-  /** Sequences one pass may hold. */
+  /** Sequences running at once, over every lane. */
   maxBatchSize: number;
+  /**
+   * Passes that may be in flight at once (a runner over pipeline stages: vLLM's virtual engines). Each running
+   * sequence belongs to one lane, and a lane's step schedules only its own: a sequence is never in two passes,
+   * and a lane never preempts a sequence whose pass is in flight. Default 1: one pass at a time.
+   */
+  lanes?: number;
 }
 
 /** The plain record of what runs in one pass, as vLLM's scheduler output: the runner executes it. */
@@ -70,6 +76,9 @@ export class Scheduler<S extends SchedulableSequence> {
   private readonly lastAdmitted = new Map<string | undefined, number>();
   /** Sequences that keep the head of the queue whatever the round-robin says (preempted, or unsticking). */
   private readonly headFirst = new WeakSet<S>();
+  readonly lanes: number;
+  /** Each running sequence's lane; a cohort's members share their first member's. */
+  private readonly laneOf = new WeakMap<S | object, number>();
 
   constructor(
     private readonly kv: KvCacheManager,
@@ -81,7 +90,9 @@ export class Scheduler<S extends SchedulableSequence> {
      * at admission so that waiting sequences hold no blocks; without one, the prefix cache is searched.
      */
     private readonly ownCache: (seq: S) => PagedSequenceKv | undefined = () => undefined,
-  ) {}
+  ) {
+    this.lanes = Math.max(1, limits.lanes ?? 1);
+  }
 
   add(seq: S): void {
     this.waiting.push(seq);
@@ -94,9 +105,46 @@ export class Scheduler<S extends SchedulableSequence> {
     else this.waiting.splice(at + 1, 0, seq);
   }
 
-  /** A sequence that arrives already running, with its blocks (a fork of a running sequence). */
+  /**
+   * A sequence that arrives already running, with its blocks (a fork of a running sequence): in its cohort's
+   * lane, or the lane running the fewest (it is in no pass yet).
+   */
   adopt(seq: S): void {
     this.running.push(seq);
+    this.assignLane(seq);
+  }
+
+  /** The lane `seq` runs in (0 with one lane, and for a sequence not running). */
+  lane(seq: S): number {
+    return this.laneOf.get(seq) ?? 0;
+  }
+
+  private assignLane(seq: S, lane?: number): void {
+    if (this.lanes === 1) return;
+    const cohortLane = seq.cohort === undefined ? undefined : this.laneOf.get(seq.cohort);
+    const chosen = cohortLane ?? lane ?? this.leastLoadedLane();
+    this.laneOf.set(seq, chosen);
+    if (seq.cohort !== undefined && cohortLane === undefined) this.laneOf.set(seq.cohort, chosen);
+  }
+
+  /** Whether `lane` may admit `seq`: not a cohort member whose siblings run in another lane. */
+  private admissibleIn(seq: S, lane: number | undefined): boolean {
+    if (lane === undefined || seq.cohort === undefined) return true;
+    const running = this.running.find((s) => s.cohort === seq.cohort);
+    if (running !== undefined) return this.lane(running) === lane;
+    this.laneOf.delete(seq.cohort);
+    return true;
+  }
+
+  private leastLoadedLane(): number {
+    const counts = new Array<number>(this.lanes).fill(0);
+    for (const seq of this.running) counts[this.lane(seq)]++;
+    return counts.indexOf(Math.min(...counts));
+  }
+
+  /** Running sequences a lane may hold: an even share of the batch, so the passes in flight are alike. */
+  private get laneBatch(): number {
+    return Math.ceil(this.limits.maxBatchSize / this.lanes);
   }
 
   /** Takes a sequence out wherever it is and frees its blocks (finished or cancelled). */
@@ -109,26 +157,48 @@ export class Scheduler<S extends SchedulableSequence> {
   detach(seq: S): void {
     const r = this.running.indexOf(seq);
     if (r >= 0) this.running.splice(r, 1);
+    this.laneOf.delete(seq);
     const w = this.waiting.indexOf(seq);
     if (w >= 0) this.waiting.splice(w, 1);
   }
 
-  /** Every running sequence back to the head of the queue, to be recomputed from its tokens (the runner lost the KV). */
-  preemptAll(): void {
+  /**
+   * Running sequences back to the head of the queue, to be recomputed from their tokens (the runner lost the
+   * KV): every one, or those of `sequences` still running. A cohort goes whole or not at all: `busy` (in a pass
+   * in flight) keeps a sequence, and every member of its cohort, running until that pass settles.
+   */
+  preemptAll(busy: (seq: S) => boolean = () => false, sequences: readonly S[] = this.running): void {
     const step: ScheduledStep<S> = { rows: [], preempted: [], admitted: [] };
-    while (this.running.length > 0) this.preempt(this.running[this.running.length - 1], step);
+    const held = new Set(this.running.filter(busy).map((seq) => seq.cohort ?? seq));
+    for (const seq of [...sequences].reverse())
+      if (this.running.includes(seq) && !held.has(seq.cohort ?? seq)) this.preempt(seq, step);
   }
 
   get hasWork(): boolean {
     return this.running.length > 0 || this.waiting.length > 0;
   }
 
-  schedule(): ScheduledStep<S> {
-    const step = this.plan();
-    if (step.rows.length > 0 || !this.unstick(step)) return step;
-    const retry = this.plan();
+  /**
+   * What runs in the next pass: with lanes, `lane`'s sequences only (and those it admits); without `lane`, every
+   * running sequence (a host stepping by hand, nothing in flight).
+   */
+  schedule(lane?: number): ScheduledStep<S> {
+    const step = this.plan(lane);
+    if (step.rows.length > 0 || !this.unstick(step, lane)) return step;
+    const retry = this.plan(lane);
     retry.preempted.unshift(...step.preempted);
     return retry;
+  }
+
+  /** Whether `seq` may run in (or be preempted by) `lane`'s step. */
+  private inLane(seq: S, lane: number | undefined): boolean {
+    return lane === undefined || this.lane(seq) === lane;
+  }
+
+  /** The newest running sequence `lane` may preempt. */
+  private newestIn(lane: number | undefined): S | undefined {
+    for (let i = this.running.length - 1; i >= 0; i--) if (this.inLane(this.running[i], lane)) return this.running[i];
+    return undefined;
   }
 
   /**
@@ -137,10 +207,12 @@ export class Scheduler<S extends SchedulableSequence> {
    * other needs for ever. The newest cohort other than the head's gives all its blocks back and queues
    * right behind the head. Returns whether anything was preempted.
    */
-  private unstick(step: ScheduledStep<S>): boolean {
+  private unstick(step: ScheduledStep<S>, lane: number | undefined): boolean {
     const head = this.waiting[0];
     if (head === undefined) return false;
-    const victim = [...this.running].reverse().find((seq) => seq.cohort === undefined || seq.cohort !== head.cohort);
+    const victim = [...this.running]
+      .reverse()
+      .find((seq) => this.inLane(seq, lane) && (seq.cohort === undefined || seq.cohort !== head.cohort));
     if (victim === undefined) return false;
     this.preempt(victim, step);
     // preempt() queued the cohort at the head; the head it displaced goes first.
@@ -151,18 +223,22 @@ export class Scheduler<S extends SchedulableSequence> {
     return true;
   }
 
-  private plan(): ScheduledStep<S> {
+  private plan(lane: number | undefined): ScheduledStep<S> {
     const step: ScheduledStep<S> = { rows: [], preempted: [], admitted: [] };
     let budget = this.limits.maxTokensPerStep;
+    const laneBatch = lane === undefined ? this.limits.maxBatchSize : this.laneBatch;
+    let inLane = lane === undefined ? this.running.length : this.running.filter((s) => this.lane(s) === lane).length;
 
     // Forks (n > 1, beams) join the running set without admission, so the batch limit is kept here too.
     for (let i = 0; i < this.running.length && budget > 0 && step.rows.length < this.limits.maxBatchSize; i++) {
       const seq = this.running[i];
+      if (!this.inLane(seq, lane)) continue;
       const count = Math.min(seq.tokens.length - seq.kv.length, budget);
       if (count <= 0) continue;
       let reserved = this.kv.reserve(seq.kv, count);
       while (!reserved && this.running.includes(seq)) {
-        if (!this.reclaim()) this.preempt(this.running[this.running.length - 1], step);
+        // Its own lane's newest: another lane's may be in a pass (seq itself is the last resort).
+        if (!this.reclaim()) this.preempt(this.newestIn(lane) ?? seq, step);
         reserved = this.running.includes(seq) && this.kv.reserve(seq.kv, count);
       }
       if (!reserved) break; // seq itself was preempted: what is newer waits for the next step
@@ -171,14 +247,18 @@ export class Scheduler<S extends SchedulableSequence> {
       budget -= count;
     }
 
+    inLane -= step.preempted.length;
     while (
       this.waiting.length > 0 &&
       budget > 0 &&
       this.running.length < this.limits.maxBatchSize &&
+      inLane < laneBatch &&
       step.preempted.length === 0
     ) {
       this.takeTurn();
       const seq = this.waiting[0];
+      // A beam whose search runs in another lane waits for that lane: a cohort advances in one pass.
+      if (!this.admissibleIn(seq, lane)) break;
       if (seq.kv.length === 0) {
         const own = this.ownCache(seq);
         if (own) seq.kv = own;
@@ -199,6 +279,8 @@ export class Scheduler<S extends SchedulableSequence> {
       this.lastAdmitted.set(seq.fairnessGroup, ++this.admissions);
       this.forgetIdleGroups();
       this.running.push(seq);
+      this.assignLane(seq, lane);
+      inLane++;
       step.admitted.push({ seq, cachedTokens });
       step.rows.push(this.row(seq, count));
       budget -= count;
@@ -269,6 +351,7 @@ export class Scheduler<S extends SchedulableSequence> {
     const members = seq.cohort === undefined ? [seq] : this.running.filter((s) => s.cohort === seq.cohort);
     for (const member of members) {
       this.running.splice(this.running.indexOf(member), 1);
+      this.laneOf.delete(member);
       const row = step.rows.findIndex((r) => r.seq === member);
       if (row >= 0) step.rows.splice(row, 1);
       this.kv.free(member.kv);
