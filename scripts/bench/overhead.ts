@@ -37,12 +37,13 @@ export async function measureStepPhases(
   const original = { step: engine.step, forward: engine.runner.forward, run: session?.run };
   const rows: { start: number; step: number; forward: number; model: number; batchTokens: number }[] = [];
   let current = { forward: 0, model: 0 };
-  engine.step = async function (this: Engine) {
+  engine.step = async function (this: Engine, lane?: number) {
     const start = performance.now();
     current = { forward: 0, model: 0 };
-    await original.step.call(engine);
+    const ran = await original.step.call(engine, lane);
     const s = engine.stats();
     rows.push({ start, step: performance.now() - start, ...current, batchTokens: s.lastStepTokens });
+    return ran;
   };
   engine.runner.forward = async (...args: Parameters<typeof original.forward>) => {
     const t0 = performance.now();

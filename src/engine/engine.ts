@@ -81,6 +81,15 @@ export interface EngineOptions
   isolate?: IsolateShare;
 }
 
+/** A promise and its resolver: lanes wait on one until something may have changed. */
+function wakeSignal(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
 /** What a model pass gives the step: logits, and the tokens drawn on the device where the runner draws them. */
 interface PassOutput {
   logits: StepLogits;
@@ -118,15 +127,22 @@ export class Engine {
   private nextId = 1;
   private readonly maxBatchSize: number;
   private looping = false;
+  /** Passes in flight at once (runner.passesInFlight): each lane runs its own sequences' steps. */
+  private readonly lanes: number;
+  /** Sequences whose pass is in flight: nothing else touches their blocks until it settles. */
+  private readonly inFlight = new Set<Sequence>();
+  /** Bumped when the runner's KV memory is lost: a pass launched before settles as nothing. */
+  private kvEpoch = 0;
+  /** Wakes lanes that found nothing to run (another lane's step settled, or work arrived). */
+  private laneWake: { promise: Promise<void>; resolve: () => void } = wakeSignal();
+  /** Proposals of one lane at a time: a draft model's runner takes one pass at a time. */
+  private proposing: Promise<unknown> = Promise.resolve();
   private readonly kvBytesPerToken: number;
   private readonly stepHistory = new StepHistory();
   /** Structured outputs: grammars compiled for this tokenizer, cached by spec. */
   readonly constraints: ConstraintCompiler;
-  /** A failed pass: its rows rerun alone until the one at fault is found (see pass-faults.ts). */
-  private readonly faults = new PassFaults<Sequence>({
-    rewind: (seq, length) => this.kv.truncate(seq.kv, Math.min(length, seq.kv.length)),
-    fail: (seq, err) => this.failRequest(seq.group, err),
-  });
+  /** A failed pass: its rows rerun alone until the one at fault is found (see pass-faults.ts); one per lane. */
+  private readonly faults: PassFaults<Sequence>[];
   private readonly counters = {
     prefixHitTokens: 0,
     prefillTokens: 0,
@@ -162,6 +178,15 @@ export class Engine {
       options.anyJsonWhitespace,
     );
     this.maxBatchSize = limits.maxBatchSize;
+    this.lanes = Math.max(1, runner.passesInFlight ?? 1);
+    this.faults = Array.from(
+      { length: this.lanes },
+      () =>
+        new PassFaults<Sequence>({
+          rewind: (seq, length) => this.kv.truncate(seq.kv, Math.min(length, seq.kv.length)),
+          fail: (seq, err) => this.failRequest(seq.group, err),
+        }),
+    );
     const { blockSize } = limits;
     const kvDtype = options.kvDtype ?? 'fp32';
     this.kvBytesPerToken = kvBytesPerToken(config, kvDtype);
@@ -177,7 +202,7 @@ export class Engine {
     this.sessions = new SessionCaches(this.kv);
     this.scheduler = new Scheduler(
       this.kv,
-      { maxBatchSize: limits.maxBatchSize, maxTokensPerStep: limits.maxTokensPerStep },
+      { maxBatchSize: limits.maxBatchSize, maxTokensPerStep: limits.maxTokensPerStep, lanes: this.lanes },
       () => this.sessions.releaseOldest(),
       (seq) => (seq.session === undefined ? undefined : this.sessions.take(seq.session, seq.tokens)),
     );
@@ -399,43 +424,78 @@ export class Engine {
     return streamGroup(group, cancel);
   }
 
-  /** One engine step: retire cancelled requests, schedule, propose, run one batched pass, sample and stream. */
-  async step(): Promise<void> {
+  /**
+   * One engine step: retire cancelled requests, schedule, propose, run one batched pass, sample and stream.
+   * With lanes (a runner that takes several passes at once), `lane`'s sequences only; returns whether a pass ran.
+   */
+  async step(lane?: number): Promise<boolean> {
     for (const seq of this.active) {
-      if (!seq.group.cancelRequested) continue;
+      if (!seq.group.cancelRequested || this.inFlight.has(seq)) continue;
       if (seq.group.beams) this.endBeamSearch(seq.group, seq.output, true);
       else if (!seq.output.finished) {
         seq.output.cancel();
         this.retire(seq);
       }
     }
-    const plan = this.scheduler.schedule();
+    const plan = this.scheduler.schedule(this.lanes === 1 ? undefined : lane);
     for (const { seq, cachedTokens } of plan.admitted) {
       this.counters.prefixHitTokens += cachedTokens;
       if (!seq.admitted) seq.output.cachedTokens = cachedTokens;
       seq.admitted = true;
     }
-    plan.rows = this.faults.rowsToRun(plan.rows);
-    if (plan.rows.length === 0) return;
+    const faults = this.faults[lane ?? 0];
+    plan.rows = faults.rowsToRun(plan.rows);
+    if (plan.rows.length === 0) return false;
 
-    const proposals = await this.propose(plan.rows);
-    const starts = plan.rows.map((r) => r.seq.kv.length);
-    const fed = plan.rows.map((r) => r.tokens.length);
-    for (const [i, row] of plan.rows.entries()) row.tokens.push(...(proposals[i]?.tokens ?? []));
-    // The logits are read in the turn the pass returns them: a synchronous runner's lie in scratch that the
-    // next pass reuses, and that may be another engine's of the same isolate.
-    let pass: PassOutput | Promise<PassOutput>;
+    for (const { seq } of plan.rows) this.inFlight.add(seq);
+    const kvEpoch = this.kvEpoch;
     try {
-      pass = this.runPass(plan.rows, proposals);
-      if (pass instanceof Promise) pass = await pass;
-    } catch (err) {
-      if (err instanceof KvLostError) {
-        this.kvLost(err);
-        if (err.fatal) for (const { seq } of plan.rows) if (this.active.has(seq)) this.failRequest(seq.group, err);
-      } else this.faults.passFailed(plan.rows, starts, err);
-      return;
+      const proposals = await this.proposeInTurn(plan.rows);
+      const starts = plan.rows.map((r) => r.seq.kv.length);
+      const fed = plan.rows.map((r) => r.tokens.length);
+      for (const [i, row] of plan.rows.entries()) row.tokens.push(...(proposals[i]?.tokens ?? []));
+      // The logits are read in the turn the pass returns them: a synchronous runner's lie in scratch that the
+      // next pass reuses, and that may be another engine's of the same isolate.
+      let pass: PassOutput | Promise<PassOutput>;
+      try {
+        pass = this.runPass(plan.rows, proposals);
+        if (pass instanceof Promise) pass = await pass;
+      } catch (err) {
+        if (kvEpoch !== this.kvEpoch) return this.lostInFlight(plan.rows);
+        if (err instanceof KvLostError) {
+          for (const { seq } of plan.rows) this.inFlight.delete(seq);
+          this.kvLost(err);
+          if (err.fatal) for (const { seq } of plan.rows) if (this.active.has(seq)) this.failRequest(seq.group, err);
+        } else faults.passFailed(plan.rows, starts, err);
+        return true;
+      }
+      if (kvEpoch !== this.kvEpoch) return this.lostInFlight(plan.rows);
+      this.afterPass(plan.rows, proposals, starts, fed, pass);
+      return true;
+    } finally {
+      for (const { seq } of plan.rows) this.inFlight.delete(seq);
+      this.wakeLanes();
     }
-    this.afterPass(plan.rows, proposals, starts, fed, pass);
+  }
+
+  /**
+   * A pass that was in flight when the KV memory was lost (another lane found it): whatever it computed is
+   * dropped, and its sequences, which the loss left running for it, are recomputed too.
+   */
+  private lostInFlight(rows: readonly ScheduledRow[]): true {
+    for (const { seq } of rows) this.inFlight.delete(seq);
+    this.scheduler.preemptAll(
+      (seq) => this.inFlight.has(seq),
+      rows.map((r) => r.seq),
+    );
+    return true;
+  }
+
+  /** Proposals for a step's rows, one lane's at a time. */
+  private proposeInTurn(rows: readonly ScheduledRow[]): Promise<(Proposal | undefined)[]> {
+    const turn = this.proposing.then(() => this.propose(rows));
+    this.proposing = turn.catch(() => undefined);
+    return turn;
   }
 
   /**
@@ -446,9 +506,11 @@ export class Engine {
   private kvLost(err: KvLostError): void {
     console.warn(`${err.message}; recomputing every sequence from its tokens`);
     this.counters.kvLosses++;
+    this.kvEpoch++;
     this.persistence?.dropAll();
     while (this.sessions.releaseOldest());
-    this.scheduler.preemptAll();
+    // Sequences in another lane's pass stay until it settles (lostInFlight): their blocks are in that pass.
+    this.scheduler.preemptAll((seq) => this.inFlight.has(seq));
     this.kv.pool.uncacheAll();
   }
 
@@ -763,16 +825,35 @@ export class Engine {
   }
 
   private kick(): void {
-    if (this.looping || this.options.autoRun === false) return;
+    if (this.options.autoRun === false) return;
+    if (this.looping) {
+      this.wakeLanes();
+      return;
+    }
     this.looping = true;
     void this.loop();
   }
 
+  private get hasWork(): boolean {
+    return this.scheduler.hasWork || [...this.active].some((r) => r.group.cancelRequested);
+  }
+
   private async loop(): Promise<void> {
     try {
-      while (this.scheduler.hasWork || [...this.active].some((r) => r.group.cancelRequested)) {
-        await this.step();
-        await yieldToEventLoop();
+      await Promise.all(Array.from({ length: this.lanes }, (_, lane) => this.runLane(lane)));
+    } finally {
+      this.looping = false;
+    }
+  }
+
+  /** One lane's steps while there is work; a lane with nothing of its own to run waits for another's step. */
+  private async runLane(lane: number): Promise<void> {
+    try {
+      while (this.hasWork) {
+        const wake = this.laneWake.promise;
+        if (await this.step(lane)) await yieldToEventLoop();
+        else if (this.lanes > 1 && this.inFlight.size > 0) await wake;
+        else await yieldToEventLoop();
       }
     } catch (err) {
       // A failed pass is a bug or a broken runtime: every request in flight learns of it, none hangs.
@@ -783,9 +864,14 @@ export class Engine {
         seq.group.events.push(error);
       }
       this.active.clear();
-    } finally {
-      this.looping = false;
+      this.wakeLanes();
     }
+  }
+
+  private wakeLanes(): void {
+    const { resolve } = this.laneWake;
+    this.laneWake = wakeSignal();
+    resolve();
   }
 
   /**

@@ -104,6 +104,12 @@ export interface ModelRunner {
    * before it yields (`settled` keeps a synchronous result synchronous).
    */
   forward(rows: readonly StepRow[]): StepLogits | Promise<StepLogits>;
+  /**
+   * Passes the engine may keep in flight at once, over disjoint sequences (a runner over pipeline stages: while
+   * one pass is on stage 2, the next is on stage 1). Such a runner's forward may be called again before the last
+   * one settled, and its logits stay readable after another pass. Absent: 1.
+   */
+  readonly passesInFlight?: number;
   stats(): RunnerStats;
   release(): Promise<void>;
 }

@@ -28,6 +28,13 @@ const KV_KERNELS = {
 >;
 
 /** One row of a pass as the kernels see it: its block table, where its new tokens start, how many. */
+/** Logits read after another pass reused the scratch they lay in. */
+export class StaleLogitsError extends Error {
+  constructor() {
+    super('kernel logits read after another pass reused the scratch (read them before yielding)');
+  }
+}
+
 export interface KernelRow {
   blocks: readonly number[];
   start: number;
@@ -421,8 +428,7 @@ export class KernelRunner implements ModelRunner {
 
   /** A pass's logits are read before another pass over the shared scratch; anything else is a bug to say aloud. */
   private checkCurrent(epoch: number): void {
-    if (!this.model.arena.current(epoch))
-      throw new Error('kernel logits read after another pass reused the scratch (read them before yielding)');
+    if (!this.model.arena.current(epoch)) throw new StaleLogitsError();
   }
 
   /** Logits after token `t` of the last pass (copied out: the next call reuses the buffer). */
