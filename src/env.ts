@@ -60,8 +60,10 @@ export interface Env {
   CHAT_TEMPLATE?: string;
   /** The model's layers on this many stage Workers (bound as STAGE_1 .. STAGE_N); unset or 0: in the head's isolate. */
   PIPELINE_STAGES?: string;
-  /** Micro-batches a pass over stages is split into (default: one per stage, so stages compute at once; 1: none). */
+  /** Micro-batches a pass over stages is split into (default 1: each pass whole). */
   PIPELINE_MICROBATCHES?: string;
+  /** Passes the head keeps in flight over its stages (default: one per stage, so stages compute at once; 1: one). */
+  PIPELINE_IN_FLIGHT?: string;
   /** Where a pipeline's embedding and output projection live: `head`, `stages` (split by rows), or `auto` (default). */
   PIPELINE_VOCAB?: string;
 }
@@ -69,9 +71,18 @@ export interface Env {
 /** The stage Workers' objects, bound STAGE_1 .. STAGE_N by the generated config (scripts/lib/stage-configs.ts). */
 export type StageBindings = Record<`STAGE_${number}`, DurableObjectNamespace<StageObject> | undefined>;
 
-/** PIPELINE_MICROBATCHES: a whole number >= 1, or undefined (the stage count) when unset or not one. */
+/** PIPELINE_MICROBATCHES: a whole number >= 1, or undefined (1) when unset or not one. */
 export function microBatchesVar(env: Env): number | undefined {
-  const n = Number(env.PIPELINE_MICROBATCHES?.trim() || NaN);
+  return wholeVar(env.PIPELINE_MICROBATCHES);
+}
+
+/** PIPELINE_IN_FLIGHT: a whole number >= 1, or undefined (the stage count) when unset or not one. */
+export function inFlightVar(env: Env): number | undefined {
+  return wholeVar(env.PIPELINE_IN_FLIGHT);
+}
+
+function wholeVar(raw: string | undefined): number | undefined {
+  const n = Number(raw?.trim() || NaN);
   return Number.isSafeInteger(n) && n >= 1 ? n : undefined;
 }
 

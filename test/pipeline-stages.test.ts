@@ -22,19 +22,22 @@ const base: EngineOptions = { dtype: 'q4', kvCacheBytes: 2 * MiB, maxBatchSize: 
 
 async function stageLinks(count: number, models = new IsolateModels<StageModel>()) {
   const runtime = await nodeRuntime('kernels');
-  const server = (i: number) =>
+  const server = (i: number, isolate = models) =>
     new StageServer({
       runtime,
       source: source(),
       model: 'tiny',
       memoryBudgetBytes: undefined,
-      isolate: { models, holder: `stage-${i}` },
+      isolate: { models: isolate, holder: `stage-${i}` },
     });
   const links = Array.from({ length: count }, (_, i) => new LocalStageLink(server(i)));
-  /** Stage `i`'s process restarts: a new server, an empty pool, another epoch. */
+  /**
+   * Stage `i`'s process restarts: a new server in a new isolate (its own memory, so no byte of the old pool
+   * survives to hide a pass that reads it), an empty pool, another epoch.
+   */
   const restart = (i: number) => {
     links[i].server.close();
-    links[i].server = server(i);
+    links[i].server = server(i, new IsolateModels<StageModel>());
   };
   return { links, restart };
 }
@@ -47,6 +50,27 @@ async function staged(count: number, extra: EngineOptions = {}) {
     pipeline: { stages: count, model: 'tiny', links, kvDtype: extra.kvDtype ?? 'fp32' },
   });
   return { engine, links, restart };
+}
+
+/**
+ * Each link's steps answer a millisecond later, as a stage a hop away does, and the most steps outstanding at
+ * once over all stages is counted.
+ */
+function timedLinks(links: LocalStageLink[]): { most: number } {
+  const calls = { now: 0, most: 0 };
+  for (const link of links) {
+    const step = link.step.bind(link);
+    link.step = async (message) => {
+      calls.most = Math.max(calls.most, ++calls.now);
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 1));
+        return await step(message);
+      } finally {
+        calls.now--;
+      }
+    };
+  }
+  return calls;
 }
 
 /** Every choice's token ids of an n > 1 request, by index. */
@@ -173,10 +197,14 @@ describe('a model on pipeline stages', () => {
   });
 
   it('runs a batched pass in micro-batches, one per stage, with the tokens of one batch', async () => {
-    const { engine } = await staged(2);
+    const pipeline = { stages: 2, model: 'tiny', kvDtype: 'fp32' as const, inFlight: 1 };
+    const engine = await Engine.load(await nodeRuntime('kernels'), source(), {
+      ...base,
+      pipeline: { ...pipeline, links: (await stageLinks(2)).links, microBatches: 2 },
+    });
     const one = await Engine.load(await nodeRuntime('kernels'), source(), {
       ...base,
-      pipeline: { stages: 2, model: 'tiny', links: (await stageLinks(2)).links, kvDtype: 'fp32', microBatches: 1 },
+      pipeline: { ...pipeline, links: (await stageLinks(2)).links },
     });
     const a = await Promise.all(requests.map((r) => collect(engine, r)));
     const b = await Promise.all(requests.map((r) => collect(one, r)));
@@ -185,6 +213,79 @@ describe('a model on pipeline stages', () => {
     const hops = (e: Engine) => e.runner.stats().stages![0].hops;
     expect(hops(engine)).toBeGreaterThan(1.5 * engine.stats().steps);
     expect(hops(one)).toBe(one.stats().steps);
+  });
+
+  it('keeps a pass in flight per stage, each over its own sequences: the tokens and logprobs of one process', async () => {
+    const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
+    const many = Array.from({ length: 8 }, (_, i) => ({ ...requests[i % 3], seed: 100 + i }));
+    const expected = await Promise.all(many.map((r) => collect(alone, r)));
+    const run = async (inFlight: number) => {
+      const { links } = await stageLinks(2);
+      const calls = timedLinks(links);
+      const engine = await Engine.load(await nodeRuntime('kernels'), source(), {
+        ...base,
+        pipeline: { stages: 2, model: 'tiny', links, kvDtype: 'fp32', inFlight },
+      });
+      const got = await Promise.all(many.map((r) => collect(engine, r)));
+      expect(got.map((r) => r.done.tokenIds)).toEqual(expected.map((r) => r.done.tokenIds));
+      expect(got.map((r) => r.tokens.map((t) => t.logprob))).toEqual(
+        expected.map((r) => r.tokens.map((t) => t.logprob)),
+      );
+      expect(engine.stats().kv.used).toBe(0);
+      return calls.most;
+    };
+    // Two passes at once (stage 1 takes the next while stage 2 holds the one before it), or three, one waiting.
+    expect(await run(2)).toBe(2);
+    expect(await run(3)).toBe(3);
+    expect(await run(1)).toBe(1);
+  });
+
+  it("two passes in flight: the first's logits, read after the second reused the head's scratch, are its own", async () => {
+    /** One row of `engine`'s: a prompt's tokens, its blocks reserved, logits after its last two. */
+    const row = (engine: Engine, prompt: string) => {
+      const tokens = engine.tokenizer.encode(prompt);
+      const kv = engine.kv.create();
+      engine.kv.reserve(kv, tokens.length);
+      return [{ kv, tokens, logits: 2 }];
+    };
+    const { engine } = await staged(2);
+    const a = row(engine, 'Once upon a time');
+    const [first, second] = await Promise.all([
+      engine.runner.forward(a),
+      engine.runner.forward(row(engine, 'The sea was calm')),
+    ]);
+    // Read in the order that finds the first pass's scratch reused: recomputed from its hidden states.
+    const secondLast = second.last(0).slice();
+    const late = { last: first.last(0), before: first.at(0, a[0].tokens.length - 2) };
+    const { engine: solo } = await staged(2);
+    const alone = await solo.runner.forward(row(solo, 'Once upon a time'));
+    expect(late.before).toEqual(alone.at(0, a[0].tokens.length - 2).slice());
+    expect(late.last).toEqual(alone.last(0).slice());
+    expect(secondLast).not.toEqual(late.last);
+  });
+
+  it('a stage that restarts under passes in flight is one loss, recomputed to the same tokens', async () => {
+    const alone = await Engine.load(await nodeRuntime('kernels'), source(), base);
+    const many = Array.from({ length: 6 }, (_, i) => ({ ...requests[i % 3], max_tokens: 30, seed: 200 + i }));
+    const expected = await Promise.all(many.map((r) => collect(alone, r)));
+    const { engine, links, restart } = await staged(2);
+    timedLinks(links);
+    let tokens = 0;
+    const got = await Promise.all(
+      many.map(async (r) => {
+        const out: number[] = [];
+        for await (const event of engine.generate(r)) {
+          if (event.type !== 'token') continue;
+          out.push(event.tokenId);
+          if (++tokens === 40) restart(1);
+        }
+        return out;
+      }),
+    );
+    expect(got).toEqual(expected.map((r) => r.done.tokenIds));
+    expect(engine.stats().kvLosses).toBe(1);
+    expect(engine.runner.stats().stages!.map((s) => s.restarts)).toEqual([0, 1]);
+    expect(engine.stats().kv.used).toBe(0);
   });
 
   it('shares prefixes and forks copy-on-write across stages: n > 1 and a repeated prompt equal one process', async () => {

@@ -11,6 +11,7 @@ import {
   kvStoreBytesVar,
   modelLocations,
   modelName,
+  inFlightVar,
   microBatchesVar,
   pipelineVocabVar,
   pipelineStagesVar,
@@ -126,6 +127,7 @@ export class InferenceObject extends DurableObject<Env> {
           links: stageLinks(this.env, stages, this.ctx.id.toString()),
           kvDtype,
           microBatches: microBatchesVar(this.env),
+          inFlight: inFlightVar(this.env),
           vocab: pipelineVocabVar(this.env),
         }
       : undefined;

@@ -26,8 +26,10 @@ export interface PipelineOptions {
   /** This engine's links to its stages, in layer order: another engine of the isolate has its own. */
   links: StageLink[];
   kvDtype: KvDtype;
-  /** Micro-batches a pass is split into, so that stages work at once (default: one per stage; 1: none). */
+  /** Micro-batches a pass is split into (GPipe's; default 1: each pass whole). */
   microBatches?: number;
+  /** Passes the head keeps in flight, each on another stage at a time (default: one per stage; 1: one at a time). */
+  inFlight?: number;
   /**
    * Where the embedding and output projection live (PIPELINE_VOCAB): on the head, split by rows over the
    * stages, or (`auto`, the default) on the stages only when the head's budget cannot hold them.
@@ -146,7 +148,7 @@ export async function loadRunner(
               // Only the limits: the options hold what a message cannot carry (the links themselves).
               limits: resolveEngineLimits(limits),
             },
-            pipeline.microBatches,
+            { microBatches: pipeline.microBatches, inFlight: pipeline.inFlight },
           );
         return {
           runner: await staged(options, pipeline.links),

@@ -1,5 +1,5 @@
 import type { KvDtype, KvShape } from '../../kv/block-pool.js';
-import { kernelRows, type KernelRow, type KernelRunner } from '../wasm/kernel-runner.js';
+import { kernelRows, StaleLogitsError, type KernelRow, type KernelRunner } from '../wasm/kernel-runner.js';
 import type { LayerSpan } from '../wasm/weights/llama-weights.js';
 import type { ModelConfig } from '../../model/config.js';
 import {
@@ -33,6 +33,14 @@ function withDeadline<T>(call: Promise<T>, ms: number, what: string): Promise<T>
   });
   return Promise.race([call, deadline]).finally(() => clearTimeout(timer));
 }
+
+/** A stage found restarted by a call: the epoch the call named, which the stage no longer is. */
+interface Lost {
+  lost: string;
+}
+
+/** Stages a pass found restarted, each with the epoch it found gone. */
+type LostStages = Map<Stage, string | undefined>;
 
 /** One stage as the head keeps it: how to reach it, what it was asked to load, who it is now. */
 class Stage implements KvStage {
@@ -109,13 +117,17 @@ class Stage implements KvStage {
 
   /**
    * The stage restarted: what it held is gone, the commands queued for it too; it is loaded again for the
-   * next pass (tried again then if this fails).
+   * next pass (tried again then if this fails). Found lost as `epoch` by a pass: where another pass in flight
+   * has reloaded it since, that was the same restart, and nothing is done (false).
    */
-  async lost(): Promise<void> {
+  async lost(epoch: string | undefined): Promise<boolean> {
+    if (this.info?.epoch !== epoch) return false;
     this.stats.restarts++;
+    this.lossesInARow++;
     this.pending = { ops: [] };
     this.info = undefined;
-    await this.connect();
+    await this.connect().catch(() => undefined);
+    return true;
   }
 
   /**
@@ -123,7 +135,7 @@ class Stage implements KvStage {
    * epoch, or a failed call after which it answers as another). The block commands go with the pass's first;
    * a call that fails while the stage lives on gives them back, to go with the next.
    */
-  async step(rows: StageStep['rows'], hidden: Float32Array): Promise<Float32Array | 'lost'> {
+  async step(rows: StageStep['rows'], hidden: Float32Array): Promise<Float32Array | Lost> {
     const epoch = await this.currentEpoch();
     const t0 = performance.now();
     const commands = this.take();
@@ -133,7 +145,7 @@ class Stage implements KvStage {
       // applying them twice is harmless: copies' sources are immutable
       () => this.pending.ops.unshift(...commands.ops),
     );
-    if (reply.lost) return 'lost';
+    if (reply.lost) return { lost: epoch };
     this.stats.hops++;
     this.stats.hopMs += performance.now() - t0;
     this.stats.computeMs += reply.computeMs;
@@ -142,10 +154,10 @@ class Stage implements KvStage {
   }
 
   /** The stage's rows of the embedding for `ids`, or of the logits for `count` final hidden states. */
-  async ends(ends: DistributiveOmit<StageEnds, 'epoch'>): Promise<Float32Array | 'lost'> {
+  async ends(ends: DistributiveOmit<StageEnds, 'epoch'>): Promise<Float32Array | Lost> {
     const epoch = await this.currentEpoch();
     const reply = await this.call(epoch, () => this.link.ends({ ...ends, epoch }));
-    return reply.lost ? 'lost' : reply.values;
+    return reply.lost ? { lost: epoch } : reply.values;
   }
 
   /**
@@ -240,6 +252,8 @@ export class StagedRunner implements ModelRunner {
     stages: Stage[],
     /** Micro-batches a pass is split into (at most one per row): the stages that can work at once. */
     private readonly microBatches: number,
+    /** Passes the engine may keep in flight (each on another stage at a time). */
+    readonly passesInFlight: number,
   ) {
     this.stages = stages;
     this.vocabStages = stages.filter((s) => s.open.span.vocab);
@@ -256,12 +270,14 @@ export class StagedRunner implements ModelRunner {
     links: readonly StageLink[],
     spans: readonly LayerSpan[],
     open: Omit<StageOpen, 'span'>,
-    microBatches = spans.length,
+    flow: { microBatches?: number; inFlight?: number } = {},
   ): Promise<StagedRunner> {
     if (links.length !== spans.length) throw new Error(`${spans.length} stages planned, ${links.length} links given`);
     const stages = spans.map((span, i) => new Stage(links[i], { ...open, span }));
     await Promise.all(stages.map((stage) => stage.connect()));
-    return new StagedRunner(config, head, stages, Math.max(1, microBatches));
+    // By default one pass in flight per stage, each whole: every stage busy with no pipeline bubble per step.
+    const inFlight = Math.max(1, flow.inFlight ?? spans.length);
+    return new StagedRunner(config, head, stages, Math.max(1, flow.microBatches ?? 1), inFlight);
   }
 
   createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): StagedKvMemory {
@@ -274,17 +290,19 @@ export class StagedRunner implements ModelRunner {
   }
 
   /**
-   * One pass. With several stages and rows, the rows go through in micro-batches (GPipe's): while stage 2
-   * computes the first, stage 1 computes the second, so stages that run in parallel (objects on their own
-   * threads, or `wrangler dev` processes) all work at once. Every stage sees a pass's micro-batches in order
-   * (block commands with the first), and rows are independent, so the logits are those of one batch.
+   * One pass. With several stages and rows, the rows may go through in micro-batches (GPipe's): while stage 2
+   * computes the first, stage 1 computes the second. Several passes may be in flight at once (the engine's
+   * lanes, `passesInFlight`), so stages that run in parallel (objects on their own threads, or `wrangler dev`
+   * processes) all work at once without a bubble per step. Every stage sees messages in the order they were
+   * sent (block commands with the first after they were made), and rows are independent, so the logits are
+   * those of one batch.
    */
   async forward(rows: readonly StepRow[]): Promise<StepLogits> {
     if (this.released) throw new Error('this runner was released');
     for (const { kv, tokens } of rows) kv.checkWritable(tokens.length);
     const passRows = kernelRows(rows);
     const H = this.config.hiddenSize;
-    const lost = new Set<Stage>();
+    const lost: LostStages = new Map();
     const ids = rows.flatMap((r) => r.tokens);
     const hidden = this.head ? this.head.forwardHidden(passRows, ids) : await this.embed(ids, lost);
     if (lost.size) return this.passLost(lost);
@@ -304,8 +322,8 @@ export class StagedRunner implements ModelRunner {
         const turn = Promise.all([ready, chain[s]]).then(async () => {
           if (lost.size) return; // the pass is lost already: recomputed, not finished
           const reply = await stage.step(group.wire, group.hidden);
-          if (reply === 'lost') lost.add(stage);
-          else group.hidden = reply;
+          if (reply instanceof Float32Array) group.hidden = reply;
+          else lost.set(stage, reply.lost);
         });
         chain[s] = turn.catch(() => undefined);
         ready = turn;
@@ -321,8 +339,7 @@ export class StagedRunner implements ModelRunner {
     if (this.head) {
       for (const stage of this.stages) stage.lossesInARow = 0;
       for (const { kv, tokens } of rows) kv.advance(tokens.length);
-      // Synchronous from here: the logits lie in the head's shared scratch until its next pass.
-      return this.head.logitsFromHidden(passRows, out);
+      return this.headLogits(passRows, out);
     }
     const logits = await this.vocabLogits(passRows, out, lost);
     if (lost.size) return this.passLost(lost);
@@ -332,24 +349,60 @@ export class StagedRunner implements ModelRunner {
   }
 
   /**
+   * The head's logits for a pass's final hidden states. They lie in the head's scratch, which the next pass of
+   * another lane may reuse before the engine reads them: a position read after that is computed again, alone,
+   * from its hidden state (the kernels' rows are batch-invariant: the same bits).
+   */
+  private headLogits(rows: readonly KernelRow[], hidden: Float32Array): StepLogits {
+    const head = this.head!;
+    const logits = head.logitsFromHidden(rows, hidden);
+    if (this.passesInFlight === 1) return logits;
+    const H = this.config.hiddenSize;
+    const firstToken: number[] = [];
+    let token = 0;
+    for (const row of rows) {
+      firstToken.push(token);
+      token += row.count;
+    }
+    const again = (row: number, index: number): Float32Array => {
+      const t = firstToken[row] + index;
+      const one = head.logitsFromHidden([{ blocks: [], start: 0, count: 1 }], hidden.slice(t * H, (t + 1) * H));
+      return one.last(0).slice();
+    };
+    const read = (row: number, index: number, view: () => Float32Array): Float32Array => {
+      try {
+        return view();
+      } catch (err) {
+        if (err instanceof StaleLogitsError) return again(row, index);
+        throw err;
+      }
+    };
+    return {
+      last: (row) => read(row, rows[row].count - 1, () => logits.last(row)),
+      at: (row, index) => read(row, index, () => logits.at(row, index)),
+    };
+  }
+
+  /**
    * Stages restarted during the pass: they are reloaded now, whatever comes next (a pass after this one must
    * meet the stages the head knows), and the pass fails as lost KV, to be recomputed. A pass stops at the first
    * stage it finds lost, so the stages it never reached are asked who they are: after `wrangler dev` evicted
-   * every idle stage, three passes each found one, and the third failed as "restarted 3 passes in a row".
+   * every idle stage, three passes each found one, and the third failed as "restarted 3 passes in a row". A
+   * stage that another pass in flight found lost and reloaded already is the same restart, counted once.
    */
-  private async passLost(lost: Set<Stage>): Promise<never> {
+  private async passLost(lost: LostStages): Promise<never> {
     await Promise.all(
       this.stages
         .filter((stage) => !lost.has(stage))
         .map(async (stage) => {
-          if (!(await stage.restarted())) return;
-          lost.add(stage);
+          const known = stage.info?.epoch;
+          if (await stage.restarted()) lost.set(stage, known);
         }),
     );
-    for (const stage of lost) await stage.lost().catch(() => undefined);
-    const where = [...lost].map((s) => `${s.from}..${s.to - 1}`).join(', ');
-    for (const stage of lost) stage.lossesInARow++;
-    const fatal = [...lost].some((stage) => stage.lossesInARow >= MAX_LOSSES_IN_A_ROW);
+    const reloaded: Stage[] = [];
+    for (const [stage, epoch] of lost) if (await stage.lost(epoch)) reloaded.push(stage);
+    const where = [...lost.keys()].map((s) => `${s.from}..${s.to - 1}`).join(', ');
+    const fatal = reloaded.some((stage) => stage.lossesInARow >= MAX_LOSSES_IN_A_ROW);
     if (fatal) for (const stage of this.stages) stage.lossesInARow = 0;
     throw new KvLostError(
       `pipeline stage${lost.size > 1 ? 's' : ''} of layers ${where} restarted${fatal ? ` ${MAX_LOSSES_IN_A_ROW} passes in a row` : ''}: ${lost.size > 1 ? 'their' : 'its'} KV blocks are gone`,
@@ -358,7 +411,7 @@ export class StagedRunner implements ModelRunner {
   }
 
   /** The embedding of `ids` from the stages holding their rows (a vocabulary split over the stages), in parallel. */
-  private async embed(ids: readonly number[], lost: Set<Stage>): Promise<Float32Array> {
+  private async embed(ids: readonly number[], lost: LostStages): Promise<Float32Array> {
     const { hiddenSize: H, vocabSize } = this.config;
     for (const id of ids)
       if (!Number.isInteger(id) || id < 0 || id >= vocabSize)
@@ -370,7 +423,7 @@ export class StagedRunner implements ModelRunner {
         const at = ids.flatMap((id, t) => (id >= from && id < to ? [t] : []));
         if (at.length === 0) return;
         const reply = await stage.ends({ op: 'embed', ids: at.map((t) => ids[t]) });
-        if (reply === 'lost') return void lost.add(stage);
+        if (!(reply instanceof Float32Array)) return void lost.set(stage, reply.lost);
         for (const [i, t] of at.entries()) out.set(reply.subarray(i * H, (i + 1) * H), t * H);
       }),
     );
@@ -382,7 +435,7 @@ export class StagedRunner implements ModelRunner {
    * or a verification's proposals and the token after them), every one of them computed now (no position is
    * left to compute later: the stages are a call away), each stage its rows of every position, in parallel.
    */
-  private async vocabLogits(rows: readonly KernelRow[], hidden: Float32Array, lost: Set<Stage>): Promise<StepLogits> {
+  private async vocabLogits(rows: readonly KernelRow[], hidden: Float32Array, lost: LostStages): Promise<StepLogits> {
     const { hiddenSize: H, vocabSize: V } = this.config;
     const want = rows.map((r) => Math.min(r.count, Math.max(1, r.logits ?? 1)));
     const first: number[] = [];
@@ -405,7 +458,7 @@ export class StagedRunner implements ModelRunner {
         for (let p0 = 0; p0 < positions.length && !lost.size; p0 += perCall) {
           const count = Math.min(perCall, positions.length - p0);
           const reply = await stage.ends({ op: 'logits', hidden: picked.slice(p0 * H, (p0 + count) * H), count });
-          if (reply === 'lost') return void lost.add(stage);
+          if (!(reply instanceof Float32Array)) return void lost.set(stage, reply.lost);
           for (let i = 0; i < count; i++) logits.set(reply.subarray(i * width, (i + 1) * width), (p0 + i) * V + from);
         }
       }),
