@@ -34,6 +34,19 @@ export function startArgs(env: NodeJS.ProcessEnv, extra: readonly string[]): str
 }
 
 /**
+ * `--var PIPELINE_IN_FLIGHT:N` where stages are served and it is not set: the passes the head keeps in flight are
+ * the stages that can compute at once, which here is the machine's. Stages in the head's one process share its one
+ * thread (1); in processes of their own, at most one per core (measured on 2 cores, bench-360m on 3 stages: 2 in
+ * flight gave 106-114 tok/s, 3 gave 91-96 and 4 gave 66, the waits between processes growing past the cores).
+ * The Worker's own default, one per stage, is for the platform, where each stage object has a thread.
+ */
+export function inFlightArgs(vars: Record<string, string>, apart: boolean, cores: number): string[] {
+  const stages = Number(vars.PIPELINE_STAGES);
+  if (!(stages > 1) || vars.PIPELINE_IN_FLIGHT) return [];
+  return ['--var', `PIPELINE_IN_FLIGHT:${apart ? Math.max(1, Math.min(stages, cores)) : 1}`];
+}
+
+/**
  * What `npm start` says before wrangler's own output: the model and the vars that choose how it is served, as
  * configured (wrangler's bindings table hides their values), and where to reach it.
  */

@@ -2,6 +2,7 @@
 // `MODEL=smollm2-135m-instruct MODEL_DTYPE=q4 npm start` works as well as `npm start -- --var MODEL:...`.
 // Only the model vars are taken from the environment (never the whole of it: it may hold HF_TOKEN).
 import { spawn, type ChildProcess } from 'node:child_process';
+import { availableParallelism } from 'node:os';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,7 +11,7 @@ import { ensureInspectorProxyPatched } from './lib/wrangler-inspector-patch.js';
 import { readFileSync } from 'node:fs';
 import { freePort } from './lib/free-port.js';
 import { pipelineConfigArgs } from './lib/stage-configs.js';
-import { startArgs, startLine, startVars } from './start-args.js';
+import { inFlightArgs, startArgs, startLine, startVars } from './start-args.js';
 import { checkModel, ModelCheckError } from './lib/model-check.js';
 
 for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url)))) {
@@ -23,13 +24,15 @@ const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/p
 // so stages compute at once on a machine with cores to spare; else all of them in the head's one process.
 const given = process.argv.slice(2);
 const apart = given.includes('--stage-processes');
-const args = startArgs(
+const root = fileURLToPath(new URL('..', import.meta.url));
+const toml = readFileSync(join(root, 'wrangler.toml'), 'utf8');
+const userArgs = startArgs(
   process.env,
   given.filter((a) => a !== '--stage-processes'),
 );
+const args = [...userArgs, ...inFlightArgs(startVars(toml, userArgs), apart, availableParallelism())];
 // PIPELINE_STAGES: the head and each stage Worker, every one an isolate of its own.
-const root = fileURLToPath(new URL('..', import.meta.url));
-const configs = pipelineConfigArgs(root, readFileSync(join(root, 'wrangler.toml'), 'utf8'), args);
+const configs = pipelineConfigArgs(root, toml, args);
 const files = configs.filter((_, i) => i % 2 === 1);
 // Quiet and offline: no telemetry, no update check (the banner's), no fetch of Request.cf's data (its stack trace
 // on a machine without the internet looked like a failure); the configured model is said here instead.
@@ -39,7 +42,6 @@ const childEnv = {
   WRANGLER_HIDE_BANNER: 'true',
   ...process.env,
 };
-const toml = readFileSync(join(root, 'wrangler.toml'), 'utf8');
 console.error(startLine(toml, args));
 // The model as configured, looked at before wrangler dev starts: what the server would refuse is refused here.
 const persistTo =

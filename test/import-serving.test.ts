@@ -123,6 +123,16 @@ describe('model:upload and npm start arguments', () => {
     );
   });
 
+  it('npm start keeps as many passes in flight as stages can compute at once on this machine', async () => {
+    const { inFlightArgs } = await import('../scripts/start-args.js');
+    const stages = { PIPELINE_STAGES: '3' };
+    expect(inFlightArgs(stages, true, 2)).toEqual(['--var', 'PIPELINE_IN_FLIGHT:2']);
+    expect(inFlightArgs(stages, true, 16)).toEqual(['--var', 'PIPELINE_IN_FLIGHT:3']);
+    expect(inFlightArgs(stages, false, 16)).toEqual(['--var', 'PIPELINE_IN_FLIGHT:1']);
+    expect(inFlightArgs({ ...stages, PIPELINE_IN_FLIGHT: '5' }, true, 2)).toEqual([]);
+    expect(inFlightArgs({}, true, 2)).toEqual([]);
+  });
+
   it("npm start names the configured model first (wrangler's table hides the values), never MODEL_URL", async () => {
     const { startArgs, startLine } = await import('../scripts/start-args.js');
     const toml = readFileSync(new URL('../wrangler.toml', import.meta.url), 'utf8');

@@ -1,13 +1,15 @@
 // The stages section's `processes` case: pipeline stages each in a `wrangler dev` process of its own (the dev
 // registry connects them, as `npm start -- --stage-processes` runs them) against all of them in one process,
-// 16 concurrent streams each. In one process every isolate shares workerd's one thread, so a pass's
-// micro-batches go through the stages one after another; in processes of their own the stages compute at once,
-// on as many cores as the machine has. The two layouts are up side by side and measured run by run in turn.
+// 16 concurrent streams each. In one process every isolate shares workerd's one thread, so passes go through
+// the stages one after another; in processes of their own the stages compute at once, on as many cores as the
+// machine has. Every layout (LAYOUTS) is up side by side and measured run by run in turn.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { availableParallelism } from 'node:os';
 import { startDevServer, type DevServer } from '../lib/dev-server.js';
+import { inFlightArgs } from '../start-args.js';
 import { startStaticServer } from '../lib/static-server.js';
 import { withVars, writePipelineConfigs } from '../lib/stage-configs.js';
 import { streams } from './edge-memory.js';
@@ -17,6 +19,39 @@ import { ratioByRun, sampled, Samples, type Sampled } from './stats.js';
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const log = (s: string): void => console.error(`stages (processes): ${s}`);
 
+/** One way of running the head and its stages: in one process or each in its own, and the pipeline's settings. */
+export interface LayoutSpec {
+  name: string;
+  /** Each stage in a `wrangler dev` process of its own (else head and stages in one). */
+  apart: boolean;
+  /** What it sets besides the case's settings (PIPELINE_IN_FLIGHT, PIPELINE_MICROBATCHES). */
+  vars: Record<string, string>;
+}
+
+/** What `npm start` sets where PIPELINE_IN_FLIGHT is not given (inFlightArgs), as vars. */
+function startDefault(stages: number, apart: boolean): Record<string, string> {
+  const [, spec] = inFlightArgs({ PIPELINE_STAGES: String(stages) }, apart, availableParallelism());
+  return { PIPELINE_IN_FLIGHT: spec.split(':')[1] };
+}
+
+/**
+ * The layouts measured, in turn within each run: as `npm start` runs them (one process: one pass in flight;
+ * processes of their own: as many as cores, up to the stages), the Worker's own default (a pass in flight per
+ * stage), and the GPipe micro-batches the lanes replaced.
+ */
+export function layouts(stages: number): LayoutSpec[] {
+  return [
+    { name: 'one process', apart: false, vars: startDefault(stages, false) },
+    { name: 'own processes', apart: true, vars: startDefault(stages, true) },
+    { name: 'own processes, a pass in flight per stage', apart: true, vars: { PIPELINE_IN_FLIGHT: String(stages) } },
+    {
+      name: 'own processes, micro-batches (the last default)',
+      apart: true,
+      vars: { PIPELINE_IN_FLIGHT: '1', PIPELINE_MICROBATCHES: String(stages) },
+    },
+  ];
+}
+
 export interface ProcessesCaseResult {
   model: string;
   dtype: string;
@@ -25,11 +60,11 @@ export interface ProcessesCaseResult {
   /** Tokens each stream generates. */
   tokens: number;
   settings: Record<string, string>;
-  /** Every stream's tokens together ÷ the time until the last ended, tok/s. */
-  oneProcess: Sampled;
-  ownProcesses: Sampled;
+  /** Every stream's tokens together ÷ the time until the last ended, tok/s, per layout (layouts()' names). */
+  layouts: { name: string; vars: Record<string, string>; tokPerS: Sampled }[];
+  /** Own processes ÷ one process, each as `npm start` runs it, run by run. */
   ownVsOne: Sampled;
-  /** Greedy texts of the same prompts in both layouts: the same kernels on the same rows. */
+  /** Greedy texts of the same prompts in every layout: the same kernels on the same rows. */
   sameText: { equal: number; prompts: number };
 }
 
@@ -39,7 +74,12 @@ interface Layout {
 }
 
 /** Head and stages from generated configs (tagged apart per layout): in one process, or each in its own. */
-async function startLayout(vars: Record<string, string>, stages: number, apart: boolean, tag: string): Promise<Layout> {
+export async function startLayout(
+  vars: Record<string, string>,
+  stages: number,
+  apart: boolean,
+  tag: string,
+): Promise<Layout> {
   const toml = readFileSync(join(ROOT, 'wrangler.toml'), 'utf8');
   const files = writePipelineConfigs(ROOT, withVars(toml, vars), stages, vars, tag);
   const dirs: string[] = [];
@@ -75,7 +115,7 @@ async function greedyText(url: string, prompt: string, tokens: number): Promise<
 }
 
 /** `n` streams of `tokens` at once; their tokens together per second. */
-async function together(url: string, n: number, tokens: number): Promise<number> {
+export async function together(url: string, n: number, tokens: number): Promise<number> {
   // Wakes whatever wrangler dev evicted while the other layout ran (a stage reloads its layers). A stage that
   // came back as a new object more than the head retries fails that request: asked again, counted.
   for (let attempt = 1; ; attempt++) {
@@ -87,6 +127,8 @@ async function together(url: string, n: number, tokens: number): Promise<number>
       log(`waking ${url}, try ${attempt}: ${String(err).slice(0, 200)}`);
     }
   }
+  // Warm: a stage evicted while the other layouts ran comes back cold (its kernels not yet tiered up by V8).
+  await Promise.all(streams({ url }, n, 8));
   const t0 = performance.now();
   await Promise.all(streams({ url }, n, tokens));
   return (n * tokens * 1000) / (performance.now() - t0);
@@ -111,34 +153,33 @@ export async function runProcessesCase(runs: number): Promise<ProcessesCaseResul
     PIPELINE_VOCAB: 'head',
   };
   const vars = { MODEL: model, MODEL_DTYPE: dtype, MEMORY_BUDGET_MB: '128', MODEL_URL: files.url, ...settings };
-  const layouts: Record<'one' | 'own', Layout | undefined> = { one: undefined, own: undefined };
+  const up: Layout[] = [];
+  const LAYOUTS = layouts(stages);
   try {
-    log(`${model} ${dtype} on ${stages} stages: one wrangler dev, and one per stage`);
-    layouts.one = await startLayout(vars, stages, false, `bench${process.pid}p1`);
-    layouts.own = await startLayout(vars, stages, true, `bench${process.pid}pn`);
-    const { one, own } = layouts;
+    log(`${model} ${dtype} on ${stages} stages: ${LAYOUTS.map((l) => l.name).join('; ')}`);
+    for (const [i, spec] of LAYOUTS.entries())
+      up.push(await startLayout({ ...vars, ...spec.vars }, stages, spec.apart, `bench${process.pid}p${i}`));
     const prompts = ['Once upon a time', 'The sea was calm', 'A dog and a cat', 'In the beginning'];
     let equal = 0;
-    for (const prompt of prompts)
-      if ((await greedyText(one.url, prompt, 24)) === (await greedyText(own.url, prompt, 24))) equal++;
-    log(`greedy: ${equal}/${prompts.length} texts equal in both layouts`);
+    for (const prompt of prompts) {
+      const texts = await Promise.all(up.map((layout) => greedyText(layout.url, prompt, 24)));
+      if (texts.every((t) => t === texts[0])) equal++;
+    }
+    log(`greedy: ${equal}/${prompts.length} texts equal in every layout`);
     const samples = new Samples();
     for (let run = -1; run < runs; run++) {
-      const order: ['one' | 'own', Layout][] = [
-        ['one', one],
-        ['own', own],
-      ];
-      if (run % 2 === 1) order.reverse();
-      for (const [name, layout] of order) {
-        const tokPerS = await together(layout.url, n, tokens);
-        if (run >= 0) samples.add(name, tokPerS);
+      // Each run in another order, so no layout always follows the same one.
+      const order = LAYOUTS.map((_, i) => (i + Math.max(run, 0)) % LAYOUTS.length);
+      for (const i of order) {
+        const tokPerS = await together(up[i].url, n, tokens);
+        if (run >= 0) samples.add(LAYOUTS[i].name, tokPerS);
       }
       if (run >= 0)
         log(
-          `run ${run + 1}/${runs}: ${n} streams ${samples.get('one').at(-1)!.toFixed(1)} tok/s in one process, ` +
-            `${samples.get('own').at(-1)!.toFixed(1)} in processes of their own`,
+          `run ${run + 1}/${runs}: ${LAYOUTS.map((l) => `${l.name} ${samples.get(l.name).at(-1)!.toFixed(1)}`).join(', ')} tok/s`,
         );
     }
+    const [one, own] = LAYOUTS.map((l) => samples.get(l.name));
     return {
       model,
       dtype,
@@ -146,14 +187,12 @@ export async function runProcessesCase(runs: number): Promise<ProcessesCaseResul
       streams: n,
       tokens,
       settings,
-      oneProcess: sampled(samples.get('one')),
-      ownProcesses: sampled(samples.get('own')),
-      ownVsOne: ratioByRun(samples.get('own'), samples.get('one')),
+      layouts: LAYOUTS.map((l) => ({ name: l.name, vars: l.vars, tokPerS: sampled(samples.get(l.name)) })),
+      ownVsOne: ratioByRun(own, one),
       sameText: { equal, prompts: prompts.length },
     };
   } finally {
-    await layouts.one?.stop();
-    await layouts.own?.stop();
+    for (const layout of up) await layout.stop();
     await files.close();
   }
 }

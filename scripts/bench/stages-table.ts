@@ -61,14 +61,19 @@ export function residentCaseTable(c: ResidentCaseResult): string {
 }
 
 export function processesCaseTable(c: ProcessesCaseResult): string {
+  const setting = (vars: Record<string, string>) =>
+    Object.entries(vars)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(' ') || 'defaults';
   return [
-    `**${c.model} ${c.dtype} on ${c.stages} stages, ${c.streams} streams of ${c.tokens} tokens at once** (KV ${c.settings.KV_DTYPE}, KV_CACHE_MB ${c.settings.KV_CACHE_MB}; greedy texts equal in both layouts ${c.sameText.equal}/${c.sameText.prompts})`,
+    `**${c.model} ${c.dtype} on ${c.stages} stages, ${c.streams} streams of ${c.tokens} tokens at once** (KV ${c.settings.KV_DTYPE}, KV_CACHE_MB ${c.settings.KV_CACHE_MB}; greedy texts equal in every layout ${c.sameText.equal}/${c.sameText.prompts})`,
     '',
-    '| layout | tok/s, all streams together | runs |',
-    '|---|---:|---|',
-    `| head and stages in one wrangler dev process | ${c.oneProcess.median.toFixed(1)} | ${runs(c.oneProcess.runs, 1)} |`,
-    `| each stage in a process of its own | ${c.ownProcesses.median.toFixed(1)} | ${runs(c.ownProcesses.runs, 1)} |`,
-    `| own processes ÷ one | **${c.ownVsOne.median.toFixed(2)}×** | ${runs(c.ownVsOne.runs)} |`,
+    '| layout | settings | tok/s, all streams together | runs |',
+    '|---|---|---:|---|',
+    ...c.layouts.map(
+      (l) => `| ${l.name} | ${setting(l.vars)} | ${l.tokPerS.median.toFixed(1)} | ${runs(l.tokPerS.runs, 1)} |`,
+    ),
+    `| own processes ÷ one process (as npm start runs each) | | **${c.ownVsOne.median.toFixed(2)}×** | ${runs(c.ownVsOne.runs)} |`,
   ].join('\n');
 }
 
