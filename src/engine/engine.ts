@@ -4,7 +4,7 @@ import type { EngineStats } from './engine-stats.js';
 import { InvalidRequestError, SequenceFailedError } from './errors.js';
 import { PassFaults } from './pass-faults.js';
 import { EventQueue } from './event-queue.js';
-import { yieldToEventLoop } from './event-loop.js';
+import { StepLoop, type StepLoopHost } from './step-loop.js';
 import { BlockPool } from './kv/block-pool.js';
 import { KvCacheManager } from './kv/paged-kv.js';
 import { BlockPersistence } from './kv/block-persistence.js';
@@ -81,15 +81,6 @@ export interface EngineOptions
   isolate?: IsolateShare;
 }
 
-/** A promise and its resolver: lanes wait on one until something may have changed. */
-function wakeSignal(): { promise: Promise<void>; resolve: () => void } {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => {
-    resolve = r;
-  });
-  return { promise, resolve };
-}
-
 /** What a model pass gives the step: logits, and the tokens drawn on the device where the runner draws them. */
 interface PassOutput {
   logits: StepLogits;
@@ -126,15 +117,14 @@ export class Engine {
   private readonly persistence: BlockPersistence | undefined;
   private nextId = 1;
   private readonly maxBatchSize: number;
-  private looping = false;
   /** Passes in flight at once (runner.passesInFlight): each lane runs its own sequences' steps. */
   private readonly lanes: number;
   /** Sequences whose pass is in flight: nothing else touches their blocks until it settles. */
   private readonly inFlight = new Set<Sequence>();
   /** Bumped when the runner's KV memory is lost: a pass launched before settles as nothing. */
   private kvEpoch = 0;
-  /** Wakes lanes that found nothing to run (another lane's step settled, or work arrived). */
-  private laneWake: { promise: Promise<void>; resolve: () => void } = wakeSignal();
+  /** The step loops, one per lane (step-loop.ts). */
+  private readonly loop: StepLoop;
   /** Proposals of one lane at a time: a draft model's runner takes one pass at a time. */
   private proposing: Promise<unknown> = Promise.resolve();
   private readonly kvBytesPerToken: number;
@@ -179,6 +169,7 @@ export class Engine {
     );
     this.maxBatchSize = limits.maxBatchSize;
     this.lanes = Math.max(1, runner.passesInFlight ?? 1);
+    this.loop = new StepLoop(this.loopHost(), this.lanes);
     this.faults = Array.from(
       { length: this.lanes },
       () =>
@@ -474,7 +465,7 @@ export class Engine {
       return true;
     } finally {
       for (const { seq } of plan.rows) this.inFlight.delete(seq);
-      this.wakeLanes();
+      this.loop.wake();
     }
   }
 
@@ -825,53 +816,24 @@ export class Engine {
   }
 
   private kick(): void {
-    if (this.options.autoRun === false) return;
-    if (this.looping) {
-      this.wakeLanes();
-      return;
-    }
-    this.looping = true;
-    void this.loop();
+    if (this.options.autoRun !== false) this.loop.kick();
   }
 
-  private get hasWork(): boolean {
-    return this.scheduler.hasWork || [...this.active].some((r) => r.group.cancelRequested);
-  }
-
-  private async loop(): Promise<void> {
-    try {
-      await Promise.all(Array.from({ length: this.lanes }, (_, lane) => this.runLane(lane)));
-    } finally {
-      this.looping = false;
-    }
-  }
-
-  /** One lane's steps while there is work; a lane with nothing of its own to run waits for another's step. */
-  private async runLane(lane: number): Promise<void> {
-    try {
-      while (this.hasWork) {
-        const wake = this.laneWake.promise;
-        if (await this.step(lane)) await yieldToEventLoop();
-        else if (this.lanes > 1 && this.inFlight.size > 0) await wake;
-        else await yieldToEventLoop();
-      }
-    } catch (err) {
-      // A failed pass is a bug or a broken runtime: every request in flight learns of it, none hangs.
-      const error = err instanceof Error ? err : new Error(String(err));
-      for (const seq of this.active) {
-        this.scheduler.remove(seq);
-        this.speculator.release(seq.id);
-        seq.group.events.push(error);
-      }
-      this.active.clear();
-      this.wakeLanes();
-    }
-  }
-
-  private wakeLanes(): void {
-    const { resolve } = this.laneWake;
-    this.laneWake = wakeSignal();
-    resolve();
+  /** The loop's view of the engine (step-loop.ts). */
+  private loopHost(): StepLoopHost {
+    return {
+      step: (lane) => this.step(lane),
+      hasWork: () => this.scheduler.hasWork || [...this.active].some((r) => r.group.cancelRequested),
+      inFlight: () => this.inFlight.size,
+      failAll: (error) => {
+        for (const seq of this.active) {
+          this.scheduler.remove(seq);
+          this.speculator.release(seq.id);
+          seq.group.events.push(error);
+        }
+        this.active.clear();
+      },
+    };
   }
 
   /**
