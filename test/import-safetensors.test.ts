@@ -138,4 +138,15 @@ describe('model:import safetensors refuses what the graph does not compute', () 
       /gate_proj.weight: shape \[176,64\] does not match config.json/,
     );
   });
+
+  it('a tensor config.json does not describe (an o_proj bias) is refused, not dropped', () => {
+    const hf = join(dir, 'bad-extra');
+    const bias = { dims: [64], data: new Float32Array(64).fill(1) };
+    writeHfFolder(hf, PRESETS.tiny, 1, modelDir('tiny'), 1, {
+      extra: new Map([['model.layers.1.self_attn.o_proj.bias', bias]]),
+    });
+    expect(() => runImport(parseImportArgs(['safetensors', hf, '--out', join(dir, 'never')]))).toThrow(
+      /checkpoint tensor model.layers.1.self_attn.o_proj.bias is not part of a llama model/,
+    );
+  });
 });

@@ -37,6 +37,11 @@ function safetensors(tensors: { name: string; dtype: Dtype; shape: number[]; dat
   return Buffer.concat([len, Buffer.from(json), ...blobs]);
 }
 
+export interface HfFolderOptions {
+  /** Tensors beyond the shape's (vectors, or matrices in (in, out) layout), as a checkpoint may hold. */
+  extra?: Map<string, Tensor>;
+}
+
 /**
  * Writes the folder; returns the weights exactly as stored (bf16-rounded where stored as BF16) in the
  * reference's (in, out) layout, so the reference computes what the checkpoint holds.
@@ -47,9 +52,11 @@ export function writeHfFolder(
   seed: number,
   tokenizerFrom: string,
   shards = 2,
+  options: HfFolderOptions = {},
 ): Map<string, Tensor> {
   mkdirSync(dir, { recursive: true });
   const weights = makeWeights(shape, seed);
+  for (const [name, t] of options.extra ?? []) weights.set(name, t);
   const stored = new Map<string, Tensor>();
   const entries = [...weights].map(([name, { dims, data }], i) => {
     const dtype: Dtype = i % 3 === 1 ? 'BF16' : 'F32';
