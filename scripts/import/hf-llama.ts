@@ -3,13 +3,14 @@
 // projection is transposed. Names are otherwise the same (the builder uses HF's names). HF's q/k
 // rows are already in the rotate-half RoPE order the graph computes.
 import type { LlamaShape } from '../model/presets.js';
+import { GGUF_MODEL_TYPES, isGgufModelType, REFUSED_RELATIVES } from './hf-architectures.js';
 import { weightSpecs, type WeightMap } from '../model/weights.js';
 import { transpose } from './llama2c-checkpoint.js';
 import type { SafetensorsCheckpoint } from './safetensors.js';
 
 type Json = Record<string, unknown>;
 
-/** Architectures whose math is exactly our graph (RMSNorm, RoPE, GQA, SwiGLU, no biases). */
+/** Architectures whose math is exactly our graph (RMSNorm, RoPE, GQA, SwiGLU, no biases); hf-architectures.ts has the others. */
 const IMPORTABLE = ['llama', 'mistral'];
 
 function int(config: Json, key: string): number {
@@ -22,9 +23,14 @@ function int(config: Json, key: string): number {
 /** The graph shape of a config.json, or a clear refusal naming what our graph does not compute. */
 export function shapeFromHfConfig(config: Json): LlamaShape {
   const type = config.model_type;
+  if (isGgufModelType(type))
+    throw new Error(`config.json: model_type ${type} is imported as a GGUF file (model-import.ts's runImportAsync)`);
+  if (typeof type === 'string' && Object.hasOwn(REFUSED_RELATIVES, type))
+    throw new Error(`config.json: model_type ${type} is ${REFUSED_RELATIVES[type]}`);
   if (typeof type !== 'string' || !IMPORTABLE.includes(type)) {
+    const all = [...IMPORTABLE, ...Object.keys(GGUF_MODEL_TYPES)];
     throw new Error(
-      `config.json: model_type ${JSON.stringify(type)} cannot be imported (importable: ${IMPORTABLE.join(', ')}); for other architectures pull an ONNX export with model:pull`,
+      `config.json: model_type ${JSON.stringify(type)} cannot be imported (importable: ${all.join(', ')}); for other architectures pull an ONNX export with model:pull`,
     );
   }
   const refuse = (why: string) => {
