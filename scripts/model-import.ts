@@ -11,8 +11,8 @@
 // asked for (import/safetensors-gguf.ts); Llama and Mistral ones our ONNX graph, in each dtype asked for.
 // gguf: a llama.cpp GGUF file (llama, qwen2, qwen3, gemma3); its weights are copied in unchanged as model.gguf
 // (scripts/import/gguf.ts), so it takes no --dtype.
-import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ignoreLargeModelFolders } from './import/assets-ignore.js';
 import { readLlama2cCheckpoint } from './import/llama2c-checkpoint.js';
@@ -22,7 +22,7 @@ import { parseDtypes, writeModelFolder, type ImportedModel } from './import/mode
 import { SafetensorsCheckpoint } from './import/safetensors.js';
 import { importGguf } from './import/gguf.js';
 import { isGgufModelType } from './import/hf-architectures.js';
-import { importSafetensorsAsGguf, type HfFolderJson } from './import/safetensors-gguf.js';
+import { importSafetensorsAsGguf, readHfFolderJson } from './import/safetensors-gguf.js';
 import { llamaConfigJson } from './model/presets.js';
 import type { Dtype } from './model/weight-ops.js';
 
@@ -51,19 +51,6 @@ export function importLlama2c(modelPath: string, tokenizerPath: string): Importe
     tokenizerConfig,
   };
 }
-
-const readJson = (path: string, optional = false): Record<string, unknown> => {
-  if (optional && !existsSync(path)) return {};
-  if (!existsSync(path)) throw new Error(`${path} is missing`);
-  return JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>;
-};
-
-const readHfFolderJson = (dir: string): HfFolderJson => ({
-  config: readJson(join(dir, 'config.json')),
-  generationConfig: readJson(join(dir, 'generation_config.json'), true),
-  tokenizerJson: readJson(join(dir, 'tokenizer.json')),
-  tokenizerConfig: readJson(join(dir, 'tokenizer_config.json')),
-});
 
 /** A Llama or Mistral checkpoint as our graph's weights (the others are written as GGUF: importSafetensorsAsGguf). */
 export function importSafetensors(dir: string): ImportedModel {

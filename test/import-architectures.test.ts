@@ -11,11 +11,13 @@
 //   - The folder: config.json is what `model:import gguf` makes of the same file; the tokenizer files are the
 //     checkpoint's own; the file's tokenizer metadata reads back to a tokenizer that encodes alike.
 //   - Refusals name what is not imported, and write nothing.
+//   - model:pull of such a repo writes the folder model:import writes from the same files, byte for byte.
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ggufFolderFiles } from '../scripts/import/gguf.js';
+import { pullModel } from '../scripts/import/pull.js';
 import { ggufTokenizerFiles } from '../scripts/import/gguf-tokenizer.js';
 import { parseImportArgs, runImportAsync } from '../scripts/model-import.js';
 import { PRESETS, type PresetName } from '../scripts/model/presets.js';
@@ -29,6 +31,7 @@ import { DEFAULT_SEED } from '../scripts/model-make.js';
 import { collect, lastLogits, modelDir, relError } from './helpers/engines.js';
 import { ggufWeights } from './helpers/gguf-weights.js';
 import { writeHfFolder } from './helpers/hf-folder.js';
+import { LocalHub } from './helpers/hub-server.js';
 import type { Tensor } from './reference/onnx-weights.js';
 import { LlamaReference, type LlamaConfig } from './reference/llama-reference.js';
 
@@ -214,5 +217,39 @@ describe('model:import safetensors refuses by name what it does not import', () 
       runImportAsync(parseImportArgs(['safetensors', checkpoint('tiny-qwen3').hf, '--out', out, '--dtype', 'all'])),
     ).rejects.toThrow(/--dtype fp32,fp16,int8,q4: a qwen3 checkpoint becomes one GGUF file/);
     expect(existsSync(out)).toBe(false);
+  });
+});
+
+describe('model:pull of a Qwen3 safetensors repo', () => {
+  it('writes the GGUF folder model:import writes, byte for byte; several dtypes are refused before the weights come', async () => {
+    const repo = 'someorg/tiny-qwen3';
+    const repoDir = join(dir, 'hub', repo);
+    writeHfFolder(repoDir, PRESETS['tiny-qwen3'], DEFAULT_SEED, modelDir('tiny'));
+    const hub = await new LocalHub({ [repo]: { dir: repoDir } }).start();
+    try {
+      const dest = join(dir, 'pulled');
+      const r = await pullModel({ repo, outDir: dest, endpoint: hub.endpoint });
+      expect(r.dtypes).toEqual(['q4']);
+      expect(r.weightBytes).toBe(r.written.find((f) => f.file === 'model.gguf')!.bytes);
+      const byHand = join(dir, 'pulled-by-hand');
+      await runImportAsync(parseImportArgs(['safetensors', repoDir, '--out', byHand, '--dtype', 'q4']));
+      for (const { file } of r.written)
+        expect(readFileSync(join(dest, file)).equals(readFileSync(join(byHand, file))), file).toBe(true);
+
+      const engine = await loadKernels(dest);
+      try {
+        const { done } = await collect(engine, { ...request, max_tokens: 8 });
+        expect(done.tokenIds.length).toBe(8);
+      } finally {
+        await engine.runner.release();
+      }
+
+      const mark = hub.log.length;
+      const all = { repo, outDir: join(dir, 'pulled-all'), endpoint: hub.endpoint, dtypes: ['fp32', 'int8'] };
+      await expect(pullModel(all)).rejects.toThrow(/--dtype fp32,int8: a qwen3 checkpoint becomes one GGUF file/);
+      expect(hub.log.slice(mark).some((e) => e.path.endsWith('.safetensors'))).toBe(false);
+    } finally {
+      await hub.stop();
+    }
   });
 });
