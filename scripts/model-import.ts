@@ -7,10 +7,12 @@
 // llama2c: a llama2.c (run.c, version 0) checkpoint and its tokenizer.bin. safetensors: a Hugging Face
 // Llama-family folder (config.json, model.safetensors or shards + model.safetensors.index.json,
 // tokenizer.json, tokenizer_config.json, generation_config.json if any). --dtype defaults to fp32.
-// gguf: a llama.cpp GGUF file (architecture llama); its weights are copied in unchanged as model.gguf
+// Qwen2, Qwen3 and text-only Gemma 3 checkpoints become a GGUF file the kernels run, of the one --dtype
+// asked for (import/safetensors-gguf.ts); Llama and Mistral ones our ONNX graph, in each dtype asked for.
+// gguf: a llama.cpp GGUF file (llama, qwen2, qwen3, gemma3); its weights are copied in unchanged as model.gguf
 // (scripts/import/gguf.ts), so it takes no --dtype.
-import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ignoreLargeModelFolders } from './import/assets-ignore.js';
 import { readLlama2cCheckpoint } from './import/llama2c-checkpoint.js';
@@ -19,6 +21,8 @@ import { shapeFromHfConfig, weightsFromHf } from './import/hf-llama.js';
 import { parseDtypes, writeModelFolder, type ImportedModel } from './import/model-folder.js';
 import { SafetensorsCheckpoint } from './import/safetensors.js';
 import { importGguf } from './import/gguf.js';
+import { isGgufModelType } from './import/hf-architectures.js';
+import { importSafetensorsAsGguf, readHfFolderJson } from './import/safetensors-gguf.js';
 import { llamaConfigJson } from './model/presets.js';
 import type { Dtype } from './model/weight-ops.js';
 
@@ -48,27 +52,12 @@ export function importLlama2c(modelPath: string, tokenizerPath: string): Importe
   };
 }
 
-const readJson = (path: string, optional = false): Record<string, unknown> => {
-  if (optional && !existsSync(path)) return {};
-  if (!existsSync(path)) throw new Error(`${path} is missing`);
-  return JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>;
-};
-
+/** A Llama or Mistral checkpoint as our graph's weights (the others are written as GGUF: importSafetensorsAsGguf). */
 export function importSafetensors(dir: string): ImportedModel {
-  const config = readJson(join(dir, 'config.json'));
+  const { config, ...files } = readHfFolderJson(dir);
   const shape = shapeFromHfConfig(config);
-  const tokenizerJson = readJson(join(dir, 'tokenizer.json'));
-  const tokenizerConfig = readJson(join(dir, 'tokenizer_config.json'));
-  const generationConfig = readJson(join(dir, 'generation_config.json'), true);
   const weights = weightsFromHf(SafetensorsCheckpoint.open(dir), shape);
-  return {
-    shape,
-    weights,
-    config: { ...config, torch_dtype: 'float32' },
-    generationConfig,
-    tokenizerJson,
-    tokenizerConfig,
-  };
+  return { shape, weights, config: { ...config, torch_dtype: 'float32' }, ...files };
 }
 
 type Parsed =
@@ -108,9 +97,15 @@ export function runImport(args: Parsed): { file: string; bytes: number }[] {
   return writeModelFolder(args.out, model, args.dtypes);
 }
 
-/** Any import, the GGUF one included. */
+/** Any import, the GGUF one and the safetensors ones written as GGUF included. */
 export async function runImportAsync(args: Parsed): Promise<{ file: string; bytes: number }[]> {
-  return args.kind === 'gguf' ? importGguf(args.paths[0], args.out) : runImport(args);
+  if (args.kind === 'gguf') return importGguf(args.paths[0], args.out);
+  if (args.kind === 'safetensors') {
+    const json = readHfFolderJson(args.paths[0]);
+    if (isGgufModelType(json.config.model_type))
+      return importSafetensorsAsGguf(args.paths[0], json, args.out, args.dtypes);
+  }
+  return runImport(args);
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {

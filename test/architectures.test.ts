@@ -19,7 +19,7 @@ import { PRESETS, type PresetName } from '../scripts/model/presets.js';
 import { Engine } from '../src/engine/engine.js';
 import { readGgufHeader } from '../src/engine/formats/gguf/gguf-header.js';
 import { directorySource } from '../src/sources/directory-source.js';
-import { collect, topGap } from './helpers/engines.js';
+import { collect, lastLogits, relError, topGap } from './helpers/engines.js';
 import { ggufWeights } from './helpers/gguf-weights.js';
 import type { WeightMap } from '../scripts/model/weights.js';
 import { argmax, LlamaReference, type LlamaConfig } from './reference/llama-reference.js';
@@ -67,28 +67,6 @@ async function imported(preset: PresetName, type: GgufFileType) {
 
 const loadKernels = async (folder: string) =>
   Engine.load(await nodeRuntime('kernels'), directorySource(folder), { kvCacheBytes: 2 << 20 });
-
-/** The engine's last-position logits of `tokens` in a fresh sequence of its own, batched with `others`. */
-async function lastLogits(engine: Engine, tokens: number[], others: number[][] = []): Promise<number[]> {
-  const rows = [tokens, ...others].map((t) => {
-    const kv = engine.kv.create();
-    engine.kv.reserve(kv, t.length);
-    return { kv, tokens: t };
-  });
-  const logits = Array.from((await engine.runner.forward(rows)).last(0));
-  for (const r of rows) engine.kv.free(r.kv);
-  return logits;
-}
-
-function relError(got: ArrayLike<number>, want: ArrayLike<number>): number {
-  let err = 0;
-  let norm = 0;
-  for (let i = 0; i < want.length; i++) {
-    err += (got[i] - want[i]) ** 2;
-    norm += want[i] ** 2;
-  }
-  return Math.sqrt(err / norm);
-}
 
 describe.each(ARCHS)('$preset on the kernels', ({ preset, plain }) => {
   const request = { prompt: 'Biases and norms, per head', max_tokens: 24, temperature: 0, ignore_eos: true };

@@ -111,7 +111,11 @@ for (const [name, shape] of [
 
 describe('model:import safetensors refuses what the graph does not compute', () => {
   it.each([
-    ['model_type qwen2', { model_type: 'qwen2' }, /model_type "qwen2" cannot be imported/],
+    [
+      'model_type phi3',
+      { model_type: 'phi3' },
+      /model_type "phi3" cannot be imported \(importable: llama, mistral, qwen2, qwen3, gemma3_text\)/,
+    ],
     ['attention biases', { attention_bias: true }, /attention_bias is true/],
     ['rope scaling', { rope_scaling: { rope_type: 'llama3', factor: 8 } }, /rope_scaling .* is set/],
     ['gelu', { hidden_act: 'gelu' }, /hidden_act "gelu" is not silu/],
@@ -136,6 +140,17 @@ describe('model:import safetensors refuses what the graph does not compute', () 
     writeFileSync(join(hf2, 'config.json'), JSON.stringify({ ...config, intermediate_size: 192 }));
     expect(() => runImport(parseImportArgs(['safetensors', hf2, '--out', join(dir, 'never')]))).toThrow(
       /gate_proj.weight: shape \[176,64\] does not match config.json/,
+    );
+  });
+
+  it('a tensor config.json does not describe (an o_proj bias) is refused, not dropped', () => {
+    const hf = join(dir, 'bad-extra');
+    const bias = { dims: [64], data: new Float32Array(64).fill(1) };
+    writeHfFolder(hf, PRESETS.tiny, 1, modelDir('tiny'), 1, {
+      extra: new Map([['model.layers.1.self_attn.o_proj.bias', bias]]),
+    });
+    expect(() => runImport(parseImportArgs(['safetensors', hf, '--out', join(dir, 'never')]))).toThrow(
+      /checkpoint tensor model.layers.1.self_attn.o_proj.bias is not part of a llama model/,
     );
   });
 });

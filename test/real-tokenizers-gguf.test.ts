@@ -10,8 +10,7 @@ import { ggufTokenizerFiles } from '../scripts/import/gguf-tokenizer.js';
 import { type MetaValue, writeGguf } from '../scripts/model/gguf-file.js';
 import {
   generateMerges,
-  hfGpt2TokenizerMeta,
-  hfSentencePieceTokenizerMeta,
+  hfTokenizerMeta,
   type HfTokenizerInput,
   sentencePieceFromTokenizerJson,
 } from '../scripts/model/gguf-tokenizer-hf.js';
@@ -28,8 +27,8 @@ const MODEL_CONFIG: Record<RealTokenizerName, { vocabSize: number; modelConfig: 
 };
 
 const input = (name: RealTokenizerName): HfTokenizerInput => ({ ...readRealTokenizer(name), ...MODEL_CONFIG[name] });
-const metaOf = (name: RealTokenizerName) =>
-  name === 'qwen3' ? hfGpt2TokenizerMeta(input(name), 'qwen2') : hfSentencePieceTokenizerMeta(input(name));
+/** What the safetensors import writes: the flavour and Qwen's pre-tokenizer name found from tokenizer.json itself. */
+const metaOf = (name: RealTokenizerName) => hfTokenizerMeta(input(name));
 
 /** The metadata as the GGUF reader hands it on (typed arrays for numbers), without a file in between. */
 function asMetadata(entries: [string, MetaValue][]): GgufMetadata {
@@ -109,6 +108,16 @@ describe('the converter-style metadata', () => {
     expect(meta.bool('tokenizer.ggml.add_bos_token')).toBe(true);
     expect(meta.bool('tokenizer.ggml.add_space_prefix')).toBe(false);
     expect(meta.str('tokenizer.chat_template')).toContain('<start_of_turn>');
+  });
+
+  it('a byte-level BPE whose pre-tokenizer llama.cpp has no name for here is refused', () => {
+    const qwen = input('qwen3');
+    const pre = qwen.tokenizerJson.pre_tokenizer as { pretokenizers: { pattern: { Regex: string } }[] };
+    pre.pretokenizers[0].pattern.Regex = pre.pretokenizers[0].pattern.Regex.replace('\\p{N}', '\\p{N}{1,3}');
+    expect(() => hfTokenizerMeta(qwen)).toThrow(/is none that llama.cpp names here/);
+    const withoutNfc = input('qwen3');
+    withoutNfc.tokenizerJson.normalizer = null; // llama.cpp's qwen2 splits as Qwen's does only after NFC
+    expect(() => hfTokenizerMeta(withoutNfc)).toThrow(/is none that llama.cpp names here/);
   });
 });
 

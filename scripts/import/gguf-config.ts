@@ -173,7 +173,11 @@ function checkTensors(header: GgufHeader, p: GgufLlamaShape): void {
 }
 
 /** config.json for the folder: its architecture's config keys (presets.ts writes them), naming the GGUF file the weights are in. */
-export function ggufConfigJson(p: GgufLlamaShape, bosId: number | null, eosId: number | null): Record<string, unknown> {
+export function ggufConfigJson(
+  p: GgufLlamaShape,
+  bosId: number | null,
+  eosId: number | number[] | null,
+): Record<string, unknown> {
   return llamaConfigJson(
     { ...p, maxPositionEmbeddings: p.contextLength },
     {

@@ -52,21 +52,25 @@ export function ggufFolderFiles(header: GgufHeader): GgufFolderFiles {
   };
 }
 
-/** Writes the folder; returns the files written with their sizes. Nothing is written for a refused file. */
-export async function importGguf(path: string, outDir: string): Promise<{ file: string; bytes: number }[]> {
-  const files = ggufFolderFiles(await readGgufFileHeader(path));
+/** Writes the folder's JSON files beside its GGUF file; returns them with their sizes. */
+export function writeGgufFolderFiles(outDir: string, files: GgufFolderFiles): { file: string; bytes: number }[] {
   mkdirSync(outDir, { recursive: true });
-  const written: { file: string; bytes: number }[] = [];
   const put = (file: string, value: unknown) => {
     const text = `${JSON.stringify(value, null, 2)}\n`;
     writeFileSync(join(outDir, file), text);
-    written.push({ file, bytes: Buffer.byteLength(text) });
+    return { file, bytes: Buffer.byteLength(text) };
   };
-  put('config.json', files.config);
-  put('generation_config.json', files.generationConfig);
-  put('tokenizer.json', files.tokenizerJson);
-  put('tokenizer_config.json', files.tokenizerConfig);
+  return [
+    put('config.json', files.config),
+    put('generation_config.json', files.generationConfig),
+    put('tokenizer.json', files.tokenizerJson),
+    put('tokenizer_config.json', files.tokenizerConfig),
+  ];
+}
+
+/** Writes the folder; returns the files written with their sizes. Nothing is written for a refused file. */
+export async function importGguf(path: string, outDir: string): Promise<{ file: string; bytes: number }[]> {
+  const written = writeGgufFolderFiles(outDir, ggufFolderFiles(await readGgufFileHeader(path)));
   copyFileSync(path, join(outDir, GGUF_FILE));
-  written.push({ file: GGUF_FILE, bytes: statSync(path).size });
-  return written;
+  return [...written, { file: GGUF_FILE, bytes: statSync(path).size }];
 }

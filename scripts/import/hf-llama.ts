@@ -3,13 +3,14 @@
 // projection is transposed. Names are otherwise the same (the builder uses HF's names). HF's q/k
 // rows are already in the rotate-half RoPE order the graph computes.
 import type { LlamaShape } from '../model/presets.js';
-import { layerPrefix, type WeightMap } from '../model/weights.js';
+import { GGUF_MODEL_TYPES, isGgufModelType, REFUSED_RELATIVES } from './hf-architectures.js';
+import { weightSpecs, type WeightMap } from '../model/weights.js';
 import { transpose } from './llama2c-checkpoint.js';
 import type { SafetensorsCheckpoint } from './safetensors.js';
 
 type Json = Record<string, unknown>;
 
-/** Architectures whose math is exactly our graph (RMSNorm, RoPE, GQA, SwiGLU, no biases). */
+/** Architectures whose math is exactly our graph (RMSNorm, RoPE, GQA, SwiGLU, no biases); hf-architectures.ts has the others. */
 const IMPORTABLE = ['llama', 'mistral'];
 
 function int(config: Json, key: string): number {
@@ -22,9 +23,14 @@ function int(config: Json, key: string): number {
 /** The graph shape of a config.json, or a clear refusal naming what our graph does not compute. */
 export function shapeFromHfConfig(config: Json): LlamaShape {
   const type = config.model_type;
+  if (isGgufModelType(type))
+    throw new Error(`config.json: model_type ${type} is imported as a GGUF file (model-import.ts's runImportAsync)`);
+  if (typeof type === 'string' && Object.hasOwn(REFUSED_RELATIVES, type))
+    throw new Error(`config.json: model_type ${type} is ${REFUSED_RELATIVES[type]}`);
   if (typeof type !== 'string' || !IMPORTABLE.includes(type)) {
+    const all = [...IMPORTABLE, ...Object.keys(GGUF_MODEL_TYPES)];
     throw new Error(
-      `config.json: model_type ${JSON.stringify(type)} cannot be imported (importable: ${IMPORTABLE.join(', ')}); for other architectures pull an ONNX export with model:pull`,
+      `config.json: model_type ${JSON.stringify(type)} cannot be imported (importable: ${all.join(', ')}); for other architectures pull an ONNX export with model:pull`,
     );
   }
   const refuse = (why: string) => {
@@ -69,42 +75,32 @@ export function shapeFromHfConfig(config: Json): LlamaShape {
   };
 }
 
-/** Every tensor the graph needs, in its layout; checks each shape against the config. */
+/**
+ * Every tensor a model of this shape has (weightSpecs: a Llama block's, and what the shape's architecture adds,
+ * Qwen2's biases or Qwen3's and Gemma's norms), in our layout; checks each shape against the config, and
+ * refuses a tensor the checkpoint holds beyond them (an o_proj bias, experts) rather than drop it unread.
+ */
 export function weightsFromHf(ckpt: SafetensorsCheckpoint, p: LlamaShape): WeightMap {
   const out: WeightMap = new Map();
-  const q = p.numHeads * p.headDim;
-  const kv = p.numKvHeads * p.headDim;
   const load = (name: string, dims: number[]) => {
     const t = ckpt.tensor(name);
     if (t.dims.join(',') !== dims.join(','))
       throw new Error(`${name}: shape [${t.dims}] does not match config.json (expected [${dims}])`);
     return t.data;
   };
-  const vector = (name: string, n: number) => out.set(name, { dims: [n], data: load(name, [n]) });
-  const linear = (name: string, nIn: number, nOut: number) =>
-    out.set(name, { dims: [nIn, nOut], data: transpose(load(name, [nOut, nIn]), nOut, nIn) });
-
-  out.set('model.embed_tokens.weight', {
-    dims: [p.vocabSize, p.hiddenSize],
-    data: load('model.embed_tokens.weight', [p.vocabSize, p.hiddenSize]),
-  });
-  for (let i = 0; i < p.numLayers; i++) {
-    const l = layerPrefix(i);
-    vector(`${l}.input_layernorm.weight`, p.hiddenSize);
-    linear(`${l}.self_attn.q_proj.weight`, p.hiddenSize, q);
-    linear(`${l}.self_attn.k_proj.weight`, p.hiddenSize, kv);
-    linear(`${l}.self_attn.v_proj.weight`, p.hiddenSize, kv);
-    linear(`${l}.self_attn.o_proj.weight`, q, p.hiddenSize);
-    vector(`${l}.post_attention_layernorm.weight`, p.hiddenSize);
-    linear(`${l}.mlp.gate_proj.weight`, p.hiddenSize, p.intermediateSize);
-    linear(`${l}.mlp.up_proj.weight`, p.hiddenSize, p.intermediateSize);
-    linear(`${l}.mlp.down_proj.weight`, p.intermediateSize, p.hiddenSize);
+  if (!p.tieWordEmbeddings && !ckpt.has('lm_head.weight'))
+    throw new Error('config.json says tie_word_embeddings is false, but the checkpoint has no lm_head.weight');
+  for (const { name, dims } of weightSpecs(p)) {
+    // Vectors and the embedding (a row per token) are stored as we hold them; nn.Linear's (out, in) is transposed.
+    if (dims.length === 1 || name === 'model.embed_tokens.weight') out.set(name, { dims, data: load(name, dims) });
+    else out.set(name, { dims, data: transpose(load(name, [dims[1], dims[0]]), dims[1], dims[0]) });
   }
-  vector('model.norm.weight', p.hiddenSize);
-  if (!p.tieWordEmbeddings) {
-    if (!ckpt.has('lm_head.weight'))
-      throw new Error('config.json says tie_word_embeddings is false, but the checkpoint has no lm_head.weight');
-    linear('lm_head.weight', p.hiddenSize, p.vocabSize);
+  for (const name of ckpt.fileOf.keys()) {
+    // transformers may save a tied lm_head anyway, and older Llama checkpoints their RoPE buffers.
+    if (out.has(name) || name === 'lm_head.weight' || name.endsWith('.rotary_emb.inv_freq')) continue;
+    throw new Error(
+      `checkpoint tensor ${name} is not part of a ${p.architecture ?? 'llama'} model as config.json describes it; it would be dropped unread`,
+    );
   }
   return out;
 }

@@ -2,17 +2,19 @@
 // model.safetensors.index.json, tokenizer files). The files go to <out>/.download, each verified as every
 // pulled file is; config.json is checked before the weights come, so an architecture the importer cannot
 // convert is refused at once; then model:import's safetensors importer writes our graph in the dtypes asked
-// for (default q4, the kernels' format) into <out>, and .download is removed. An interrupted pull resumes
-// from what .download holds.
+// for (default q4, the kernels' format) into <out>, or for Qwen2, Qwen3 and Gemma 3 a GGUF file of the one
+// dtype asked for, and .download is removed. An interrupted pull resumes from what .download holds.
 import { readFileSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { kvBytesPerToken, parseModelConfig } from '../../src/engine/model/config.js';
 import { importSafetensors } from '../model-import.js';
+import { isGgufModelType } from './hf-architectures.js';
 import { shapeFromHfConfig } from './hf-llama.js';
 import { HubError } from './hub-client.js';
 import { parseDtypes, writeModelFolder } from './model-folder.js';
 import { OPTIONAL, REQUIRED } from './pull-onnx.js';
 import type { PullResult, RepoPull } from './pull-types.js';
+import { checkGgufImport, importSafetensorsAsGguf, readHfFolderJson } from './safetensors-gguf.js';
 
 /** Where the checkpoint waits, inside the output folder, until it is converted. */
 export const DOWNLOAD_DIR = '.download';
@@ -32,8 +34,10 @@ export async function pullSafetensors({ opts, revision, byName, result, fetch }:
   const staging = join(opts.outDir, DOWNLOAD_DIR);
   for (const f of [...REQUIRED, ...OPTIONAL.filter((f) => byName.has(f))]) await fetch(f, staging);
   const rawConfig = JSON.parse(readFileSync(join(staging, 'config.json'), 'utf8')) as Record<string, unknown>;
+  const gguf = isGgufModelType(rawConfig.model_type);
   try {
-    shapeFromHfConfig(rawConfig);
+    if (gguf) checkGgufImport(rawConfig, dtypes);
+    else shapeFromHfConfig(rawConfig);
   } catch (e) {
     throw new HubError(`${where}: ${e instanceof Error ? e.message : String(e)}`);
   }
@@ -41,10 +45,13 @@ export async function pullSafetensors({ opts, revision, byName, result, fetch }:
 
   for (const shard of await weightFiles(where, byName, fetch, staging)) await fetch(shard, staging);
   opts.onStage?.(`converting to ${dtypes.join(', ')}`);
-  result.written = writeModelFolder(opts.outDir, importSafetensors(staging), dtypes);
+  result.written = gguf
+    ? await importSafetensorsAsGguf(staging, readHfFolderJson(staging), opts.outDir, dtypes, basename(opts.repo))
+    : writeModelFolder(opts.outDir, importSafetensors(staging), dtypes);
   rmSync(staging, { recursive: true, force: true });
   result.dtypes = dtypes;
-  result.weightBytes = Math.max(...result.written.filter((f) => f.file.endsWith('.onnx')).map((f) => f.bytes));
+  const weights = result.written.filter((f) => f.file.endsWith('.onnx') || f.file.endsWith('.gguf'));
+  result.weightBytes = Math.max(...weights.map((f) => f.bytes));
   return result;
 }
 

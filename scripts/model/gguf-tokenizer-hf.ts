@@ -12,6 +12,7 @@
 //   BPE model scores its n-th ordinary piece -n (the first 0) and every other piece 0. From exactly those
 //   scores transformers' converter (generate_merges: by score, then the halves' lengths, longest first)
 //   makes the tokenizer.json merges, all 514,906 of Gemma 3's in their order (test/real-tokenizers.test.ts).
+// `hfTokenizerMeta` picks the flavour for a checkpoint as the converter would (and names `gpt2`'s pre-tokenizer).
 // Special ids as gguf-py's SpecialVocab finds them: tokenizer_config.json's <typ>_token looked up among the
 // added tokens first, then config.json's <typ>_token_id (`modelConfig`); add_<typ>_token and chat_template
 // from tokenizer_config.json.
@@ -93,6 +94,48 @@ function specialVocabMeta(input: HfTokenizerInput, added: Map<number, AddedToken
   if (typeof config.chat_template === 'string')
     meta.push(['tokenizer.chat_template', { type: 'str', value: config.chat_template }]);
   return meta;
+}
+
+/** Qwen2's (and Qwen2.5's, Qwen3's) split regex, as their tokenizer.json spells it. */
+const QWEN2_SPLIT =
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/**
+ * llama.cpp's name (tokenizer.ggml.pre) for a byte-level BPE's pre-tokenizer, from its pre_tokenizer and
+ * normalizer; the converter finds it by hashing a probe text's ids instead. Only the names of the tokenizers the
+ * imports meet: `gpt-2` (ByteLevel's own regex: ours) and `qwen2` (Qwen's split after NFC).
+ */
+export function ggufPreOf(tokenizerJson: Record<string, unknown>): string | undefined {
+  type Part = { type?: string; use_regex?: boolean; pattern?: { Regex?: string }; pretokenizers?: Part[] };
+  const pre = tokenizerJson.pre_tokenizer as Part | null | undefined;
+  const norm = tokenizerJson.normalizer as Part | null | undefined;
+  const byteLevel = (p: Part | undefined, regex: boolean) =>
+    p?.type === 'ByteLevel' && (p.use_regex !== false) === regex;
+  if (!norm && byteLevel(pre ?? undefined, true)) return 'gpt-2';
+  const [split, bytes, ...rest] = pre?.type === 'Sequence' ? (pre.pretokenizers ?? []) : [];
+  const qwen2 = split?.pattern?.Regex === QWEN2_SPLIT && norm?.type === 'NFC';
+  if (split?.type === 'Split' && byteLevel(bytes, false) && rest.length === 0 && qwen2) return 'qwen2';
+  return undefined;
+}
+
+/**
+ * A checkpoint's tokenizer as convert_hf_to_gguf.py writes it: a BPE with byte fallback (SentencePiece's: Gemma)
+ * as `llama`, a byte-level one as `gpt2` with the pre-tokenizer llama.cpp names; one it cannot name is refused,
+ * as the converter refuses it, since the file could not say how to split text.
+ */
+export function hfTokenizerMeta(input: HfTokenizerInput): [string, MetaValue][] {
+  const json = input.tokenizerJson as { model?: { byte_fallback?: boolean }; normalizer?: unknown };
+  if (json.model?.byte_fallback === true)
+    return hfSentencePieceTokenizerMeta(input, {
+      addSpacePrefix: JSON.stringify(json.normalizer ?? null).includes('"Prepend"'),
+    });
+  const pre = ggufPreOf(input.tokenizerJson);
+  if (pre === undefined)
+    throw new Error(
+      `tokenizer.json: pre_tokenizer ${JSON.stringify(input.tokenizerJson.pre_tokenizer).slice(0, 160)} is none ` +
+        "that llama.cpp names here (gpt-2: ByteLevel with its regex; qwen2: Qwen's split after NFC), so a GGUF file could not say how to split text",
+    );
+  return hfGpt2TokenizerMeta(input, pre);
 }
 
 /** The `gpt2` flavour of a byte-level BPE tokenizer.json (Qwen: pre "qwen2"). */

@@ -77,6 +77,11 @@ export interface LlamaGgufInput {
 export interface LlamaGgufOptions {
   /** llama.cpp's tokenizer model in the metadata (default gpt2: our BPE as it is). */
   tokenizer?: GgufTokenizerFlavour;
+  /**
+   * A checkpoint's own tokenizer as metadata (gguf-tokenizer-hf.ts, its chat template included), in place of
+   * the one made from `input.tokenizer`, whose special ids are our generated vocabulary's.
+   */
+  tokenizerMeta?: [string, MetaValue][];
 }
 
 /** The GGUF tensors of a Llama model, each in the type llama-quantize would give it in a `fileType` file. */
@@ -181,9 +186,11 @@ export function llamaGgufMeta(
     [`${arch}.attention.value_length`, u32(p.headDim)],
     [`${arch}.attention.layer_norm_rms_epsilon`, { type: 'f32', value: p.rmsNormEps }],
     ...(p.slidingWindow ? [[`${arch}.attention.sliding_window`, u32(p.slidingWindow)] as [string, MetaValue]] : []),
-    ...(options.tokenizer === 'llama' ? llamaTokenizerMeta : gpt2TokenizerMeta)(input.tokenizer, p.vocabSize),
+    ...(options.tokenizerMeta ??
+      (options.tokenizer === 'llama' ? llamaTokenizerMeta : gpt2TokenizerMeta)(input.tokenizer, p.vocabSize)),
   ];
-  if (input.chatTemplate) meta.push(['tokenizer.chat_template', { type: 'str', value: input.chatTemplate }]);
+  if (input.chatTemplate && !options.tokenizerMeta)
+    meta.push(['tokenizer.chat_template', { type: 'str', value: input.chatTemplate }]);
   return meta;
 }
 

@@ -61,3 +61,26 @@ export function topGap(v: ArrayLike<number>): number {
   }
   return a - b;
 }
+
+/** The engine's last-position logits of `tokens` in a fresh sequence of its own, batched with `others`. */
+export async function lastLogits(engine: Engine, tokens: number[], others: number[][] = []): Promise<number[]> {
+  const rows = [tokens, ...others].map((t) => {
+    const kv = engine.kv.create();
+    engine.kv.reserve(kv, t.length);
+    return { kv, tokens: t };
+  });
+  const logits = Array.from((await engine.runner.forward(rows)).last(0));
+  for (const r of rows) engine.kv.free(r.kv);
+  return logits;
+}
+
+/** Relative RMS error of `got` against `want`: |got - want| / |want|. */
+export function relError(got: ArrayLike<number>, want: ArrayLike<number>): number {
+  let err = 0;
+  let norm = 0;
+  for (let i = 0; i < want.length; i++) {
+    err += (got[i] - want[i]) ** 2;
+    norm += want[i] ** 2;
+  }
+  return Math.sqrt(err / norm);
+}

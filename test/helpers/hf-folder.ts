@@ -1,6 +1,7 @@
-// Writes a small Hugging Face Llama folder the way transformers saves one: config.json, sharded
-// safetensors (nn.Linear weights as (out, in)) with model.safetensors.index.json, tokenizer files.
-// Shares no code with scripts/import.
+// Writes a small Hugging Face Llama-family folder the way transformers saves one: config.json (the config
+// class's keys for the shape's architecture, as the hub's Qwen2.5 / Qwen3 / Gemma 3 configs have them), sharded
+// safetensors (nn.Linear weights as (out, in), biases and norms as they are) with model.safetensors.index.json,
+// tokenizer files. Shares no code with scripts/import.
 import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { llamaConfigJson, type LlamaShape } from '../../scripts/model/presets.js';
@@ -37,6 +38,30 @@ function safetensors(tensors: { name: string; dtype: Dtype; shape: number[]; dat
   return Buffer.concat([len, Buffer.from(json), ...blobs]);
 }
 
+export interface HfFolderOptions {
+  /** Tensors beyond the shape's (vectors, or matrices in (in, out) layout), as a checkpoint may hold. */
+  extra?: Map<string, Tensor>;
+}
+
+/**
+ * config.json as transformers writes it for the shape's architecture: presets.ts's keys, less and plus what the
+ * hub's checkpoints show. Qwen2Config has no head_dim (hidden / heads) and Qwen2.5 saves a sliding_window it
+ * does not use; Gemma 3's configs leave tie_word_embeddings to Gemma3TextConfig's default (tied) and keep the
+ * layer pattern beside layer_types.
+ */
+function transformersConfig(shape: LlamaShape): Record<string, unknown> {
+  const config: Record<string, unknown> = { ...llamaConfigJson(shape), torch_dtype: 'bfloat16' };
+  if (shape.architecture === 'qwen2') {
+    delete config.head_dim;
+    Object.assign(config, { sliding_window: shape.maxPositionEmbeddings, max_window_layers: shape.numLayers });
+  }
+  if (shape.architecture === 'gemma3') {
+    if (shape.tieWordEmbeddings) delete config.tie_word_embeddings;
+    Object.assign(config, { _sliding_window_pattern: 6, use_bidirectional_attention: false });
+  }
+  return config;
+}
+
 /**
  * Writes the folder; returns the weights exactly as stored (bf16-rounded where stored as BF16) in the
  * reference's (in, out) layout, so the reference computes what the checkpoint holds.
@@ -47,9 +72,11 @@ export function writeHfFolder(
   seed: number,
   tokenizerFrom: string,
   shards = 2,
+  options: HfFolderOptions = {},
 ): Map<string, Tensor> {
   mkdirSync(dir, { recursive: true });
   const weights = makeWeights(shape, seed);
+  for (const [name, t] of options.extra ?? []) weights.set(name, t);
   const stored = new Map<string, Tensor>();
   const entries = [...weights].map(([name, { dims, data }], i) => {
     const dtype: Dtype = i % 3 === 1 ? 'BF16' : 'F32';
@@ -77,7 +104,7 @@ export function writeHfFolder(
       join(dir, 'model.safetensors.index.json'),
       JSON.stringify({ metadata: { total_size: 0 }, weight_map: weightMap }),
     );
-  writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...llamaConfigJson(shape), torch_dtype: 'bfloat16' }));
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(transformersConfig(shape)));
   for (const f of ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json'])
     copyFileSync(join(tokenizerFrom, f), join(dir, f));
   return stored;
