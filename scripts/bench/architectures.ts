@@ -35,7 +35,7 @@ const PROMPT = 'The quick brown fox jumps over the lazy dog, and then it runs ba
 const folderOf = (preset: PresetName, type: GgufType): string => join(ROOT, '.bench/models', `${preset}-${type}`);
 
 /** Writes and imports the preset's GGUF file unless the folder is there from the current generator. */
-async function ensureFolder(preset: PresetName, type: GgufType, log: (s: string) => void): Promise<string> {
+export async function ensureFolder(preset: PresetName, type: GgufType, log: (s: string) => void): Promise<string> {
   const folder = folderOf(preset, type);
   const stampFile = join(folder, '.stamp');
   const stamp = generatorStamp();

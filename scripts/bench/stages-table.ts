@@ -82,6 +82,7 @@ export function stagesTables(s: StagesBench): string {
   if (s.pipeline) out.push(pipelineCaseTable(s.pipeline));
   if (s.resident) out.push(residentCaseTable(s.resident));
   if (s.big) out.push(pipelineCaseTable(s.big));
+  if (s.gemma3) out.push(pipelineCaseTable(s.gemma3));
   if (s.processes) out.push(processesCaseTable(s.processes));
   return out.join('\n\n');
 }

@@ -13,13 +13,15 @@
 //   1b:       bench-1b q4 (Llama-3.2-1B's shapes) on the fewest stages of at most 128 MiB each, the head too:
 //             every isolate's memory, tokens equal to Node's, batch-1 tok/s. Its 128k x 2048 embedding (8-bit,
 //             281 MiB) fits no isolate, so its rows are split over the stages (PIPELINE_VOCAB=stages).
+//   gemma3:   Gemma-3-270M's shapes as a Q4_0 GGUF file (the architectures section's, its real 262k tokenizer)
+//             on the fewest stages of at most 128 MiB, its table's rows on the stages: as pipeline, 8 streams.
 //   processes: bench-360m q4 on 3 stages, 16 streams at once, each stage in a wrangler dev process of its own
 //             against all in one (stage-processes.ts).
 //
-//   tsx scripts/bench/stages.ts [--cases pipeline,resident,1b,processes] [--runs 3] [--json FILE]   (npm run bench: section stages)
+//   tsx scripts/bench/stages.ts [--cases pipeline,resident,1b,gemma3,processes] [--runs 3] [--json FILE]   (npm run bench: section stages)
 import { appendFileSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Engine } from '../../src/engine/engine.js';
@@ -38,9 +40,11 @@ import { sumMetric } from '../lib/prometheus-text.js';
 import { nodeRuntime } from '../lib/runtimes.js';
 import { stageScriptName, withVars, writePipelineConfigs } from '../lib/stage-configs.js';
 import { startStaticServer, type StaticServer } from '../lib/static-server.js';
+import { ensureFolder } from './architectures.js';
 import { promptIds } from './engine-runs.js';
 import { streams, until } from './edge-memory.js';
 import { ensureBenchModels, modelDir } from './models.js';
+import type { Variant } from './options.js';
 import { streamOnce } from './service.js';
 import { runProcessesCase, type ProcessesCaseResult } from './stage-processes.js';
 import { ratioByRun, sampled, Samples, type Sampled } from './stats.js';
@@ -48,7 +52,7 @@ import { ratioByRun, sampled, Samples, type Sampled } from './stats.js';
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const MiB = 2 ** 20;
 const BLOCK_SIZE = 16;
-export const STAGE_CASES = ['pipeline', 'resident', '1b', 'processes'] as const;
+export const STAGE_CASES = ['pipeline', 'resident', '1b', 'gemma3', 'processes'] as const;
 export type StageCase = (typeof STAGE_CASES)[number];
 
 const log = (s: string): void => console.error(`stages: ${s}`);
@@ -121,6 +125,8 @@ export interface StagesBench {
   pipeline?: PipelineCaseResult;
   resident?: ResidentCaseResult;
   big?: PipelineCaseResult;
+  /** Gemma-3-270M's shapes (Q4_0 GGUF, its 262k-row table split over the stages). */
+  gemma3?: PipelineCaseResult;
   processes?: ProcessesCaseResult;
 }
 
@@ -344,10 +350,20 @@ function largestSpan(n: number, layers: number): number {
   return Math.max(...planStages(n, new Array<number>(layers).fill(1)).map((s) => s.to - s.from));
 }
 
+/** A weights file and what its embedding costs a weight (GGUF Q4_0 blocks, or a q4 ONNX file's 8-bit table). */
+interface WeightsFile {
+  file: string;
+  embeddingBytesPerWeight: number;
+}
+
+/** A q4 ONNX file is its 4-bit layers and its 8-bit embedding (blocks of 32 with a float32 scale each). */
+const Q4_ONNX: WeightsFile = { file: onnxFileFor('q4'), embeddingBytesPerWeight: 1 + 4 / 32 };
+/** A Q4_0 GGUF file (gguf-writer.ts): every matrix, the embedding too, in blocks of 32 nibbles and a half scale. */
+const Q4_0_GGUF: WeightsFile = { file: 'model.gguf', embeddingBytesPerWeight: 18 / 32 };
+
 /**
- * The fewest stages of a q4 model whose largest (its layers' weights, its share of `kvBytes`, and `overhead`:
- * code, JS heap, scratch) fits `budget`. A q4 file is its 4-bit layers and its 8-bit embedding (blocks of 32
- * with a float32 scale each), so the layers' bytes are the file's less the embedding's. With `vocabOnStages`
+ * The fewest stages of a model whose largest (its layers' weights, its share of `kvBytes`, and `overhead`: code,
+ * JS heap, scratch) fits `budget`: the layers' bytes are the file's less the embedding's. With `vocabOnStages`
  * (PIPELINE_VOCAB=stages) each stage also holds an even share of the embedding's rows.
  */
 export function stagesToFit(
@@ -356,10 +372,12 @@ export function stagesToFit(
   budget: number,
   overhead: number,
   vocabOnStages = false,
+  weights: WeightsFile = Q4_ONNX,
 ): number {
   const config = parseModelConfig(JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')), {});
-  const embedding = config.vocabSize * config.hiddenSize * (1 + 4 / 32) * (config.tieWordEmbeddings ? 1 : 2);
-  const fileBytes = statSync(join(folder, onnxFileFor('q4'))).size;
+  const embedding =
+    config.vocabSize * config.hiddenSize * weights.embeddingBytesPerWeight * (config.tieWordEmbeddings ? 1 : 2);
+  const fileBytes = statSync(join(folder, weights.file)).size;
   const perLayer = (fileBytes - embedding + kvBytes) / config.numLayers;
   if (perLayer + (vocabOnStages ? embedding / config.numLayers : 0) > budget - overhead)
     throw new Error('one layer a stage does not fit the budget');
@@ -371,7 +389,10 @@ export function stagesToFit(
 
 async function runPipelineCase(
   o: {
-    model: 'bench-360m' | 'bench-1b';
+    /** A q4 bench model (generated here), or with `folder` the name a GGUF folder is served under. */
+    model: Variant['model'] | string;
+    /** A Q4_0 GGUF folder (the architectures section's) instead of a generated q4 ONNX model. */
+    folder?: string;
     stages: number | 'fit';
     streams: number;
     /** Tokens of the batch-1 stream, and of each equality completion. */
@@ -383,9 +404,11 @@ async function runPipelineCase(
   },
   runs: number,
 ): Promise<PipelineCaseResult> {
-  const dtype = 'q4' as const;
-  ensureBenchModels([{ model: o.model, dtype }]);
-  const folder = modelDir(o.model);
+  const dtype = o.folder ? ('gguf' as const) : ('q4' as const);
+  const weights = o.folder ? Q4_0_GGUF : Q4_ONNX;
+  const bench = o.model as Variant['model'];
+  if (!o.folder) ensureBenchModels([{ model: bench, dtype: 'q4' }]);
+  const folder = o.folder ?? modelDir(bench);
   const settings: Record<string, string> = {
     BACKEND: 'kernels',
     SHARD_COUNT: '1',
@@ -395,12 +418,12 @@ async function runPipelineCase(
     KV_STORE_MB: '0',
     PIPELINE_VOCAB: o.vocab,
   };
-  const weightsFileBytes = statSync(join(folder, onnxFileFor(dtype))).size;
+  const weightsFileBytes = statSync(join(folder, weights.file)).size;
   const config = parseModelConfig(JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')), {});
   // A stage's isolate besides its layers and KV share (code, JS heap, scratch): bench-360m's took 9-11 MiB.
   let stages =
     o.stages === 'fit'
-      ? stagesToFit(folder, Number(settings.KV_CACHE_MB) * MiB, 128 * MiB, 12 * MiB, o.vocab === 'stages')
+      ? stagesToFit(folder, Number(settings.KV_CACHE_MB) * MiB, 128 * MiB, 12 * MiB, o.vocab === 'stages', weights)
       : o.stages;
   const persist = mkdtempSync(join(tmpdir(), 'stages-bench-'));
   const onePersist = mkdtempSync(join(tmpdir(), 'stages-bench-one-'));
@@ -649,6 +672,24 @@ export async function runStages(cases: readonly StageCase[], runs: number): Prom
       { model: 'bench-1b', stages: 'fit', streams: 0, long: 48, equalTokens: 16, headBudgetMb: 128, vocab: 'stages' },
       runs,
     );
+  if (cases.includes('gemma3')) {
+    // Gemma-3-270M's shapes as a Q4_0 GGUF file (the architectures section's): its 262k x 640 table is 90 MiB at
+    // 4 bits, which with the real 262k-entry tokenizer leaves no head room for it: its rows go to the stages.
+    const folder = await ensureFolder('bench-gemma3-270m', 'Q4_0', log);
+    out.gemma3 = await runPipelineCase(
+      {
+        model: basename(folder),
+        folder,
+        stages: 'fit',
+        streams: 8,
+        long: 64,
+        equalTokens: 16,
+        headBudgetMb: 128,
+        vocab: 'stages',
+      },
+      runs,
+    );
+  }
   if (cases.includes('processes')) out.processes = await runProcessesCase(runs);
   return out;
 }
