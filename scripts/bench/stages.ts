@@ -666,10 +666,8 @@ export async function runStages(cases: readonly StageCase[], runs: number): Prom
   if (cases.includes('resident')) out.resident = await runResidentCase(16, 1024, 4);
   if (cases.includes('1b'))
     out.big = await runPipelineCase(
-      // No 8-stream phase: under 8 streams in wrangler dev (one thread, passes of tens of seconds) the stages
-      // restarted mid-pass, or workerd closed the streams (docs/benchmarks.md, "Pipeline stages").
       // Its 128k x 2048 embedding (8-bit, 281 MiB) fits no head: its rows are split over the stages.
-      { model: 'bench-1b', stages: 'fit', streams: 0, long: 48, equalTokens: 16, headBudgetMb: 128, vocab: 'stages' },
+      { model: 'bench-1b', stages: 'fit', streams: 8, long: 48, equalTokens: 16, headBudgetMb: 128, vocab: 'stages' },
       runs,
     );
   if (cases.includes('gemma3')) {
