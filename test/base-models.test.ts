@@ -8,6 +8,10 @@ import { nodeRuntime } from '../scripts/lib/runtimes.js';
 import { Engine } from '../src/engine/engine.js';
 import { InvalidRequestError } from '../src/engine/errors.js';
 import { directorySource } from '../src/sources/directory-source.js';
+import { spawnSync } from 'node:child_process';
+import { importGguf } from '../scripts/import/gguf.js';
+import { DEFAULT_SEED } from '../scripts/model-make.js';
+import { presetGgufInput, writeLlamaGguf } from '../scripts/model/gguf-writer.js';
 import { collect, modelDir } from './helpers/engines.js';
 
 let base: string;
@@ -56,5 +60,53 @@ describe('a base model without a chat template', () => {
     });
     const r = { messages: [{ role: 'user' as const, content: 'hi' }], max_tokens: 8, temperature: 0 };
     expect((await collect(engine, r)).done.tokenIds).toEqual((await collect(withTemplate, r)).done.tokenIds);
+  });
+});
+
+describe("a base model's GGUF file (no tokenizer.chat_template)", () => {
+  let folder: string;
+  beforeAll(async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'edge-infer-base-gguf-'));
+    const file = join(dir, 'base.gguf');
+    writeLlamaGguf(file, { ...presetGgufInput('tiny-256', DEFAULT_SEED), chatTemplate: undefined }, 'Q8_0');
+    folder = join(dir, 'base');
+    await importGguf(file, folder);
+  });
+
+  it('imports without a template, serves prompts on the kernels and refuses chat by name', async () => {
+    expect(JSON.parse(readFileSync(join(folder, 'tokenizer_config.json'), 'utf8')).chat_template).toBeUndefined();
+    const engine = await Engine.load(await nodeRuntime('kernels'), directorySource(folder));
+    const done = (await collect(engine, { prompt: 'Once upon a time', max_tokens: 8, temperature: 0 })).done;
+    expect(done.tokenIds).toHaveLength(8);
+    expect(() => engine.resolve({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 })).toThrow(
+      expect.objectContaining({ code: 'chat_template_missing' }),
+    );
+    await engine.runner.release();
+  });
+
+  it('npm run generate takes --prompt and --prompt-ids without one', () => {
+    for (const input of [
+      ['--prompt', 'Once upon a time'],
+      ['--prompt-ids', '5,6,7'],
+    ]) {
+      const out = spawnSync(
+        'npx',
+        [
+          'tsx',
+          'scripts/generate.ts',
+          '--model',
+          folder,
+          ...input,
+          '--max-tokens',
+          '4',
+          '--temperature',
+          '0',
+          '--json',
+        ],
+        { encoding: 'utf8', timeout: 60_000 },
+      );
+      expect(out.status, out.stderr).toBe(0);
+      expect(JSON.parse(out.stdout).token_ids).toHaveLength(4);
+    }
   });
 });
