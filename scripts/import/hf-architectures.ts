@@ -27,35 +27,25 @@ export const REFUSED_RELATIVES: Readonly<Record<string, string>> = {
     'text-only Gemma 3 (model_type gemma3_text: gemma-3-270m, gemma-3-1b) is imported',
 };
 
+/** Qwen2Config's defaults for the keys read here (transformers 4.5x); Qwen3Config's are these and head_dim 128. */
+const QWEN_DEFAULTS: Json = {
+  hidden_size: 4096,
+  intermediate_size: 22016,
+  num_hidden_layers: 32,
+  num_attention_heads: 32,
+  num_key_value_heads: 32,
+  vocab_size: 151936,
+  max_position_embeddings: 32768,
+  hidden_act: 'silu',
+  rms_norm_eps: 1e-6,
+  rope_theta: 10000,
+  tie_word_embeddings: false,
+};
+
 /** The config classes' defaults for the keys read here (transformers 4.5x). */
 const DEFAULTS: Record<string, Json> = {
-  qwen2: {
-    hidden_size: 4096,
-    intermediate_size: 22016,
-    num_hidden_layers: 32,
-    num_attention_heads: 32,
-    num_key_value_heads: 32,
-    vocab_size: 151936,
-    max_position_embeddings: 32768,
-    hidden_act: 'silu',
-    rms_norm_eps: 1e-6,
-    rope_theta: 10000,
-    tie_word_embeddings: false,
-  },
-  qwen3: {
-    hidden_size: 4096,
-    intermediate_size: 22016,
-    num_hidden_layers: 32,
-    num_attention_heads: 32,
-    num_key_value_heads: 32,
-    head_dim: 128,
-    vocab_size: 151936,
-    max_position_embeddings: 32768,
-    hidden_act: 'silu',
-    rms_norm_eps: 1e-6,
-    rope_theta: 10000,
-    tie_word_embeddings: false,
-  },
+  qwen2: QWEN_DEFAULTS,
+  qwen3: { ...QWEN_DEFAULTS, head_dim: 128 },
   gemma3_text: {
     hidden_size: 2304,
     intermediate_size: 9216,
