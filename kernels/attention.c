@@ -4,7 +4,7 @@
 // block_size, row) where a row is one (token, KV head): head_dim float32 or float16 elements, or, in an
 // 8-bit pool, head_dim int8 then their float32 scale (head_dim + 4 bytes). Token j of a sequence lives in
 // block table[j / block_size] at offset j % block_size. head_dim is a multiple of 8.
-#include "kernels.h"
+#include "attention.h"
 
 /**
  * Stores `count` new tokens' keys and values, k and v (count, kv_heads * head_dim), at positions
@@ -65,14 +65,10 @@ void EXPORT(kv_write_f16)(half *kpool, half *vpool, const int *table, int start,
  * same bytes, and a row's bytes depend on that row alone (batch invariance).
  */
 static void quantize_row_i8(signed char *dst, const float *x, int head_dim) {
-  float scale = abs_max(x, head_dim) / 127.0f;
-  // A zero row stays zero (and never divides by zero); saturating conversions keep any input in range.
-  v128_t s = wasm_f32x4_splat(scale > 0 ? scale : 1.0f);
+  float scale = row_scale_i8(x, head_dim);
   for (int d = 0; d < head_dim; d += 8) {
-    v128_t a = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_div(wasm_v128_load(x + d), s)));
-    v128_t b = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_div(wasm_v128_load(x + d + 4), s)));
-    v128_t q = wasm_i8x16_narrow_i16x8(wasm_i16x8_narrow_i32x4(a, b), wasm_i16x8_narrow_i32x4(a, b));
-    wasm_v128_store64_lane(dst + d, q, 0);
+    v128_t q = round_row8(x + d, scale);
+    wasm_v128_store64_lane(dst + d, wasm_i8x16_narrow_i16x8(q, q), 0);
   }
   wasm_v128_store32_lane(dst + head_dim, wasm_f32x4_splat(scale), 0);
 }
@@ -89,50 +85,6 @@ void EXPORT(kv_write_i8)(signed char *kpool, signed char *vpool, const int *tabl
       quantize_row_i8(vpool + at, v + ((size_t)t * kv_heads + h) * head_dim, head_dim);
     }
   }
-}
-
-/**
- * p[lo..n) = exp(p - max) in place, returning their sum (lanes, then hsum: depends on lo and n alone), and
- * p[first..lo) = 0 (a sliding window's keys left behind; first <= lo, a multiple of 4). Lanes are p's own
- * 4-aligned columns, so where the row starts does not change a sum: what lies before lo adds exact zeros.
- */
-static float softmax_numerators(float *p, int first, int lo, int n) {
-  float max = p[lo];
-  for (int j = lo + 1; j < n; j++) max = p[j] > max ? p[j] : max;
-  // The caller leaves room for n rounded up to 4; the padding lanes are zeroed after exp.
-  for (int j = n; j < ((n + 3) & ~3); j++) p[j] = max;
-  v128_t m = wasm_f32x4_splat(max), sum = wasm_f32x4_splat(0);
-  for (int j = first; j < n; j += 4) {
-    v128_t e = exp_f32x4(wasm_f32x4_sub(wasm_v128_load(p + j), m));
-    if (j + 4 > n || j < lo) { // zero the padding and what the window left behind (scored or not)
-      v128_t lane = wasm_i32x4_make(j, j + 1, j + 2, j + 3);
-      e = wasm_v128_and(e, wasm_v128_and(wasm_i32x4_lt(lane, wasm_i32x4_splat(n)), wasm_i32x4_ge(lane, wasm_i32x4_splat(lo))));
-    }
-    wasm_v128_store(p + j, e);
-    sum = wasm_f32x4_add(sum, e);
-  }
-  return hsum(sum);
-}
-
-// Keys and values are taken a chunk at a time: up to CHUNK consecutive tokens of one pool block, for one KV
-// head, contiguous there. A float16 or 8-bit chunk is widened once into a float32 copy (exact for float16;
-// q * scale, one rounding, for 8 bits) that every query of the step reads, instead of once per (query, key).
-#define CHUNK 16
-#define MAX_HEAD_DIM 256
-
-/** How many keys from j0 on make one chunk: at most CHUNK, never past the end of j0's block or of the keys. */
-static int chunk_len(int j0, int total, int block_size) {
-  int n = block_size - j0 % block_size;
-  if (n > CHUNK) n = CHUNK;
-  return n < total - j0 ? n : total - j0;
-}
-
-/** The pool's element type: attention's kv_type argument. */
-enum { KV_F32 = 0, KV_F16 = 1, KV_I8 = 2 };
-
-/** Which row of a pool holds token j0 of KV head g: its block through `table`, then its place there. */
-static inline size_t row_at(const int *table, int j0, int g, int kv_heads, int block_size) {
-  return ((size_t)table[j0 / block_size] * kv_heads + g) * block_size + j0 % block_size;
 }
 
 /** n 8-bit rows (head_dim int8, then the row's scale) widened to float32 rows: q * scale. */
@@ -220,16 +172,6 @@ static void add_values(float *o, const float *p, const float *values, int n, int
   add_values_from(o, p, values, n, head_dim, d);
 }
 
-/** Where query a of KV group g (queries in (token, head of the group) order) lies in q and in out. */
-static inline size_t query_at(int a, int group, int heads, int g, int head_dim) {
-  return ((size_t)(a / group) * heads + g * group + a % group) * head_dim;
-}
-
-/** How many of the chunk's n keys from j0 on token t (position start + t) sees. */
-static inline int seen_of(int t, int start, int j0, int n) {
-  return start + t + 1 - j0 < n ? start + t + 1 - j0 : n;
-}
-
 /**
  * score_chunk for two queries at once over their first n keys (a second query may see more: its caller
  * scores those alone): each key is loaded once for both, eight chains in flight; every dot product is still
@@ -315,9 +257,13 @@ static void add_values2(float *oa, float *ob, const float *pa, const float *pb, 
 void EXPORT(attention)(float *out, const float *q, const void *kpool, const void *vpool, const int *table, int start, int count,
                        int heads, int kv_heads, int head_dim, int block_size, float scale, float *scores, int kv_type,
                        int window) {
+  if (kv_type == KV_I8) {
+    attention_i8(out, q, kpool, vpool, table, start, count, heads, kv_heads, head_dim, block_size, scale, scores, window);
+    return;
+  }
   int group = heads / kv_heads, total = start + count;
   // Where token t's window begins, and the first key read (4-aligned, so softmax's lanes keep their columns).
-#define WINDOW_LO(t) (window > 0 && start + (t) + 1 > window ? start + (t) + 1 - window : 0)
+#define WINDOW_LO(t) window_lo(window, start + (t))
   int first = WINDOW_LO(0) & ~3;
   int stride = (total + 4) & ~3; // floats per (token, head) score row, room for softmax's padding
   float buf[CHUNK * MAX_HEAD_DIM] __attribute__((aligned(16)));

@@ -15,8 +15,8 @@ command -v "$cc" >/dev/null || { echo "kernels/build.sh needs clang-16 and lld-1
 build() {
   "$cc" --target=wasm32 -O3 -msimd128 "$@" -ffreestanding -nostdlib -ffp-contract=off -fno-builtin-memset \
     -Wall -Wextra -Werror -Wno-unused-parameter \
-    -Wl,--no-entry -Wl,--import-memory -Wl,--export=__heap_base -Wl,-z,stack-size=65536 -Wl,--strip-all \
-    "$here"/elementwise.c "$here"/matmul_float.c "$here"/matmul_quant.c "$here"/attention.c "$here"/repack.c
+    -Wl,--no-entry -Wl,--import-memory -Wl,--export=__heap_base -Wl,-z,stack-size=131072 -Wl,--strip-all \
+    "$here"/elementwise.c "$here"/matmul_float.c "$here"/matmul_quant.c "$here"/attention.c "$here"/attention_i8.c "$here"/repack.c
 }
 build -o "$out/edge-kernels.wasm"
 build -mrelaxed-simd -DRELAXED -o "$out/edge-kernels-relaxed.wasm"

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import v8 from 'node:v8';
+import { KERNELS_MIN_PAGES } from '../engine/runners/wasm/edge-kernels.js';
 
 /** Which build of the kernels: relaxed SIMD's 8-bit dot product, or baseline SIMD. Both give the same bits. */
 export type KernelsBuild = 'relaxed' | 'baseline';
@@ -37,7 +38,7 @@ function compileRelaxed(): WebAssembly.Module | undefined {
 
 /** Whether `module`'s dot product is exact here: random int8 activations against values 0..15. */
 export function dotProbePasses(module: WebAssembly.Module): boolean {
-  const memory = new WebAssembly.Memory({ initial: 2 });
+  const memory = new WebAssembly.Memory({ initial: KERNELS_MIN_PAGES });
   const instance = new WebAssembly.Instance(module, { env: { memory } });
   const probe = instance.exports.probe_dot as (a: number, u: number) => number;
   const a = new Int8Array(memory.buffer, 1024, 16);

@@ -135,6 +135,34 @@ function int8Row(x: Float64Array, off: number, n: number): void {
   }
 }
 
+/** max |x| / 127 over x[off .. off + n): the scale an 8-bit row of these values has. */
+function int8Scale(x: Float64Array, off: number, n: number): number {
+  let amax = 0;
+  for (let i = off; i < off + n; i++) amax = Math.max(amax, Math.abs(x[i]));
+  return amax / 127;
+}
+
+/**
+ * The 8-bit cache's value weights as its integer attention takes them: each p[t] * s[t] (s: the value row's
+ * scale) rounded to 16 bits against the largest in its chunk of positions [V c, V (c + 1)), V = 128 up to
+ * head_dim 128, else 64; then divided by s[t] again. p[first .. T) in place.
+ */
+function roundValueWeights(p: Float64Array, s: number[], first: number, T: number, headDim: number): void {
+  const V = headDim <= 128 ? 128 : 64;
+  for (let c = Math.floor(first / V) * V; c < T; c += V) {
+    const from = Math.max(c, first);
+    const to = Math.min(c + V, T);
+    let top = 0;
+    for (let t = from; t < to; t++) top = Math.max(top, p[t] * s[t]);
+    for (let t = from; t < to; t++) {
+      if (s[t] === 0) continue; // a zero row: its values are 0 whatever its weight
+      const r = (p[t] * s[t] * 32767) / top;
+      const q = Math.abs(r - Math.trunc(r)) === 0.5 ? 2 * Math.round(r / 2) : Math.round(r);
+      p[t] = (q * top) / 32767 / s[t];
+    }
+  }
+}
+
 export class LlamaReference {
   readonly hidden: number;
   readonly inter: number;
@@ -164,7 +192,8 @@ export class LlamaReference {
 
   /**
    * Keys and values cached in 8 bits (KV_DTYPE int8): each (position, KV head) row of head_dim values as
-   * round(x / s) * s with s = max |x| / 127, rounding halves to even.
+   * round(x / s) * s with s = max |x| / 127, rounding halves to even; and attended as the kernels' integer
+   * attention does: each query head's row rounded the same way, the value weights by roundValueWeights.
    */
   kvInt8 = false;
 
@@ -324,6 +353,7 @@ export class LlamaReference {
       const first = sliding ? Math.max(0, T - this.gemma!.window) : 0;
       const attnScale = this.gemma ? this.gemma.scale : 1 / Math.sqrt(D);
 
+      if (this.kvInt8) for (let h = 0; h < heads; h++) int8Row(q, h * D, D);
       const att = new Float64Array(heads * D); // (heads*head_dim) concatenated head outputs
       const scores = new Float64Array(T); // (T)
       for (let h = 0; h < heads; h++) {
@@ -340,6 +370,10 @@ export class LlamaReference {
         for (let t = first; t < T; t++) {
           scores[t] = Math.exp(scores[t] - max);
           sum += scores[t];
+        }
+        if (this.kvInt8) {
+          const valueScales = this.values[l].map((v) => int8Scale(v, kvh * D, D));
+          roundValueWeights(scores, valueScales, first, T, D);
         }
         for (let t = first; t < T; t++) {
           const p = scores[t] / sum;

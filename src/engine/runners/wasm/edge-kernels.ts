@@ -110,11 +110,13 @@ export function checkedExports(exports: WebAssembly.Exports): KernelExports & { 
 }
 
 const PAGE = 65536;
+/** Pages the module asks for at least: its data and its 128 KiB stack (kernels/build.sh), with room to spare. */
+export const KERNELS_MIN_PAGES = 4;
 
 /** Instantiates the kernels with a fresh memory of `initialBytes` (it grows as weights are placed). */
 export async function instantiateKernels(
   module: WebAssembly.Module,
-  initialBytes = 2 * PAGE,
+  initialBytes = KERNELS_MIN_PAGES * PAGE,
 ): Promise<{ kernels: KernelExports; memory: LinearMemory }> {
   const memory = new WebAssembly.Memory({ initial: Math.ceil(initialBytes / PAGE), maximum: 65536 });
   const instance = await WebAssembly.instantiate(module, { env: { memory } });

@@ -9,7 +9,7 @@ export const LOGIT_ROWS = 8;
 /** Every scratch allocation starts on a 64-byte boundary (ScratchArena.alloc). */
 const ALIGN = 64;
 /** The kernels' own stack, below their heap: counted with the scratch. */
-const KERNELS_STACK = 65536;
+const KERNELS_STACK = 131072;
 
 /** What one pass lays out in scratch, by its size. */
 export interface PassShape {
