@@ -1,6 +1,12 @@
 // The kernels section's results and their Markdown table (kept light: the report imports it).
 import type { Sampled } from './stats.js';
 
+interface SessionFigures {
+  cachedTurnS: Sampled;
+  freshTurnS: Sampled;
+  ratio: Sampled;
+}
+
 export interface KernelsBench {
   runs: number;
   /** Batch-1 decode tokens/s per runner and dtype, and its ratio to onnxruntime-web fp32 in the same run. */
@@ -15,12 +21,24 @@ export interface KernelsBench {
     q4VsOwnBatch1?: Sampled;
   };
   prefill512: Record<string, { tokPerS: Sampled; vsOrtFp32: Sampled }>;
-  session: { history: number; cachedTurnS: Sampled; freshTurnS: Sampled; ratio: Sampled };
+  /** int8 weights: KV_DTYPE int8 (runs since its integer attention) and, in fp32Kv, the default float32 pool. */
+  session: { history: number; cachedTurnS: Sampled; freshTurnS: Sampled; ratio: Sampled; fp32Kv?: SessionFigures };
   memory: { linearMemoryBytes: number; weightBytes: number; kvBytes: number };
 }
 
 const f = (x: number, digits = 1): string => x.toFixed(digits);
 const mib = (n: number): string => `${(n / 2 ** 20).toFixed(1)} MiB`;
+
+function sessionLines(s: KernelsBench['session']): string[] {
+  const line = (kv: string, r: SessionFigures) =>
+    `| ${kv} | ${f(r.cachedTurnS.median * 1000, 0)} ms | ${f(r.freshTurnS.median * 1000, 0)} ms | ${f(r.ratio.median, 2)}× |`;
+  return [
+    `| Session turn (20 tokens) over ${s.history} cached tokens, kernels int8 | turn | fresh 20-token prompt | × |`,
+    '|---|---:|---:|---:|',
+    ...(s.fp32Kv ? [line('KV fp32', s.fp32Kv)] : []),
+    line(s.fp32Kv ? 'KV int8, integer attention' : 'KV fp32', s),
+  ];
+}
 
 export function kernelsTable(k: KernelsBench): string {
   const lines = [
@@ -47,7 +65,7 @@ export function kernelsTable(k: KernelsBench): string {
       ([name, r]) => `| ${name} | ${f(r.tokPerS.median)} | ${f(r.vsOrtFp32.median, 2)}× |`,
     ),
     '',
-    `Session turn (20 tokens) over ${k.session.history} cached tokens, kernels int8: ${f(k.session.cachedTurnS.median * 1000, 0)} ms against ${f(k.session.freshTurnS.median * 1000, 0)} ms for a fresh 20-token prompt (${f(k.session.ratio.median, 2)}×).`,
+    ...sessionLines(k.session),
     '',
     `Memory, q4 with a 16 MiB KV pool: linear memory ${mib(k.memory.linearMemoryBytes)} = weights ${mib(k.memory.weightBytes)} + KV ${mib(k.memory.kvBytes)} + ${mib(k.memory.linearMemoryBytes - k.memory.weightBytes - k.memory.kvBytes)} scratch and stack.`,
   ];

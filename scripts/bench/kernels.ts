@@ -4,7 +4,8 @@
 //             fp32 (its native CPU backend, two threads: what `--backend auto` would otherwise run)
 //   batch 16: aggregate decode tok/s of 16 streams (kernels int8 and q4; onnxruntime-web fp32)
 //   prefill:  512-token prompt tokens/s (kernels fp32 and int8; onnxruntime-web fp32)
-//   session:  TTFT of a 20-token turn after 4096 cached tokens against a fresh 20-token prompt (kernels int8)
+//   session:  TTFT of a 20-token turn after 4096 cached tokens against a fresh 20-token prompt (kernels int8,
+//             KV int8 with its integer attention, and the default float32 KV)
 //   memory:   linear memory of a q4 engine with a 16 MiB KV pool (what a Durable Object would hold)
 // Steps are runner passes (model only), so the comparison is of the forward passes themselves.
 //
@@ -15,6 +16,7 @@ import { parseArgs } from 'node:util';
 import { Engine } from '../../src/engine/engine.js';
 import type { KernelRunner } from '../../src/engine/runners/wasm/kernel-runner.js';
 import type { PagedSequenceKv } from '../../src/engine/kv/paged-kv.js';
+import type { KvDtype } from '../../src/engine/kv/kv-dtype.js';
 import type { ModelDtype } from '../../src/engine/model/model-files.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { nodeRuntime } from '../lib/runtimes.js';
@@ -26,12 +28,18 @@ export type { KernelsBench } from './kernels-table.js';
 
 const MODEL = 'bench-135m';
 
-async function load(backend: 'kernels' | 'ort-wasm' | 'cpu', dtype: ModelDtype, kvMiB = 200): Promise<Engine> {
+async function load(
+  backend: 'kernels' | 'ort-wasm' | 'cpu',
+  dtype: ModelDtype,
+  kvMiB = 200,
+  kvDtype: KvDtype = 'fp32',
+): Promise<Engine> {
   return Engine.load(await nodeRuntime(backend), directorySource(modelDir(MODEL)), {
     dtype,
     autoRun: false,
     kvCacheBytes: kvMiB * 2 ** 20,
     maxTokensPerStep: 8192,
+    kvDtype,
   });
 }
 
@@ -76,6 +84,34 @@ async function prefillRate(engine: Engine, tokens: number): Promise<number> {
     engine.kv.free(kv);
   }
 }
+
+interface TurnTimes {
+  cached: number[];
+  fresh: number[];
+}
+
+/** A session of `history` cached tokens on `engine`, prefilled 512 tokens a pass. */
+async function prefilledSession(engine: Engine, history: number): Promise<PagedSequenceKv> {
+  const kv = engine.kv.create();
+  for (let at = 0; at < history; at += 512)
+    await timed(engine, [{ kv, tokens: ids(Math.min(512, history - at), 2 + at) }]);
+  return kv;
+}
+
+/** One run: a 20-token turn over the session (then dropped again), and a fresh 20-token prompt. */
+async function timeTurn(engine: Engine, kv: PagedSequenceKv, history: number, times: TurnTimes): Promise<void> {
+  times.cached.push(await timed(engine, [{ kv, tokens: ids(20, 3) }]));
+  engine.kv.truncate(kv, history);
+  const fresh = engine.kv.create();
+  times.fresh.push(await timed(engine, [{ kv: fresh, tokens: ids(20, 4) }]));
+  engine.kv.free(fresh);
+}
+
+const sessionFigures = ({ cached, fresh }: TurnTimes) => ({
+  cachedTurnS: sampled(cached),
+  freshTurnS: sampled(fresh),
+  ratio: ratioByRun(cached, fresh),
+});
 
 export async function benchKernels(runs: number, quick: boolean, log: (s: string) => void): Promise<KernelsBench> {
   ensureBenchModels((['fp32', 'int8', 'q4'] as const).map((dtype) => ({ model: MODEL, dtype })));
@@ -129,23 +165,18 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
   await ortNode.runner.release();
 
   // A session's next turn: 4096 tokens already cached (prefilled once), then a 20-token turn, timed to its
-  // logits; the turn is dropped again (truncate) so every run sees the same 4096. Against a fresh 20-token prompt.
+  // logits; the turn is dropped again (truncate) so every run sees the same 4096. Against a fresh 20-token
+  // prompt; int8 weights, with the default float32 KV pool and with KV_DTYPE int8 (integer attention), run
+  // by run side by side.
   const history = quick ? 1024 : 4096;
-  const engine = kernels.int8;
-  const kv = engine.kv.create();
-  log(`kernels bench: prefilling a ${history}-token session history`);
-  for (let at = 0; at < history; at += 512)
-    await timed(engine, [{ kv, tokens: ids(Math.min(512, history - at), 2 + at) }]);
-  const cachedTurn: number[] = [];
-  const freshTurn: number[] = [];
-  for (let run = 0; run < runs; run++) {
-    cachedTurn.push(await timed(engine, [{ kv, tokens: ids(20, 3) }]));
-    engine.kv.truncate(kv, history);
-    const fresh = engine.kv.create();
-    freshTurn.push(await timed(engine, [{ kv: fresh, tokens: ids(20, 4) }]));
-    engine.kv.free(fresh);
-  }
-  engine.kv.free(kv);
+  const int8Kv = await load('kernels', 'int8', 200, 'int8');
+  const sessions = [kernels.int8, int8Kv].map((engine) => ({ engine, times: { cached: [], fresh: [] } as TurnTimes }));
+  log(`kernels bench: prefilling a ${history}-token session history, KV fp32 and int8`);
+  const kvs = await Promise.all(sessions.map((s) => prefilledSession(s.engine, history)));
+  for (let run = 0; run < runs; run++)
+    for (const [i, s] of sessions.entries()) await timeTurn(s.engine, kvs[i], history, s.times);
+  for (const [i, s] of sessions.entries()) s.engine.kv.free(kvs[i]);
+  await int8Kv.runner.release();
   for (const e of Object.values(kernels)) await e.runner.release();
 
   // Footprint: a q4 engine as a Durable Object would hold it (KV_CACHE_MB=16, MAX_BATCH=16).
@@ -192,12 +223,7 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
         { tokPerS: rate(v), vsOrtFp32: ratioByRun(v, prefill['ort-wasm fp32']) },
       ]),
     ),
-    session: {
-      history,
-      cachedTurnS: rate(cachedTurn),
-      freshTurnS: rate(freshTurn),
-      ratio: ratioByRun(cachedTurn, freshTurn),
-    },
+    session: { history, ...sessionFigures(sessions[1].times), fp32Kv: sessionFigures(sessions[0].times) },
     memory,
   };
 }
