@@ -50,25 +50,37 @@ _Static_assert(sizeof(work_t) <= 100 * 1024, "work_t lives on the kernels' 128 K
 
 static const signed char zero_row[MAX_HEAD_DIM] __attribute__((aligned(16)));
 
+/** The 4 x 4 transpose of int32 lanes: out[i] lane j = in[j] lane i. */
+static inline void transpose4(v128_t *out, v128_t x0, v128_t x1, v128_t x2, v128_t x3) {
+  v128_t t0 = wasm_i32x4_shuffle(x0, x1, 0, 4, 1, 5), t1 = wasm_i32x4_shuffle(x2, x3, 0, 4, 1, 5);
+  v128_t t2 = wasm_i32x4_shuffle(x0, x1, 2, 6, 3, 7), t3 = wasm_i32x4_shuffle(x2, x3, 2, 6, 3, 7);
+  out[0] = wasm_i64x2_shuffle(t0, t1, 0, 2);
+  out[CHUNK / 4] = wasm_i64x2_shuffle(t0, t1, 1, 3);
+  out[2 * (CHUNK / 4)] = wasm_i64x2_shuffle(t2, t3, 0, 2);
+  out[3 * (CHUNK / 4)] = wasm_i64x2_shuffle(t2, t3, 1, 3);
+}
+
 /** The chunk's n key rows (at most CHUNK, contiguous) widened to int16, pairs of dims across four keys. */
 static void widen_keys(work_t *w, const signed char *rows, int n, int head_dim) {
   for (int b = 0; b < CHUNK / 4; b++) {
     const signed char *r[4];
     for (int i = 0; i < 4; i++) r[i] = 4 * b + i < n ? rows + (size_t)(4 * b + i) * (head_dim + 4) : zero_row;
-    for (int d = 0; d < head_dim; d += 8) {
-      // Each row's eight dims as four int32 lanes (one pair each); a 4 x 4 transpose makes them pair-major.
-      v128_t x0 = wasm_i16x8_extend_low_i8x16(wasm_v128_load64_zero(r[0] + d));
-      v128_t x1 = wasm_i16x8_extend_low_i8x16(wasm_v128_load64_zero(r[1] + d));
-      v128_t x2 = wasm_i16x8_extend_low_i8x16(wasm_v128_load64_zero(r[2] + d));
-      v128_t x3 = wasm_i16x8_extend_low_i8x16(wasm_v128_load64_zero(r[3] + d));
-      v128_t t0 = wasm_i32x4_shuffle(x0, x1, 0, 4, 1, 5), t1 = wasm_i32x4_shuffle(x2, x3, 0, 4, 1, 5);
-      v128_t t2 = wasm_i32x4_shuffle(x0, x1, 2, 6, 3, 7), t3 = wasm_i32x4_shuffle(x2, x3, 2, 6, 3, 7);
+    // Each row's dims as int32 lanes (a pair each, sign-extended to int16); the transpose makes them pair-major.
+    int d = 0;
+    for (; d + 16 <= head_dim; d += 16) {
+      v128_t x0 = wasm_v128_load(r[0] + d), x1 = wasm_v128_load(r[1] + d);
+      v128_t x2 = wasm_v128_load(r[2] + d), x3 = wasm_v128_load(r[3] + d);
       v128_t *k = w->keys + (d / 2) * (CHUNK / 4) + b;
-      k[0] = wasm_i64x2_shuffle(t0, t1, 0, 2);
-      k[CHUNK / 4] = wasm_i64x2_shuffle(t0, t1, 1, 3);
-      k[2 * (CHUNK / 4)] = wasm_i64x2_shuffle(t2, t3, 0, 2);
-      k[3 * (CHUNK / 4)] = wasm_i64x2_shuffle(t2, t3, 1, 3);
+      transpose4(k, wasm_i16x8_extend_low_i8x16(x0), wasm_i16x8_extend_low_i8x16(x1), wasm_i16x8_extend_low_i8x16(x2),
+                 wasm_i16x8_extend_low_i8x16(x3));
+      transpose4(k + 4 * (CHUNK / 4), wasm_i16x8_extend_high_i8x16(x0), wasm_i16x8_extend_high_i8x16(x1),
+                 wasm_i16x8_extend_high_i8x16(x2), wasm_i16x8_extend_high_i8x16(x3));
     }
+    if (d < head_dim) // the last 8
+      transpose4(w->keys + (d / 2) * (CHUNK / 4) + b, wasm_i16x8_extend_low_i8x16(wasm_v128_load64_zero(r[0] + d)),
+                 wasm_i16x8_extend_low_i8x16(wasm_v128_load64_zero(r[1] + d)),
+                 wasm_i16x8_extend_low_i8x16(wasm_v128_load64_zero(r[2] + d)),
+                 wasm_i16x8_extend_low_i8x16(wasm_v128_load64_zero(r[3] + d)));
   }
   for (int k = 0; k < CHUNK; k++) w->key_scale[k] = k < n ? *(const float *)(rows + (size_t)k * (head_dim + 4) + head_dim) : 0;
 }
@@ -208,8 +220,11 @@ static float chunk_weights(short *wq, v128_t *sum, const float *p, float max, co
                            int seen) {
   float x[VCHUNK] __attribute__((aligned(16)));
   v128_t top4 = wasm_f32x4_splat(0), m = wasm_f32x4_splat(max), total = *sum, all = wasm_i32x4_splat(-1);
-  for (int k = 0; k < v; k += 4) wasm_v128_store(x + k, wasm_f32x4_splat(0));
-  // The group holding lo (and perhaps seen too), the whole groups, then the group holding seen.
+  // Zeros outside the groups that hold [lo, seen); in them, the group holding lo (and perhaps seen too), the
+  // whole groups, then the group holding seen.
+  int from = lo < seen ? lo & ~3 : v, to = lo < seen ? (seen + 3) & ~3 : v;
+  for (int k = 0; k < from; k += 4) wasm_v128_store(x + k, wasm_f32x4_splat(0));
+  for (int k = to; k < v; k += 4) wasm_v128_store(x + k, wasm_f32x4_splat(0));
   int full_lo = (lo + 3) & ~3, full_hi = seen & ~3;
   if ((lo & 3) && lo < seen) top4 = wasm_f32x4_pmax(top4, weigh_edge(x, &total, p, max, value_scale, lo & ~3, lo, seen));
   for (int k = full_lo; k < full_hi; k += 4) {
