@@ -33,7 +33,7 @@ static inline v128_t exp_f32x4(v128_t x) {
   p = wasm_f32x4_add(wasm_f32x4_mul(p, r), wasm_f32x4_splat(5.0000001201e-1f));
   p = wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_mul(wasm_f32x4_mul(p, r), r), r), wasm_f32x4_splat(1.0f));
   // 2^n built in the exponent field; n is in [-126, 128) after the clamp. Adding 1.5 * 2^23 puts the integer n
-  // in the low mantissa bits exactly (cheaper than trunc_sat, which x86 spells in seven instructions).
+  // in the low mantissa bits exactly (cheaper than trunc_sat, which x86 spells in several instructions).
   v128_t bits = wasm_f32x4_add(n, wasm_f32x4_splat(0x1.8p23f));
   v128_t pow2n = wasm_i32x4_shl(wasm_i32x4_add(bits, wasm_i32x4_splat(127)), 23);
   return wasm_f32x4_mul(p, pow2n);
