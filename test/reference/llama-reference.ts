@@ -122,24 +122,21 @@ function argmax(v: ArrayLike<number>): number {
 
 // ----------------------------------------------------------------------------------------------
 
-/** x[off .. off + n) rounded to 8 bits with one scale, in place (the 8-bit KV cache's rows). */
-function int8Row(x: Float64Array, off: number, n: number): void {
-  let amax = 0;
-  for (let i = off; i < off + n; i++) amax = Math.max(amax, Math.abs(x[i]));
-  if (amax === 0) return;
-  const s = amax / 127;
-  for (let i = off; i < off + n; i++) {
-    const r = x[i] / s;
-    const q = Math.abs(r - Math.trunc(r)) === 0.5 ? 2 * Math.round(r / 2) : Math.round(r);
-    x[i] = q * s;
-  }
-}
+/** Halves to even. */
+const roundEven = (r: number): number => (Math.abs(r - Math.trunc(r)) === 0.5 ? 2 * Math.round(r / 2) : Math.round(r));
 
 /** max |x| / 127 over x[off .. off + n): the scale an 8-bit row of these values has. */
 function int8Scale(x: Float64Array, off: number, n: number): number {
   let amax = 0;
   for (let i = off; i < off + n; i++) amax = Math.max(amax, Math.abs(x[i]));
   return amax / 127;
+}
+
+/** x[off .. off + n) rounded to 8 bits with one scale, in place (the 8-bit KV cache's rows). */
+function int8Row(x: Float64Array, off: number, n: number): void {
+  const s = int8Scale(x, off, n);
+  if (s === 0) return;
+  for (let i = off; i < off + n; i++) x[i] = roundEven(x[i] / s) * s;
 }
 
 /**
@@ -156,9 +153,7 @@ function roundValueWeights(p: Float64Array, s: number[], first: number, T: numbe
     for (let t = from; t < to; t++) top = Math.max(top, p[t] * s[t]);
     for (let t = from; t < to; t++) {
       if (s[t] === 0) continue; // a zero row: its values are 0 whatever its weight
-      const r = (p[t] * s[t] * 32767) / top;
-      const q = Math.abs(r - Math.trunc(r)) === 0.5 ? 2 * Math.round(r / 2) : Math.round(r);
-      p[t] = (q * top) / 32767 / s[t];
+      p[t] = (roundEven((p[t] * s[t] * 32767) / top) * top) / 32767 / s[t];
     }
   }
 }
