@@ -5,7 +5,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { edgeKernelsModule } from '../src/backends/edge-kernels-node.js';
 import { instantiateKernels, type KernelExports } from '../src/engine/runners/wasm/edge-kernels.js';
 import type { LinearMemory } from '../src/engine/runners/wasm/linear-memory.js';
-import { mulberry32 } from './helpers/prng.js';
+import { attendIn, gaussian, int8Row, maxRelErr, putIn, roundEven } from './helpers/attention-kernels.js';
 
 let k: KernelExports;
 let mem: LinearMemory;
@@ -15,30 +15,7 @@ beforeAll(async () => {
 });
 
 const KV_I8 = 2;
-
-const gaussian = (seed: number, n: number): Float32Array => {
-  const next = mulberry32(seed);
-  return Float32Array.from({ length: n }, () => (next() + next() + next() + next() - 2) * Math.sqrt(3));
-};
-
-function put(data: Float32Array | Int32Array): number {
-  const ptr = mem.alloc(data.byteLength + 16);
-  new Uint8Array(mem.memory.buffer, ptr, data.byteLength).set(
-    new Uint8Array(data.buffer, data.byteOffset, data.byteLength),
-  );
-  return ptr;
-}
-
-/** Halves to even, as float32 division then nearest does. */
-const roundEven = (r: number): number => (Math.abs(r - Math.trunc(r)) === 0.5 ? 2 * Math.round(r / 2) : Math.round(r));
-
-/** An 8-bit row of x: its integers and scale, in float32 steps as the kernels take them. */
-function int8Row(x: ArrayLike<number>): { q: number[]; scale: number } {
-  let amax = 0;
-  for (let i = 0; i < x.length; i++) amax = Math.max(amax, Math.abs(x[i]));
-  const scale = Math.fround(amax / 127);
-  return { q: Array.from(x, (v) => (scale > 0 ? roundEven(Math.fround(v / scale)) : 0)), scale };
-}
+const put = (data: Float32Array | Int32Array): number => putIn(mem, data);
 
 interface Shape {
   heads: number;
@@ -91,16 +68,6 @@ function int8AttentionRef(
   return out;
 }
 
-function maxRelErr(got: ArrayLike<number>, want: ArrayLike<number>): number {
-  let err = 0;
-  let norm = 0;
-  for (let i = 0; i < want.length; i++) {
-    err = Math.max(err, Math.abs(got[i] - want[i]));
-    norm = Math.max(norm, Math.abs(want[i]));
-  }
-  return err / norm;
-}
-
 describe('attention over an 8-bit pool, in integers', () => {
   // head_dim 8, 24 (the 16-dim tiles' remainder), 64 and 256 (chunks of 64 positions, not 128); blocks of 4,
   // 16, 24 and 32 (no multiple of 16, and chunks that span blocks); 30 tokens of 3 heads (two blocks of the
@@ -139,28 +106,7 @@ describe('attention over an 8-bit pool, in integers', () => {
       const q = gaussian(32, count * heads * hd).map((x) => x * 3);
       const qAt = put(q);
       const width = heads * hd;
-      const attend = (start: number, n: number, qPtr: number): Float32Array => {
-        const out = mem.alloc(n * width * 4);
-        const scores = mem.alloc(n * heads * (start + n + 4) * 4);
-        k.attention(
-          out,
-          qPtr,
-          kpool,
-          vpool,
-          table,
-          start,
-          n,
-          heads,
-          kvHeads,
-          hd,
-          bs,
-          1 / Math.sqrt(hd),
-          scores,
-          KV_I8,
-          window,
-        );
-        return mem.f32(out, n * width).slice();
-      };
+      const attend = attendIn(k, mem, { kpool, vpool, table, heads, kvHeads, hd, bs, kvType: KV_I8, window });
       const out = attend(past, count, qAt);
       const want = int8AttentionRef({ heads, kvHeads, hd }, q, rows(kf), rows(vf), past, count, window);
       // float32 steps and a polynomial 2^x (2e-7) against float64; a weight near a rounding tie may round the other

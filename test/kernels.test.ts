@@ -5,7 +5,7 @@ import { edgeKernelsModule } from '../src/backends/edge-kernels-node.js';
 import { instantiateKernels, type KernelExports } from '../src/engine/runners/wasm/edge-kernels.js';
 import type { LinearMemory } from '../src/engine/runners/wasm/linear-memory.js';
 import { fromHalf, toHalf } from '../src/engine/model/half.js';
-import { mulberry32 } from './helpers/prng.js';
+import { attendIn, gaussian, maxRelErr as relErr, putIn } from './helpers/attention-kernels.js';
 
 let k: KernelExports;
 let mem: LinearMemory;
@@ -14,30 +14,8 @@ beforeAll(async () => {
   ({ kernels: k, memory: mem } = await instantiateKernels(edgeKernelsModule()));
 });
 
-const gaussian = (seed: number, n: number, std = 1): Float32Array => {
-  const next = mulberry32(seed);
-  return Float32Array.from({ length: n }, () => (next() + next() + next() + next() - 2) * std * Math.sqrt(3));
-};
-
-/** Copies typed data into fresh linear memory and returns its pointer. */
-function put(data: Float32Array | Uint8Array | Uint16Array | Int32Array): number {
-  const ptr = mem.alloc(data.byteLength + 16);
-  new Uint8Array(mem.memory.buffer, ptr, data.byteLength).set(
-    new Uint8Array(data.buffer, data.byteOffset, data.byteLength),
-  );
-  return ptr;
-}
+const put = (data: Float32Array | Uint8Array | Uint16Array | Int32Array): number => putIn(mem, data);
 const floats = (ptr: number, n: number): Float32Array => mem.f32(ptr, n).slice();
-
-function relErr(got: ArrayLike<number>, want: ArrayLike<number>): number {
-  let err = 0;
-  let norm = 0;
-  for (let i = 0; i < want.length; i++) {
-    err = Math.max(err, Math.abs(got[i] - want[i]));
-    norm = Math.max(norm, Math.abs(want[i]));
-  }
-  return err / norm;
-}
 
 /** y (m, n) = x (m, k) @ W where w(kk, nn) gives the weight, in float64. */
 function matmulRef(
@@ -314,35 +292,14 @@ describe('paged attention', () => {
         const q = gaussian(22, count * heads * hd);
         const qAt = put(q);
         const row = heads * hd;
-        const attend = (start: number, n: number, qPtr: number): number => {
-          const out = mem.alloc(n * row * 4);
-          const scores = mem.alloc(n * heads * (start + n + 4) * 4);
-          k.attention(
-            out,
-            qPtr,
-            kpool,
-            vpool,
-            table,
-            start,
-            n,
-            heads,
-            kvHeads,
-            hd,
-            bs,
-            1 / Math.sqrt(hd),
-            scores,
-            half ? 1 : 0,
-            window,
-          );
-          return out;
-        };
-        const out = floats(attend(past, count, qAt), count * row);
+        const attend = attendIn(k, mem, { kpool, vpool, table, heads, kvHeads, hd, bs, kvType: half ? 1 : 0, window });
+        const out = attend(past, count, qAt);
         expect(
           relErr(out, attentionRef({ heads, kvHeads, hd }, q, byPos(kr), byPos(vr), past, count, window)),
         ).toBeLessThan(1e-5);
         // Token t alone (its keys are in the pool already) gives the bits it got beside the others.
         for (let t = 0; t < count; t++)
-          expect(floats(attend(past + t, 1, qAt + t * row * 4), row)).toEqual(out.subarray(t * row, (t + 1) * row));
+          expect(attend(past + t, 1, qAt + t * row * 4)).toEqual(out.subarray(t * row, (t + 1) * row));
       });
     }
 });

@@ -8,6 +8,7 @@ import { instantiateKernels } from '../src/engine/runners/wasm/edge-kernels.js';
 import type { KvDtype } from '../src/engine/kv/kv-dtype.js';
 import { loadReference } from './reference/load-reference.js';
 import type { LlamaReference } from './reference/llama-reference.js';
+import { int8Row } from './helpers/attention-kernels.js';
 import { collect, loadEngine, maxAbsDiff, modelDir, randomIds } from './helpers/engines.js';
 import { mulberry32 } from './helpers/prng.js';
 
@@ -137,17 +138,11 @@ describe('KV_DTYPE on the edge kernels', () => {
   });
 });
 
-/** One (token, head) row as the 8-bit pool stores it, written plainly: float32 steps, halves to even. */
+/** One (token, head) row as the 8-bit pool stores it: its bytes, then its scale. */
 function int8RowBytes(x: Float32Array): Uint8Array {
+  const { q, scale } = int8Row(x);
   const out = new Uint8Array(x.length + 4);
-  let amax = 0;
-  for (const v of x) amax = Math.max(amax, Math.abs(v));
-  const scale = Math.fround(amax / 127);
-  for (const [d, v] of x.entries()) {
-    const r = scale > 0 ? Math.fround(v / scale) : 0;
-    const q = Math.abs(r - Math.trunc(r)) === 0.5 ? 2 * Math.round(r / 2) : Math.round(r);
-    out[d] = q & 0xff;
-  }
+  for (const [d, v] of q.entries()) out[d] = v & 0xff;
   new DataView(out.buffer).setFloat32(x.length, scale, true);
   return out;
 }
