@@ -5,7 +5,6 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import type { Engine } from '../src/engine/engine.js';
 import { BlockPool } from '../src/engine/kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from '../src/engine/kv/paged-kv.js';
-import { ArrayKvMemory } from '../src/engine/runners/array-kv-memory.js';
 import { Scheduler } from '../src/engine/scheduler.js';
 import type { GenerationRequest } from '../src/engine/request.js';
 import { loadEngine, randomIds } from './helpers/engines.js';
@@ -171,7 +170,7 @@ describe('the scheduler on its own', () => {
   it('a preempted sequence is readmitted before another group whose turn it would be', () => {
     // 5 blocks of 4 tokens, 2 in a batch: a0 and b0 both grow to 3 blocks, so b0 (the newer) is preempted.
     const shape = { numLayers: 1, numKvHeads: 1, headDim: 1 };
-    const kv = new KvCacheManager(new BlockPool(shape, 5, 4), 'm', new ArrayKvMemory(shape, 5, 4));
+    const kv = new KvCacheManager(new BlockPool(shape, 5, 4), 'm');
     const scheduler = new Scheduler<Seq>(kv, { maxBatchSize: 2, maxTokensPerStep: 64 });
     let id = 0;
     const seq = (label: string, end: number): Seq => ({

@@ -254,11 +254,8 @@ describe('loading the weights as a stream', () => {
     const prompt = randomIds(10, 20, 3, 500);
     const logits: string[] = [];
     for (const runner of [whole, streamed]) {
-      const kv = new KvCacheManager(
-        new BlockPool(config, 8, 16),
-        'stream-test',
-        runner.createKvMemory(config, 8, 16, 'fp32'),
-      );
+      runner.createKvMemory(config, 8, 16, 'fp32');
+      const kv = new KvCacheManager(new BlockPool(config, 8, 16), 'stream-test');
       const seq = kv.create();
       kv.reserve(seq, prompt.length);
       logits.push(bits((await runner.forward([{ kv: seq, tokens: prompt }])).last(0)));

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { BlockPool } from '../src/engine/kv/block-pool.js';
 import { KvCacheManager, type PagedSequenceKv } from '../src/engine/kv/paged-kv.js';
 import type { KvShape } from '../src/engine/kv/block-pool.js';
-import { clearTokensFrom } from '../src/engine/kv/kv-memory.js';
+import { applyKvTransfers, clearTokensFrom } from '../src/engine/kv/kv-memory.js';
 import { KV_DTYPES, kvRowBytes } from '../src/engine/kv/kv-dtype.js';
 import { ArrayKvMemory } from '../src/engine/runners/array-kv-memory.js';
 
@@ -28,13 +28,22 @@ function newCache(
 ): { pool: BlockPool; memory: ArrayKvMemory; manager: KvCacheManager } {
   const pool = new BlockPool(SHAPE, numBlocks, BLOCK);
   const memory = new ArrayKvMemory(SHAPE, numBlocks, BLOCK);
-  return { pool, memory, manager: new KvCacheManager(pool, identity, memory) };
+  const manager = new KvCacheManager(pool, identity);
+  memories.set(manager, memory);
+  return { pool, memory, manager };
 }
 
-/** The manager's memory, which newCache made an ArrayKvMemory. */
+const memories = new WeakMap<KvCacheManager, ArrayKvMemory>();
+
+/**
+ * The manager's memory, with the copies the manager planned since last asked moved there first, as the step
+ * does before a pass (the manager itself never touches bytes).
+ */
 function arrays(manager: KvCacheManager): ArrayKvMemory {
-  if (!(manager.memory instanceof ArrayKvMemory)) throw new Error('not an ArrayKvMemory');
-  return manager.memory;
+  const memory = memories.get(manager);
+  if (!memory) throw new Error('not a manager newCache made');
+  applyKvTransfers(memory, manager.takeTransfers());
+  return memory;
 }
 
 /** Computes and stores tokens [kv.length, tokens.length) like a model pass would (checked as a runner checks). */
@@ -130,14 +139,14 @@ function run(ops: Op[], numBlocks: number): void {
       const seq = pick(op.which);
       if (seq && manager.reserve(seq.kv, 1)) {
         seq.tokens.push(op.token);
-        writeTokens(memory, seq.kv, seq.tokens);
+        writeTokens(arrays(manager), seq.kv, seq.tokens);
         manager.commit(seq.kv, seq.tokens);
       }
     } else if (op.kind === 'speculate') {
       // A verification pass writes every proposal, then the rejected ones are cut off again.
       const seq = pick(op.which);
       if (seq && manager.reserve(seq.kv, op.proposals.length)) {
-        writeTokens(memory, seq.kv, [...seq.tokens, ...op.proposals]);
+        writeTokens(arrays(manager), seq.kv, [...seq.tokens, ...op.proposals]);
         seq.tokens.push(...op.proposals.slice(0, op.accepted % (op.proposals.length + 1)));
         manager.truncate(seq.kv, seq.tokens.length);
         manager.commit(seq.kv, seq.tokens);
@@ -192,7 +201,7 @@ describe('paged KV cache, by example', () => {
     expect(manager.matchPrefix(kv, [...prefix, 2, 2, 2])).toBe(8);
     expect(kv.blocks.slice(0, 2)).toEqual(a.kv.blocks.slice(0, 2));
     // Another model never shares blocks.
-    const other = new KvCacheManager(manager.pool, 'model-b', manager.memory);
+    const other = new KvCacheManager(manager.pool, 'model-b');
     expect(other.matchPrefix(other.create(), [...prefix, 2])).toBe(0);
     manager.free(kv);
   });
@@ -294,6 +303,10 @@ describe('paged KV cache, by example', () => {
     expect(child.blocks[0]).toBe(parent.kv.blocks[0]);
     expect(child.blocks[1]).not.toBe(parent.kv.blocks[1]);
     expect(manager.copyOnWrites).toBe(1);
+    expect(manager.takeTransfers(), 'the copy is planned, not made').toEqual([
+      { kind: 'copy', from: parent.kv.blocks[1], to: child.blocks[1] },
+    ]);
+    memory.copyBlock(parent.kv.blocks[1], child.blocks[1]);
     writeTokens(memory, child, [0, 1, 2, 0, 1, 2, 2]);
     checkContents(memory, child, [0, 1, 2, 0, 1, 2, 2]);
     checkContents(memory, parent.kv, parent.tokens);

@@ -99,7 +99,7 @@ describe('what is stored', () => {
     const store = new MemoryKvBlockStore(64 * MB);
     const engine = await loadEngine('kernels', 'tiny', { kvStore: store });
     // Every pool block holds something already (as after other sessions' tokens): none of it may be stored.
-    const memory = engine.kv.memory;
+    const memory = engine.kvMemory;
     if (!(memory instanceof ArrayKvMemory)) throw new Error('the kernels keep their KV pool in an ArrayKvMemory');
     for (const array of [...memory.keys, ...memory.values]) array.fill(0.5);
     const history = randomIds(521, 37, 3, 400);

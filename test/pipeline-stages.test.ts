@@ -417,16 +417,16 @@ describe('a model on pipeline stages', () => {
     await collect(alone, r);
     await collect(engine, r);
     const block = 0; // the first request's first block, in both pools
-    const want = await alone.kv.memory.readBlock(block);
-    const got = await engine.kv.memory.readBlock(block);
+    const want = await alone.kvMemory.readBlock(block);
+    const got = await engine.kvMemory.readBlock(block);
     expect(got).toEqual(want);
     // A restore, then a copy of the restored block (a session's tail restored, then copied before its first
     // write), go with the next pass, in that order: the copy holds the restored bytes on every stage.
-    engine.kv.memory.writeBlock(200, got);
-    engine.kv.memory.copyBlock(200, 201);
+    engine.kvMemory.writeBlock(200, got);
+    engine.kvMemory.copyBlock(200, 201);
     await collect(engine, { prompt: 'x', max_tokens: 1 });
-    expect(await engine.kv.memory.readBlock(200)).toEqual(want);
-    expect(await engine.kv.memory.readBlock(201)).toEqual(want);
+    expect(await engine.kvMemory.readBlock(200)).toEqual(want);
+    expect(await engine.kvMemory.readBlock(201)).toEqual(want);
   });
 
   it('an 8-bit KV pool (KV_DTYPE int8) held by the stages: the tokens, logprobs and stored blocks of one process', async () => {
@@ -438,8 +438,8 @@ describe('a model on pipeline stages', () => {
     expect(got.map((r) => r.done.tokenIds)).toEqual(expected.map((r) => r.done.tokenIds));
     expect(got.map((r) => r.tokens.map((t) => t.logprob))).toEqual(expected.map((r) => r.tokens.map((t) => t.logprob)));
     const { numLayers, numKvHeads, headDim } = alone.config;
-    expect(engine.kv.memory.blockBytes).toBe(2 * numLayers * numKvHeads * alone.kv.pool.blockSize * (headDim + 4));
-    expect(await engine.kv.memory.readBlock(0)).toEqual(await alone.kv.memory.readBlock(0));
+    expect(engine.kvMemory.blockBytes).toBe(2 * numLayers * numKvHeads * alone.kv.pool.blockSize * (headDim + 4));
+    expect(await engine.kvMemory.readBlock(0)).toEqual(await alone.kvMemory.readBlock(0));
   });
 
   it('a read that finds a stage restarted fails, and the next pass recomputes: no block of the old stage is kept', async () => {
@@ -449,7 +449,7 @@ describe('a model on pipeline stages', () => {
     const expected = (await collect(alone, r)).done.tokenIds;
     expect((await collect(engine, r)).done.tokenIds).toEqual(expected);
     restart(0);
-    await expect(engine.kv.memory.readBlock(0)).rejects.toThrow(/restarted: block 0 is gone/);
+    await expect(engine.kvMemory.readBlock(0)).rejects.toThrow(/restarted: block 0 is gone/);
     // The same prompt again: its cached prefix was the old stage's; it is recomputed, not reused.
     expect((await collect(engine, r)).done.tokenIds).toEqual(expected);
     expect(engine.stats().kvLosses).toBe(1);
@@ -465,15 +465,15 @@ describe('a model on pipeline stages', () => {
     };
     await collect(alone, r);
     await collect(engine, r);
-    const want = await alone.kv.memory.readBlock(0);
-    engine.kv.memory.writeBlock(200, want);
+    const want = await alone.kvMemory.readBlock(0);
+    engine.kvMemory.writeBlock(200, want);
     const step = links[1].step.bind(links[1]);
     let failures = 1;
     links[1].step = (message) => (failures-- > 0 ? Promise.reject(new Error('a dropped call')) : step(message));
     // The pass fails on stage 2 (a pass of one row: that request fails, alone); the restore goes with the next.
     await expect(collect(engine, { prompt: 'x', max_tokens: 2, temperature: 0 })).rejects.toThrow(/a dropped call/);
     expect((await collect(engine, { prompt: 'y', max_tokens: 2, temperature: 0 })).done.tokenIds).toHaveLength(2);
-    expect(await engine.kv.memory.readBlock(200)).toEqual(want);
+    expect(await engine.kvMemory.readBlock(200)).toEqual(want);
     expect(engine.stats().kvLosses).toBe(0);
   });
 

@@ -73,12 +73,10 @@ export async function runWebGpuBench(
   const files = await loadModelFiles(directorySource(o.model), 'fp32');
   const blocks = Math.max(...o.batches) * Math.ceil((o.promptTokens + o.decodeTokens + 1) / 16) + 4;
   /** A pool of `blocks` in the memory `runner` provides (each runner makes its pool's memory once). */
-  const manager = (runner: ModelRunner) =>
-    new KvCacheManager(
-      new BlockPool(files.config, blocks, 16),
-      'bench',
-      runner.createKvMemory(files.config, blocks, 16, 'fp32'),
-    );
+  const manager = (runner: ModelRunner) => {
+    runner.createKvMemory(files.config, blocks, 16, 'fp32');
+    return new KvCacheManager(new BlockPool(files.config, blocks, 16), 'bench');
+  };
   const wasmRunner = await OnnxRunner.create(webWasmRuntimeForNode(), files.onnx, files.config);
   const gpuRuntime = await webGpuRuntimeForNode();
   const gpuCpuKv = await OnnxRunner.create(gpuRuntime, files.onnx, files.config);

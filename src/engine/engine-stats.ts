@@ -1,7 +1,7 @@
 import type { BlockPoolStats } from './kv/block-pool.js';
 import type { PersistCounters } from './kv/block-persistence.js';
 import type { KvStoreUsage } from './kv/block-store.js';
-import type { RestoreCounters } from './kv/paged-kv.js';
+import type { RestoreCounters } from './kv/block-restorer.js';
 import type { GrammarStats } from './constraints/compiler.js';
 import type { StageStats } from './runners/model-runner.js';
 

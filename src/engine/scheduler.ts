@@ -1,3 +1,4 @@
+import type { KvTransfer } from './kv/kv-memory.js';
 import type { KvCacheManager, PagedSequenceKv } from './kv/paged-kv.js';
 
 /** What the scheduler needs to know of a request: its tokens so far and its place in the cache. */
@@ -7,25 +8,38 @@ export interface SchedulableSequence {
   readonly tokens: readonly number[];
   kv: PagedSequenceKv;
   /**
-   * Positions a decoding sequence would like beyond its tokens this step (speculative proposals for the
-   * pass to verify). Reserved only when the pool has them to spare: never worth a preemption.
-   */
-  readonly lookahead?: number;
-  /**
-   * Sequences that only advance together (the beams of one search): one that has computed its token
-   * waits, holding its blocks, until the others have too. Preempted together when that would deadlock.
-   */
-  readonly cohort?: object;
-  /**
    * Whose request this is, for fair admission: waiting sequences are admitted round-robin across groups
    * (first come, first served within one). The host names the groups; sequences without one share a group.
    */
   readonly fairnessGroup?: string;
-  /** Computes its whole prompt, never taking blocks from the prefix cache (it wants the prompt's logits). */
-  readonly skipsPrefixCache?: boolean;
   /** The session this is a turn of: its previous turn's partial last block may be restored for it. */
   readonly session?: string;
 }
+
+/**
+ * What the way a sequence generates asks of the scheduler (engine/modes): the scheduler asks, the sequence
+ * carries no field per feature.
+ */
+export interface SchedulingHints<S> {
+  /**
+   * Positions a decoding sequence would like beyond its tokens this step (speculative proposals for the
+   * pass to verify). Reserved only when the pool has them to spare: never worth a preemption.
+   */
+  lookahead(seq: S): number;
+  /**
+   * Sequences that only advance together (the beams of one search): one that has computed its token
+   * waits, holding its blocks, until the others have too. Preempted together when that would deadlock.
+   */
+  cohort(seq: S): object | undefined;
+  /** Computes its whole prompt, never taking blocks from the prefix cache (it wants the prompt's logits). */
+  skipsPrefixCache(seq: S): boolean;
+}
+
+const NO_HINTS: SchedulingHints<unknown> = {
+  lookahead: () => 0,
+  cohort: () => undefined,
+  skipsPrefixCache: () => false,
+};
 
 export interface SchedulerLimits {
   /** Tokens one pass may compute, over all sequences (prefill chunks + decodes). */
@@ -54,6 +68,11 @@ export interface ScheduledStep<S extends SchedulableSequence> {
   preempted: S[];
   /** Sequences admitted from the queue this step, with their prefix-cache hits. */
   admitted: { seq: S; cachedTokens: number }[];
+  /**
+   * Block bytes to move before the pass (copy-on-write copies, restored blocks), in order: planned by the
+   * cache manager as it made room, executed by the runner's KvMemory.
+   */
+  transfers: KvTransfer[];
 }
 
 /**
@@ -90,6 +109,7 @@ export class Scheduler<S extends SchedulableSequence> {
      * at admission so that waiting sequences hold no blocks; without one, the prefix cache is searched.
      */
     private readonly ownCache: (seq: S) => PagedSequenceKv | undefined = () => undefined,
+    private readonly hints: SchedulingHints<S> = NO_HINTS,
   ) {
     this.lanes = Math.max(1, limits.lanes ?? 1);
   }
@@ -121,18 +141,20 @@ export class Scheduler<S extends SchedulableSequence> {
 
   private assignLane(seq: S, lane?: number): void {
     if (this.lanes === 1) return;
-    const cohortLane = seq.cohort === undefined ? undefined : this.laneOf.get(seq.cohort);
+    const cohort = this.hints.cohort(seq);
+    const cohortLane = cohort === undefined ? undefined : this.laneOf.get(cohort);
     const chosen = cohortLane ?? lane ?? this.leastLoadedLane();
     this.laneOf.set(seq, chosen);
-    if (seq.cohort !== undefined && cohortLane === undefined) this.laneOf.set(seq.cohort, chosen);
+    if (cohort !== undefined && cohortLane === undefined) this.laneOf.set(cohort, chosen);
   }
 
   /** Whether `lane` may admit `seq`: not a cohort member whose siblings run in another lane. */
   private admissibleIn(seq: S, lane: number | undefined): boolean {
-    if (lane === undefined || seq.cohort === undefined) return true;
-    const running = this.running.find((s) => s.cohort === seq.cohort);
+    const cohort = this.hints.cohort(seq);
+    if (lane === undefined || cohort === undefined) return true;
+    const running = this.running.find((s) => this.hints.cohort(s) === cohort);
     if (running !== undefined) return this.lane(running) === lane;
-    this.laneOf.delete(seq.cohort);
+    this.laneOf.delete(cohort);
     return true;
   }
 
@@ -168,10 +190,11 @@ export class Scheduler<S extends SchedulableSequence> {
    * in flight) keeps a sequence, and every member of its cohort, running until that pass settles.
    */
   preemptAll(busy: (seq: S) => boolean = () => false, sequences: readonly S[] = this.running): void {
-    const step: ScheduledStep<S> = { rows: [], preempted: [], admitted: [] };
-    const held = new Set(this.running.filter(busy).map((seq) => seq.cohort ?? seq));
+    const step: ScheduledStep<S> = { rows: [], preempted: [], admitted: [], transfers: [] };
+    const unit = (seq: S): object => this.hints.cohort(seq) ?? seq;
+    const held = new Set(this.running.filter(busy).map(unit));
     for (const seq of [...sequences].reverse())
-      if (this.running.includes(seq) && !held.has(seq.cohort ?? seq)) this.preempt(seq, step);
+      if (this.running.includes(seq) && !held.has(unit(seq))) this.preempt(seq, step);
   }
 
   get hasWork(): boolean {
@@ -183,11 +206,14 @@ export class Scheduler<S extends SchedulableSequence> {
    * running sequence (a host stepping by hand, nothing in flight).
    */
   schedule(lane?: number): ScheduledStep<S> {
-    const step = this.plan(lane);
-    if (step.rows.length > 0 || !this.unstick(step, lane)) return step;
-    const retry = this.plan(lane);
-    retry.preempted.unshift(...step.preempted);
-    return retry;
+    let step = this.plan(lane);
+    if (step.rows.length === 0 && this.unstick(step, lane)) {
+      const retry = this.plan(lane);
+      retry.preempted.unshift(...step.preempted);
+      step = retry;
+    }
+    step.transfers = this.kv.takeTransfers();
+    return step;
   }
 
   /** Whether `seq` may run in (or be preempted by) `lane`'s step. */
@@ -210,9 +236,10 @@ export class Scheduler<S extends SchedulableSequence> {
   private unstick(step: ScheduledStep<S>, lane: number | undefined): boolean {
     const head = this.waiting[0];
     if (head === undefined) return false;
-    const victim = [...this.running]
-      .reverse()
-      .find((seq) => this.inLane(seq, lane) && (seq.cohort === undefined || seq.cohort !== head.cohort));
+    const victim = [...this.running].reverse().find((seq) => {
+      const cohort = this.hints.cohort(seq);
+      return this.inLane(seq, lane) && (cohort === undefined || cohort !== this.hints.cohort(head));
+    });
     if (victim === undefined) return false;
     this.preempt(victim, step);
     // preempt() queued the cohort at the head; the head it displaced goes first.
@@ -224,7 +251,7 @@ export class Scheduler<S extends SchedulableSequence> {
   }
 
   private plan(lane: number | undefined): ScheduledStep<S> {
-    const step: ScheduledStep<S> = { rows: [], preempted: [], admitted: [] };
+    const step: ScheduledStep<S> = { rows: [], preempted: [], admitted: [], transfers: [] };
     let budget = this.limits.maxTokensPerStep;
     const laneBatch = lane === undefined ? this.limits.maxBatchSize : this.laneBatch;
     let inLane = lane === undefined ? this.running.length : this.running.filter((s) => this.lane(s) === lane).length;
@@ -262,7 +289,7 @@ export class Scheduler<S extends SchedulableSequence> {
       if (seq.kv.length === 0) {
         const own = this.ownCache(seq);
         if (own) seq.kv = own;
-        else if (!seq.skipsPrefixCache) this.kv.matchPrefix(seq.kv, seq.tokens, seq.session);
+        else if (!this.hints.skipsPrefixCache(seq)) this.kv.matchPrefix(seq.kv, seq.tokens, seq.session);
       }
       const cachedTokens = seq.kv.length;
       const count = Math.min(seq.tokens.length - seq.kv.length, budget);
@@ -338,7 +365,7 @@ export class Scheduler<S extends SchedulableSequence> {
 
   /** Room for a sampling row's proposals, from the budget and the pool's unused blocks (no prefix evicted); else 0. */
   private reserveLookahead({ seq, tokens, samples }: ScheduledStep<S>['rows'][number], budget: number): number {
-    const wanted = Math.min(seq.lookahead ?? 0, budget);
+    const wanted = Math.min(this.hints.lookahead(seq), budget);
     if (!samples || wanted <= 0) return 0;
     return this.kv.reserve(seq.kv, tokens.length + wanted, true) ? wanted : 0;
   }
@@ -348,7 +375,8 @@ export class Scheduler<S extends SchedulableSequence> {
    * member of its cohort, which could not advance without it and would only hold blocks meanwhile.
    */
   private preempt(seq: S, step: ScheduledStep<S>): void {
-    const members = seq.cohort === undefined ? [seq] : this.running.filter((s) => s.cohort === seq.cohort);
+    const cohort = this.hints.cohort(seq);
+    const members = cohort === undefined ? [seq] : this.running.filter((s) => this.hints.cohort(s) === cohort);
     for (const member of members) {
       this.running.splice(this.running.indexOf(member), 1);
       this.laneOf.delete(member);

@@ -1,39 +1,31 @@
-import type { BeamGroup } from './beam/beam-group.js';
 import type { EventQueue } from './event-queue.js';
 import type { PagedSequenceKv } from './kv/paged-kv.js';
+import type { GenerationMode } from './modes/generation-mode.js';
 import type { StepLogits } from './runners/model-runner.js';
 import type { SchedulableSequence, ScheduledStep } from './scheduler.js';
 import type { GenerationEvent, SequenceOutput } from './sequence-output.js';
 
 export type ScheduledRow = ScheduledStep<Sequence>['rows'][number];
 
-/** The n sequences (or the beams) of one request, which share one event stream. */
+/** The n sequences (or the beams) of one request, which share one event stream and one way of generating. */
 export interface RequestGroup {
   events: EventQueue<GenerationEvent | Error>;
   cancelRequested: boolean;
   /** Done events the stream waits for: n, or as many candidates as a beam search returns. */
   expectedDone: number;
-  /** Set for beam search: its live beams are this group's sequences. */
-  beams?: BeamGroup<Sequence>;
+  /** How the request generates (sampling with forks, beams, speculation), with its state: engine/modes. */
+  mode: GenerationMode;
 }
 
-/** A sequence inside the engine: what the scheduler sees, plus its lifecycle. */
+/** A sequence inside the engine: what the scheduler sees, plus what every sequence has; the rest is its mode's. */
 export interface Sequence extends SchedulableSequence {
   tokens: number[];
   kv: PagedSequenceKv;
   output: SequenceOutput;
   group: RequestGroup;
-  /** Siblings (n > 1) that fork from this sequence's cache once its prompt is prefilled. */
-  forks: Sequence[];
   admitted: boolean;
   session: string | undefined;
   fairnessGroup: string | undefined;
-  /** Proposals wanted per step (speculative decoding); 0 for none. */
-  lookahead: number;
-  /** The request group, for beams (which advance together); undefined otherwise. */
-  cohort: RequestGroup | undefined;
-  /** Prefills its whole prompt (prompt_logprobs need every position's logits). */
-  skipsPrefixCache: boolean;
 }
 
 /** Logits of a pass whose every row was sampled on the device: nothing may read them. */

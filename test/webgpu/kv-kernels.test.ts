@@ -50,7 +50,7 @@ describe.skipIf(!gpu)(`KV gather / scatter kernels on the device${skipNote}`, ()
       fillSpecial(memory.keys[l] as Float32Array, rand);
       fillSpecial(memory.values[l] as Float32Array, rand);
     }
-    const manager = new KvCacheManager(pool, 'test', memory);
+    const manager = new KvCacheManager(pool, 'test');
     // Take and give back blocks in a shuffled order so that block tables are not 0, 1, 2, ...
     const hold = Array.from({ length: BLOCKS }, () => pool.allocate()!);
     for (let i = hold.length - 1; i > 0; i--) {

@@ -20,6 +20,19 @@ export interface KvMemory {
   writeBlock(id: number, bytes: Uint8Array): void;
 }
 
+/** A move of block bytes the cache manager planned: a copy-on-write copy, or a restored block's stored bytes. */
+export type KvTransfer =
+  | { kind: 'copy'; from: number; to: number }
+  | { kind: 'write'; block: number; bytes: Uint8Array };
+
+/** Has `memory` execute the transfers a step planned, in order, before the pass that reads those blocks. */
+export function applyKvTransfers(memory: KvMemory, transfers: readonly KvTransfer[]): void {
+  for (const t of transfers) {
+    if (t.kind === 'copy') memory.copyBlock(t.from, t.to);
+    else memory.writeBlock(t.block, t.bytes);
+  }
+}
+
 /** Bytes of one block's stored form. */
 export function storedBlockBytes(shape: KvShape, blockSize: number, dtype: KvDtype): number {
   return 2 * shape.numLayers * shape.numKvHeads * blockSize * kvRowBytes(shape.headDim, dtype);

@@ -1,21 +1,17 @@
 import type { BlockPool } from './block-pool.js';
-import type { KvMemory } from './kv-memory.js';
+import type { KvTransfer } from './kv-memory.js';
 import { blockHash, ROOT_HASH, tailHash } from './block-hash.js';
 
-/** Where matchPrefix finds blocks the pool has lost (the durable block store): full ones, and sessions' partial last ones. */
+/**
+ * Where matchPrefix finds blocks the pool has lost (the durable block store, read by BlockRestorer): full ones,
+ * and sessions' partial last ones. The I/O, its checks and its counters are the source's; the manager only
+ * places what it gives.
+ */
 export interface BlockSource {
-  read(hash: string): Uint8Array | undefined;
-}
-
-/** Blocks restored from a BlockSource over the manager's life. */
-export interface RestoreCounters {
-  blocks: number;
-  tokens: number;
-  ms: number;
-  /** Restores that found a block the pool could not take (wrong size for this pool). */
-  rejected: number;
-  /** Restores the source failed (a storage error): treated as a miss, the rest is prefilled. */
-  failed: number;
+  /** A block's stored bytes, of `tokens` tokens, ready for the pool; undefined when it is not stored or cannot be used. */
+  read(hash: string, tokens: number): Uint8Array | undefined;
+  /** Reads that failed (a storage error): after one, matchPrefix stops asking for this prompt. */
+  readonly failures: number;
 }
 
 /**
@@ -53,19 +49,30 @@ export class PagedSequenceKv {
 /**
  * Hands blocks to sequences and takes them back: prefix reuse, room for new tokens, copy-on-write forks.
  * Every method either succeeds entirely or changes nothing, so a failed reservation leaks nothing.
+ * Bookkeeping only, as vLLM's KVCacheManager: the bytes a copy-on-write or a restore needs are planned here
+ * (takeTransfers) and moved by the runner's KvMemory before the next pass reads them.
  */
 export class KvCacheManager {
   copyOnWrites = 0;
-  readonly restored: RestoreCounters = { blocks: 0, tokens: 0, ms: 0, rejected: 0, failed: 0 };
   private source: BlockSource | undefined;
+  /** Copies and restores planned since the last takeTransfers, in order. */
+  private planned: KvTransfer[] = [];
 
   constructor(
     readonly pool: BlockPool,
-    /** Salts every block hash: the model, and whatever else changes a block's bytes (see Engine.load). */
+    /** Salts every block hash: the model, and whatever else changes a block's bytes (see engine-parts.ts). */
     readonly cacheIdentity: string,
-    /** The blocks' bytes, where the runner keeps them: copy-on-write copies and restores go there. */
-    readonly memory: KvMemory,
   ) {}
+
+  /**
+   * The block copies and writes planned since the last call, in the order they must run: the caller has the
+   * runner's KvMemory execute them (applyKvTransfers) before any pass reads those blocks.
+   */
+  takeTransfers(): KvTransfer[] {
+    const out = this.planned;
+    this.planned = [];
+    return out;
+  }
 
   /** Lets matchPrefix restore blocks from `source` where the pool's prefix cache ends. */
   restoreFrom(source: BlockSource): void {
@@ -122,7 +129,7 @@ export class KvCacheManager {
     // Room for it, its copy, and the blocks the prompt needs past it.
     const after = this.blocksFor(tokens.length - from);
     if (this.pool.available <= after) return;
-    const failed = this.restored.failed;
+    const failed = this.source?.failures;
     for (let n = Math.min(this.pool.blockSize - 1, tokens.length - 1 - from); n >= 1; n--) {
       const hash = tailHash(parent, tokens.slice(from, from + n), this.cacheIdentity, session);
       const cached = this.pool.lookup(hash);
@@ -133,7 +140,7 @@ export class KvCacheManager {
         kv.length += n;
         return;
       }
-      if (this.restored.failed !== failed) return; // the store failed: one miss is enough
+      if (this.source?.failures !== failed) return; // the store failed: one miss is enough
     }
   }
 
@@ -158,30 +165,12 @@ export class KvCacheManager {
    */
   private restore(hash: string, after: number, tokens: number): number | undefined {
     if (!this.source || this.pool.available <= after) return undefined;
-    const t0 = performance.now();
-    let block: number | undefined;
-    try {
-      const bytes = this.source.read(hash);
-      if (!bytes) return undefined;
-      if (bytes.length !== this.memory.blockBytes) {
-        this.restored.rejected++;
-        return undefined;
-      }
-      block = this.pool.allocate()!;
-      this.memory.writeBlock(block, bytes);
-      this.pool.cache(block, hash);
-      this.restored.blocks++;
-      this.restored.tokens += tokens;
-      return block;
-    } catch (err) {
-      // A slower answer, never a failed one: the rest of the prompt is prefilled.
-      if (block !== undefined) this.pool.release(block);
-      this.restored.failed++;
-      console.warn(`KV block store: restoring a block failed: ${err instanceof Error ? err.message : String(err)}`);
-      return undefined;
-    } finally {
-      this.restored.ms += performance.now() - t0;
-    }
+    const bytes = this.source.read(hash, tokens);
+    if (!bytes) return undefined;
+    const block = this.pool.allocate()!;
+    this.planned.push({ kind: 'write', block, bytes });
+    this.pool.cache(block, hash);
+    return block;
   }
 
   /**
@@ -198,7 +187,7 @@ export class KvCacheManager {
     if (copy) {
       const shared = kv.blocks[lastIndex];
       const own = this.pool.allocate()!;
-      this.memory.copyBlock(shared, own);
+      this.planned.push({ kind: 'copy', from: shared, to: own });
       this.pool.release(shared);
       kv.blocks[lastIndex] = own;
       this.copyOnWrites++;

@@ -53,11 +53,15 @@ export class IsolatePoolPlan {
     private readonly key: string,
     private readonly limits: EngineLimits,
     private readonly kvDtype: KvDtype,
-    /** A Workers isolate (wasm): the code and JS heap beside the runners are counted too. */
-    private readonly countsIsolate: boolean,
+    /** The runtime's name: in a Workers isolate (wasm) the code and JS heap beside the runners are counted too. */
+    runtimeName: string,
     /** The KV pool's bytes are on pipeline stages, not here: an engine here holds its bookkeeping only. */
     private readonly kvElsewhere = false,
-  ) {}
+  ) {
+    this.countsIsolate = runtimeName === 'wasm';
+  }
+
+  private readonly countsIsolate: boolean;
 
   private floor(config: ModelConfig): number {
     return POOL_FLOOR_BLOCKS * this.limits.blockSize * kvBytesPerToken(config, this.kvDtype);
@@ -77,18 +81,23 @@ export class IsolatePoolPlan {
   readonly budget = (config: ModelConfig, vocab: number): { besides: FootprintPart[]; kvBytes: number } => {
     const engines = this.remaining();
     const mine = this.enginePart(vocab).map((p) => ({ label: `${engines} x ${p.label}`, bytes: engines * p.bytes }));
-    const shared = this.countsIsolate ? [sharedIsolateFootprint(vocab)] : [];
+    const shared = this.isolateParts(vocab);
     const held = total(this.share.models.counted(this.share.holder));
     const others = held ? [{ label: 'held by the isolate already', bytes: held }] : [];
     return { besides: [...shared, ...mine, ...others], kvBytes: this.kvElsewhere ? 0 : engines * this.floor(config) };
   };
 
+  /** What a Workers isolate holds once beside the runners (code, tokenizer); nothing elsewhere. */
+  isolateParts(tokenizerVocab: number): FootprintPart[] {
+    return this.countsIsolate ? [sharedIsolateFootprint(tokenizerVocab)] : [];
+  }
+
   /** The model as the registry counts it: its runner's shared parts and, in a Workers isolate, the code and tokenizer. */
   withIsolatePart(model: LoadedModel): LoadedModel {
-    if (!this.countsIsolate) return model;
-    const part = sharedIsolateFootprint(model.tokenizer.vocabSize);
+    const parts = this.isolateParts(model.tokenizer.vocabSize);
+    if (parts.length === 0) return model;
     const runnerParts = model.shared;
-    return { ...model, shared: () => [...runnerParts(), part] };
+    return { ...model, shared: () => [...runnerParts(), ...parts] };
   }
 
   /** This engine's KV pool bytes and everything it will hold, or a refusal naming what the isolate holds. */

@@ -10,7 +10,7 @@ import type { ModelDtype } from '../model/model-files.js';
 import type { RunnerChoice } from '../model/runtime.js';
 import { IsolateModels } from './isolate-models.js';
 import { IsolatePoolPlan } from './isolate-pool.js';
-import { MemoryBudget, onnxruntimeFootprint, sharedIsolateFootprint, type FootprintPart } from './memory-budget.js';
+import { MemoryBudget, onnxruntimeFootprint, type FootprintPart } from './memory-budget.js';
 
 export type RunnerKind = 'kernels' | 'onnxruntime';
 
@@ -72,8 +72,7 @@ const sum = (parts: readonly FootprintPart[]): number => parts.reduce((n, p) => 
 export function planMemory(input: MemoryPlanInput): MemoryPlan {
   const { config, tokenizerVocab, limits, runner, runtimeName, weightBytes } = input;
   const share = { models: new IsolateModels(), holder: 'plan', source: 'plan', engines: input.engines };
-  const countsIsolate = runtimeName === 'wasm';
-  const plan = new IsolatePoolPlan(share, 'plan', limits, input.kvDtype, countsIsolate);
+  const plan = new IsolatePoolPlan(share, 'plan', limits, input.kvDtype, runtimeName);
   const { besides, kvBytes } = plan.budget(config, tokenizerVocab);
   const budget = new MemoryBudget(config, kvBytes, limits.memoryBudgetBytes, besides);
   const [weights, ...session] =
@@ -83,7 +82,7 @@ export function planMemory(input: MemoryPlanInput): MemoryPlan {
   const runnerShared =
     runner === 'kernels' ? [weights, { label: 'scratch', bytes: scratchBytes(config, limits) }] : [weights];
   budget.check([...runnerShared, ...session]);
-  const shared = [...runnerShared, ...(countsIsolate ? [sharedIsolateFootprint(tokenizerVocab)] : [])];
+  const shared = [...runnerShared, ...plan.isolateParts(tokenizerVocab)];
   const pool = plan.poolFor(config, tokenizerVocab, session, shared);
   return {
     shared,

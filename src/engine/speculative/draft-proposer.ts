@@ -1,4 +1,5 @@
 import type { BlockPoolStats } from '../kv/block-pool.js';
+import { applyKvTransfers, type KvMemory } from '../kv/kv-memory.js';
 import type { KvCacheManager, PagedSequenceKv } from '../kv/paged-kv.js';
 import { settled, type ModelRunner } from '../runners/model-runner.js';
 import type { SamplingParams } from '../sampling/sampling-params.js';
@@ -34,6 +35,8 @@ export class DraftModelProposer {
   constructor(
     private readonly runner: ModelRunner,
     private readonly kv: KvCacheManager,
+    /** The draft pool's bytes: the copies the draft's cache manager plans are moved here before its passes. */
+    private readonly memory: KvMemory,
     private readonly samplableVocab: number,
   ) {}
 
@@ -44,6 +47,7 @@ export class DraftModelProposer {
       const state = this.prepare(request, busy);
       return state ? [{ i, state, feed: request.tokens.slice(state.kv.length), count: request.count }] : [];
     });
+    applyKvTransfers(this.memory, this.kv.takeTransfers());
     while (live.length > 0) {
       const pass = this.runner.forward(live.map(({ state, feed }) => ({ kv: state.kv, tokens: feed })));
       // Read in the turn the pass returns: a synchronous runner's logits are valid until the next pass.

@@ -67,6 +67,6 @@ export async function loadDraftModel(
   const numBlocks = Math.floor(kvBytes / (blockSize * perToken));
   if (numBlocks < 1) throw new RangeError('the draft kvCacheBytes is too small for one KV block');
   const memory = runner.createKvMemory(files.config, numBlocks, blockSize, 'fp32');
-  const kv = new KvCacheManager(new BlockPool(files.config, numBlocks, blockSize), `draft:${target.modelId}`, memory);
-  return new DraftModelProposer(runner, kv, target.samplableVocab);
+  const kv = new KvCacheManager(new BlockPool(files.config, numBlocks, blockSize), `draft:${target.modelId}`);
+  return new DraftModelProposer(runner, kv, memory, target.samplableVocab);
 }
