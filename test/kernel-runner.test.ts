@@ -233,12 +233,13 @@ describe('loading the weights as a stream', () => {
     const file = new Uint8Array(readFileSync(join(modelDir('tiny'), 'onnx', 'model_int8.onnx')));
     const limits = resolveEngineLimits({});
     const load = async (chunks: AsyncIterable<Uint8Array>) =>
-      (
+      KernelRunner.over(
         await KernelModel.fromStream(edgeKernelsModule(), { chunks }, config, {
           limits,
           budget: new MemoryBudget(config, ENGINE_DEFAULTS.kvCacheBytes, undefined),
-        })
-      ).runner(limits);
+        }),
+        limits,
+      );
     const whole = await load(oneChunk(file));
     // Chunks from 1 byte to 5 KB: every field, varint and tensor ends up split somewhere.
     async function* ragged(): AsyncGenerator<Uint8Array> {

@@ -6,6 +6,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { circles, importGraph } from './helpers/import-graph.js';
 
 const ENGINE = fileURLToPath(new URL('../src/engine', import.meta.url));
 /** The engine's own folders; the runners (runners/ and each runner's folder under it) may import each other. */
@@ -20,6 +21,26 @@ const RUNNER_INTERNALS = /from '((?:\.\.?\/)+runners\/(?:wasm|ort|webgpu|stages)
 const ALLOWED = new Set([
   'speculative/load-draft.ts: ../runners/ort/onnx-runner.js',
   'model-load.ts: ./runners/stages/stage-protocol.js',
+]);
+
+/**
+ * Circles still to break, each named by its sorted members: the Env type names the object classes its
+ * namespaces hold, and the objects read their vars from it (the service's, not the engine's).
+ */
+const KNOWN_CIRCLES = new Set<string>([
+  [
+    'env.ts',
+    'objects/inference-object.ts',
+    'objects/shard-runtime.ts',
+    'objects/shard-services.ts',
+    'objects/stage-links.ts',
+    'objects/stage-object.ts',
+    'objects/stage-runtime.ts',
+    'objects/tenancy/live-keys.ts',
+    'objects/webhooks/dispatcher.ts',
+    'objects/webhooks/service.ts',
+    'worker/tenants.ts',
+  ].join(' '),
 ]);
 
 function sources(dir: string, deep: boolean): string[] {
@@ -40,5 +61,37 @@ describe('the engine', () => {
     expect(reaching.filter((r) => !ALLOWED.has(r))).toEqual([]);
     // An allowance that no longer matches an import is stale: drop it, so it cannot excuse a later one.
     expect([...ALLOWED].filter((a) => !reaching.includes(a))).toEqual([]);
+  });
+});
+
+const SRC = fileURLToPath(new URL('../src', import.meta.url));
+
+describe('the import graph of src/', () => {
+  const graph = importGraph(SRC);
+
+  it('has no circle (type-only imports count: they tie two modules as much)', () => {
+    expect(graph.size).toBeGreaterThan(150);
+    expect(circles(graph).filter((c) => !KNOWN_CIRCLES.has(c.join(' ')))).toEqual([]);
+    // A known circle that is gone must leave the list, so it cannot excuse a later one.
+    const found = new Set(circles(graph).map((c) => c.join(' ')));
+    expect([...KNOWN_CIRCLES].filter((c) => !found.has(c))).toEqual([]);
+  });
+
+  it('the file formats and the model description import nothing from the runners', () => {
+    const reaching = [...graph].flatMap(([file, targets]) =>
+      /^engine\/(formats|model)\//.test(file)
+        ? targets.filter((t) => t.startsWith('engine/runners/')).map((t) => `${file} -> ${t}`)
+        : [],
+    );
+    expect(reaching).toEqual([]);
+  });
+
+  it('the tokenizer imports nothing from the engine, the engine nothing from the service', () => {
+    const up = (from: RegExp, to: RegExp) =>
+      [...graph].flatMap(([file, targets]) =>
+        from.test(file) ? targets.filter((t) => to.test(t)).map((t) => `${file} -> ${t}`) : [],
+      );
+    expect(up(/^tokenizer\//, /^engine\//)).toEqual([]);
+    expect(up(/^engine\//, /^(worker|objects)\/|^env\.ts$/)).toEqual([]);
   });
 });

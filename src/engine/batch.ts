@@ -2,9 +2,8 @@ import { SequenceFailedError } from './errors.js';
 import type { BlockPersistence } from './kv/block-persistence.js';
 import type { KvCacheManager } from './kv/paged-kv.js';
 import type { SessionCaches } from './kv/session-caches.js';
-import type { ModeHost } from './modes/generation-mode.js';
+import type { ModeHost, Sequence, RequestGroup } from './sequence.js';
 import type { Scheduler } from './scheduler.js';
-import type { Sequence, RequestGroup } from './sequence.js';
 import type { TokenEvent } from './sequence-output.js';
 
 /** The counters the batch and the modes advance (the rest of EngineStats' are the step's). */

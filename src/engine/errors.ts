@@ -1,19 +1,6 @@
-/**
- * Typed errors the engine raises for bad requests. The service maps them onto OpenAI's error schema,
- * so each names the offending parameter and a stable code; nothing is computed before they are thrown.
- */
-export class InvalidRequestError extends Error {
-  override readonly name = 'InvalidRequestError';
-  constructor(
-    /** The request field at fault, in OpenAI's spelling (e.g. `top_p`, `max_tokens`, `prompt`). */
-    readonly param: string,
-    message: string,
-    /** Machine-readable reason, e.g. `invalid_value`, `context_length_exceeded`. */
-    readonly code: string = 'invalid_value',
-  ) {
-    super(message);
-  }
-}
+import { InvalidRequestError } from '../invalid-request.js';
+
+export { InvalidRequestError };
 
 /** Thrown where a request can never be served by this model (e.g. prompt + max_tokens past the window). */
 export class CapacityError extends InvalidRequestError {}

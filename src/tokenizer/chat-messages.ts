@@ -7,7 +7,7 @@
  * (then its content may be empty), and a `tool` message carries a function's result for `tool_call_id`.
  * Errors name the field (`messages[2].content[0]`).
  */
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../invalid-request.js';
 
 export interface TemplateToolCall {
   id: string;

@@ -1,9 +1,8 @@
 import { BeamGroup } from '../beam/beam-group.js';
 import { BeamSearch } from '../beam/beam-search.js';
 import type { ResolvedRequest } from '../request.js';
-import type { RequestGroup, Sequence } from '../sequence.js';
+import type { RequestGroup, Sequence, GenerationMode, ModeHost, SettledRow } from '../sequence.js';
 import type { SpeculationRequest } from '../speculative/speculator.js';
-import type { GenerationMode, ModeHost, SettledRow } from './generation-mode.js';
 
 /**
  * Beam search with length normalisation: the request starts as one sequence and forks into beams as the search

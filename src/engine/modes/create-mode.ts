@@ -1,8 +1,7 @@
 import type { ResolvedRequest } from '../request.js';
-import type { RequestGroup, Sequence } from '../sequence.js';
+import type { RequestGroup, Sequence, GenerationMode, ModeHost } from '../sequence.js';
 import type { Speculator } from '../speculative/speculator.js';
 import { BeamMode } from './beam-mode.js';
-import type { GenerationMode, ModeHost } from './generation-mode.js';
 import { SamplingMode } from './sampling-mode.js';
 import { SpeculativeMode } from './speculative-mode.js';
 

@@ -1,8 +1,7 @@
 import type { SampledToken } from '../sampling/sampler.js';
-import type { Sequence } from '../sequence.js';
+import type { Sequence, GenerationMode, ModeHost, SettledRow } from '../sequence.js';
 import type { TokenEvent } from '../sequence-output.js';
 import type { SpeculationRequest } from '../speculative/speculator.js';
-import type { GenerationMode, ModeHost, SettledRow } from './generation-mode.js';
 
 /**
  * Plain sampling, with n > 1: the request's first sequence prefills the prompt alone, then its siblings fork

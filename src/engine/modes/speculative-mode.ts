@@ -1,8 +1,7 @@
-import type { Sequence } from '../sequence.js';
+import type { Sequence, ModeHost, SettledRow } from '../sequence.js';
 import type { TokenEvent } from '../sequence-output.js';
 import type { SpeculationRequest, Speculator } from '../speculative/speculator.js';
 import { settleProposals } from '../speculative/verification.js';
-import type { ModeHost, SettledRow } from './generation-mode.js';
 import { SamplingMode } from './sampling-mode.js';
 
 /**

@@ -4,7 +4,8 @@ import { isGpuRuntime } from './webgpu/gpu-runtime.js';
 import { GpuRunner, UnsupportedOnDevice } from './webgpu/gpu-runner.js';
 import { WgslKernels } from './webgpu/wgsl-kernels.js';
 import { KernelModel } from './wasm/kernel-model.js';
-import { UnsupportedByKernels } from './unsupported.js';
+import { KernelRunner } from './wasm/kernel-runner.js';
+import { UnsupportedByKernels } from '../formats/unsupported.js';
 import type { ModelConfig } from '../model/config.js';
 import { readOnnx, streamWeights, type ModelDtype, type ModelSource } from '../model/model-files.js';
 import type { EngineRuntime } from '../model/runtime.js';
@@ -137,7 +138,7 @@ export async function loadRunner(
         const staged = (limits: EngineLimits, links: StageLink[]): Promise<ModelRunner> =>
           StagedRunner.open(
             config,
-            model?.runner(limits),
+            model && KernelRunner.over(model, limits),
             links,
             spans,
             {
@@ -169,9 +170,9 @@ export async function loadRunner(
       }
       if (!model) throw new Error('unreachable: only a pipeline leaves the vocabulary to its stages');
       return {
-        runner: model.runner(options),
+        runner: KernelRunner.over(model, options),
         weightBytes: model.weights.bytes,
-        another: async (limits) => model.runner(limits),
+        another: async (limits) => KernelRunner.over(model, limits),
         shared: () => [
           { label: 'weights', bytes: model.weights.bytes },
           { label: 'scratch', bytes: model.arena.bytes },

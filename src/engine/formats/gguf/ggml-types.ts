@@ -94,12 +94,6 @@ export function isKnownGgmlType(type: number): type is GgmlType {
   return NAME_OF.has(type);
 }
 
-/** The type with this name (`Q4_K`); throws naming the known ones otherwise. */
-export function ggmlTypeByName(name: string): GgmlType {
-  if (Object.hasOwn(GGML_TYPE, name)) return GGML_TYPE[name as GgmlTypeName];
-  throw new Error(`ggml type ${name} is not one of ${Object.keys(GGML_TYPE).join(', ')}`);
-}
-
 export interface GgmlLayout {
   name: GgmlTypeName;
   /** Values per block along a row (1 for F32 / F16 / BF16). */

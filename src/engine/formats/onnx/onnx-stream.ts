@@ -1,5 +1,5 @@
 import { ChunkReader } from './chunk-reader.js';
-import { UnsupportedByKernels } from '../../runners/unsupported.js';
+import { UnsupportedByKernels } from '../unsupported.js';
 import { readNode, type OnnxNode } from './onnx-node.js';
 
 /** An initializer's header, known before its bytes arrive. */

@@ -26,9 +26,6 @@ function parameters(config: ModelConfig, fileBytes: number | undefined) {
   return { layerParams, endParams, perParam };
 }
 
-/** What the head holds where the vocabulary is split over the stages: nothing of the model's weights. */
-export const BARE_HEAD_SPAN: LayerSpan = { from: 0, to: 0, ends: false };
-
 /**
  * The vocabulary's rows over the stages, in near-equal runs: a table too large for the head's isolate (a
  * 128k-token vocabulary is 140 MiB at 4 bits) is a share of each stage's. An even split adds the same bytes

@@ -4,7 +4,6 @@ import type { ByteStream } from '../../model/model-files.js';
 import type { MemoryBudget } from '../memory-budget.js';
 import { instantiateKernels, type KernelExports } from './edge-kernels.js';
 import { loadGgufWeights } from './weights/gguf/gguf-weights.js';
-import { KernelRunner } from './kernel-runner.js';
 import { ScratchArena, type LinearMemory } from './linear-memory.js';
 import { loadOnnxWeights } from './weights/onnx/onnx-weights.js';
 import { scratchBytes } from './scratch-layout.js';
@@ -70,11 +69,5 @@ export class KernelModel {
     const load = format === 'gguf' ? loadGgufWeights : loadOnnxWeights;
     const weights = await load(file.chunks, config, ctx, check, span);
     return new KernelModel(config, kernels, memory, weights);
-  }
-
-  /** A runner for one engine over these weights; the shared scratch grows to what its limits need. */
-  runner(limits: EngineLimits): KernelRunner {
-    this.arena.reserve(scratchBytes(this.config, limits, this.weights));
-    return new KernelRunner(this);
   }
 }

@@ -1,3 +1,4 @@
+import type { EngineLimits } from '../../defaults.js';
 import type { KvShape } from '../../kv/block-pool.js';
 import { kvRowBytes, type KvDtype } from '../../kv/kv-dtype.js';
 import { ArrayKvMemory, type KvArray } from '../array-kv-memory.js';
@@ -6,7 +7,7 @@ import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../model-run
 import type { KernelExports } from './edge-kernels.js';
 import type { KernelModel } from './kernel-model.js';
 import { align, type LinearMemory } from './linear-memory.js';
-import { CHUNK, LOGIT_ROWS, passLayout, type PassLayout } from './scratch-layout.js';
+import { CHUNK, LOGIT_ROWS, passLayout, scratchBytes, type PassLayout } from './scratch-layout.js';
 import { vocabRows, type LlamaWeights } from './weights/llama-weights.js';
 import type { Matrix } from './weights/matrix.js';
 
@@ -112,8 +113,13 @@ export class KernelRunner implements ModelRunner {
   /** The last pass's residual stream (M, hidden), each row's token offsets in it, and its arena epoch. */
   private last: { residual: number; firstToken: number[]; epoch: number } | undefined;
 
-  /** A runner over `model`'s shared weights (KernelModel.runner). */
-  constructor(private readonly model: KernelModel) {
+  /** A runner for one engine over `model`'s shared weights; the shared scratch grows to what its limits need. */
+  static over(model: KernelModel, limits: EngineLimits): KernelRunner {
+    model.arena.reserve(scratchBytes(model.config, limits, model.weights));
+    return new KernelRunner(model);
+  }
+
+  private constructor(private readonly model: KernelModel) {
     this.config = model.config;
     this.memory = model.memory;
     this.weights = model.weights;

@@ -1,6 +1,6 @@
 import type { ModelConfig } from '../../../model/config.js';
 import type { Matrix } from './matrix.js';
-import { UnsupportedByKernels } from '../../unsupported.js';
+import { UnsupportedByKernels } from '../../../formats/unsupported.js';
 
 export interface LayerWeights {
   attnNorm: number; // (hidden) float32

@@ -19,7 +19,7 @@ import {
   type QuantMatrix,
   type QuantPlanes,
 } from './matrix.js';
-import { UnsupportedByKernels } from '../../unsupported.js';
+import { UnsupportedByKernels } from '../../../formats/unsupported.js';
 
 /** Where the bytes of one tensor go as they arrive. */
 export type Writer = (bytes: Uint8Array, offset: number) => void;

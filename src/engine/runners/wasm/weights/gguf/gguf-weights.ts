@@ -12,7 +12,7 @@ import {
   type LlamaWeights,
 } from '../llama-weights.js';
 import { allocQuant, matrixBytes, type Matrix, type QuantFormat } from '../matrix.js';
-import { UnsupportedByKernels } from '../../../unsupported.js';
+import { UnsupportedByKernels } from '../../../../formats/unsupported.js';
 
 /** How each ggml block type lands in the kernels' forms (kernels/quant.h), and its zero point. */
 const FORMAT: Partial<Record<number, { format: QuantFormat; zp: number }>> = {

@@ -1,4 +1,4 @@
-import { UnsupportedByKernels } from '../../../unsupported.js';
+import { UnsupportedByKernels } from '../../../../formats/unsupported.js';
 import type { OnnxNode } from '../../../../formats/onnx/onnx-node.js';
 
 /**

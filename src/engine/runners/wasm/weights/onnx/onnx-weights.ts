@@ -18,7 +18,7 @@ import {
   type VocabRows,
 } from '../llama-weights.js';
 import { matrixBytes, type Matrix } from '../matrix.js';
-import { UnsupportedByKernels } from '../../../unsupported.js';
+import { UnsupportedByKernels } from '../../../../formats/unsupported.js';
 import { findLlamaSources, type LlamaSources, type MatrixSource } from './llama-roles.js';
 import { ONNX_FLOAT, ONNX_FLOAT16, streamOnnx, type InitializerHeader } from '../../../../formats/onnx/onnx-stream.js';
 import { halfValue } from '../../../../model/half.js';

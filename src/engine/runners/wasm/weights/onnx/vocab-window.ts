@@ -1,6 +1,6 @@
 import type { VocabRows } from '../llama-weights.js';
 import type { Writer } from '../matrix-builders.js';
-import { UnsupportedByKernels } from '../../../unsupported.js';
+import { UnsupportedByKernels } from '../../../../formats/unsupported.js';
 import type { InitializerHeader } from '../../../../formats/onnx/onnx-stream.js';
 
 /**
