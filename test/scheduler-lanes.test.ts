@@ -18,13 +18,11 @@ const SHAPE = { numLayers: 1, numKvHeads: 1, headDim: 1 };
 
 function setup(blocks: number, maxBatchSize: number, lanes: number) {
   const kv = new KvCacheManager(new BlockPool(SHAPE, blocks, 4), 'm');
-  const scheduler = new Scheduler<Seq>(
-    kv,
-    { maxBatchSize, maxTokensPerStep: 256, lanes },
-    undefined,
-    undefined,
-    { lookahead: () => 0, cohort: (s) => s.cohort, skipsPrefixCache: () => false },
-  );
+  const scheduler = new Scheduler<Seq>(kv, { maxBatchSize, maxTokensPerStep: 256, lanes }, undefined, undefined, {
+    lookahead: () => 0,
+    cohort: (s) => s.cohort,
+    skipsPrefixCache: () => false,
+  });
   let n = 0;
   const seq = (label: string, length = 5, cohort?: object): Seq => {
     n++;
