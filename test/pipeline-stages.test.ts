@@ -7,7 +7,7 @@ import { nodeRuntime } from '../scripts/lib/runtimes.js';
 import { Engine, type EngineOptions } from '../src/engine/engine.js';
 import { IsolateModels } from '../src/engine/runners/isolate-models.js';
 import { HEAD_SPAN, layerCosts, planStages } from '../src/engine/runners/stages/stage-plan.js';
-import { microBatches } from '../src/engine/runners/stages/staged-runner.js';
+import { microBatches } from '../src/engine/runners/stages/micro-batches.js';
 import { LocalStageLink } from '../src/engine/runners/stages/local-stage-link.js';
 import { StageServer, type StageModel } from '../src/engine/runners/stages/stage-server.js';
 import { directorySource } from '../src/sources/directory-source.js';

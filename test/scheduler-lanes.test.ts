@@ -8,6 +8,7 @@ import { KvCacheManager, type PagedSequenceKv } from '../src/engine/kv/paged-kv.
 import { Scheduler } from '../src/engine/scheduler.js';
 
 interface Seq {
+  id: number;
   label: string;
   tokens: number[];
   kv: PagedSequenceKv;
@@ -26,7 +27,7 @@ function setup(blocks: number, maxBatchSize: number, lanes: number) {
   let n = 0;
   const seq = (label: string, length = 5, cohort?: object): Seq => {
     n++;
-    return { label, tokens: Array.from({ length }, (_, i) => 100 * n + i), kv: kv.create(), cohort };
+    return { id: n, label, tokens: Array.from({ length }, (_, i) => 100 * n + i), kv: kv.create(), cohort };
   };
   /** Runs one lane's step as the engine would: the pass computes its rows, each row that samples gets a token. */
   const step = (lane: number) => {
@@ -70,7 +71,7 @@ describe('scheduler lanes', () => {
     step(0);
     step(1);
     const lane = scheduler.lane(b0);
-    const b1: Seq = { label: 'b1', tokens: [...b0.tokens], kv: kv.fork(b0.kv), cohort: beams };
+    const b1: Seq = { id: 99, label: 'b1', tokens: [...b0.tokens], kv: kv.fork(b0.kv), cohort: beams };
     scheduler.adopt(b1);
     expect(scheduler.lane(b1)).toBe(lane);
     expect(labels(step(lane).rows)).toContain('b1');

@@ -5,6 +5,7 @@ import { GpuRunner, UnsupportedOnDevice } from './webgpu/gpu-runner.js';
 import { WgslKernels } from './webgpu/wgsl-kernels.js';
 import { KernelModel } from './wasm/kernel-model.js';
 import { KernelRunner } from './wasm/kernel-runner.js';
+import { KernelStageRunner } from './wasm/kernel-stage-runner.js';
 import { UnsupportedByKernels } from '../formats/unsupported.js';
 import type { ModelConfig } from '../model/config.js';
 import { readOnnx, streamWeights, type ModelDtype, type ModelSource } from '../model/model-files.js';
@@ -138,7 +139,7 @@ export async function loadRunner(
         const staged = (limits: EngineLimits, links: StageLink[]): Promise<ModelRunner> =>
           StagedRunner.open(
             config,
-            model && KernelRunner.over(model, limits),
+            model && KernelStageRunner.over(model, limits),
             links,
             spans,
             {

@@ -1,6 +1,6 @@
 import { InvalidRequestError } from '../../errors.js';
 import { KernelModel } from '../wasm/kernel-model.js';
-import { KernelRunner } from '../wasm/kernel-runner.js';
+import { KernelStageRunner } from '../wasm/kernel-stage-runner.js';
 import { kvBytesPerToken, parseModelConfig } from '../../model/config.js';
 import { chooseWeights } from '../../model/default-weights.js';
 import { streamWeights, type ModelSource } from '../../model/model-files.js';
@@ -52,7 +52,7 @@ export function stageKvBytes(
  * lost its pool) is told so, and nothing is computed.
  */
 export class StageServer {
-  private state: { epoch: string; runner: KernelRunner; memory: ArrayKvMemory; info: StageInfo } | undefined;
+  private state: { epoch: string; runner: KernelStageRunner; memory: ArrayKvMemory; info: StageInfo } | undefined;
 
   constructor(private readonly host: StageHost) {}
 
@@ -130,7 +130,7 @@ export class StageServer {
         `the stage's isolate has no room for another KV pool: it holds ${mib(heldBytes)} (${held.map((p) => `${p.label} ${mib(p.bytes)}`).join(' + ')}) and a pool of ${mib(kvBytes)} would pass the budget of ${mib(budget)}; more stages (PIPELINE_STAGES), a smaller KV_CACHE_MB or fewer shards would fit`,
         'model_too_large',
       );
-    const runner = KernelRunner.over(model.kernels, open.limits);
+    const runner = KernelStageRunner.over(model.kernels, open.limits);
     const memory = runner.createKvMemory(config, open.numBlocks, open.limits.blockSize, open.kvDtype);
     const epoch = crypto.randomUUID();
     models.hold(holder, key, [{ label: 'KV pool', bytes: kvBytes }], () => void runner.release(), this);

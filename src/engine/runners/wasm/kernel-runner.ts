@@ -7,12 +7,18 @@ import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../model-run
 import type { KernelExports } from './edge-kernels.js';
 import type { KernelModel } from './kernel-model.js';
 import { align, type LinearMemory } from './linear-memory.js';
-import { CHUNK, LOGIT_ROWS, passLayout, scratchBytes, type PassLayout } from './scratch-layout.js';
+import { CHUNK, LOGIT_ROWS, passLayout, scratchBytes } from './scratch-layout.js';
 import { vocabRows, type LlamaWeights } from './weights/llama-weights.js';
 import type { Matrix } from './weights/matrix.js';
-
-/** Pointers of one pass's scratch buffers (scratch-layout.ts has their shapes). */
-type Scratch = { [K in keyof PassLayout]: number };
+import {
+  kernelRows,
+  packedOffsets,
+  StaleLogitsError,
+  type KernelRow,
+  type Pass,
+  type ProductInput,
+  type Scratch,
+} from './kernel-pass.js';
 
 /** Per KV dtype: attention's kv_type code (kernels/attention.c), the kv_write that stores it, the array that views it. */
 const KV_KERNELS = {
@@ -27,50 +33,6 @@ const KV_KERNELS = {
     View: { new (b: ArrayBuffer, at: number, n: number): KvArray; BYTES_PER_ELEMENT: number };
   }
 >;
-
-/** One row of a pass as the kernels see it: its block table, where its new tokens start, how many. */
-/** Logits read after another pass reused the scratch they lay in. */
-export class StaleLogitsError extends Error {
-  constructor() {
-    super('kernel logits read after another pass reused the scratch (read them before yielding)');
-  }
-}
-
-export interface KernelRow {
-  blocks: readonly number[];
-  start: number;
-  count: number;
-  /** Last positions to compute logits for (StepRow.logits). */
-  logits?: number;
-}
-
-/** A product's input (KernelRunner.input): x, and where its quantised rows are in scratch for quantised weights. */
-interface ProductInput {
-  id: number;
-  x: number;
-  rows: number;
-  quantised?: { k: number; blocks: number };
-}
-
-/** One pass's layout: where each row's tokens, block table and logits lie, and its scratch. */
-interface Pass {
-  rows: readonly KernelRow[];
-  counts: number[];
-  starts: number[];
-  firstToken: number[];
-  tableStart: number[];
-  /** Tokens of all rows (M). */
-  tokens: number;
-  want: number[];
-  logitStart: number[];
-  logitRows: number;
-  epoch: number;
-  scratch: Scratch;
-}
-
-export function kernelRows(rows: readonly StepRow[]): KernelRow[] {
-  return rows.map(({ kv, tokens, logits }) => ({ blocks: kv.blocks, start: kv.length, count: tokens.length, logits }));
-}
 
 /**
  * The model runner on our own WebAssembly kernels (kernels/*.c): the whole Llama forward pass (with Qwen2's
@@ -115,11 +77,14 @@ export class KernelRunner implements ModelRunner {
 
   /** A runner for one engine over `model`'s shared weights; the shared scratch grows to what its limits need. */
   static over(model: KernelModel, limits: EngineLimits): KernelRunner {
-    model.arena.reserve(scratchBytes(model.config, limits, model.weights));
-    return new KernelRunner(model);
+    return new KernelRunner(model, limits);
   }
 
-  private constructor(private readonly model: KernelModel) {
+  protected constructor(
+    protected readonly model: KernelModel,
+    limits: EngineLimits,
+  ) {
+    model.arena.reserve(scratchBytes(model.config, limits, model.weights));
     this.config = model.config;
     this.memory = model.memory;
     this.weights = model.weights;
@@ -185,54 +150,8 @@ export class KernelRunner implements ModelRunner {
     return this.outputLogits(pass);
   }
 
-  /**
-   * One pipeline stage's share of a pass: the hidden states entering this memory's first layer ((M, hidden),
-   * every row's tokens end to end), or the token ids where this memory holds the embedding; returns the
-   * hidden states leaving its last layer, copied out of scratch. Its layers' keys and values are written into
-   * the rows' blocks (the head checked they are the rows' own).
-   */
-  forwardHidden(rows: readonly KernelRow[], input: Float32Array | readonly number[]): Float32Array {
-    const pass = this.begin(rows, false);
-    if (input instanceof Float32Array) this.setResidual(pass, input);
-    else this.embedTokens(pass, input);
-    this.runLayers(pass);
-    return this.memory.f32(pass.scratch.residual, pass.tokens * this.config.hiddenSize).slice();
-  }
-
-  /**
-   * A vocabulary stage's share of an embedding: the rows of `ids` (all among this memory's vocabulary rows),
-   * (ids, hidden) float32.
-   */
-  embedRows(ids: readonly number[]): Float32Array {
-    const pass = this.begin([{ blocks: [], start: 0, count: ids.length }], false);
-    this.embedTokens(pass, ids);
-    return this.memory.f32(pass.scratch.residual, ids.length * this.config.hiddenSize).slice();
-  }
-
-  /**
-   * A vocabulary stage's share of the logits: the final norm and this memory's rows of the output projection
-   * over `count` positions' hidden states ((count, hidden), the model's last layer's output), as
-   * (count, rows) float32. Each logit is the same dot product the whole table's pass computes.
-   */
-  vocabLogits(hidden: Float32Array, count: number): Float32Array {
-    const pass = this.begin(
-      Array.from({ length: count }, () => ({ blocks: [], start: 0, count: 1 })),
-      true,
-    );
-    this.setResidual(pass, hidden);
-    this.outputLogits(pass);
-    return this.memory.f32(pass.scratch.logits, count * this.weights.ends!.lmHead.n).slice();
-  }
-
-  /** The head's end of a pass over stages: the hidden states leaving the model's last layer, to logits. */
-  logitsFromHidden(rows: readonly KernelRow[], hidden: Float32Array): StepLogits {
-    const pass = this.begin(rows, true);
-    this.setResidual(pass, hidden);
-    return this.outputLogits(pass);
-  }
-
   /** Scratch, RoPE tables and block tables of a pass; whatever the last pass (of any engine) left there is gone. */
-  private begin(rows: readonly KernelRow[], logits: boolean): Pass {
+  protected begin(rows: readonly KernelRow[], logits: boolean): Pass {
     if (this.released) throw new Error('this runner was released: its KV pool is no longer its own');
     const { from, to } = this.weights.span;
     if (!this.pool && to > from) throw new Error('createKvMemory() before the first pass');
@@ -287,13 +206,13 @@ export class KernelRunner implements ModelRunner {
     return { rows, counts, starts, firstToken, tableStart, tokens: M, want, logitStart, logitRows, epoch, scratch };
   }
 
-  private embedTokens(pass: Pass, ids: readonly number[]): void {
+  protected embedTokens(pass: Pass, ids: readonly number[]): void {
     if (!this.weights.ends) throw new Error("this memory holds layers only: the embedding is the head's");
     const H = this.config.hiddenSize;
     for (const [t, id] of ids.entries()) this.embed(this.weights.ends.embedding, pass.scratch.residual + t * H * 4, id);
   }
 
-  private setResidual(pass: Pass, hidden: Float32Array): void {
+  protected setResidual(pass: Pass, hidden: Float32Array): void {
     const n = pass.tokens * this.config.hiddenSize;
     if (hidden.length !== n)
       throw new RangeError(`a pass of ${pass.tokens} tokens takes ${n} hidden floats, got ${hidden.length}`);
@@ -301,7 +220,7 @@ export class KernelRunner implements ModelRunner {
   }
 
   /** This memory's layers over the pass's residual stream, CHUNK tokens at a time. */
-  private runLayers(pass: Pass): void {
+  protected runLayers(pass: Pass): void {
     const { hiddenSize: H, headDim, numHeads, numKvHeads } = this.config;
     const k = this.kernels;
     const s = pass.scratch;
@@ -397,7 +316,7 @@ export class KernelRunner implements ModelRunner {
   }
 
   /** The final norm and output projection of each row's wanted positions; the rest on demand (`at`). */
-  private outputLogits(pass: Pass): StepLogits {
+  protected outputLogits(pass: Pass): StepLogits {
     const { hiddenSize: H } = this.config;
     const ends = this.weights.ends!;
     // The output projection's rows: the whole vocabulary, or a vocabulary stage's part of it.
@@ -522,15 +441,4 @@ export class KernelRunner implements ModelRunner {
     this.released = true;
     return Promise.resolve();
   }
-}
-
-/** Where each of `sizes` starts when they are laid end to end, and the length of them all. */
-function packedOffsets(sizes: readonly number[]): { offsets: number[]; total: number } {
-  const offsets: number[] = [];
-  let total = 0;
-  for (const n of sizes) {
-    offsets.push(total);
-    total += n;
-  }
-  return { offsets, total };
 }
