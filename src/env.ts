@@ -2,8 +2,6 @@
 import type { RunnerChoice } from './engine/model/runtime.js';
 import { InvalidRequestError } from './engine/errors.js';
 import type { KvDtype } from './engine/kv/kv-dtype.js';
-import type { InferenceObject } from './objects/inference-object.js';
-import type { StageObject } from './objects/stage-object.js';
 import type { ModelLocations } from './sources/model-source.js';
 
 /**
@@ -11,7 +9,8 @@ import type { ModelLocations } from './sources/model-source.js';
  * back to the documented defaults when a var is unset or empty.
  */
 export interface Env {
-  INFERENCE: DurableObjectNamespace<InferenceObject>;
+  /** The inference objects (untyped here, so that env.ts imports no object: worker/routing.ts's shardStub types it). */
+  INFERENCE: DurableObjectNamespace<Rpc.DurableObjectBranded>;
   MODELS: Fetcher;
   /** Real models (over the assets' 25 MiB per-file cap), uploaded with `npm run model:upload`. */
   MODEL_BUCKET?: R2Bucket;
@@ -68,9 +67,6 @@ export interface Env {
   PIPELINE_VOCAB?: string;
 }
 
-/** The stage Workers' objects, bound STAGE_1 .. STAGE_N by the generated config (scripts/lib/stage-configs.ts). */
-export type StageBindings = Record<`STAGE_${number}`, DurableObjectNamespace<StageObject> | undefined>;
-
 /** PIPELINE_MICROBATCHES: a whole number >= 1, or undefined (1) when unset or not one. */
 export function microBatchesVar(env: Env): number | undefined {
   return wholeVar(env.PIPELINE_MICROBATCHES);
@@ -109,16 +105,6 @@ export function pipelineStagesVar(env: Env): number {
       'unsupported_model',
     );
   return n;
-}
-
-declare global {
-  // `import { env } from 'cloudflare:workers'` (tests) sees the same bindings.
-  namespace Cloudflare {
-    interface Env {
-      INFERENCE: DurableObjectNamespace<InferenceObject>;
-      MODELS: Fetcher;
-    }
-  }
 }
 
 export const DEFAULTS = {

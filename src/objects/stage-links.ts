@@ -1,6 +1,10 @@
 import type { StageLink } from '../engine/runners/stages/stage-protocol.js';
 import { InvalidRequestError } from '../engine/errors.js';
-import type { Env, StageBindings } from '../env.js';
+import type { Env } from '../env.js';
+import type { StageObject } from './stage-object.js';
+
+/** The stage Workers' objects, bound STAGE_1 .. STAGE_N by the generated config (scripts/lib/stage-configs.ts). */
+type StageBindings = Record<`STAGE_${number}`, DurableObjectNamespace<StageObject> | undefined>;
 
 /**
  * The head shard's links to its pipeline stages: on each stage Worker (bound STAGE_1 .. STAGE_N), the stage

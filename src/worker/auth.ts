@@ -1,7 +1,7 @@
 import type { MiddlewareHandler } from 'hono';
 import type { AppEnv } from './app-env.js';
 import { ApiError } from './errors.js';
-import { ANONYMOUS, apiKeys, devMode, tenantOf, type ApiKey } from './tenants.js';
+import { ANONYMOUS, apiKeys, devMode, tenantOf, type ApiKey } from '../objects/tenancy/api-keys.js';
 
 let devModeLogged = false;
 

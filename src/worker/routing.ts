@@ -1,3 +1,4 @@
+import type { InferenceObject } from '../objects/inference-object.js';
 import type { Env } from '../env.js';
 import { intVar } from '../env.js';
 
@@ -14,11 +15,9 @@ export function shardCount(env: Env): number {
   return Math.max(1, Math.floor(intVar(env, 'SHARD_COUNT')));
 }
 
-export function shardStub(
-  env: Env,
-  shard: number,
-): DurableObjectStub<import('../objects/inference-object.js').InferenceObject> {
-  return env.INFERENCE.get(env.INFERENCE.idFromName(`shard-${shard}`));
+export function shardStub(env: Env, shard: number): DurableObjectStub<InferenceObject> {
+  const namespace = env.INFERENCE as unknown as DurableObjectNamespace<InferenceObject>;
+  return namespace.get(namespace.idFromName(`shard-${shard}`));
 }
 
 /** FNV-1a over UTF-16 code units: stable, cheap, good enough to spread prefixes over shards. */

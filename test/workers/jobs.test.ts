@@ -4,13 +4,12 @@
 import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
-import type { Env } from '../../src/env.js';
 import type { InferenceObject } from '../../src/objects/inference-object.js';
 import { call, expectError } from './service-helpers.js';
 import { getJob, hookName, inbox, newSecret, putHook, sendEvent, settled } from './webhook-helpers.js';
 
 function shardOf(id: string): DurableObjectStub<InferenceObject> {
-  const ns = (env as unknown as Env).INFERENCE;
+  const ns = (env as unknown as Cloudflare.Env).INFERENCE;
   return ns.get(ns.idFromName(`shard-${id.split('.')[0]}`));
 }
 

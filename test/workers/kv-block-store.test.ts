@@ -5,7 +5,6 @@
 import { runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
-import type { Env } from '../../src/env.js';
 import { SqlKvBlockStore } from '../../src/objects/kv-block-store.js';
 import { KV_STORE_CASES } from '../helpers/kv-store-cases.js';
 
@@ -16,7 +15,7 @@ function withStore<T>(
   budget: number,
   body: (store: SqlKvBlockStore, storage: DurableObjectStorage) => T | Promise<T>,
 ): Promise<T> {
-  const ns = (env as unknown as Env).INFERENCE;
+  const ns = (env as unknown as Cloudflare.Env).INFERENCE;
   const stub = ns.get(ns.idFromName(`kv-store-test-${++unique}-${Date.now()}`));
   return runInDurableObject(stub, async (_instance, state) => {
     const store = new SqlKvBlockStore(state.storage.sql, (fn) => state.storage.transactionSync(fn), budget);

@@ -3,6 +3,7 @@
 import { runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { shardCount } from '../../src/worker/routing.js';
+import type { Env } from '../../src/env.js';
 import { describe, expect, it } from 'vitest';
 import { call, post, postJson, readSse, scrape, sleep, total } from './service-helpers.js';
 import type { ChatCompletion, CompletionChunk } from './openai-wire.js';
@@ -99,7 +100,7 @@ describe('an object that restarts mid-stream', () => {
     const reader = res.body!.getReader();
     for (let i = 0; i < 3; i++) expect((await reader.read()).done).toBe(false);
     // Abort every shard's object as an eviction or a redeploy would, while it is generating.
-    for (let shard = 0; shard < shardCount(env); shard++) {
+    for (let shard = 0; shard < shardCount(env as unknown as Env); shard++) {
       const stub = env.INFERENCE.get(env.INFERENCE.idFromName(`shard-${shard}`));
       await runInDurableObject(stub, (_instance, state) => state.abort('test: restart')).catch(() => {});
     }

@@ -6,7 +6,6 @@ import { abortAllDurableObjects, runInDurableObject } from 'cloudflare:test';
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import type { EngineStats } from '../../src/engine/engine-stats.js';
-import type { Env } from '../../src/env.js';
 import type { InferenceObject } from '../../src/objects/inference-object.js';
 import { call, expectError, post, postJson, readSse } from './service-helpers.js';
 import type { ChatChunk, Session, Usage } from './openai-wire.js';
@@ -39,7 +38,7 @@ const getSession = async (id: string) => {
 };
 
 function shardOf(id: string): DurableObjectStub<InferenceObject> {
-  const ns = (env as unknown as Env).INFERENCE;
+  const ns = (env as unknown as Cloudflare.Env).INFERENCE;
   return ns.get(ns.idFromName(`shard-${id.split('.')[0]}`));
 }
 

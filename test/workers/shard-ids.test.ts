@@ -9,7 +9,7 @@ import type { InferenceObject } from '../../src/objects/inference-object.js';
 import { issuedShard, issueId } from '../../src/worker/shard-ids.js';
 import { call, expectError, post } from './service-helpers.js';
 
-const ns = (env as unknown as Env).INFERENCE;
+const ns = (env as unknown as Cloudflare.Env).INFERENCE;
 const shard = (n: number): DurableObjectStub<InferenceObject> => ns.get(ns.idFromName(`shard-${n}`));
 const started = async (n: number): Promise<boolean> => {
   const id = ns.idFromName(`shard-${n}`).toString();

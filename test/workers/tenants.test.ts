@@ -15,7 +15,7 @@ import { RateLimiter } from '../../src/objects/tenancy/rate-limiter.js';
 import type { Tenant } from '../../src/objects/tenancy/tenant.js';
 import { HookStore } from '../../src/objects/webhooks/hooks.js';
 import app from '../../src/worker/app.js';
-import { ANONYMOUS, bareKeyName } from '../../src/worker/tenants.js';
+import { ANONYMOUS, bareKeyName } from '../../src/objects/tenancy/api-keys.js';
 import { call, expectError, readSse, sleep } from './service-helpers.js';
 import { inbox, newSecret } from './webhook-helpers.js';
 
@@ -504,7 +504,7 @@ describe('dev mode', () => {
 
 describe('migrations: tables made before tenants', () => {
   it('gain owners without losing a row; hooks and jobs are rebuilt for per-owner names and webhook-ids', async () => {
-    const ns = (env as unknown as Env).INFERENCE;
+    const ns = (env as unknown as Cloudflare.Env).INFERENCE;
     const stub = ns.get(ns.idFromName(`migration-${Date.now()}`));
     await runInDurableObject(stub, (_instance, state) => {
       const sql = state.storage.sql;

@@ -5,7 +5,7 @@
  * (the same API_KEYS the worker checks), so the alarm, which runs without any request, judges it too.
  */
 import type { Env } from '../../env.js';
-import { apiKeys, devMode, tenantOf } from '../../worker/tenants.js';
+import { apiKeys, devMode, tenantOf } from './api-keys.js';
 import { ANONYMOUS_OWNER } from './tenant.js';
 
 /** Whether rows of `owner` still belong to a configured key (in dev mode every row does). */

@@ -12,7 +12,7 @@ import { shardLimits } from '../limits.js';
 import { rateLimitHeaders } from '../rate-limit-headers.js';
 import { shardForHook, shardStub } from '../routing.js';
 import { issuedShard, issueId } from '../shard-ids.js';
-import { soleTenant } from '../tenants.js';
+import { soleTenant } from '../../objects/tenancy/api-keys.js';
 import { SAMPLING_FIELDS, sessionSampling } from './sessions.js';
 
 /**

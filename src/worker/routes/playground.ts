@@ -1,6 +1,6 @@
 import { Hono } from 'hono';
 import type { Env } from '../../env.js';
-import { apiKeys, devMode } from '../tenants.js';
+import { apiKeys, devMode } from '../../objects/tenancy/api-keys.js';
 import page from '../playground/index.html';
 
 /**

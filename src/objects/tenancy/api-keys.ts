@@ -1,5 +1,5 @@
-import type { Env } from '../env.js';
-import { ANONYMOUS_NAME, ANONYMOUS_OWNER, type Tenant } from '../objects/tenancy/tenant.js';
+import type { Env } from '../../env.js';
+import { ANONYMOUS_NAME, ANONYMOUS_OWNER, type Tenant } from './tenant.js';
 
 /**
  * Keys and their owners. API_KEYS lists keys, comma-separated, each `name:key` or a bare key. A named key's
