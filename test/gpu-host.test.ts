@@ -22,6 +22,8 @@ import { serveGpuHost, type RunningHost } from '../src/gpu-host/server.js';
 import { directorySource } from '../src/sources/directory-source.js';
 import { nodeRuntime } from '../scripts/lib/runtimes.js';
 import { collect, loadEngine, modelDir } from './helpers/engines.js';
+import { gpuArgs } from '../scripts/start-args.js';
+import { gpuHostVar, type Env } from '../src/env.js';
 
 const SECRET = 'test-secret';
 const DTYPE = 'q4';
@@ -185,5 +187,29 @@ describe('a GPU host', () => {
     expect(back.tokens.map((t) => t.tokenId)).toEqual(reference.get('long'));
     expect(engine.stats().host!.reconnects).toBeGreaterThanOrEqual(2);
     await engine.runner.release();
+  });
+});
+
+describe('configuring a GPU host', () => {
+  it('reads GPU_HOST_URL with its secret, and refuses one without', () => {
+    const env = (vars: Record<string, string>) => vars as unknown as Env;
+    expect(gpuHostVar(env({}))).toBeUndefined();
+    expect(gpuHostVar(env({ GPU_HOST_URL: ' ' }))).toBeUndefined();
+    expect(gpuHostVar(env({ GPU_HOST_URL: 'https://gpu.example', GPU_HOST_SECRET: 's' }))).toEqual({
+      url: 'https://gpu.example',
+      secret: 's',
+    });
+    expect(() => gpuHostVar(env({ GPU_HOST_URL: 'https://gpu.example' }))).toThrow(/GPU_HOST_SECRET is not/);
+    expect(() => gpuHostVar(env({ GPU_HOST_URL: 'gpu.example', GPU_HOST_SECRET: 's' }))).toThrow(/http\(s\) URL/);
+  });
+
+  it('takes --gpu and --gpu-backend out of npm start arguments', () => {
+    expect(gpuArgs(['--port', '9000'])).toEqual({ gpu: undefined, rest: ['--port', '9000'] });
+    expect(gpuArgs(['--gpu', '--var', 'MODEL:tiny'])).toEqual({
+      gpu: { backend: 'auto' },
+      rest: ['--var', 'MODEL:tiny'],
+    });
+    expect(gpuArgs(['--gpu-backend', 'kernels']).gpu).toEqual({ backend: 'kernels' });
+    expect(gpuArgs(['--gpu', '--gpu-backend=webgpu']).gpu).toEqual({ backend: 'webgpu' });
   });
 });
