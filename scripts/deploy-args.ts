@@ -120,11 +120,16 @@ export function stageDeployArgs(extra: readonly string[], i: number, config: str
 
 /** Whether `wrangler secret list --format json` output names API_KEYS. */
 export function hasApiKeysSecret(listJson: string): boolean {
+  return hasSecret(listJson, 'API_KEYS');
+}
+
+/** Whether `wrangler secret list --format json` output names the secret `name`. */
+export function hasSecret(listJson: string, name: string): boolean {
   try {
     const secrets = JSON.parse(listJson) as unknown;
     return (
       Array.isArray(secrets) &&
-      secrets.some((s) => typeof s === 'object' && s !== null && (s as { name?: unknown }).name === 'API_KEYS')
+      secrets.some((s) => typeof s === 'object' && s !== null && (s as { name?: unknown }).name === name)
     );
   } catch {
     return false;

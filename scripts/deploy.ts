@@ -14,6 +14,7 @@ import {
   deployExtra,
   deployStages,
   hasApiKeysSecret,
+  hasSecret,
   hasConfigFlag,
   KERNELS_ONLY_CONFIG,
   kernelsOnlyConfig,
@@ -58,6 +59,16 @@ if (!extra.includes('--dry-run') && !extra.includes('--allow-open')) {
     );
     console.error('Set the keys first:  npx wrangler secret put API_KEYS   (comma-separated bearer keys)');
     console.error('or, to deploy an open service on purpose:  npm run deploy -- --allow-open');
+    process.exit(1);
+  }
+}
+
+// A GPU host (GPU_HOST_URL) answers only calls that carry its secret: one set as a var would show in the dashboard.
+if (vars.GPU_HOST_URL?.trim() && !extra.includes('--dry-run')) {
+  const list = spawnSync(process.execPath, [wrangler, 'secret', 'list', '--format', 'json'], { encoding: 'utf8' });
+  if (list.status !== 0 || !hasSecret(list.stdout, 'GPU_HOST_SECRET')) {
+    console.error('GPU_HOST_URL is set but the worker has no GPU_HOST_SECRET secret: the GPU host would refuse it.');
+    console.error('Set the secret the host runs with:  npx wrangler secret put GPU_HOST_SECRET');
     process.exit(1);
   }
 }

@@ -74,3 +74,24 @@ export function startVars(toml: string, args: readonly string[]): Record<string,
   }
   return vars;
 }
+
+/**
+ * `--gpu` and `--gpu-backend B` taken out of npm start's arguments: whether to start a GPU host beside wrangler dev,
+ * on which backend (default auto: WebGPU where a hardware adapter is, else the CPU runner the weights run fastest on).
+ */
+export function gpuArgs(args: readonly string[]): { gpu: { backend: string } | undefined; rest: string[] } {
+  const rest: string[] = [];
+  let on = false;
+  let backend = 'auto';
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === '--gpu') on = true;
+    else if (args[i] === '--gpu-backend') {
+      on = true;
+      backend = args[++i] ?? backend;
+    } else if (args[i].startsWith('--gpu-backend=')) {
+      on = true;
+      backend = args[i].slice('--gpu-backend='.length);
+    } else rest.push(args[i]);
+  }
+  return { gpu: on ? { backend } : undefined, rest };
+}

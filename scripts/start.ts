@@ -11,7 +11,9 @@ import { ensureInspectorProxyPatched } from './lib/wrangler-inspector-patch.js';
 import { readFileSync } from 'node:fs';
 import { freePort } from './lib/free-port.js';
 import { pipelineConfigArgs } from './lib/stage-configs.js';
-import { inFlightArgs, startArgs, startLine, startVars } from './start-args.js';
+import { gpuArgs, inFlightArgs, startArgs, startLine, startVars } from './start-args.js';
+import { randomBytes } from 'node:crypto';
+import { startGpuHostProcess } from './lib/gpu-host-process.js';
 import { checkModel, ModelCheckError } from './lib/model-check.js';
 
 for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url)))) {
@@ -22,7 +24,9 @@ for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', im
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
 // --stage-processes: each pipeline stage in a wrangler dev process of its own (the dev registry connects them),
 // so stages compute at once on a machine with cores to spare; else all of them in the head's one process.
-const given = process.argv.slice(2);
+// --gpu [--gpu-backend B]: a GPU host (scripts/gpu-host.ts) beside wrangler dev, serving the configured model, and
+// the objects pointed at it (GPU_HOST_URL, and a fresh GPU_HOST_SECRET): docs/webgpu.md#gpu-host.
+const { gpu, rest: given } = gpuArgs(process.argv.slice(2));
 const apart = given.includes('--stage-processes');
 const root = fileURLToPath(new URL('..', import.meta.url));
 const toml = readFileSync(join(root, 'wrangler.toml'), 'utf8');
@@ -30,6 +34,21 @@ const userArgs = startArgs(
   process.env,
   given.filter((a) => a !== '--stage-processes'),
 );
+if (gpu) {
+  const vars = startVars(toml, userArgs);
+  const secret = randomBytes(24).toString('hex');
+  const host = await startGpuHostProcess({
+    model: vars.MODEL_NAME || vars.MODEL,
+    dtype: vars.MODEL_DTYPE || undefined,
+    backend: gpu.backend,
+    port: await freePort(),
+    secret,
+    attached: true,
+    onLine: (line) => console.error(line),
+  });
+  userArgs.push('--var', `GPU_HOST_URL:${host.url}`, '--var', `GPU_HOST_SECRET:${secret}`);
+  process.on('exit', () => void host.stop());
+}
 const args = [...userArgs, ...inFlightArgs(startVars(toml, userArgs), apart, availableParallelism())];
 // PIPELINE_STAGES: the head and each stage Worker, every one an isolate of its own.
 const configs = pipelineConfigArgs(root, toml, args);

@@ -65,6 +65,10 @@ export interface Env {
   PIPELINE_IN_FLIGHT?: string;
   /** Where a pipeline's embedding and output projection live: `head`, `stages` (split by rows), or `auto` (default). */
   PIPELINE_VOCAB?: string;
+  /** A GPU host that runs the model (npm run gpu-host): the objects hold no weights, only the KV pool's bookkeeping. */
+  GPU_HOST_URL?: string;
+  /** The GPU host's shared secret (a secret, not a var: `wrangler secret put GPU_HOST_SECRET`). */
+  GPU_HOST_SECRET?: string;
 }
 
 /** PIPELINE_MICROBATCHES: a whole number >= 1, or undefined (1) when unset or not one. */
@@ -230,4 +234,24 @@ export function speculativeVar(env: Env): { method: string; num_tokens: number }
   if (raw === '') return undefined;
   const [method, count = ''] = raw.split(':');
   return { method, num_tokens: /^[0-9]+$/.test(count) ? Number(count) : NaN };
+}
+
+/** GPU_HOST_URL and GPU_HOST_SECRET, or undefined where no GPU host is configured; a URL without a secret is refused. */
+export function gpuHostVar(env: Env): { url: string; secret: string } | undefined {
+  const url = env.GPU_HOST_URL?.trim() ?? '';
+  if (url === '') return undefined;
+  const secret = env.GPU_HOST_SECRET?.trim() ?? '';
+  if (!/^https?:\/\//.test(url))
+    throw new InvalidRequestError(
+      'GPU_HOST_URL',
+      `GPU_HOST_URL must be an http(s) URL, got ${JSON.stringify(url)}`,
+      'unsupported_model',
+    );
+  if (secret === '')
+    throw new InvalidRequestError(
+      'GPU_HOST_SECRET',
+      'GPU_HOST_URL is set but GPU_HOST_SECRET is not: set the secret the host was started with',
+      'unsupported_model',
+    );
+  return { url, secret };
 }

@@ -3,7 +3,7 @@ import type { PersistCounters } from './kv/block-persistence.js';
 import type { KvStoreUsage } from './kv/block-store.js';
 import type { RestoreCounters } from './kv/block-restorer.js';
 import type { GrammarStats } from './constraints/compiler.js';
-import type { StageStats } from './runners/model-runner.js';
+import type { HostStats, StageStats } from './runners/model-runner.js';
 
 /** Engine-wide counters and gauges the service exports (e.g. as Prometheus metrics). */
 export interface EngineStats {
@@ -32,6 +32,8 @@ export interface EngineStats {
   kvLosses: number;
   /** A model split over pipeline stages: each stage's layers, memory and hops. */
   stages?: StageStats[];
+  /** A GPU host runs the passes: what runs there, and the passes sent. */
+  host?: HostStats;
   /** What runs the passes: our WebAssembly kernels, or onnxruntime. */
   runner: 'kernels' | 'onnxruntime';
   /**

@@ -79,7 +79,7 @@ export async function loadModel(
     tokenizerModel: files.tokenizerJson.model,
     chat: { template, config: files.tokenizerConfig },
     dtype,
-    digest: digesting ? await digesting.digest() : '',
+    digest: digesting ? (loaded.digest ?? (await digesting.digest())) : '',
     weightBytes: loaded.weightBytes,
     shared: loaded.shared,
     perRunner: loaded.perRunner,

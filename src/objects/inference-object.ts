@@ -16,8 +16,11 @@ import {
   pipelineVocabVar,
   pipelineStagesVar,
   speculativeVar,
+  gpuHostVar,
   type Env,
 } from '../env.js';
+import { HostUnavailableError, httpHostLink } from '../engine/runners/remote/host-link.js';
+import { hostInfo } from '../engine/runners/remote/remote-runner.js';
 import { stageLinks } from './stage-links.js';
 import type { StageStats } from '../engine/runners/model-runner.js';
 import type { KvBlockStore } from '../engine/kv/block-store.js';
@@ -29,7 +32,7 @@ import { plannedRunner } from '../engine/runners/runner-plan.js';
 import { runGeneration, type EventSink } from './generation-run.js';
 import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
-import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
+import { fail, fromEngineError, hostUnavailable, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { queueRefusal } from './tenancy/queue-share.js';
 import type { JobView } from './jobs.js';
 import type { SamplingFields, SessionView } from './sessions.js';
@@ -40,6 +43,14 @@ import type { AcceptedEvent, HookAddress, HookInput } from './webhooks/service.j
 import { shardQuota, type ShardLimits } from './tenancy/rate-limit-config.js';
 import { RateLimiter, type Admission, type RateLimitState, type Ticket } from './tenancy/rate-limiter.js';
 import type { Caller, Tenant } from './tenancy/tenant.js';
+
+/** A GPU host as /v1/models shows it: what runs the model there, and whether this shard has a session open. */
+export interface GpuHostView {
+  runner: string;
+  backend: string | null;
+  adapter: string | null;
+  connected: boolean;
+}
 
 /** A generation handed to the engine; `rateLimit` is its key's limits after it (absent when it has none). */
 export interface Started {
@@ -131,6 +142,10 @@ export class InferenceObject extends DurableObject<Env> {
           vocab: pipelineVocabVar(this.env),
         }
       : undefined;
+    // A GPU host runs the model: this object keeps the engine's bookkeeping and holds no weights, so it shares
+    // nothing with the isolate's other objects (each has its own session, and its own connection, to the host).
+    const host = gpuHostVar(this.env);
+    const gpuHost = host && { link: httpHostLink(host.url, host.secret), model, kvDtype };
     const engine = await Engine.load(shardRuntime(this.env), source, {
       modelId: model,
       dtype,
@@ -144,13 +159,16 @@ export class InferenceObject extends DurableObject<Env> {
       maxBatchSize: intVar(this.env, 'MAX_BATCH'),
       anyJsonWhitespace: anyJsonWhitespaceVar(this.env),
       kvStore: this.kvStore,
+      gpuHost,
       // One copy of the weights for every shard this isolate runs; each shard's pool sized so all of them fit.
-      isolate: {
-        models: isolateModels,
-        holder: this.ctx.id.toString(),
-        source: `${kind}:${model}`,
-        engines: intVar(this.env, 'SHARD_COUNT'),
-      },
+      isolate: gpuHost
+        ? undefined
+        : {
+            models: isolateModels,
+            holder: this.ctx.id.toString(),
+            source: `${kind}:${model}`,
+            engines: intVar(this.env, 'SHARD_COUNT'),
+          },
     });
     // Wall time: in production the clock moves only across I/O, which is most of a load.
     this.metrics.loaded({ seconds: (Date.now() - started) / 1000, source: kind });
@@ -179,6 +197,7 @@ export class InferenceObject extends DurableObject<Env> {
     try {
       return ok(await this.engine());
     } catch (err) {
+      if (err instanceof HostUnavailableError) return fail(hostUnavailable(err));
       if (!(err instanceof InvalidRequestError)) throw err;
       return fail({
         status: 503,
@@ -267,6 +286,29 @@ export class InferenceObject extends DurableObject<Env> {
     return this.loaded?.runner.stats().runner ?? null;
   }
 
+  /**
+   * The GPU host that runs the model (GPU_HOST_URL), for GET /v1/models: as the loaded engine knows it, else asked
+   * of the host now (no session opened, nothing loaded); null without one, or where it cannot be reached.
+   */
+  async gpuHost(): Promise<GpuHostView | null> {
+    let host: ReturnType<typeof gpuHostVar>;
+    try {
+      host = gpuHostVar(this.env);
+    } catch {
+      return null; // misconfigured: the first request says how
+    }
+    if (!host) return null;
+    const known = this.loaded?.runner.stats().host;
+    if (known)
+      return { runner: known.runner, backend: known.backend, adapter: known.adapter, connected: known.connected };
+    try {
+      const info = await hostInfo(httpHostLink(host.url, host.secret, 10_000));
+      return { runner: info.runner, backend: info.backend, adapter: info.adapter, connected: false };
+    } catch {
+      return null;
+    }
+  }
+
   private planned: Promise<string | null> | undefined;
 
   /**
@@ -285,6 +327,7 @@ export class InferenceObject extends DurableObject<Env> {
   }
 
   private async planRunner(): Promise<string | null> {
+    if (gpuHostVar(this.env)) return (await this.gpuHost())?.runner ?? null;
     const { source } = await modelSourceFor(modelName(this.env), modelLocations(this.env));
     const bytes = await source.read('config.json');
     if (!bytes) return null;

@@ -1,4 +1,5 @@
 import { InvalidRequestError, SequenceFailedError } from '../engine/errors.js';
+import { HostUnavailableError } from '../engine/runners/remote/host-link.js';
 import type { RateLimitState } from './tenancy/rate-limiter.js';
 
 /**
@@ -14,6 +15,8 @@ export interface ServiceError {
   code: string | null;
   /** A key's rate limits (a 429 for them): the worker sends them as x-ratelimit-* and retry-after headers. */
   rateLimit?: RateLimitState;
+  /** Seconds after which the same request may succeed (a GPU host that is down): the worker sends retry-after. */
+  retryAfterSeconds?: number;
 }
 
 export type RpcResult<T> = { ok: true; value: T } | { ok: false; error: ServiceError };
@@ -41,9 +44,23 @@ export function fromEngineError(err: unknown): ServiceError {
  * naming it. Anything else is an engine failure, told only as `internal_error`.
  */
 export function fromGenerationError(err: unknown): ServiceError {
+  const host = err instanceof HostUnavailableError ? err : (err as { cause?: unknown } | undefined)?.cause;
+  if (host instanceof HostUnavailableError) return hostUnavailable(host);
   if (err instanceof SequenceFailedError)
     return err.code === 'grammar_dead_end'
       ? invalidRequest(err.message, null, err.code)
       : { status: 500, type: 'server_error', message: err.message, param: null, code: err.code };
   return { status: 500, type: 'server_error', message: 'the generation failed', param: null, code: 'internal_error' };
+}
+
+/** A 503 for a GPU host that cannot be reached: the request may be sent again once it is back. */
+export function hostUnavailable(err: HostUnavailableError): ServiceError {
+  return {
+    status: 503,
+    type: 'server_error',
+    message: `${err.message}; try again in ${err.retryAfterSeconds} s`,
+    param: null,
+    code: 'gpu_host_unavailable',
+    retryAfterSeconds: err.retryAfterSeconds,
+  };
 }

@@ -22,7 +22,9 @@ export class ApiError extends Error {
   }
 
   static from(e: ServiceError): ApiError {
-    return new ApiError(e.status, e.message, e.type, e.param, e.code, rateLimitHeaders(e.rateLimit));
+    const retry: Record<string, string> =
+      e.retryAfterSeconds === undefined ? {} : { 'retry-after': String(e.retryAfterSeconds) };
+    return new ApiError(e.status, e.message, e.type, e.param, e.code, { ...rateLimitHeaders(e.rateLimit), ...retry });
   }
 
   get body(): { error: Omit<ServiceError, 'status'> } {

@@ -26,6 +26,8 @@ describe('GET /v1/models', () => {
           weights: { shared: 'per isolate', shared_by: body.data[0].weights.shared_by },
           // No PIPELINE_STAGES here: the model is served whole.
           stages: null,
+          // No GPU_HOST_URL: the objects run the model themselves.
+          gpu_host: null,
         },
       ],
     });

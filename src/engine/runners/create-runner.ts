@@ -18,6 +18,8 @@ import { kvPoolBlocks } from '../model/config.js';
 import { endsBytes, HEAD_SPAN, layerCosts, planStages, splitVocabulary } from './stages/stage-plan.js';
 import type { StageLink } from './stages/stage-protocol.js';
 import { StagedRunner } from './stages/staged-runner.js';
+import type { HostLink } from './remote/host-link.js';
+import { RemoteRunner } from './remote/remote-runner.js';
 
 /** A model whose layers run on pipeline stages (each a Worker of its own); the head holds the ends. */
 export interface PipelineOptions {
@@ -39,6 +41,14 @@ export interface PipelineOptions {
   vocab?: 'head' | 'stages' | 'auto';
 }
 
+/** A GPU host runs the model (GPU_HOST_URL): here only the pool's bookkeeping, no weights. */
+export interface GpuHostOptions {
+  link: HostLink;
+  /** The model's name as the host serves it (MODEL). */
+  model: string;
+  kvDtype: KvDtype;
+}
+
 /** Variants whose every product is 8-bit: run on `runtime.kernels8Bit` where the runtime has one. */
 const EIGHT_BIT_DTYPES: ReadonlySet<ModelDtype> = new Set(['int8', 'uint8', 'quantized']);
 
@@ -57,6 +67,8 @@ export interface RunnerOptions extends EngineLimits {
   isolateBudget?: (config: ModelConfig) => { besides: FootprintPart[]; kvBytes: number };
   /** The layers on pipeline stages: the kernels hold only the ends here, and the KV pool is the stages'. */
   pipeline?: PipelineOptions;
+  /** The whole model on a GPU host: its weights and KV bytes there, none here. */
+  gpuHost?: GpuHostOptions;
 }
 
 /**
@@ -75,6 +87,8 @@ export interface LoadedRunner {
   shared(): FootprintPart[];
   /** Bytes each runner holds besides its KV pool (an onnxruntime session of its own). */
   perRunner: FootprintPart[];
+  /** The weights file's digest where another process read it (a GPU host): the file is not read here. */
+  digest?: string;
 }
 
 /**
@@ -95,6 +109,7 @@ export async function loadRunner(
   config: ModelConfig,
   options: RunnerOptions,
 ): Promise<LoadedRunner> {
+  if (options.gpuHost) return remoteRunner(config, dtype, options.gpuHost, options);
   // On wasm the budget stands for a Workers isolate, which also holds the tokenizer, streams and grammars.
   const shared = options.isolateBudget?.(config);
   const besides =
@@ -228,5 +243,32 @@ export async function loadRunner(
     another: create,
     shared: () => [weights],
     perRunner: session,
+  };
+}
+
+/** A runner per engine on the GPU host, each a session with a KV pool of its own; nothing of the weights here. */
+async function remoteRunner(
+  config: ModelConfig,
+  dtype: ModelDtype,
+  host: GpuHostOptions,
+  options: EngineLimits,
+): Promise<LoadedRunner> {
+  const connect = (limits: EngineLimits): Promise<RemoteRunner> =>
+    RemoteRunner.connect(config, host.link, {
+      model: host.model,
+      dtype,
+      numBlocks: kvPoolBlocks(config, limits.kvCacheBytes, limits.blockSize, host.kvDtype),
+      blockSize: limits.blockSize,
+      kvDtype: host.kvDtype,
+      limits: resolveEngineLimits(limits),
+    });
+  const runner = await connect(options);
+  return {
+    runner,
+    weightBytes: 0,
+    digest: runner.opened?.digest,
+    another: connect,
+    shared: () => [],
+    perRunner: [],
   };
 }

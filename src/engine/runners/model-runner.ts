@@ -36,6 +36,28 @@ export interface RunnerStats {
   wasmMemoryBytes?: number;
   /** A model split over pipeline stages: each stage's layers, memory and hops. */
   stages?: StageStats[];
+  /** A GPU host runs the passes (RemoteRunner): what runs there, and the passes sent. */
+  host?: HostStats;
+}
+
+/** A GPU host, as the object sees it. */
+export interface HostStats {
+  /** host:port, never the secret. */
+  where: string;
+  /** Whether a session is open and its KV trusted. */
+  connected: boolean;
+  runner: string;
+  backend: string | null;
+  adapter: string | null;
+  weightBytes: number;
+  kvBytes: number;
+  /** Passes answered, their round trips and the host's own compute time in them, in ms. */
+  passes: number;
+  passMs: number;
+  computeMs: number;
+  /** Sessions opened again (the host restarted or a call failed), and calls that failed. */
+  reconnects: number;
+  failures: number;
 }
 
 /** One pipeline stage, as the head sees it. */

@@ -37,6 +37,16 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
         f(stage),
       ]),
     );
+  const gpuHost = (
+    f: (h: NonNullable<EngineStats['host']>) => number,
+    more: (h: NonNullable<EngineStats['host']>) => Record<string, string> = () => ({}),
+  ) =>
+    loaded
+      .filter(({ s }) => s.engine!.host !== undefined)
+      .map(({ labels, s }): [Record<string, string>, number] => [
+        { ...labels, ...more(s.engine!.host!) },
+        f(s.engine!.host!),
+      ]);
   const withStore = loaded.filter(({ s }) => s.engine!.kvStore !== undefined);
   // Per key name (never a key): one sample per shard and key the shard has seen.
   const perKey = (f: (k: KeyStats) => number | undefined) =>
@@ -64,6 +74,49 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
         { ...labels, backend, ...(s.engine ? { runner: s.engine.runner } : {}) },
         1,
       ]),
+    )
+    .family(
+      'edge_infer_gpu_host_info',
+      'gauge',
+      "The GPU host that runs the shard's passes (GPU_HOST_URL), by runner, backend and adapter: 1 while a session is open and its KV trusted, else 0.",
+      gpuHost(
+        (h) => (h.connected ? 1 : 0),
+        (h) => ({
+          runner: h.runner,
+          backend: h.backend ?? '',
+          adapter: h.adapter ?? '',
+        }),
+      ),
+    )
+    .family(
+      'edge_infer_gpu_host_passes_total',
+      'counter',
+      'Passes the GPU host answered for the shard.',
+      gpuHost((h) => h.passes),
+    )
+    .family(
+      'edge_infer_gpu_host_pass_seconds_total',
+      'counter',
+      "Round trips of those passes, seen from the object (the host's compute included).",
+      gpuHost((h) => h.passMs / 1000),
+    )
+    .family(
+      'edge_infer_gpu_host_compute_seconds_total',
+      'counter',
+      "The GPU host's own compute time in those passes (the rest of the round trip is the hop).",
+      gpuHost((h) => h.computeMs / 1000),
+    )
+    .family(
+      'edge_infer_gpu_host_reconnects_total',
+      'counter',
+      'Sessions the shard opened again on the GPU host (it restarted, or a call failed), its KV recomputed.',
+      gpuHost((h) => h.reconnects),
+    )
+    .family(
+      'edge_infer_gpu_host_failures_total',
+      'counter',
+      'Calls to the GPU host that failed (it could not be reached): the requests in those passes got a 503.',
+      gpuHost((h) => h.failures),
     )
     .family(
       'edge_infer_wasm_memory_bytes',

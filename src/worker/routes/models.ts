@@ -1,6 +1,7 @@
 import { Hono } from 'hono';
 import { modelName, serviceBackend, type Env } from '../../env.js';
 import { ApiError } from '../errors.js';
+import type { GpuHostView } from '../../objects/inference-object.js';
 import { shardCount, shardStub } from '../routing.js';
 
 /** GET /v1/models and GET /v1/models/:id: the one model this deployment serves. */
@@ -42,18 +43,34 @@ async function pipeline(env: Env): Promise<{ layers: [number, number]; isolate_b
 // until a shard has loaded them). `stages`: with PIPELINE_STAGES, each stage Worker's layers [from, to) and its
 // isolate's counted bytes (null until a shard has loaded the model, and without stages).
 const card = async (id: string, env: Env) => {
-  const [runner, sharedBy, stages] = await Promise.all([modelRunner(env), sharing(env), pipeline(env)]);
+  const [runner, sharedBy, stages, host] = await Promise.all([
+    modelRunner(env),
+    sharing(env),
+    pipeline(env),
+    gpuHost(env),
+  ]);
   return {
     id,
     object: 'model' as const,
     created: CREATED,
     owned_by: 'edge-infer',
-    backend: serviceBackend(env),
+    backend: host?.backend ?? serviceBackend(env),
     runner,
-    weights: { shared: 'per isolate', shared_by: sharedBy },
+    weights: host ? { shared: 'on the GPU host', shared_by: null } : { shared: 'per isolate', shared_by: sharedBy },
     stages,
+    gpu_host: host,
   };
 };
+
+/**
+ * With GPU_HOST_URL: what the host runs (runner, backend, adapter) and whether a shard has a session open there
+ * (a loaded shard's view, else shard 0 asks the host); null without a host, or where it cannot be reached.
+ */
+async function gpuHost(env: Env): Promise<GpuHostView | null> {
+  if (!env.GPU_HOST_URL?.trim()) return null;
+  const all = await Promise.all(Array.from({ length: shardCount(env) }, (_, i) => shardStub(env, i).gpuHost()));
+  return all.find((h) => h?.connected) ?? all.find((h) => h !== null) ?? null;
+}
 
 models.get('/', async (c) => c.json({ object: 'list', data: [await card(modelName(c.env), c.env)] }));
 
