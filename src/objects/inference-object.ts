@@ -32,6 +32,9 @@ import { poolView, type PoolView } from './pool-view.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { queueRefusal } from './tenancy/queue-share.js';
 import type { JobView } from './jobs.js';
+import type { InputItem } from '../responses/output-items.js';
+import type { ReasoningFormat } from '../responses/reasoning.js';
+import type { ResponseSpec, ResponseView } from '../responses/response-view.js';
 import type { SamplingFields, SessionView } from './sessions.js';
 import { createShardServices, type ShardServices } from './shard-services.js';
 import { shardRuntime } from './shard-runtime.js';
@@ -385,6 +388,50 @@ export class InferenceObject extends DurableObject<Env> {
     });
     if (!result.ok) ticket.settle(0); // refused, but it used its slot (see generate)
     return result.ok ? ok(started(state)) : result;
+  }
+
+  /**
+   * A response of the Responses API (objects/responses.ts): its events go to `sink` as generate()'s do,
+   * the last done event carrying the finished response. Also says how the model marks reasoning, so the
+   * worker can stream it apart.
+   */
+  async createResponse(
+    spec: ResponseSpec,
+    sink: EventSink,
+    caller: Caller,
+  ): Promise<RpcResult<Started & { reasoning: ReasoningFormat | undefined }>> {
+    const loaded = await this.engineOrUnavailable();
+    if (!loaded.ok) return loaded;
+    const full = this.overloaded(loaded.value, caller.tenant.owner, 1);
+    if (full) return fail(full);
+    const admitted = this.admit(caller.tenant.name, caller.limits);
+    if (!admitted.ok) return admitted;
+    const { ticket, state } = admitted.value;
+    const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
+    const result = await this.services.responses.start(spec, caller.tenant, sink, {
+      account,
+      onSettled: (completionTokens) => ticket.settle(completionTokens),
+    });
+    if (!result.ok) {
+      ticket.settle(0);
+      return result;
+    }
+    return ok({ ...started(state), reasoning: result.value.reasoning });
+  }
+
+  async getResponse(id: string, tenant: Tenant): Promise<RpcResult<ResponseView>> {
+    return this.services.responses.get(id, tenant);
+  }
+
+  async responseInputItems(id: string, tenant: Tenant): Promise<RpcResult<InputItem[]>> {
+    return this.services.responses.inputItems(id, tenant);
+  }
+
+  async deleteResponse(
+    id: string,
+    tenant: Tenant,
+  ): Promise<RpcResult<{ id: string; object: 'response'; deleted: true }>> {
+    return this.services.responses.delete(id, tenant);
   }
 
   /**
