@@ -59,7 +59,8 @@ export interface DoneExtras {
 
 export interface GenerationHooks {
   /** Called in the object when request `index` finishes, before its done event is sent (sessions record turns here). */
-  onDone?(index: number, done: DoneEvent): void | DoneExtras | Promise<void | DoneExtras>;
+  /** It may return DoneExtras, which the done event then carries. */
+  onDone?(index: number, done: DoneEvent): unknown;
 }
 
 /** Whom a generation runs for: its usage is counted under the key's name, and it queues fairly among owners. */
@@ -212,7 +213,7 @@ export function runGeneration(
       } else {
         metrics.finished(event, event.index === 0, options.account?.keyName);
         completionTokens += event.metrics.completionTokens;
-        const extras = await options.onDone?.(index, event);
+        const extras = (await options.onDone?.(index, event)) as DoneExtras | undefined;
         writer.send({ ...toWire(engine, index, event), ...extras } as WireEvent);
         continue;
       }
