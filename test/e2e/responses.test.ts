@@ -45,6 +45,8 @@ const turn = (
   alice.responses.create({
     model: 'tiny',
     input,
+    // Instructions are not carried over from the previous response (OpenAI's rule): sent each turn, as agents do.
+    instructions: 'You are terse.',
     max_output_tokens: 12,
     temperature: 0,
     ...(previous ? { previous_response_id: previous } : {}),
@@ -57,7 +59,7 @@ describe('responses', () => {
   it('a chain of five turns: each response continues the cached history and prefills only its input', async () => {
     const inputs = ['Hello!', 'What is a token?', 'And a block?', 'Why cache them?', 'Thanks, bye.'];
     for (const [t, input] of inputs.entries()) {
-      const response = await turn(input, chain[t - 1]?.id, t === 0 ? { instructions: 'You are terse.' } : {});
+      const response = await turn(input, chain[t - 1]?.id);
       expect(response.object).toBe('response');
       expect(response.id).toMatch(/^resp_/);
       expect(response.status === 'completed' || response.status === 'incomplete').toBe(true);
@@ -94,12 +96,13 @@ describe('responses', () => {
 
   it("another key's response does not exist for it: 404 on retrieve, delete, input_items and continuing", async () => {
     for (const call of [
-      bob.responses.retrieve(chain[0].id),
-      bob.responses.delete(chain[0].id),
-      bob.responses.inputItems.list(chain[0].id),
-      bob.responses.create({ model: 'tiny', input: 'hi', previous_response_id: chain[4].id, max_output_tokens: 4 }),
+      () => bob.responses.retrieve(chain[0].id),
+      () => bob.responses.delete(chain[0].id),
+      () => bob.responses.inputItems.list(chain[0].id),
+      () =>
+        bob.responses.create({ model: 'tiny', input: 'hi', previous_response_id: chain[4].id, max_output_tokens: 4 }),
     ]) {
-      expect((await failure(call)).status).toBe(404);
+      expect((await failure(call())).status).toBe(404);
     }
     expect((await alice.responses.retrieve(chain[0].id)).id).toBe(chain[0].id);
   });
@@ -122,6 +125,7 @@ describe('responses', () => {
     const stream = await alice.responses.create({
       model: 'tiny',
       input: 'Tell me more.',
+      instructions: 'You are terse.',
       previous_response_id: chain.at(-1)!.id,
       max_output_tokens: 10,
       temperature: 0,
@@ -223,6 +227,15 @@ describe('responses', () => {
     expect(Number.isInteger(value.age)).toBe(true);
   });
 
+  it('new instructions are not carried over: the history is rendered again under them', async () => {
+    const other = await turn('Go on.', chain[4].id, { instructions: 'You are verbose.' });
+    expect(other.instructions).toBe('You are verbose.');
+    const history = chain[4].usage!.input_tokens + chain[4].usage!.output_tokens;
+    expect(other.usage!.input_tokens).toBeGreaterThan(history - 4);
+    // The system message changed, so little of the cached prefix applies.
+    expect(other.usage!.input_tokens_details.cached_tokens).toBeLessThan(16);
+  });
+
   it('metadata and the sampling fields are echoed', async () => {
     const response = await turn('Hi.', undefined, { metadata: { ticket: '42' }, top_p: 0.5 });
     expect(response.metadata).toEqual({ ticket: '42' });
@@ -287,7 +300,7 @@ describe('responses', () => {
 
   it('delete removes a response: then it is 404, and it cannot be continued', async () => {
     const deleted = await alice.responses.delete(chain[0].id);
-    expect(deleted).toBeUndefined(); // the client returns nothing for a delete
+    expect(deleted).toEqual({ id: chain[0].id, object: 'response', deleted: true });
     expect((await failure(alice.responses.retrieve(chain[0].id))).status).toBe(404);
     expect((await failure(turn('hi', chain[0].id))).status).toBe(404);
     // The rest of the chain is its own: a later response is still there.
