@@ -33,6 +33,7 @@ import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './
 import { queueRefusal } from './tenancy/queue-share.js';
 import type { JobView } from './jobs.js';
 import type { InputItem } from '../responses/output-items.js';
+import { promptReasoning, reasoningOf } from './responses.js';
 import type { ReasoningFormat } from '../responses/reasoning.js';
 import type { ResponseSpec, ResponseView } from '../responses/response-view.js';
 import type { SamplingFields, SessionView } from './sessions.js';
@@ -48,6 +49,8 @@ import type { Caller, Tenant } from './tenancy/tenant.js';
 export interface Started {
   started: true;
   rateLimit?: RateLimitState;
+  /** How the model marks reasoning in this prompt's answer (chat prompts of models that reason), for the worker to split it off. */
+  reasoning?: ReasoningFormat;
 }
 
 const LIMIT_WORDS = {
@@ -67,6 +70,17 @@ function rateLimited(name: string, refusal: Extract<Admission, { ok: false }>): 
     code: refusal.refused === 'concurrent' ? 'concurrency_limit_exceeded' : 'rate_limit_exceeded',
     rateLimit: refusal.state,
   };
+}
+
+/**
+ * The reasoning format of a chat request's answer, for a model whose tokenizer has reasoning tags (none
+ * else: then nothing is rendered twice). Every request of a batch shares the first one's: the worker
+ * splits all choices alike.
+ */
+function chatReasoning(engine: Engine, requests: GenerationRequest[]): ReasoningFormat | undefined {
+  const first = requests[0];
+  if (!first?.messages || !reasoningOf(engine).tags) return undefined;
+  return promptReasoning(engine, engine.resolve(first).promptIds);
 }
 
 const started = (rateLimit: RateLimitState): Started =>
@@ -233,7 +247,8 @@ export class InferenceObject extends DurableObject<Env> {
         ({ completionTokens }) => ticket.settle(completionTokens),
         () => ticket.settle(0),
       );
-      return ok(started(state));
+      const reasoning = chatReasoning(engine, requests);
+      return ok(reasoning ? { ...started(state), reasoning } : started(state));
     } catch (err) {
       // A refused request still used a slot: tokenising and checking it cost the shard its time.
       ticket.settle(0);
@@ -395,11 +410,7 @@ export class InferenceObject extends DurableObject<Env> {
    * the last done event carrying the finished response. Also says how the model marks reasoning, so the
    * worker can stream it apart.
    */
-  async createResponse(
-    spec: ResponseSpec,
-    sink: EventSink,
-    caller: Caller,
-  ): Promise<RpcResult<Started & { reasoning: ReasoningFormat | undefined }>> {
+  async createResponse(spec: ResponseSpec, sink: EventSink, caller: Caller): Promise<RpcResult<Started>> {
     const loaded = await this.engineOrUnavailable();
     if (!loaded.ok) return loaded;
     const full = this.overloaded(loaded.value, caller.tenant.owner, 1);
@@ -416,7 +427,8 @@ export class InferenceObject extends DurableObject<Env> {
       ticket.settle(0);
       return result;
     }
-    return ok({ ...started(state), reasoning: result.value.reasoning });
+    const { reasoning } = result.value;
+    return ok(reasoning ? { ...started(state), reasoning } : started(state));
   }
 
   async getResponse(id: string, tenant: Tenant): Promise<RpcResult<ResponseView>> {

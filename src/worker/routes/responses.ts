@@ -54,17 +54,12 @@ responses.post('/', async (c) => {
   };
   const stub = shardStub(c.env, shard);
   const caller = { tenant: c.get('tenant'), limits: shardLimits(c.env, shard) };
-  let reasoning: Awaited<ReturnType<typeof stub.createResponse>> | undefined;
-  const generation = await openGeneration(async (channel) => {
-    reasoning = await stub.createResponse(spec, channel, caller);
-    return reasoning;
-  }, c.req.raw.signal);
-  const format = reasoning?.ok ? reasoning.value.reasoning : undefined;
+  const generation = await openGeneration((channel) => stub.createResponse(spec, channel, caller), c.req.raw.signal);
 
   if (stream)
     return withRateLimitHeaders(
       sseResponse(
-        responseEvents(generation.events, responseView(spec), format, spec.parse_tools),
+        responseEvents(generation.events, responseView(spec), generation.reasoning, spec.parse_tools),
         generation.cancel,
         RESPONSES_FRAMING,
       ),
