@@ -97,7 +97,8 @@ function reasoningTokens(engine: Engine, format: ReasoningFormat | undefined, to
   if (!format) return 0;
   const splitter = new ReasoningSplitter(format);
   const decoder = new TextDecoder();
-  for (const id of tokenIds) splitter.push(decoder.decode(engine.tokenizer.tokenBytes(id), { stream: true }));
+  for (const id of tokenIds)
+    splitter.push(decoder.decode(engine.tokenizer.tokenBytes(id, { addedTokens: 'text' }), { stream: true }));
   splitter.flush();
   return splitter.reasoningTokens;
 }
