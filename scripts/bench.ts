@@ -21,6 +21,7 @@ import { type Backend, parseBenchOptions } from './bench/options.js';
 import { markdownReport } from './bench/report.js';
 import type { BackendResult, BenchResults } from './bench/results.js';
 import { runService } from './bench/service.js';
+import { runResponsesChain } from './bench/responses-chain.js';
 import { runServiceRestore } from './bench/service-restore.js';
 import type { SpeculationCase } from './bench/speculative-table.js';
 import type { WebGpuBenchRow } from './bench/webgpu-table.js';
@@ -87,6 +88,7 @@ function runScriptChild<T>(nodeFlags: string[], script: string, args: string[]):
 
 const SCRIPT_SECTIONS: readonly string[] = [
   'service',
+  'responses',
   'speculative',
   'webgpu',
   'wllama',
@@ -111,6 +113,7 @@ if (options.sections.includes('restore'))
     options.runs,
     log,
   );
+if (options.sections.includes('responses')) results.responsesChain = await runResponsesChain(options.runs, log);
 if (options.sections.includes('speculative')) {
   // onnxruntime-node (cpu) and the edge kernels (wasm runs Llama graphs on them), each where asked for.
   const speculate = (backend: Backend) =>
@@ -183,6 +186,7 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   results.backends = [...earlier.backends.filter((b) => !backends.some((n) => n.backend === b.backend)), ...backends];
   results.service ??= earlier.service;
   results.serviceRestore ??= earlier.serviceRestore;
+  results.responsesChain ??= earlier.responsesChain;
   results.speculative ??= earlier.speculative;
   results.speculativeKernels ??= earlier.speculativeKernels;
   results.webgpu ??= earlier.webgpu;

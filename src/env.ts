@@ -42,6 +42,12 @@ export interface Env {
   MAX_BODY_BYTES?: string;
   /** Unfinished (queued or generating) webhook jobs one key may have on a shard; further events get 429. */
   MAX_JOBS_PER_KEY?: string;
+  /** Days a stored response (POST /v1/responses) is kept; default 30. */
+  RESPONSES_TTL_DAYS?: string;
+  /** Stored responses one key may keep on a shard; further ones with store: true get 429. */
+  MAX_RESPONSES_PER_KEY?: string;
+  /** Megabytes of stored responses (their text and token logs) one key may keep on a shard. */
+  MAX_RESPONSE_MB_PER_KEY?: string;
   /** Milliseconds a request body may take to arrive in full before the request is refused (408). */
   BODY_READ_TIMEOUT_MS?: string;
   WEBHOOK_RETRY_BASE_MS?: string;
@@ -122,6 +128,9 @@ export const DEFAULTS = {
   MAX_QUEUE: 64,
   MAX_BODY_BYTES: 1 << 20,
   MAX_JOBS_PER_KEY: 16,
+  RESPONSES_TTL_DAYS: 30,
+  MAX_RESPONSES_PER_KEY: 10_000,
+  MAX_RESPONSE_MB_PER_KEY: 64,
   BODY_READ_TIMEOUT_MS: 10_000,
   WEBHOOK_RETRY_BASE_MS: 2000,
   WEBHOOK_MAX_ATTEMPTS: 6,

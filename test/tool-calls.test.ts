@@ -59,6 +59,9 @@ describe('tool-call parsing', () => {
       calls: [],
     });
     expect(parseToolCalls('a < b <tool')).toEqual({ content: 'a < b <tool', calls: [] });
+    // A block cut before its header (max_tokens) leaves no markup behind; a cut call keeps its name.
+    expect(parseToolCalls('Let me see. <tool_call>\n{"na')).toEqual({ content: 'Let me see. ', calls: [] });
+    expect(parseToolCalls(`${toolCallPrefix('f')}{"a": 1`).calls.map((c) => c.function.name)).toEqual(['f']);
     expect(`${toolCallPrefix('f')}{}${TOOL_CALL_SUFFIX}`).toBe(call('f', '{}'));
   });
 });

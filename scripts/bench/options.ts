@@ -18,6 +18,7 @@ export const SECTIONS = [
   'wllama',
   'kernels',
   'restore',
+  'responses',
   'structured',
   'edge',
   'edge-memory',

@@ -189,6 +189,31 @@ export function markdownReport(r: BenchResults): string {
       ),
     );
   }
+  if (r.responsesChain) {
+    out.push(
+      `\n**A response chain against re-sending the history** (${r.responsesChain.model}: \`wrangler dev\`, one shard; each turn streamed with max 8 output tokens, time to the first text delta)\n`,
+    );
+    out.push(
+      table(
+        [
+          'turn',
+          'input tokens',
+          'cached: chain / resend',
+          'chain (previous_response_id)',
+          'resend (chat completions)',
+          'resend ÷ chain',
+        ],
+        r.responsesChain.byTurn.map((t) => [
+          String(t.turn),
+          String(t.inputTokens),
+          `${t.chainCached} / ${t.resendCached}`,
+          `${m(t.chainTtftMs)} ms`,
+          `${m(t.resendTtftMs)} ms`,
+          x(t.resendVsChain),
+        ]),
+      ),
+    );
+  }
   if (r.serviceRestore) {
     out.push(
       `\n**Durable session KV in workerd** (${r.serviceRestore.model}: \`wrangler dev\`, one shard; a request of the history + 20 tokens, max_tokens 1, latency)\n`,

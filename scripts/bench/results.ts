@@ -58,6 +58,20 @@ export interface BackendResult {
   seconds: number;
 }
 
+/** A 10-turn response chain against re-sending the history as chat completions (scripts/bench/responses-chain.ts). */
+export interface ResponsesChainResult {
+  model: string;
+  byTurn: {
+    turn: number;
+    inputTokens: number;
+    chainCached: number;
+    resendCached: number;
+    chainTtftMs: Sampled;
+    resendTtftMs: Sampled;
+    resendVsChain: Sampled;
+  }[];
+}
+
 /** Durable session KV in workerd (scripts/bench/service-restore.ts): one request over a stored history, by history length. */
 export interface ServiceRestoreResult {
   model: string;
@@ -92,6 +106,7 @@ export interface BenchResults {
   backends: BackendResult[];
   service?: ServiceResult;
   serviceRestore?: ServiceRestoreResult;
+  responsesChain?: ResponsesChainResult;
   /** Structured outputs: a step at 16 constrained streams against free ones, grammar compile times (scripts/bench/structured.ts). */
   structured?: StructuredBench;
   /** Decode with and without speculation, same prompts, same run (scripts/bench/speculative.ts; cpu). */

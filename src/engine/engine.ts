@@ -167,12 +167,12 @@ export class Engine {
     return resolveRequest(request, {
       encode: (text) => this.tokenizer.encode(text),
       encodePrompt: (text) => this.tokenizer.encodePrompt(text),
-      renderChat: (messages, tools) =>
-        renderChat(this.requireChatTemplate(), messages, this.chatTemplate.config, { tools }),
-      encodeChat: (messages, tools) => {
+      renderChat: (messages, tools, variables) =>
+        renderChat(this.requireChatTemplate(), messages, this.chatTemplate.config, { tools, variables }),
+      encodeChat: (messages, tools, variables) => {
         const template = this.requireChatTemplate();
         return encodeChat(this.tokenizer, messages, (m) =>
-          renderChat(template, m, this.chatTemplate.config, { tools }),
+          renderChat(template, m, this.chatTemplate.config, { tools, variables }),
         );
       },
       compileConstraint: (constraint) => this.constraints.compile(constraint),

@@ -62,6 +62,8 @@ export interface GenerationRequest {
   constraint?: Constrained | null;
   /** Function definitions (OpenAI's `tools`), handed to the chat template as HF templates expect them. */
   tools?: readonly JsonValue[] | null;
+  /** Extra variables for the chat template (`enable_thinking: false`), as HF's apply_chat_template takes them. */
+  chat_template_kwargs?: Readonly<Record<string, JsonValue>> | null;
 }
 
 export const DEFAULT_MAX_TOKENS = 256;
@@ -103,6 +105,20 @@ function messageChars(messages: unknown): number {
   };
   visit(messages, 0);
   return n;
+}
+
+/** chat_template_kwargs: an object of variables, none of them one the template is already handed. */
+function templateVariables(kwargs: unknown): Readonly<Record<string, unknown>> | undefined {
+  if (kwargs === undefined || kwargs === null) return undefined;
+  if (typeof kwargs !== 'object' || Array.isArray(kwargs))
+    throw new InvalidRequestError('chat_template_kwargs', 'chat_template_kwargs must be an object');
+  for (const name of ['messages', 'tools', 'add_generation_prompt', 'bos_token', 'eos_token', 'pad_token', 'unk_token'])
+    if (name in kwargs)
+      throw new InvalidRequestError(
+        `chat_template_kwargs.${name}`,
+        `chat_template_kwargs cannot set '${name}': it is the request's own`,
+      );
+  return kwargs as Record<string, unknown>;
 }
 
 /** Resolves max_tokens against the prompt and the context window; refuses what can never fit. */
@@ -155,9 +171,9 @@ export interface RequestContext {
   /** Token ids of a raw prompt, with the BOS (or other markers) the tokenizer's post-processor adds. */
   encodePrompt(text: string): number[];
   /** Chat messages (and tools, if any) to prompt text; throws InvalidRequestError('messages') for malformed ones. */
-  renderChat(messages: unknown, tools?: readonly unknown[]): string;
+  renderChat(messages: unknown, tools?: readonly unknown[], variables?: Readonly<Record<string, unknown>>): string;
   /** Token ids of the rendered chat, control tokens from the template only (tokenizer/chat-encoding.ts). */
-  encodeChat?(messages: unknown, tools?: readonly unknown[]): number[];
+  encodeChat?(messages: unknown, tools?: readonly unknown[], variables?: Readonly<Record<string, unknown>>): number[];
   /** Compiles a grammar (cached); throws InvalidRequestError naming the field for what cannot be enforced. */
   compileConstraint?(constraint: Constrained): CompiledConstraint;
   /** Ids the model knows (prompts may use them all). */
@@ -194,10 +210,11 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
     promptIds = [...request.prompt_ids];
   } else {
     const tools = request.tools ?? undefined;
+    const variables = templateVariables(request.chat_template_kwargs);
     checkPromptChars(messageChars(request.messages), 'messages', ctx);
     promptIds = ctx.encodeChat
-      ? ctx.encodeChat(request.messages, tools)
-      : ctx.encode(ctx.renderChat(request.messages, tools));
+      ? ctx.encodeChat(request.messages, tools, variables)
+      : ctx.encode(ctx.renderChat(request.messages, tools, variables));
   }
   checkTokenIds(promptIds, ctx.vocabSize, given[0]);
   const maxTokens = resolveMaxTokens(request.max_tokens, promptIds.length, ctx.contextWindow);

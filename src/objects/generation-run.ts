@@ -4,6 +4,7 @@ import type { DoneEvent, FinishReason, GenerationEvent, TopLogprob } from '../en
 import type { RequestMetrics } from '../engine/request-metrics.js';
 import type { PromptTokenLogprob } from '../engine/sampling/prompt-logprobs.js';
 import type { ServiceMetrics } from './service-metrics.js';
+import type { ResponseView } from '../responses/response-view.js';
 import { fromGenerationError, type ServiceError } from './rpc-error.js';
 
 /**
@@ -36,6 +37,8 @@ export type WireEvent =
       beam?: { score: number; cumulativeLogprob: number };
       /** prompt_logprobs: per prompt token (the first: null), its logprob, rank and alternatives. */
       promptLogprobs?: (WirePromptLogprob | null)[];
+      /** A response of the Responses API, finished (and stored, if it is) by the object: responses.ts. */
+      response?: ResponseView;
     }
   /** The generation failed or was stopped from outside; no done events follow for unfinished choices. */
   | { type: 'error'; error: ServiceError };
@@ -49,9 +52,15 @@ export interface EventSink {
 /** An RPC stub as received in a call: valid only during that call unless duplicated. */
 type ReceivedStub<T> = T & Partial<Disposable> & { dup?(): T & Disposable };
 
+/** What a done hook may add to the done event it precedes. */
+export interface DoneExtras {
+  response?: ResponseView;
+}
+
 export interface GenerationHooks {
   /** Called in the object when request `index` finishes, before its done event is sent (sessions record turns here). */
-  onDone?(index: number, done: DoneEvent): void | Promise<void>;
+  /** It may return DoneExtras, which the done event then carries. */
+  onDone?(index: number, done: DoneEvent): unknown;
 }
 
 /** Whom a generation runs for: its usage is counted under the key's name, and it queues fairly among owners. */
@@ -204,7 +213,9 @@ export function runGeneration(
       } else {
         metrics.finished(event, event.index === 0, options.account?.keyName);
         completionTokens += event.metrics.completionTokens;
-        await options.onDone?.(index, event);
+        const extras = (await options.onDone?.(index, event)) as DoneExtras | undefined;
+        writer.send({ ...toWire(engine, index, event), ...extras } as WireEvent);
+        continue;
       }
       writer.send(toWire(engine, index, event));
     }

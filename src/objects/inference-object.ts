@@ -35,6 +35,10 @@ import { poolView, type PoolView } from './pool-view.js';
 import { fail, fromEngineError, hostUnavailable, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { queueRefusal } from './tenancy/queue-share.js';
 import type { JobView } from './jobs.js';
+import type { InputItem } from '../responses/output-items.js';
+import { promptReasoning, reasoningOf } from './responses.js';
+import type { ReasoningFormat } from '../responses/reasoning.js';
+import type { ResponseSpec, ResponseView } from '../responses/response-view.js';
 import type { SamplingFields, SessionView } from './sessions.js';
 import { createShardServices, type ShardServices } from './shard-services.js';
 import { shardRuntime } from './shard-runtime.js';
@@ -56,6 +60,8 @@ export interface GpuHostView {
 export interface Started {
   started: true;
   rateLimit?: RateLimitState;
+  /** How the model marks reasoning in this prompt's answer (chat prompts of models that reason), for the worker to split it off. */
+  reasoning?: ReasoningFormat;
 }
 
 const LIMIT_WORDS = {
@@ -75,6 +81,17 @@ function rateLimited(name: string, refusal: Extract<Admission, { ok: false }>): 
     code: refusal.refused === 'concurrent' ? 'concurrency_limit_exceeded' : 'rate_limit_exceeded',
     rateLimit: refusal.state,
   };
+}
+
+/**
+ * The reasoning format of a chat request's answer, for a model whose tokenizer has reasoning tags (none
+ * else: then nothing is rendered twice). Every request of a batch shares the first one's: the worker
+ * splits all choices alike.
+ */
+function chatReasoning(engine: Engine, requests: GenerationRequest[]): ReasoningFormat | undefined {
+  const first = requests[0];
+  if (!first?.messages || !reasoningOf(engine).tags) return undefined;
+  return promptReasoning(engine, engine.resolve(first).promptIds);
 }
 
 const started = (rateLimit: RateLimitState): Started =>
@@ -249,7 +266,8 @@ export class InferenceObject extends DurableObject<Env> {
         ({ completionTokens }) => ticket.settle(completionTokens),
         () => ticket.settle(0),
       );
-      return ok(started(state));
+      const reasoning = chatReasoning(engine, requests);
+      return ok(reasoning ? { ...started(state), reasoning } : started(state));
     } catch (err) {
       // A refused request still used a slot: tokenising and checking it cost the shard its time.
       ticket.settle(0);
@@ -428,6 +446,47 @@ export class InferenceObject extends DurableObject<Env> {
     });
     if (!result.ok) ticket.settle(0); // refused, but it used its slot (see generate)
     return result.ok ? ok(started(state)) : result;
+  }
+
+  /**
+   * A response of the Responses API (objects/responses.ts): its events go to `sink` as generate()'s do,
+   * the last done event carrying the finished response. Also says how the model marks reasoning, so the
+   * worker can stream it apart.
+   */
+  async createResponse(spec: ResponseSpec, sink: EventSink, caller: Caller): Promise<RpcResult<Started>> {
+    const loaded = await this.engineOrUnavailable();
+    if (!loaded.ok) return loaded;
+    const full = this.overloaded(loaded.value, caller.tenant.owner, 1);
+    if (full) return fail(full);
+    const admitted = this.admit(caller.tenant.name, caller.limits);
+    if (!admitted.ok) return admitted;
+    const { ticket, state } = admitted.value;
+    const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
+    const result = await this.services.responses.start(spec, caller.tenant, sink, {
+      account,
+      onSettled: (completionTokens) => ticket.settle(completionTokens),
+    });
+    if (!result.ok) {
+      ticket.settle(0);
+      return result;
+    }
+    const { reasoning } = result.value;
+    return ok(reasoning ? { ...started(state), reasoning } : started(state));
+  }
+
+  async getResponse(id: string, tenant: Tenant): Promise<RpcResult<ResponseView>> {
+    return this.services.responses.get(id, tenant);
+  }
+
+  async responseInputItems(id: string, tenant: Tenant): Promise<RpcResult<InputItem[]>> {
+    return this.services.responses.inputItems(id, tenant);
+  }
+
+  async deleteResponse(
+    id: string,
+    tenant: Tenant,
+  ): Promise<RpcResult<{ id: string; object: 'response'; deleted: true }>> {
+    return this.services.responses.delete(id, tenant);
   }
 
   /**

@@ -5,6 +5,7 @@
 import { boolVar, intVar, type Env } from '../env.js';
 import { liveKeys } from './tenancy/live-keys.js';
 import { JobStore } from './jobs.js';
+import { ResponseStore } from './responses.js';
 import { SessionStore } from './sessions.js';
 import type { ShardContext } from './shard-context.js';
 import { retryPolicyFromEnv } from './webhooks/backoff.js';
@@ -14,6 +15,7 @@ import { Webhooks } from './webhooks/service.js';
 
 export interface ShardServices {
   sessions: SessionStore;
+  responses: ResponseStore;
   webhooks: Webhooks;
 }
 
@@ -26,6 +28,11 @@ export function createShardServices(shard: ShardContext, storage: DurableObjectS
   const limits = { maxQueue: intVar(env, 'MAX_QUEUE'), maxJobsPerKey: intVar(env, 'MAX_JOBS_PER_KEY') };
   return {
     sessions: new SessionStore(shard),
+    responses: new ResponseStore(shard, {
+      ttlMs: intVar(env, 'RESPONSES_TTL_DAYS') * 86_400_000,
+      maxPerKey: intVar(env, 'MAX_RESPONSES_PER_KEY'),
+      maxBytesPerKey: intVar(env, 'MAX_RESPONSE_MB_PER_KEY') * 2 ** 20,
+    }),
     webhooks: new Webhooks(shard, hooks, jobs, dispatcher, urls, keyIsLive, limits),
   };
 }

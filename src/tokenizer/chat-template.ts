@@ -14,6 +14,8 @@ export interface RenderChatOptions {
   addGenerationPrompt?: boolean;
   /** OpenAI `tools` (function definitions); rendered by the template if it speaks tools, else as tool-format.ts writes them. */
   tools?: readonly unknown[];
+  /** Extra template variables (chat_template_kwargs: `enable_thinking`), beneath the ones set here. */
+  variables?: Readonly<Record<string, unknown>>;
 }
 
 // Parsing a template is far dearer than rendering it; models keep one template for their lifetime.
@@ -28,7 +30,7 @@ export function renderChat(
   template: string,
   messages: unknown,
   config: Record<string, unknown> = {},
-  { addGenerationPrompt = true, tools }: RenderChatOptions = {},
+  { addGenerationPrompt = true, tools, variables }: RenderChatOptions = {},
 ): string {
   let normalized = validateMessages(messages);
   const usesTools = (tools?.length ?? 0) > 0 || normalized.some((m) => m.role === 'tool' || m.tool_calls);
@@ -40,6 +42,7 @@ export function renderChat(
     compiled.set(template, compiledTemplate);
   }
   return compiledTemplate.render({
+    ...variables,
     messages: normalized,
     ...(native && tools?.length ? { tools } : {}),
     add_generation_prompt: addGenerationPrompt,

@@ -5,6 +5,7 @@ import type { Started } from '../objects/inference-object.js';
 import type { RpcResult } from '../objects/rpc-error.js';
 import type { RateLimitState } from '../objects/tenancy/rate-limiter.js';
 import type { Tenant } from '../objects/tenancy/tenant.js';
+import type { ReasoningFormat } from '../responses/reasoning.js';
 import { ApiError, unwrap } from './errors.js';
 import { EventChannel } from './event-channel.js';
 import { shardLimits } from './limits.js';
@@ -20,6 +21,8 @@ export interface Generation {
   cancel(): void;
   /** The key's rate limits after this request, for the response's x-ratelimit-* headers. */
   rateLimit?: RateLimitState;
+  /** How the model marks reasoning in its answer, where it does. */
+  reasoning?: ReasoningFormat;
 }
 
 /**
@@ -32,11 +35,11 @@ export async function openGeneration(
   signal?: AbortSignal,
 ): Promise<Generation> {
   const channel = new EventChannel();
-  const { rateLimit } = unwrap(await start(channel));
+  const { rateLimit, reasoning } = unwrap(await start(channel));
   const cancel = (): void => channel.abandon();
   if (signal?.aborted) cancel();
   signal?.addEventListener('abort', cancel, { once: true });
-  return { events: channel.events(), cancel, rateLimit };
+  return { events: channel.events(), cancel, rateLimit, reasoning };
 }
 
 /** Starts `requests` on `shard` for `tenant` (see openGeneration); their completions are indexed request-major. */

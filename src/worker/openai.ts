@@ -2,6 +2,7 @@ import type { FinishReason } from '../engine/sequence-output.js';
 import type { WireEvent, WireLogprob } from '../objects/generation-run.js';
 import { ApiError } from './errors.js';
 import type { DoneWire, TokenWire } from './generation-stream.js';
+import { ReasoningSplitter, splitReasoning, type ReasoningFormat } from '../responses/reasoning.js';
 import { parseToolCalls, ToolCallParser } from './tool-calls.js';
 
 /** OpenAI response shapes, built from the object's events. Field order follows OpenAI's own responses. */
@@ -83,6 +84,7 @@ export function chatCompletion(
   n: number,
   logprobs: boolean,
   parseTools = false,
+  reasoningFormat?: ReasoningFormat,
 ) {
   return {
     id: meta.id,
@@ -90,11 +92,14 @@ export function chatCompletion(
     created: meta.created,
     model: meta.model,
     choices: done.map((d, index) => {
-      const { content, calls } = parseTools ? parseToolCalls(d.text) : { content: d.text, calls: [] };
+      // Reasoning first (it comes before the answer), then the answer's tool calls.
+      const { reasoning, content: answer } = splitReasoning(reasoningFormat, d.text);
+      const { content, calls } = parseTools ? parseToolCalls(answer) : { content: answer, calls: [] };
+      const thought = reasoning !== undefined ? { reasoning_content: reasoning } : {};
       const message =
         calls.length > 0
-          ? { role: 'assistant' as const, content: content || null, refusal: null, tool_calls: calls }
-          : { role: 'assistant' as const, content, refusal: null };
+          ? { role: 'assistant' as const, content: content || null, ...thought, refusal: null, tool_calls: calls }
+          : { role: 'assistant' as const, content, ...thought, refusal: null };
       return {
         index,
         message,
@@ -129,8 +134,11 @@ export async function* chatChunks(
   includeUsage: boolean,
   logprobs: boolean,
   parseTools = false,
+  reasoningFormat?: ReasoningFormat,
 ) {
   const extra = includeUsage ? { usage: null } : {};
+  // Reasoning streams as `delta.reasoning_content` (vLLM's and DeepSeek's spelling), the answer as `delta.content`.
+  const splitters = Array.from({ length: count }, () => new ReasoningSplitter(reasoningFormat));
   // Tool calls stream as OpenAI streams them: per call, a delta with index, id, type and name, then fragments of arguments.
   const parsers = parseTools ? Array.from({ length: count }, () => new ToolCallParser()) : [];
   for (let index = 0; index < count; index++) {
@@ -146,7 +154,14 @@ export async function* chatChunks(
     if (event.type === 'token') {
       const lp = logprobs ? chatLogprobs([event]) : null;
       const parser = parsers[event.index];
-      const { content, deltas } = parser ? parser.push(event.text) : { content: event.text, deltas: [] };
+      const split = splitters[event.index].push(event.text);
+      if (split.reasoning !== '')
+        yield chatChunk(
+          meta,
+          [{ index: event.index, delta: { reasoning_content: split.reasoning }, logprobs: null, finish_reason: null }],
+          extra,
+        );
+      const { content, deltas } = parser ? parser.push(split.content) : { content: split.content, deltas: [] };
       if (content !== '' || (logprobs && event.logprob))
         yield chatChunk(meta, [{ index: event.index, delta: { content }, logprobs: lp, finish_reason: null }], extra);
       for (const call of deltas)
@@ -158,7 +173,21 @@ export async function* chatChunks(
     } else {
       done[event.index] = event;
       const parser = parsers[event.index];
-      const rest = parser?.flush() ?? '';
+      const held = splitters[event.index].flush();
+      if (held.reasoning !== '')
+        yield chatChunk(
+          meta,
+          [{ index: event.index, delta: { reasoning_content: held.reasoning }, logprobs: null, finish_reason: null }],
+          extra,
+        );
+      const fromSplit = parser ? parser.push(held.content) : { content: held.content, deltas: [] };
+      for (const call of fromSplit.deltas)
+        yield chatChunk(
+          meta,
+          [{ index: event.index, delta: { tool_calls: [call] }, logprobs: null, finish_reason: null }],
+          extra,
+        );
+      const rest = fromSplit.content + (parser?.flush() ?? '');
       if (rest !== '')
         yield chatChunk(
           meta,

@@ -111,9 +111,13 @@ export class ToolCallParser {
     return { content, deltas };
   }
 
-  /** The end of the text: whatever is still held back is content (an unfinished call keeps what it streamed). */
+  /**
+   * The end of the text: what is held back outside a block is content. An unfinished block (cut by
+   * max_tokens) is never content: a call keeps what it streamed, and a block cut before its header is dropped,
+   * so no half `<tool_call` markup reaches the client.
+   */
   flush(): string {
-    const rest = this.inside && !this.current ? `${TOOL_CALL_BEGIN}${this.buffer}` : this.inside ? '' : this.buffer;
+    const rest = this.inside ? '' : this.buffer;
     this.buffer = '';
     return rest;
   }

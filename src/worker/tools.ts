@@ -48,7 +48,9 @@ export function toolUse(body: JsonObject): ToolUse {
 
   let forced: typeof functions | undefined;
   if (choice === undefined || choice === 'auto') forced = undefined;
-  else if (choice === 'none') return { tools: raw as JsonValue[], constraint: undefined, parse: false };
+  // "none": the functions are left out of the prompt (vLLM's exclude_tools_when_tool_choice_none), so the
+  // model is not invited to write call markup that would then reach the client as text.
+  else if (choice === 'none') return { tools: undefined, constraint: undefined, parse: false };
   else if (choice === 'required') forced = functions;
   else if (typeof choice === 'object' && (choice as JsonObject).type === 'function') {
     const name = ((choice as JsonObject).function as JsonObject | undefined)?.name;

@@ -254,8 +254,19 @@ describe('tool calls through the openai client', () => {
     expect(second.choices[0].message.role).toBe('assistant');
     expect(second.choices[0].message.tool_calls).toBeUndefined();
     expect(['stop', 'length']).toContain(second.choices[0].finish_reason);
-    // The history (assistant tool_calls, tool result) was rendered: the prompt grew by it.
-    expect(second.usage!.prompt_tokens).toBeGreaterThan(first.usage!.prompt_tokens);
+    // The history (assistant tool_calls, tool result) was rendered: the prompt grew by it. The functions
+    // were not: with tool_choice "none" the model is not shown them, so it writes no call markup.
+    const plain = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 1 });
+    expect(second.usage!.prompt_tokens).toBeGreaterThan(plain.usage!.prompt_tokens);
+    const withTools = await client.chat.completions.create({
+      model: 'tiny',
+      messages,
+      tools,
+      tool_choice: 'none',
+      max_tokens: 1,
+    });
+    expect(withTools.usage!.prompt_tokens).toBe(plain.usage!.prompt_tokens);
+    expect(second.choices[0].message.content).not.toContain('<tool_call');
   });
 });
 

@@ -1,4 +1,5 @@
 import { Hono } from 'hono';
+import type { JsonValue } from '../../engine/constraints/spec.js';
 import type { ChatMessage, GenerationRequest } from '../../engine/request.js';
 import type { AppEnv } from '../app-env.js';
 import { readJsonObject } from '../body.js';
@@ -47,6 +48,10 @@ chat.post('/', async (c) => {
   const constraint = sampling.constraint ?? withRequestWhitespace(tools.constraint, body);
   const maxCompletionTokens = optInteger(body, 'max_completion_tokens');
   if (maxCompletionTokens !== undefined) sampling.max_tokens = maxCompletionTokens;
+  // Extra variables for the chat template (vLLM's field): `{"enable_thinking": false}` for Qwen3.
+  const kwargs = body.chat_template_kwargs;
+  if (kwargs !== undefined && kwargs !== null && (typeof kwargs !== 'object' || Array.isArray(kwargs)))
+    throw badParam('chat_template_kwargs', 'chat_template_kwargs must be an object');
 
   const request: GenerationRequest = {
     messages,
@@ -54,6 +59,7 @@ chat.post('/', async (c) => {
     ...(logprobs ? { logprobs: true, top_logprobs: topLogprobs ?? 0 } : {}),
     ...(constraint ? { constraint } : {}),
     ...(tools.tools ? { tools: tools.tools } : {}),
+    ...(kwargs ? { chat_template_kwargs: kwargs as Record<string, JsonValue> } : {}),
   };
   // n completions of one prompt: the engine prefills it once and forks the cache (seeds seed, seed + 1, ...).
   const generation = await startGeneration(
@@ -67,12 +73,15 @@ chat.post('/', async (c) => {
 
   if (stream)
     return withRateLimitHeaders(
-      sseResponse(chatChunks(generation.events, meta, n, n, includeUsage, logprobs, tools.parse), generation.cancel),
+      sseResponse(
+        chatChunks(generation.events, meta, n, n, includeUsage, logprobs, tools.parse, generation.reasoning),
+        generation.cancel,
+      ),
       generation.rateLimit,
     );
   const { tokens, done } = await collect(generation, n);
   return c.json(
-    chatCompletion(meta, tokens, done, n, logprobs, tools.parse),
+    chatCompletion(meta, tokens, done, n, logprobs, tools.parse, generation.reasoning),
     200,
     rateLimitHeaders(generation.rateLimit),
   );

@@ -1,0 +1,378 @@
+/**
+ * Stored responses (OpenAI's Responses API) on a shard: a response is a session turn, and a chain of
+ * responses linked by `previous_response_id` is a session. Each stored response keeps the chat history it
+ * ends (for a chain whose instructions or tools change) and the exact token log the model has seen, so a
+ * response continuing the latest one of its chain extends that log and the engine continues the chain's
+ * KV cache, kept under the chain's key (and in storage, restored after a restart, as sessions' is).
+ * Continuing an older response starts a new chain from its log: the prefix blocks the two share are the
+ * same blocks (named by their hashes), and the other branch is left as it was.
+ */
+import type { Engine } from '../engine/engine.js';
+import type { ChatMessage, GenerationRequest } from '../engine/request.js';
+import type { DoneEvent } from '../engine/sequence-output.js';
+import { assistantMessage, outputItems, type InputItem } from '../responses/output-items.js';
+import { reasoningFormat, ReasoningSplitter, reasoningTags, type ReasoningFormat } from '../responses/reasoning.js';
+import { responseView, type ResponseSpec, type ResponseView } from '../responses/response-view.js';
+import { runGeneration, type Account, type EventSink } from './generation-run.js';
+import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
+import { replyIds, turnFormat } from './session-turns.js';
+import type { ShardContext } from './shard-context.js';
+import { ownerIds, type Tenant } from './tenancy/tenant.js';
+
+export interface ResponseLimits {
+  ttlMs: number;
+  maxPerKey: number;
+  maxBytesPerKey: number;
+}
+
+interface ResponseRow extends Record<string, SqlStorageValue> {
+  id: string;
+  owner: string;
+  chain: string;
+  head: number;
+  instructions: string | null;
+  /** What the prompt was rendered with besides messages (tools, template variables): a chain extends only under the same. */
+  render_key: string;
+  messages: string;
+  /** The token log after this response, or null when the next response must render the history again. */
+  token_ids: string | null;
+  input_items: string;
+  view: string;
+  bytes: number;
+  created_at: number;
+  expires_at: number;
+}
+
+const notFound = (id: string, param: string | null = null): ServiceError => ({
+  status: 404,
+  type: 'invalid_request_error',
+  message: `no response '${id}' (it may have expired, been deleted, or been made with store: false)`,
+  param,
+  code: 'response_not_found',
+});
+
+/** Per engine: the template's reasoning tags, and whether it drops earlier answers' reasoning from the prompt. */
+interface TemplateReasoning {
+  tags: { begin: string; end: string } | undefined;
+  dropsReasoning: boolean;
+}
+const templateReasoning = new WeakMap<Engine, TemplateReasoning>();
+
+/** Reasoning tags from the tokenizer's added tokens (`<think>` and `</think>` are tokens of models that reason). */
+export function reasoningOf(engine: Engine): TemplateReasoning {
+  let known = templateReasoning.get(engine);
+  if (known) return known;
+  const added = engine.tokenizer.addedTokenTexts;
+  const tags = reasoningTags(added.join('\n'));
+  let dropsReasoning = false;
+  if (tags) {
+    const probe = 'zq7probe';
+    try {
+      const ids = engine.resolve({
+        messages: [
+          { role: 'user', content: 'a' },
+          { role: 'assistant', content: `${tags.begin}\n${probe}\n${tags.end}\n\nb` },
+          { role: 'user', content: 'c' },
+        ],
+        max_tokens: 1,
+      }).promptIds;
+      dropsReasoning = !engine.tokenizer.decode(ids).includes(probe);
+    } catch {
+      dropsReasoning = false;
+    }
+  }
+  known = { tags, dropsReasoning };
+  templateReasoning.set(engine, known);
+  return known;
+}
+
+/** The reasoning format of a prompt: its tail says whether the template already opened the tags. */
+export function promptReasoning(engine: Engine, promptIds: readonly number[]): ReasoningFormat | undefined {
+  const { tags } = reasoningOf(engine);
+  return tags && reasoningFormat(tags, engine.tokenizer.decode(promptIds.slice(-16)));
+}
+
+/** Tokens spent reasoning: the splitter fed the completion token by token, as the stream was. */
+function reasoningTokens(engine: Engine, format: ReasoningFormat | undefined, tokenIds: readonly number[]): number {
+  if (!format) return 0;
+  const splitter = new ReasoningSplitter(format);
+  const decoder = new TextDecoder();
+  for (const id of tokenIds)
+    splitter.push(decoder.decode(engine.tokenizer.tokenBytes(id, { addedTokens: 'text' }), { stream: true }));
+  splitter.flush();
+  return splitter.reasoningTokens;
+}
+
+export class ResponseStore {
+  /** Chains with a response in flight: a second continuation of the same one branches instead. */
+  private readonly busy = new Set<string>();
+
+  constructor(
+    private readonly shard: ShardContext,
+    private readonly limits: ResponseLimits,
+  ) {
+    shard.sql.exec(`CREATE TABLE IF NOT EXISTS responses (
+      id TEXT PRIMARY KEY,
+      owner TEXT NOT NULL,
+      chain TEXT NOT NULL,
+      head INTEGER NOT NULL,
+      instructions TEXT,
+      render_key TEXT NOT NULL,
+      messages TEXT NOT NULL,
+      token_ids TEXT,
+      input_items TEXT NOT NULL,
+      view TEXT NOT NULL,
+      bytes INTEGER NOT NULL,
+      created_at INTEGER NOT NULL,
+      expires_at INTEGER NOT NULL
+    )`);
+    shard.sql.exec('CREATE INDEX IF NOT EXISTS responses_chain ON responses (chain)');
+    shard.sql.exec('CREATE INDEX IF NOT EXISTS responses_owner ON responses (owner)');
+    shard.sql.exec('CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at)');
+  }
+
+  /**
+   * Starts the response `spec` describes, its events pushed to `sink` as for any generation. A stored
+   * response is written before its done event is sent (that event carries the finished response), so a
+   * client that has it can continue from it at once.
+   */
+  async start(
+    spec: ResponseSpec,
+    tenant: Tenant,
+    sink: EventSink,
+    run: { account: Account; onSettled(completionTokens: number): void },
+  ): Promise<RpcResult<{ reasoning: ReasoningFormat | undefined }>> {
+    this.purgeExpired();
+    const previous = spec.previous_response_id ? this.row(spec.previous_response_id, tenant) : undefined;
+    if (spec.previous_response_id && !previous)
+      return fail(notFound(spec.previous_response_id, 'previous_response_id'));
+    if (spec.store) {
+      const full = this.overCap(tenant);
+      if (full) return fail(full);
+    }
+    let engine: Engine;
+    let request: GenerationRequest;
+    let format: ReasoningFormat | undefined;
+    let history: ChatMessage[];
+    try {
+      engine = await this.shard.engine();
+      history = previous ? (JSON.parse(previous.messages) as ChatMessage[]) : [];
+      const promptIds = this.promptIds(engine, spec, previous, history);
+      request = {
+        prompt_ids: promptIds,
+        ...(spec.temperature !== null ? { temperature: spec.temperature } : {}),
+        ...(spec.top_p !== null ? { top_p: spec.top_p } : {}),
+        ...(spec.max_output_tokens !== null ? { max_tokens: spec.max_output_tokens } : {}),
+        ...(spec.constraint ? { constraint: spec.constraint } : {}),
+      };
+      engine.resolve(request);
+      format = promptReasoning(engine, promptIds);
+    } catch (err) {
+      return fail(fromEngineError(err));
+    }
+    // The latest response of its chain (and not being continued already) is continued in place; any other branches.
+    const chain = previous && previous.head === 1 && !this.busy.has(previous.chain) ? previous.chain : spec.id;
+    const session = spec.store ? chain : undefined;
+    if (session) this.busy.add(session);
+    const settle = (): void => {
+      if (session) this.busy.delete(session);
+    };
+    try {
+      const generation = runGeneration(engine, [request], this.shard.metrics, sink, {
+        session,
+        account: run.account,
+        onDone: (_index, done) => {
+          const view = this.finish(engine, spec, request, format, done);
+          if (spec.store && done.finishReason !== 'cancelled')
+            this.record(engine, spec, tenant, chain, request, history, view, done);
+          settle();
+          return { response: view };
+        },
+      });
+      void generation.finished
+        .then(
+          ({ completionTokens }) => run.onSettled(completionTokens),
+          () => run.onSettled(0),
+        )
+        .finally(settle);
+      return ok({ reasoning: format });
+    } catch (err) {
+      settle();
+      return fail(fromEngineError(err));
+    }
+  }
+
+  /**
+   * The prompt: the previous response's token log and the new input's segment when the chain is extended
+   * under the same instructions and tools; otherwise the whole history rendered again (the prefix cache
+   * still finds the blocks of whatever part of it is unchanged).
+   */
+  private promptIds(
+    engine: Engine,
+    spec: ResponseSpec,
+    previous: ResponseRow | undefined,
+    history: ChatMessage[],
+  ): number[] {
+    const render = (messages: ChatMessage[], withTools: boolean): number[] =>
+      engine.resolve({
+        messages,
+        max_tokens: 1,
+        ...(withTools && spec.tools ? { tools: spec.tools } : {}),
+        ...(spec.chat_template_kwargs ? { chat_template_kwargs: spec.chat_template_kwargs } : {}),
+      }).promptIds;
+    if (
+      previous?.token_ids &&
+      previous.instructions === spec.instructions &&
+      previous.render_key === renderKey(spec) &&
+      extendable(engine)
+    )
+      return [...(JSON.parse(previous.token_ids) as number[]), ...render(spec.messages, false)];
+    const system: ChatMessage[] = spec.instructions !== null ? [{ role: 'system', content: spec.instructions }] : [];
+    return render([...system, ...history, ...spec.messages], true);
+  }
+
+  /** The finished response: output items from the text, usage from the engine's counts. */
+  private finish(
+    engine: Engine,
+    spec: ResponseSpec,
+    request: GenerationRequest,
+    format: ReasoningFormat | undefined,
+    done: DoneEvent,
+  ): ResponseView {
+    return responseView(spec, {
+      output: outputItems(spec.id, done.text, {
+        reasoning: format,
+        parseTools: spec.parse_tools,
+        incomplete: done.finishReason === 'length',
+      }),
+      finishReason: done.finishReason,
+      promptTokens: request.prompt_ids!.length,
+      cachedTokens: done.metrics.cachedTokens,
+      completionTokens: done.metrics.completionTokens,
+      reasoningTokens: reasoningTokens(engine, format, done.tokenIds),
+    });
+  }
+
+  private record(
+    engine: Engine,
+    spec: ResponseSpec,
+    tenant: Tenant,
+    chain: string,
+    request: GenerationRequest,
+    history: ChatMessage[],
+    view: ResponseView,
+    done: DoneEvent,
+  ): void {
+    const messages = [...history, ...spec.messages, assistantMessage(view.output)];
+    // Where the template drops earlier answers' reasoning, the log the model saw is not what the next
+    // prompt renders: the next response renders the history again (and reprefills this reply).
+    const reasoned = view.output.some((item) => item.type === 'reasoning');
+    const exact = extendable(engine) && !(reasoned && reasoningOf(engine).dropsReasoning);
+    const log = exact ? JSON.stringify([...request.prompt_ids!, ...replyIds(engine, done)]) : null;
+    const texts = [JSON.stringify(messages), JSON.stringify(spec.input), JSON.stringify(view)];
+    const bytes = texts.reduce((n, t) => n + t.length, 0) + (log?.length ?? 0);
+    const now = Date.now();
+    this.shard.sql.exec('UPDATE responses SET head = 0 WHERE chain = ?', chain);
+    this.shard.sql.exec(
+      'INSERT INTO responses (id, owner, chain, head, instructions, render_key, messages, token_ids, input_items, view, bytes, created_at, expires_at) VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+      spec.id,
+      tenant.owner,
+      chain,
+      spec.instructions,
+      renderKey(spec),
+      texts[0],
+      log,
+      texts[1],
+      texts[2],
+      bytes,
+      now,
+      now + this.limits.ttlMs,
+    );
+  }
+
+  /** A 429 when `tenant` keeps as many responses, or as many bytes of them, as it may on this shard. */
+  private overCap(tenant: Tenant): ServiceError | undefined {
+    const [count, bytes] = this.shard.sql
+      .exec<{ n: number; b: number | null }>(
+        'SELECT COUNT(*) AS n, SUM(bytes) AS b FROM responses WHERE owner IN (?, ?)',
+        ...ownerIds(tenant),
+      )
+      .toArray()
+      .map((r) => [r.n, r.b ?? 0])[0];
+    const over =
+      count >= this.limits.maxPerKey
+        ? `${count} stored responses, its limit (MAX_RESPONSES_PER_KEY ${this.limits.maxPerKey})`
+        : bytes >= this.limits.maxBytesPerKey
+          ? `${bytes} bytes of stored responses, its limit (MAX_RESPONSE_MB_PER_KEY ${this.limits.maxBytesPerKey / 2 ** 20} MiB)`
+          : undefined;
+    if (!over) return undefined;
+    return {
+      status: 429,
+      type: 'invalid_request_error',
+      message: `this key keeps ${over} on this shard; delete some (DELETE /v1/responses/{id}), wait for them to expire, or send store: false`,
+      param: 'store',
+      code: 'too_many_stored_responses',
+    };
+  }
+
+  get(id: string, tenant: Tenant): RpcResult<ResponseView> {
+    this.purgeExpired();
+    const row = this.row(id, tenant);
+    return row ? ok(JSON.parse(row.view) as ResponseView) : fail(notFound(id));
+  }
+
+  inputItems(id: string, tenant: Tenant): RpcResult<InputItem[]> {
+    this.purgeExpired();
+    const row = this.row(id, tenant);
+    return row ? ok(JSON.parse(row.input_items) as InputItem[]) : fail(notFound(id));
+  }
+
+  /** Deletes a stored response; a chain left with none frees its KV cache, kept and stored. */
+  delete(id: string, tenant: Tenant): RpcResult<{ id: string; object: 'response'; deleted: true }> {
+    const row = this.row(id, tenant);
+    if (!row) return fail(notFound(id));
+    this.shard.sql.exec('DELETE FROM responses WHERE id = ?', id);
+    this.releaseIfEmpty(row.chain);
+    return ok({ id, object: 'response', deleted: true });
+  }
+
+  /** Drops expired responses (and the caches of chains left empty). */
+  private purgeExpired(): void {
+    const chains = this.shard.sql
+      .exec<{ chain: string }>('SELECT DISTINCT chain FROM responses WHERE expires_at <= ?', Date.now())
+      .toArray();
+    if (chains.length === 0) return;
+    this.shard.sql.exec('DELETE FROM responses WHERE expires_at <= ?', Date.now());
+    for (const { chain } of chains) this.releaseIfEmpty(chain);
+  }
+
+  private releaseIfEmpty(chain: string): void {
+    if (this.shard.sql.exec('SELECT 1 FROM responses WHERE chain = ? LIMIT 1', chain).toArray().length > 0) return;
+    this.shard.loadedEngine()?.releaseSession(chain);
+    this.shard.kvStore?.unpin(chain);
+  }
+
+  private row(id: string, tenant: Tenant): ResponseRow | undefined {
+    return this.shard.sql
+      .exec<ResponseRow>(
+        'SELECT * FROM responses WHERE id = ? AND owner IN (?, ?) AND expires_at > ?',
+        id,
+        ...ownerIds(tenant),
+        Date.now(),
+      )
+      .toArray()[0];
+  }
+}
+
+const renderKey = (spec: ResponseSpec): string =>
+  JSON.stringify({ tools: spec.tools, kwargs: spec.chat_template_kwargs ?? null });
+
+/** Whether a log can be extended turn by turn (the template renders each message on its own: session-turns.ts). */
+function extendable(engine: Engine): boolean {
+  try {
+    turnFormat(engine);
+    return true;
+  } catch {
+    return false;
+  }
+}
