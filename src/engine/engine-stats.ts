@@ -32,8 +32,8 @@ export interface EngineStats {
   kvLosses: number;
   /** A model split over pipeline stages: each stage's layers, memory and hops. */
   stages?: StageStats[];
-  /** What runs the passes: our WebAssembly kernels, or onnxruntime. */
-  runner: 'kernels' | 'onnxruntime';
+  /** What runs the passes: our WebAssembly kernels, onnxruntime, or our WGSL pass. */
+  runner: 'kernels' | 'onnxruntime' | 'wgsl';
   /**
    * Bytes of the kernels' WebAssembly.Memory (weights + KV pool + scratch): the engine's footprint on
    * the kernel runner. Absent on onnxruntime, whose own memory the engine cannot see.

@@ -1,0 +1,52 @@
+import { ATTENTION_WGSL } from './wgsl-attention.js';
+import { MATMUL_WGSL } from './wgsl-matmul.js';
+import { EMBED_WGSL, KV_WRITE_WGSL, ROPE_WGSL, RMSNORM_WGSL } from './wgsl-ops.js';
+
+/** The WGSL pass's kernels: its shaders compiled once per device (the text lives in the modules beside). */
+export interface PassPipelines {
+  matmul: GPUComputePipeline;
+  rmsnorm: GPUComputePipeline;
+  rmsnormInPlace: GPUComputePipeline;
+  rope: GPUComputePipeline;
+  kvWrite: GPUComputePipeline;
+  embed: GPUComputePipeline;
+  attention: GPUComputePipeline;
+}
+
+const SOURCES = {
+  matmul: [MATMUL_WGSL, 'main'],
+  rmsnorm: [RMSNORM_WGSL, 'main'],
+  rmsnormInPlace: [RMSNORM_WGSL, 'inplace'],
+  rope: [ROPE_WGSL, 'main'],
+  kvWrite: [KV_WRITE_WGSL, 'main'],
+  embed: [EMBED_WGSL, 'main'],
+  attention: [ATTENTION_WGSL, 'main'],
+} as const satisfies Record<keyof PassPipelines, readonly [string, string]>;
+
+/** Compiles every kernel; a WGSL error rejects with the compiler's messages. */
+export async function createPassPipelines(device: GPUDevice): Promise<PassPipelines> {
+  const modules = new Map<string, GPUShaderModule>();
+  const out = {} as Record<keyof PassPipelines, GPUComputePipeline>;
+  for (const [name, [code, entryPoint]] of Object.entries(SOURCES) as [
+    keyof PassPipelines,
+    readonly [string, string],
+  ][]) {
+    let module = modules.get(code);
+    if (!module) {
+      module = device.createShaderModule({ label: name, code });
+      const info = await module.getCompilationInfo();
+      const errors = info.messages.filter((m) => m.type === 'error');
+      if (errors.length)
+        throw new Error(
+          `WGSL pass, ${name}: ${errors.map((m) => `${m.lineNum}:${m.linePos} ${m.message}`).join('; ')}`,
+        );
+      modules.set(code, module);
+    }
+    out[name] = await device.createComputePipelineAsync({
+      label: name,
+      layout: 'auto',
+      compute: { module, entryPoint },
+    });
+  }
+  return out;
+}
