@@ -124,7 +124,10 @@ export class WgslRunner implements ModelRunner, DeviceSampling {
     let pipeline: GPUComputePipeline | undefined;
     const { dispatches } = this.plan!;
     for (const d of dispatches) {
-      if (d.pipeline !== pipeline) pass.setPipeline((pipeline = d.pipeline));
+      if (d.pipeline !== pipeline) {
+        pipeline = d.pipeline;
+        pass.setPipeline(pipeline);
+      }
       pass.setBindGroup(0, d.bindGroup);
       const [x, y, z] = d.grid(inputs.tokens, inputs.logitRows);
       pass.dispatchWorkgroups(x, y, z);
