@@ -1,9 +1,10 @@
 // Our own WGSL forward pass (src/engine/runners/webgpu/pass/), `--backend webgpu` on a GGUF folder, on lavapipe:
 //   - llama (tiny-256) F32 and Q8_0, qwen2 / qwen3 / gemma3 F32 and Q8_0 GGUF files our writer makes (the
 //     kernels' own test models, test/gguf-kernels.test.ts and test/architectures.test.ts): greedy tokens equal
-//     to the float64 reference on the file's dequantised values, token for token, and its logits within a
-//     stated relative RMS error (F32 1e-5; quantised formats 1e-4: the shader dequantises the weights and
-//     multiplies float32 activations, where the kernels quantise activations to 8 bits).
+//     to the float64 reference on the file's dequantised values, token for token, and its logits within 1e-5
+//     relative RMS error for every format (llama also F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, the K-quants): the
+//     shader dequantises each weight to the value the file stands for and multiplies float32 activations
+//     (the kernels quantise activations to 8 bits instead, so their bound is 0.06).
 //   - A row's logits are the same bits alone and in a batch beside other rows of other lengths.
 //   - A whole step is one compute pass of a fixed number of dispatches (reported).
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -12,6 +13,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseImportArgs, runImportAsync } from '../../scripts/model-import.js';
 import { DEFAULT_SEED } from '../../scripts/model-make.js';
+import { GGUF_FILE_TYPES } from '../../scripts/model/gguf-quant-mix.js';
 import { presetGgufInput, writeLlamaGguf, type GgufFileType } from '../../scripts/model/gguf-writer.js';
 import { PRESETS, type PresetName } from '../../scripts/model/presets.js';
 import { webGpuRuntimeForNode } from '../../src/backends/ort-webgpu-node.js';
@@ -19,7 +21,9 @@ import { Engine } from '../../src/engine/engine.js';
 import { readGgufHeader } from '../../src/engine/formats/gguf/gguf-header.js';
 import type { WgslRunner } from '../../src/engine/runners/webgpu/pass/wgsl-runner.js';
 import { directorySource } from '../../src/sources/directory-source.js';
-import { collect, lastLogits, relError } from '../helpers/engines.js';
+import { collect, lastLogits, randomIds, relError } from '../helpers/engines.js';
+import { nodeRuntime } from '../../scripts/lib/runtimes.js';
+import type { Engine as EngineType } from '../../src/engine/engine.js';
 import { ggufWeights } from '../helpers/gguf-weights.js';
 import { LlamaReference, type LlamaConfig } from '../reference/llama-reference.js';
 import { gpu, skipNote } from './gpu.js';
@@ -41,10 +45,10 @@ async function imported(preset: PresetName, type: GgufFileType) {
   return { folder, config, weights: ggufWeights(bytes, header, PRESETS[preset]) };
 }
 
-const BOUND = (type: GgufFileType): number => (type === 'F32' ? 1e-5 : 1e-4);
+/** Relative RMS logit error: every format alike, as the reference runs the file's dequantised values too. */
+const BOUND = 1e-5;
 const CASES: { preset: PresetName; type: GgufFileType }[] = [
-  { preset: 'tiny-256', type: 'F32' },
-  { preset: 'tiny-256', type: 'Q8_0' },
+  ...GGUF_FILE_TYPES.map((type) => ({ preset: 'tiny-256' as const, type })),
   { preset: 'tiny-qwen2', type: 'F32' },
   { preset: 'tiny-qwen3', type: 'F32' },
   { preset: 'tiny-gemma3', type: 'F32' },
@@ -57,7 +61,7 @@ describe.skipIf(!gpu)(`the WGSL pass against the float64 reference${skipNote}`, 
   const request = { prompt: 'Paged caches on the device', max_tokens: 16, temperature: 0, ignore_eos: true };
 
   for (const { preset, type } of CASES) {
-    it(`${preset} ${type}: greedy tokens equal, logits within ${BOUND(type)}, batch-invariant`, async () => {
+    it(`${preset} ${type}: greedy tokens equal, logits within ${BOUND}, batch-invariant`, async () => {
       const { folder, config, weights } = await imported(preset, type);
       const engine = await Engine.load(await webGpuRuntimeForNode(), directorySource(folder), {
         kvCacheBytes: 2 << 20,
@@ -74,7 +78,7 @@ describe.skipIf(!gpu)(`the WGSL pass against the float64 reference${skipNote}`, 
         console.log(
           `${preset} ${type}: relative logit error ${err.toExponential(2)}; ${(engine.runner as WgslRunner).lastDispatches} dispatches per step`,
         );
-        expect(err).toBeLessThan(BOUND(type));
+        expect(err).toBeLessThan(BOUND);
         const others = [engine.tokenizer.encode('another row, longer than the first one'), [5]];
         expect(await lastLogits(engine, prompt, others)).toEqual(alone);
       } finally {
@@ -82,4 +86,60 @@ describe.skipIf(!gpu)(`the WGSL pass against the float64 reference${skipNote}`, 
       }
     });
   }
+});
+
+describe.skipIf(!gpu)(`the WGSL pass behind the engine's runner contract${skipNote}`, () => {
+  let wgsl: EngineType;
+  let kernels: EngineType;
+  let ref: LlamaReference;
+  beforeAll(async () => {
+    const { folder, config, weights } = await imported('tiny-256', 'F32');
+    wgsl = await Engine.load(await webGpuRuntimeForNode(), directorySource(folder), {
+      kvCacheBytes: 4 << 20,
+      blockSize: 4,
+    });
+    kernels = await Engine.load(await nodeRuntime('kernels'), directorySource(folder), { kvCacheBytes: 4 << 20 });
+    ref = new LlamaReference(config, weights);
+  });
+  afterAll(async () => {
+    await wgsl?.runner.release();
+    await kernels?.runner.release();
+  });
+
+  it('a long prompt (past one attention chunk of 64 keys, many 4-token blocks): the reference greedy', async () => {
+    const prompt = randomIds(7, 150, 3, wgsl.samplableVocab);
+    const request = { prompt_ids: prompt, max_tokens: 8, temperature: 0, ignore_eos: true };
+    expect((await collect(wgsl, request)).done.tokenIds).toEqual(ref.greedy(prompt, 8));
+  });
+
+  it("draws seeded samples on the device: the kernels' samples, batched", async () => {
+    expect((wgsl as unknown as { samplesOnDevice: boolean }).samplesOnDevice).toBe(true);
+    const request = (seed: number) => ({
+      prompt: 'Once',
+      max_tokens: 12,
+      temperature: 0.9,
+      top_p: 0.95,
+      seed,
+      ignore_eos: true,
+    });
+    const onGpu = await Promise.all([1, 2, 3].map((seed) => collect(wgsl, request(seed))));
+    const onKernels = await Promise.all([1, 2, 3].map((seed) => collect(kernels, request(seed))));
+    expect(onGpu.map((r) => r.done.tokenIds)).toEqual(onKernels.map((r) => r.done.tokenIds));
+    expect(new Set(onGpu.map((r) => r.done.tokenIds.join())).size, 'seeds give different samples').toBe(3);
+  });
+
+  it("speculation and beam search on it give the kernels' tokens; every block comes back", async () => {
+    const phrase = randomIds(5, 6, 3, wgsl.samplableVocab);
+    const base = { prompt_ids: [...phrase, ...phrase, ...phrase], max_tokens: 12, temperature: 0, ignore_eos: true };
+    const speculated = await collect(wgsl, { ...base, speculative: { method: 'ngram', num_tokens: 3 } });
+    expect(speculated.done.tokenIds).toEqual((await collect(kernels, base)).done.tokenIds);
+    const beam = { ...base, max_tokens: 5, use_beam_search: true, beam_width: 3, n: 2 };
+    const beams = async (e: EngineType) => {
+      const out: number[][] = [];
+      for await (const event of e.generate(beam)) if (event.type === 'done') out.push(event.tokenIds);
+      return out;
+    };
+    expect(await beams(wgsl)).toEqual(await beams(kernels));
+    expect(wgsl.stats().kv.used).toBe(0);
+  });
 });
