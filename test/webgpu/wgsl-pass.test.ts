@@ -106,10 +106,15 @@ describe.skipIf(!gpu)(`the WGSL pass behind the engine's runner contract${skipNo
     await kernels?.runner.release();
   });
 
-  it('a long prompt (past one attention chunk of 64 keys, many 4-token blocks): the reference greedy', async () => {
+  it('a long prompt (past one attention chunk of 64 keys, many 4-token blocks): the reference greedy, prefilled and from the prefix cache', async () => {
     const prompt = randomIds(7, 150, 3, wgsl.samplableVocab);
     const request = { prompt_ids: prompt, max_tokens: 8, temperature: 0, ignore_eos: true };
-    expect((await collect(wgsl, request)).done.tokenIds).toEqual(ref.greedy(prompt, 8));
+    const want = ref.greedy(prompt, 8);
+    expect((await collect(wgsl, request)).done.tokenIds).toEqual(want);
+    // Again, its blocks now from the prefix cache: the same tokens.
+    const hits = wgsl.stats().prefixHitTokens;
+    expect((await collect(wgsl, request)).done.tokenIds).toEqual(want);
+    expect(wgsl.stats().prefixHitTokens - hits).toBeGreaterThanOrEqual(144);
   });
 
   it("draws seeded samples on the device: the kernels' samples, batched", async () => {
