@@ -148,3 +148,31 @@ describe.skipIf(!gpu)(`the WGSL pass behind the engine's runner contract${skipNo
     expect(wgsl.stats().kv.used).toBe(0);
   });
 });
+
+describe.skipIf(!gpu)(`the WGSL pass with a float16 KV pool${skipNote}`, () => {
+  it("the reference's greedy tokens, logits beside the kernels' fp16 pool, batch-invariant; int8 refused by name", async () => {
+    const { folder, config, weights } = await imported('tiny-256', 'F32');
+    const options = { kvCacheBytes: 2 << 20, blockSize: 4, kvDtype: 'fp16' as const };
+    const wgsl = await Engine.load(await webGpuRuntimeForNode(), directorySource(folder), options);
+    const kernels = await Engine.load(await nodeRuntime('kernels'), directorySource(folder), options);
+    try {
+      const prompt = wgsl.tokenizer.encode('Half the bytes per key');
+      const request = { prompt_ids: prompt, max_tokens: 16, temperature: 0, ignore_eos: true };
+      const ref = new LlamaReference(config, weights);
+      expect((await collect(wgsl, request)).done.tokenIds).toEqual(ref.greedy(prompt, 16));
+      // A pass that reads its own prompt's keys: what it wrote as float16, it reads back as float16.
+      const long = [...prompt, ...(await collect(wgsl, request)).done.tokenIds];
+      const alone = await lastLogits(wgsl, long);
+      const err = relError(alone, await lastLogits(kernels, long));
+      console.log(`fp16 KV: relative logit error against the kernels' fp16 pool ${err.toExponential(2)}`);
+      expect(err).toBeLessThan(1e-5);
+      expect(await lastLogits(wgsl, long, [prompt, [9, 8, 7]])).toEqual(alone);
+    } finally {
+      await wgsl.runner.release();
+      await kernels.runner.release();
+    }
+    await expect(
+      Engine.load(await webGpuRuntimeForNode(), directorySource(folder), { ...options, kvDtype: 'int8' }),
+    ).rejects.toThrow(/int8 KV cache needs the edge kernels/);
+  });
+});

@@ -119,6 +119,7 @@ export function planPass(
   const kvWrite = slot((u) => {
     u.set([numKvHeads, headDim, kv.blockSize]);
   });
+  const f16 = kv.dtype === 'fp16';
   const act = config.hiddenAct === 'gelu_tanh' ? EPILOGUE.gelu : EPILOGUE.silu;
   for (const [i, l] of w.layers.entries()) {
     const sliding = slidingWindow?.layers[i] === true;
@@ -137,12 +138,20 @@ export function planPass(
     }
     const [cos, sin] = sliding ? [b.cosLocal, b.sinLocal] : [b.cos, b.sin];
     add(`${i} rope`, p.rope, rope, [b.q, b.k, cos, sin], (M) => [M, 1, 1]);
-    add(`${i} kv write`, p.kvWrite, kvWrite, [b.k, b.v, kv.keys[i], kv.values[i], b.tok, b.tables], (M) => [M, 1, 1]);
-    add(`${i} attention`, p.attention, attention, [b.q, kv.keys[i], kv.values[i], b.ctx, b.tok, b.tables], (M) => [
-      numHeads,
-      M,
-      1,
-    ]);
+    add(
+      `${i} kv write`,
+      f16 ? p.kvWriteF16 : p.kvWrite,
+      kvWrite,
+      [b.k, b.v, kv.keys[i], kv.values[i], b.tok, b.tables],
+      (M) => [M, 1, 1],
+    );
+    add(
+      `${i} attention`,
+      f16 ? p.attentionF16 : p.attention,
+      attention,
+      [b.q, kv.keys[i], kv.values[i], b.ctx, b.tok, b.tables],
+      (M) => [numHeads, M, 1],
+    );
     if (l.postNorm) {
       matmul(`${i} o`, l.o, b.ctx, b.out, EPILOGUE.store);
       norm(`${i} post-attention norm`, l.postNorm.attn, b.out, b.residual, H, { accumulate: true });

@@ -1,6 +1,6 @@
-import { ATTENTION_WGSL } from './wgsl-attention.js';
+import { attentionWgsl } from './wgsl-attention.js';
 import { MATMUL_WGSL } from './wgsl-matmul.js';
-import { EMBED_WGSL, KV_WRITE_WGSL, ROPE_WGSL, RMSNORM_WGSL } from './wgsl-ops.js';
+import { EMBED_WGSL, kvWriteWgsl, ROPE_WGSL, RMSNORM_WGSL } from './wgsl-ops.js';
 
 /** The WGSL pass's kernels: its shaders compiled once per device (the text lives in the modules beside). */
 export interface PassPipelines {
@@ -9,8 +9,10 @@ export interface PassPipelines {
   rmsnormInPlace: GPUComputePipeline;
   rope: GPUComputePipeline;
   kvWrite: GPUComputePipeline;
+  kvWriteF16: GPUComputePipeline;
   embed: GPUComputePipeline;
   attention: GPUComputePipeline;
+  attentionF16: GPUComputePipeline;
 }
 
 const SOURCES = {
@@ -18,9 +20,11 @@ const SOURCES = {
   rmsnorm: [RMSNORM_WGSL, 'main'],
   rmsnormInPlace: [RMSNORM_WGSL, 'inplace'],
   rope: [ROPE_WGSL, 'main'],
-  kvWrite: [KV_WRITE_WGSL, 'main'],
+  kvWrite: [kvWriteWgsl(false), 'main'],
+  kvWriteF16: [kvWriteWgsl(true), 'main'],
   embed: [EMBED_WGSL, 'main'],
-  attention: [ATTENTION_WGSL, 'main'],
+  attention: [attentionWgsl(false), 'main'],
+  attentionF16: [attentionWgsl(true), 'main'],
 } as const satisfies Record<keyof PassPipelines, readonly [string, string]>;
 
 /** Compiles every kernel; a WGSL error rejects with the compiler's messages. */

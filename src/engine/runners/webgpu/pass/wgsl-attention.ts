@@ -9,15 +9,18 @@ export const MAX_HEAD_DIM = 256;
  * max(0, p - window + 1) .. p of its own sequence, read in place through its block table; GQA maps head h
  * to KV head h / (heads / kv_heads). One workgroup per (head, token) walks its keys ATTENTION_THREADS at a
  * time with a running maximum (online softmax): each thread scores one key, then every thread folds the
- * chunk's weights into the sum and into its own output dimensions in key order. What a (token, head)
+ * chunk's weights into the sum and into its own output dimensions in key order. A float16 pool is read
+ * two elements per u32 word (unpack2x16float). What a (token, head)
  * computes depends only on its query and its keys, never on the tokens beside it in the pass.
  */
-export const ATTENTION_WGSL = /* wgsl */ `
+export function attentionWgsl(f16: boolean): string {
+  const pool = f16 ? 'array<u32>' : 'array<f32>';
+  return /* wgsl */ `
 struct Params { heads: u32, kvHeads: u32, headDim: u32, blockSize: u32, scale: f32, window: u32, _a: u32, _b: u32 }
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> Q: array<f32>;
-@group(0) @binding(2) var<storage, read> KP: array<f32>;
-@group(0) @binding(3) var<storage, read> VP: array<f32>;
+@group(0) @binding(2) var<storage, read> KP: ${pool};
+@group(0) @binding(3) var<storage, read> VP: ${pool};
 @group(0) @binding(4) var<storage, read_write> O: array<f32>;
 @group(0) @binding(5) var<storage, read> tok: array<u32>;
 @group(0) @binding(6) var<storage, read> tables: array<u32>;
@@ -30,6 +33,17 @@ var<workgroup> ps: array<f32, ${ATTENTION_THREADS}>;
 var<workgroup> rowAt: array<u32, ${ATTENTION_THREADS}>;
 var<workgroup> wpos: u32;
 var<workgroup> wtable: u32;
+
+fn kv(at: u32, values: bool) -> f32 {
+  ${
+    f16
+      ? `var word = KP[at >> 1u];
+  if (values) { word = VP[at >> 1u]; }
+  return unpack2x16float(word)[at & 1u];`
+      : `if (values) { return VP[at]; }
+  return KP[at];`
+  }
+}
 
 fn key_at(table: u32, p: u32, g: u32) -> u32 {
   let block = tables[table + p / P.blockSize];
@@ -61,7 +75,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid:
       let at = key_at(table, p, g);
       rowAt[tid] = at;
       var dot = 0.0;
-      for (var d = 0u; d < hd; d++) { dot = dot + qs[d] * KP[at + d]; }
+      for (var d = 0u; d < hd; d++) { dot = dot + qs[d] * kv(at + d, false); }
       s = dot * P.scale;
     }
     ps[tid] = s;
@@ -80,7 +94,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid:
       let d = tid + i * T;
       if (d < hd) {
         var a = acc[i] * factor;
-        for (var j = 0u; j < n; j++) { a = a + ps[j] * VP[rowAt[j] + d]; }
+        for (var j = 0u; j < n; j++) { a = a + ps[j] * kv(rowAt[j] + d, true); }
         acc[i] = a;
       }
     }
@@ -93,3 +107,4 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid:
   }
 }
 `;
+}

@@ -96,14 +96,19 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid:
 }
 `;
 
-/** Each token's key and value rows into its block of the paged pool (kv_write), one workgroup per token. */
-export const KV_WRITE_WGSL = /* wgsl */ `
+/**
+ * Each token's key and value rows into its block of the paged pool (kv_write, kv_write_f16), one workgroup
+ * per token. A float16 pool holds two elements per u32 word (pack2x16float), each thread writing one pair.
+ */
+export function kvWriteWgsl(f16: boolean): string {
+  const pool = f16 ? 'array<u32>' : 'array<f32>';
+  return /* wgsl */ `
 struct Params { kvHeads: u32, headDim: u32, blockSize: u32, _pad: u32 }
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> K: array<f32>;
 @group(0) @binding(2) var<storage, read> V: array<f32>;
-@group(0) @binding(3) var<storage, read_write> KP: array<f32>;
-@group(0) @binding(4) var<storage, read_write> VP: array<f32>;
+@group(0) @binding(3) var<storage, read_write> KP: ${pool};
+@group(0) @binding(4) var<storage, read_write> VP: ${pool};
 @group(0) @binding(5) var<storage, read> tok: array<u32>;
 @group(0) @binding(6) var<storage, read> tables: array<u32>;
 
@@ -113,15 +118,22 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid:
   let pos = tok[t * ${TOKEN_WORDS}u + 1u];
   let block = tables[tok[t * ${TOKEN_WORDS}u + 2u] + pos / P.blockSize];
   let width = P.kvHeads * P.headDim;
-  for (var i = tid; i < width; i += ${OPS_THREADS}u) {
+  let step = ${f16 ? '2u' : '1u'};
+  for (var i = tid * step; i < width; i += ${OPS_THREADS}u * step) {
     let h = i / P.headDim;
     let d = i % P.headDim;
     let at = ((block * P.kvHeads + h) * P.blockSize + pos % P.blockSize) * P.headDim + d;
-    KP[at] = K[t * width + i];
-    VP[at] = V[t * width + i];
+    ${
+      f16
+        ? `KP[at / 2u] = pack2x16float(vec2f(K[t * width + i], K[t * width + i + 1u]));
+    VP[at / 2u] = pack2x16float(vec2f(V[t * width + i], V[t * width + i + 1u]));`
+        : `KP[at] = K[t * width + i];
+    VP[at] = V[t * width + i];`
+    }
   }
 }
 `;
+}
 
 /** Each token's embedding row (dequantised like dequantize_column) times Gemma's scale, one workgroup per token. */
 export const EMBED_WGSL = /* wgsl */ `

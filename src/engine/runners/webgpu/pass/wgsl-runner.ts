@@ -49,14 +49,14 @@ export class WgslRunner implements ModelRunner, DeviceSampling {
   }
 
   createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): GpuKvPool {
-    if (dtype !== 'fp32')
+    if (dtype === 'int8')
       throw new InvalidRequestError(
-        'kv_cache_dtype',
-        `the WGSL pass keeps its KV pool in float32 (got ${dtype})`,
-        'unsupported_kv_dtype',
+        'KV_DTYPE',
+        'an int8 KV cache needs the edge kernels (backend wasm or kernels); the WGSL pass keeps float32 or float16',
+        'unsupported_model',
       );
     if (this.kv) throw new Error('the KV pool is already allocated');
-    this.kv = new GpuKvPool(this.model.device, shape, numBlocks, blockSize);
+    this.kv = new GpuKvPool(this.model.device, shape, numBlocks, blockSize, dtype);
     return this.kv;
   }
 
