@@ -70,30 +70,44 @@ export class WgslRunner implements ModelRunner, DeviceSampling {
     return this.stepLogits(inputs, data);
   }
 
+  /** One step and its draws in one submission: the sampling dispatch follows the pass in its command buffer. */
   async forwardAndSample(
     rows: readonly StepRow[],
     draws: readonly DeviceDraw[],
     vocab: number,
     download: boolean,
   ): Promise<{ logits: StepLogits | undefined; sampled: SampledToken[] }> {
-    const { inputs, buffers } = this.run(rows, download);
     const sampling = this.model.sampling;
     if (!sampling) throw new Error('this runner was made without the sampling kernels');
     this.sampler ??= new DeviceSampler(sampling, vocab);
-    const sampled = draws.length
-      ? await this.sampler.sample(
+    const sampler = this.sampler;
+    let drawn: { read(): Promise<SampledToken[]> } | undefined;
+    const { inputs } = this.run(rows, download, (encoder, buffers, step) => {
+      if (draws.length)
+        drawn = sampler.record(
+          encoder,
           buffers.logits,
-          draws.map((d) => (inputs.logitStart[d.row] + inputs.want[d.row] - 1) * vocab),
+          draws.map((d) => (step.logitStart[d.row] + step.want[d.row] - 1) * vocab),
           draws.map((d) => d.state),
           draws.map((d) => d.grammarMask),
-        )
-      : [];
-    if (!download) return { logits: undefined, sampled };
-    return { logits: this.stepLogits(inputs, await this.download(inputs)), sampled };
+        );
+    });
+    const [sampled, data] = await Promise.all([
+      drawn ? drawn.read() : [],
+      download ? this.download(inputs) : undefined,
+    ]);
+    return { logits: data && this.stepLogits(inputs, data), sampled };
   }
 
-  /** Lays out, records and submits one step (with the logits' copy for read-back when `copyOut`); advances the rows. */
-  private run(rows: readonly StepRow[], copyOut: boolean): { inputs: StepInputs; buffers: PassBuffers } {
+  /**
+   * Lays out, records and submits one step (with the logits' copy for read-back when `copyOut`, and whatever
+   * `after` records behind the pass); advances the rows.
+   */
+  private run(
+    rows: readonly StepRow[],
+    copyOut: boolean,
+    after?: (encoder: GPUCommandEncoder, buffers: PassBuffers, inputs: StepInputs) => void,
+  ): { inputs: StepInputs; buffers: PassBuffers } {
     if (this.released) throw new Error('this runner was released');
     const kv = this.kv;
     if (!kv) throw new Error('createKvMemory() before the first pass');
@@ -134,6 +148,7 @@ export class WgslRunner implements ModelRunner, DeviceSampling {
     }
     pass.end();
     this.lastDispatches = dispatches.length;
+    after?.(encoder, b, inputs);
     if (copyOut) encoder.copyBufferToBuffer(b.logits, 0, b.readback, 0, this.logitBytes(inputs));
     q.submit([encoder.finish()]);
     for (const { kv: seq, tokens } of rows) seq.advance(tokens.length);
