@@ -21,7 +21,9 @@ import { Engine } from '../../src/engine/engine.js';
 import { readGgufHeader } from '../../src/engine/formats/gguf/gguf-header.js';
 import type { WgslRunner } from '../../src/engine/runners/webgpu/pass/wgsl-runner.js';
 import { directorySource } from '../../src/sources/directory-source.js';
-import { collect, lastLogits, randomIds, relError } from '../helpers/engines.js';
+import { collect, lastLogits, modelDir, randomIds, relError } from '../helpers/engines.js';
+import { readOnnxWeights } from '../reference/onnx-weights.js';
+import { effectiveWeights } from '../../scripts/model/weight-ops.js';
 import { nodeRuntime } from '../../scripts/lib/runtimes.js';
 import type { Engine as EngineType } from '../../src/engine/engine.js';
 import { ggufWeights } from '../helpers/gguf-weights.js';
@@ -175,4 +177,29 @@ describe.skipIf(!gpu)(`the WGSL pass with a float16 KV pool${skipNote}`, () => {
       Engine.load(await webGpuRuntimeForNode(), directorySource(folder), { ...options, kvDtype: 'int8' }),
     ).rejects.toThrow(/int8 KV cache needs the edge kernels/);
   });
+});
+
+describe.skipIf(!gpu)(`the WGSL pass on ONNX graphs, when the kernels are asked for${skipNote}`, () => {
+  // `runner: 'kernels'` on a WebGPU runtime: our own kernels there are the WGSL pass, fed by the kernels' ONNX
+  // loader (MatMulNBits and 8-bit products repacked into kernels/quant.h's planes, as for the WASM kernels).
+  const config = JSON.parse(readFileSync(join(modelDir('tiny'), 'config.json'), 'utf8')) as LlamaConfig;
+  const fp32 = readOnnxWeights(new Uint8Array(readFileSync(join(modelDir('tiny'), 'onnx', 'model.onnx'))));
+  for (const dtype of ['fp32', 'int8', 'q4'] as const) {
+    it(`tiny ${dtype}: the reference's greedy tokens on the weights the file holds, logits within ${BOUND}`, async () => {
+      const runtime = { ...(await webGpuRuntimeForNode()), runner: 'kernels' as const };
+      const engine = await Engine.load(runtime, directorySource(modelDir('tiny')), { dtype, kvCacheBytes: 2 << 20 });
+      try {
+        expect(engine.stats().runner).toBe('wgsl');
+        const ref = new LlamaReference(config, dtype === 'fp32' ? fp32 : effectiveWeights(PRESETS.tiny, fp32, dtype));
+        const prompt = randomIds(3, 20, 3, engine.samplableVocab);
+        const request = { prompt_ids: prompt, max_tokens: 16, temperature: 0, ignore_eos: true };
+        expect((await collect(engine, request)).done.tokenIds).toEqual(ref.greedy(prompt, 16));
+        const err = relError(await lastLogits(engine, prompt), ref.forward(prompt, 0).at(-1)!);
+        console.log(`tiny ${dtype} (ONNX): relative logit error ${err.toExponential(2)}`);
+        expect(err).toBeLessThan(BOUND);
+      } finally {
+        await engine.runner.release();
+      }
+    });
+  }
 });

@@ -103,8 +103,20 @@ export async function loadRunner(
   const budget = new MemoryBudget(config, shared?.kvBytes ?? options.kvCacheBytes, options.memoryBudgetBytes, besides);
   const choice = runtime.runner ?? 'auto';
   const gpu = isGpuRuntime(runtime);
-  if (gpu && dtype === 'gguf' && choice !== 'onnxruntime' && runtime.kernels)
-    return loadWgslRunner(runtime, runtime.kernels, await streamWeights(source, file), config, options, budget);
+  // On WebGPU our own kernels are the WGSL pass: GGUF files always, ONNX graphs when the kernels are asked for.
+  if (gpu && runtime.kernels && (dtype === 'gguf' || choice === 'kernels') && choice !== 'onnxruntime') {
+    const stream = await streamWeights(source, file);
+    try {
+      return await loadWgslRunner(runtime, runtime.kernels, stream, config, options, budget, dtype === 'gguf');
+    } catch (err) {
+      if (!(err instanceof UnsupportedByKernels)) throw err;
+      throw new InvalidRequestError(
+        'model',
+        `the WGSL pass cannot run this model: ${err.message}`,
+        'unsupported_model',
+      );
+    }
+  }
   if (dtype === 'gguf' && (choice === 'onnxruntime' || gpu || !runtime.kernels))
     throw new InvalidRequestError(
       'model',
@@ -235,8 +247,9 @@ export async function loadRunner(
 }
 
 /**
- * A GGUF model on our own WGSL pass (src/engine/runners/webgpu/pass/): the kernels' loader reads the file,
- * the weights go to the device in their stored form, and each engine gets a runner with its own KV pool.
+ * A model on our own WGSL pass (src/engine/runners/webgpu/pass/): the kernels' loader reads the file (GGUF, or an
+ * ONNX graph they cover), the weights go to the device in their stored form, and each engine gets a runner with
+ * its own KV pool.
  */
 async function loadWgslRunner(
   runtime: GpuRuntime,
@@ -245,6 +258,7 @@ async function loadWgslRunner(
   config: ModelConfig,
   options: RunnerOptions,
   budget: MemoryBudget,
+  gguf: boolean,
 ): Promise<LoadedRunner> {
   if (options.pipeline)
     throw new InvalidRequestError('model', 'the WGSL pass runs whole models, not pipeline stages', 'unsupported_model');
@@ -255,7 +269,7 @@ async function loadWgslRunner(
   const model = await WgslModel.fromStream(runtime.gpu.device, kernels, stream, config, {
     limits: options,
     budget,
-    format: 'gguf',
+    format: gguf ? 'gguf' : 'onnx',
     sampling,
   });
   return {

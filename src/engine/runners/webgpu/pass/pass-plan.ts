@@ -105,7 +105,7 @@ export function planPass(
       u[0] = headDim;
       f[4] = eps;
     });
-    add(label, p.rmsnormInPlace, s, [weight, y], (M) => [M * perToken, 1, 1]);
+    add(label, p.rmsnormInPlace, s, [weight, y], (M) => [M, perToken, 1]);
   };
 
   const embed = slot((u, f) => {

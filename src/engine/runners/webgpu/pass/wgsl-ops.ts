@@ -12,7 +12,8 @@ export const TOKEN_WORDS = 4;
 /**
  * RMSNorm (kernels/elementwise.c's rmsnorm: x * (1 / sqrt(mean(x^2) + eps)) * w), one workgroup per row.
  * `main` reads X (through a row map when `gather`: the LM head's wanted rows) into Y, stored or added to Y
- * (Gemma's post-norms join the residual); `inplace` normalises Y's rows (q and k's heads, Qwen3 and Gemma 3).
+ * (Gemma's post-norms join the residual); `inplace` normalises Y's rows (q and k's heads, Qwen3 and Gemma 3: a (token, head) grid, so
+ * no dimension passes the 65535 workgroups a dispatch allows).
  */
 export const RMSNORM_WGSL = /* wgsl */ `
 struct Params { n: u32, mode: u32, gather: u32, _pad: u32, eps: f32 }
@@ -52,8 +53,8 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid:
 }
 
 @compute @workgroup_size(${OPS_THREADS})
-fn inplace(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid: u32) {
-  let r = wid.x;
+fn inplace(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) tid: u32) {
+  let r = wid.x * nwg.y + wid.y;
   var ss = 0.0;
   for (var i = tid; i < P.n; i += T) { let v = Y[r * P.n + i]; ss = ss + v * v; }
   let scale = 1.0 / sqrt(sum_all(ss, tid) / f32(P.n) + P.eps);
