@@ -16,7 +16,7 @@ import { DEFAULT_SEED } from '../../scripts/model-make.js';
 import { GGUF_FILE_TYPES } from '../../scripts/model/gguf-quant-mix.js';
 import { presetGgufInput, writeLlamaGguf, type GgufFileType } from '../../scripts/model/gguf-writer.js';
 import { PRESETS, type PresetName } from '../../scripts/model/presets.js';
-import { webGpuRuntimeForNode } from '../../src/backends/ort-webgpu-node.js';
+import { nodeGpuAdapter, webGpuRuntimeForNode } from '../../src/backends/ort-webgpu-node.js';
 import { Engine } from '../../src/engine/engine.js';
 import { readGgufHeader } from '../../src/engine/formats/gguf/gguf-header.js';
 import type { WgslRunner } from '../../src/engine/runners/webgpu/pass/wgsl-runner.js';
@@ -85,6 +85,33 @@ describe.skipIf(!gpu)(`the WGSL pass against the float64 reference${skipNote}`, 
         expect(await lastLogits(engine, prompt, others)).toEqual(alone);
       } finally {
         await engine.runner.release();
+      }
+    });
+  }
+});
+
+describe.skipIf(!gpu)(`the WGSL pass on a device without subgroups (the products' fallback sum)${skipNote}`, () => {
+  for (const type of ['F32', 'Q4_K_M'] as const) {
+    it(`tiny-256 ${type}: the reference's greedy tokens, logits within ${BOUND}, batch-invariant`, async () => {
+      const { folder, config, weights } = await imported('tiny-256', type);
+      const runtime = await webGpuRuntimeForNode();
+      const device = await (await nodeGpuAdapter())!.requestDevice();
+      expect(device.features.has('subgroups' as GPUFeatureName)).toBe(false);
+      const plain = { ...runtime, gpu: { ...runtime.gpu, device } };
+      const engine = await Engine.load(plain, directorySource(folder), { kvCacheBytes: 2 << 20, blockSize: 4 });
+      try {
+        const prompt = engine.tokenizer.encode('Sums without subgroups');
+        const ref = new LlamaReference(config, weights);
+        const request = { prompt_ids: prompt, max_tokens: 16, temperature: 0, ignore_eos: true };
+        expect((await collect(engine, request)).done.tokenIds).toEqual(ref.greedy(prompt, 16));
+        const alone = await lastLogits(engine, prompt);
+        const err = relError(alone, ref.forward(prompt, 0).at(-1)!);
+        console.log(`tiny-256 ${type} without subgroups: relative logit error ${err.toExponential(2)}`);
+        expect(err).toBeLessThan(BOUND);
+        expect(await lastLogits(engine, prompt, [[4, 5, 6, 7, 8], [9]])).toEqual(alone);
+      } finally {
+        await engine.runner.release();
+        device.destroy();
       }
     });
   }

@@ -1,5 +1,5 @@
 import { attentionWgsl } from './wgsl-attention.js';
-import { MATMUL_WGSL } from './wgsl-matmul.js';
+import { matmulWgsl } from './wgsl-matmul.js';
 import { EMBED_WGSL, kvWriteWgsl, ROPE_WGSL, RMSNORM_WGSL } from './wgsl-ops.js';
 
 /** The WGSL pass's kernels: its shaders compiled once per device (the text lives in the modules beside). */
@@ -15,23 +15,30 @@ export interface PassPipelines {
   attentionF16: GPUComputePipeline;
 }
 
-const SOURCES = {
-  matmul: [MATMUL_WGSL, 'main'],
-  rmsnorm: [RMSNORM_WGSL, 'main'],
-  rmsnormInPlace: [RMSNORM_WGSL, 'inplace'],
-  rope: [ROPE_WGSL, 'main'],
-  kvWrite: [kvWriteWgsl(false), 'main'],
-  kvWriteF16: [kvWriteWgsl(true), 'main'],
-  embed: [EMBED_WGSL, 'main'],
-  attention: [attentionWgsl(false), 'main'],
-  attentionF16: [attentionWgsl(true), 'main'],
-} as const satisfies Record<keyof PassPipelines, readonly [string, string]>;
+const sources = (subgroups: boolean) =>
+  ({
+    matmul: [matmulWgsl(subgroups), 'main'],
+    rmsnorm: [RMSNORM_WGSL, 'main'],
+    rmsnormInPlace: [RMSNORM_WGSL, 'inplace'],
+    rope: [ROPE_WGSL, 'main'],
+    kvWrite: [kvWriteWgsl(false), 'main'],
+    kvWriteF16: [kvWriteWgsl(true), 'main'],
+    embed: [EMBED_WGSL, 'main'],
+    attention: [attentionWgsl(false), 'main'],
+    attentionF16: [attentionWgsl(true), 'main'],
+  }) satisfies Record<keyof PassPipelines, readonly [string, string]>;
 
-/** Compiles every kernel; a WGSL error rejects with the compiler's messages. */
-export async function createPassPipelines(device: GPUDevice): Promise<PassPipelines> {
+/**
+ * Compiles every kernel; a WGSL error rejects with the compiler's messages. `subgroups` (default: where the
+ * device has the feature) picks the products' subgroup reduction over the workgroup-memory tree.
+ */
+export async function createPassPipelines(
+  device: GPUDevice,
+  subgroups = device.features.has('subgroups' as GPUFeatureName),
+): Promise<PassPipelines> {
   const modules = new Map<string, GPUShaderModule>();
   const out = {} as Record<keyof PassPipelines, GPUComputePipeline>;
-  for (const [name, [code, entryPoint]] of Object.entries(SOURCES) as [
+  for (const [name, [code, entryPoint]] of Object.entries(sources(subgroups)) as [
     keyof PassPipelines,
     readonly [string, string],
   ][]) {

@@ -31,11 +31,18 @@ export class WgslModel {
     kernels: WebAssembly.Module,
     file: ByteStream,
     config: ModelConfig,
-    options: { limits: EngineLimits; budget: MemoryBudget; format: 'onnx' | 'gguf'; sampling?: WgslKernels },
+    options: {
+      limits: EngineLimits;
+      budget: MemoryBudget;
+      format: 'onnx' | 'gguf';
+      sampling?: WgslKernels;
+      /** Subgroup reductions (default: where the device has them); false forces the fallback. */
+      subgroups?: boolean;
+    },
   ): Promise<WgslModel> {
     const staged = await KernelModel.fromStream(kernels, file, config, options);
     const weights = uploadWeights(device, staged.memory, staged.weights, config);
-    const pipelines = await createPassPipelines(device);
+    const pipelines = await createPassPipelines(device, options.subgroups);
     return new WgslModel(device, config, weights, pipelines, options.sampling);
   }
 
