@@ -6,6 +6,7 @@ import { setFlagsFromString } from 'node:v8';
 import { createGpuContext, platformGpu, requestGpuAdapter, type GpuContext } from '../engine/runners/webgpu/device.js';
 import type { ShaderSource } from '../engine/runners/webgpu/wgsl-kernels.js';
 import { webGpuRuntime, type WebGpuRuntime } from './ort-webgpu.js';
+import { edgeKernelsModule } from './edge-kernels-node.js';
 import { xgrammarModule } from './xgrammar-node.js';
 
 /**
@@ -103,6 +104,8 @@ export async function webGpuRuntimeForNode(): Promise<WebGpuRuntime> {
   return {
     ...webGpuRuntime(gpu, nodeShaderSource, { wasmPaths: `${pathToFileURL(dist).href}/` }),
     grammar: xgrammarModule(),
+    // The kernels' module reads GGUF files for the WGSL pass (their loaders place and repack the blocks).
+    kernels: edgeKernelsModule('baseline'),
   };
 }
 

@@ -34,8 +34,8 @@ export interface EngineStats {
   stages?: StageStats[];
   /** A GPU host runs the passes: what runs there, and the passes sent. */
   host?: HostStats;
-  /** What runs the passes: our WebAssembly kernels, or onnxruntime. */
-  runner: 'kernels' | 'onnxruntime';
+  /** What runs the passes: our WebAssembly kernels, onnxruntime, or our WGSL pass. */
+  runner: 'kernels' | 'onnxruntime' | 'wgsl';
   /**
    * Bytes of the kernels' WebAssembly.Memory (weights + KV pool + scratch): the engine's footprint on
    * the kernel runner. Absent on onnxruntime, whose own memory the engine cannot see.

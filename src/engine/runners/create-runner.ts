@@ -3,6 +3,9 @@ import { resolveEngineLimits, type EngineLimits } from '../defaults.js';
 import { isGpuRuntime } from './webgpu/gpu-runtime.js';
 import { GpuRunner, UnsupportedOnDevice } from './webgpu/gpu-runner.js';
 import { WgslKernels } from './webgpu/wgsl-kernels.js';
+import { WgslModel } from './webgpu/pass/wgsl-model.js';
+import type { GpuRuntime } from './webgpu/gpu-runtime.js';
+import type { ByteStream } from '../model/model-files.js';
 import { KernelModel } from './wasm/kernel-model.js';
 import { KernelRunner } from './wasm/kernel-runner.js';
 import { KernelStageRunner } from './wasm/kernel-stage-runner.js';
@@ -117,10 +120,24 @@ export async function loadRunner(
   const budget = new MemoryBudget(config, shared?.kvBytes ?? options.kvCacheBytes, options.memoryBudgetBytes, besides);
   const choice = runtime.runner ?? 'auto';
   const gpu = isGpuRuntime(runtime);
+  // On WebGPU our own kernels are the WGSL pass: GGUF files always, ONNX graphs when the kernels are asked for.
+  if (gpu && runtime.kernels && (dtype === 'gguf' || choice === 'kernels') && choice !== 'onnxruntime') {
+    const stream = await streamWeights(source, file);
+    try {
+      return await loadWgslRunner(runtime, runtime.kernels, stream, config, options, budget, dtype === 'gguf');
+    } catch (err) {
+      if (!(err instanceof UnsupportedByKernels)) throw err;
+      throw new InvalidRequestError(
+        'model',
+        `the WGSL pass cannot run this model: ${err.message}`,
+        'unsupported_model',
+      );
+    }
+  }
   if (dtype === 'gguf' && (choice === 'onnxruntime' || gpu || !runtime.kernels))
     throw new InvalidRequestError(
       'model',
-      `GGUF weights run on the edge kernels only (backend wasm or kernels), not on the ${runtime.name} runtime${choice === 'onnxruntime' ? ' forced to onnxruntime' : ''}`,
+      `GGUF weights run on the edge kernels or the WGSL pass only (backend wasm, kernels or webgpu), not on the ${runtime.name} runtime${choice === 'onnxruntime' ? ' forced to onnxruntime' : ''}`,
       'unsupported_model',
     );
   if (choice === 'kernels' && (gpu || !runtime.kernels))
@@ -269,6 +286,41 @@ async function remoteRunner(
     digest: runner.opened?.digest,
     another: connect,
     shared: () => [],
+    perRunner: [],
+  };
+}
+
+/**
+ * A model on our own WGSL pass (src/engine/runners/webgpu/pass/): the kernels' loader reads the file (GGUF, or an
+ * ONNX graph they cover), the weights go to the device in their stored form, and each engine gets a runner with
+ * its own KV pool.
+ */
+async function loadWgslRunner(
+  runtime: GpuRuntime,
+  kernels: WebAssembly.Module,
+  stream: ByteStream,
+  config: ModelConfig,
+  options: RunnerOptions,
+  budget: MemoryBudget,
+  gguf: boolean,
+): Promise<LoadedRunner> {
+  if (options.pipeline)
+    throw new InvalidRequestError('model', 'the WGSL pass runs whole models, not pipeline stages', 'unsupported_model');
+  const sampling =
+    options.sampleOnDevice === false
+      ? undefined
+      : await WgslKernels.create(runtime.gpu.device, runtime.shaders, ['greedy', 'sample']);
+  const model = await WgslModel.fromStream(runtime.gpu.device, kernels, stream, config, {
+    limits: options,
+    budget,
+    format: gguf ? 'gguf' : 'onnx',
+    sampling,
+  });
+  return {
+    runner: model.runner(options),
+    weightBytes: model.weights.bytes,
+    another: async (limits) => model.runner(limits),
+    shared: () => [{ label: 'weights (on the device)', bytes: model.weights.bytes }],
     perRunner: [],
   };
 }

@@ -26,8 +26,8 @@ export interface StepLogits {
   last(row: number): Float32Array;
 }
 
-/** Which implementation runs the passes: our WebAssembly kernels, or onnxruntime (on the runtime's backend). */
-export type RunnerName = 'kernels' | 'onnxruntime';
+/** Which implementation runs the passes: our WebAssembly kernels, onnxruntime (on the runtime's backend), or our WGSL pass. */
+export type RunnerName = 'kernels' | 'onnxruntime' | 'wgsl';
 
 /** A runner's figures for the engine's stats (and so /metrics). */
 export interface RunnerStats {

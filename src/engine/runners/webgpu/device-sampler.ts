@@ -2,7 +2,7 @@ import { SETTINGS_BYTES, type DeviceSamplerState } from '../../sampling/device-s
 import type { SampledToken } from '../../sampling/sampler.js';
 import type { WgslKernels } from './wgsl-kernels.js';
 import { readBuffer } from './wgsl-kernels.js';
-import { BufferUsage } from './usage.js';
+import { BufferUsage, MAP_MODE_READ } from './usage.js';
 
 /**
  * Sampling on the device (shaders/sample.wgsl, shaders/greedy.wgsl): the logits stay where the model
@@ -38,6 +38,24 @@ export class DeviceSampler {
     /** Per state, a grammar's mask of the tokens allowed now (structured outputs), or undefined. */
     grammarMasks: readonly (Int32Array | undefined)[] = [],
   ): Promise<SampledToken[]> {
+    const encoder = this.kernels.device.createCommandEncoder({ label: 'sample' });
+    const recorded = this.record(encoder, logits, rowStarts, states, grammarMasks);
+    this.kernels.device.queue.submit([encoder.finish()]);
+    return recorded.read();
+  }
+
+  /**
+   * The sampling of `sample`, recorded into a caller's encoder (behind the pass that writes the logits, so a
+   * step and its draws are one submission): its dispatch and the copies of the drawn ids (and top logprobs)
+   * into read-back buffers. `read()` once the caller submitted the encoder.
+   */
+  record(
+    encoder: GPUCommandEncoder,
+    logits: GPUBuffer,
+    rowStarts: readonly number[],
+    states: readonly DeviceSamplerState[],
+    grammarMasks: readonly (Int32Array | undefined)[] = [],
+  ): { read(): Promise<SampledToken[]> } {
     const rows = states.length;
     if (rowStarts.length !== rows) throw new RangeError(`${rowStarts.length} row starts for ${rows} samplers`);
     const k = this.kernels;
@@ -78,50 +96,54 @@ export class DeviceSampler {
     const params = new ArrayBuffer(32); // struct Params: vocab, rows, neg_inf, key_bits, half_wg, 3 x pad
     new Uint32Array(params).set([this.vocab, rows, 0, 32, 128]);
     new Float32Array(params, 8, 1)[0] = -Infinity;
+    const device = this.kernels.device;
     const buffers = [
       k.upload(new Uint8Array(params), BufferUsage.UNIFORM, 'sample params'),
       k.upload(new Uint32Array(rowStarts), STORAGE, 'sample row starts'),
       logits,
       k.upload(settings, STORAGE, 'sample settings'),
       k.upload(new Uint8Array(editData), STORAGE, 'sample edits'),
-      this.kernels.device.createBuffer({
-        label: 'sample work',
-        size: Math.max(16, rows * this.vocab * 4),
-        usage: STORAGE,
-      }),
-      this.kernels.device.createBuffer({ label: 'sample out', size: rows * 8, usage: STORAGE | BufferUsage.COPY_SRC }),
-      this.kernels.device.createBuffer({
-        label: 'sample top',
-        size: rows * MAX_TOP * 8,
-        usage: STORAGE | BufferUsage.COPY_SRC,
-      }),
+      device.createBuffer({ label: 'sample work', size: Math.max(16, rows * this.vocab * 4), usage: STORAGE }),
+      device.createBuffer({ label: 'sample out', size: rows * 8, usage: STORAGE | BufferUsage.COPY_SRC }),
+      device.createBuffer({ label: 'sample top', size: rows * MAX_TOP * 8, usage: STORAGE | BufferUsage.COPY_SRC }),
     ];
-    try {
-      k.dispatch('sample', buffers, rows);
-      const wantTop = states.some((s) => s.params.logprobs && s.params.topLogprobs > 0);
-      const [out, top] = await Promise.all([
-        readBuffer(k.device, buffers[6], rows * 8),
-        wantTop ? readBuffer(k.device, buffers[7], rows * MAX_TOP * 8) : Promise.resolve(undefined),
-      ]);
-      return states.map((state, r) => {
-        const tokenId = new Uint32Array(out, r * 8, 1)[0];
-        state.accept(tokenId);
-        const result: SampledToken = { tokenId };
-        if (state.params.logprobs) {
-          result.logprob = new Float32Array(out, r * 8 + 4, 1)[0];
-          result.topLogprobs = [];
-          for (let j = 0; j < state.params.topLogprobs && top; j++) {
-            const at = (r * MAX_TOP + j) * 8;
-            const id = new Uint32Array(top, at, 1)[0];
-            if (id !== 0xffffffff)
-              result.topLogprobs.push({ tokenId: id, logprob: new Float32Array(top, at + 4, 1)[0] });
-          }
+    const wantTop = states.some((s) => s.params.logprobs && s.params.topLogprobs > 0);
+    const staging = (size: number): GPUBuffer =>
+      device.createBuffer({ label: 'sample read', size, usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST });
+    const outRead = staging(rows * 8);
+    const topRead = wantTop ? staging(rows * MAX_TOP * 8) : undefined;
+    k.encode(encoder, 'sample', [{ buffers, x: rows }]);
+    encoder.copyBufferToBuffer(buffers[6], 0, outRead, 0, rows * 8);
+    if (topRead) encoder.copyBufferToBuffer(buffers[7], 0, topRead, 0, rows * MAX_TOP * 8);
+    const mapped = async (b: GPUBuffer): Promise<ArrayBuffer> => {
+      await b.mapAsync(MAP_MODE_READ);
+      return b.getMappedRange().slice(0);
+    };
+    return {
+      read: async () => {
+        try {
+          const [out, top] = await Promise.all([mapped(outRead), topRead ? mapped(topRead) : undefined]);
+          return states.map((state, r) => {
+            const tokenId = new Uint32Array(out, r * 8, 1)[0];
+            state.accept(tokenId);
+            const result: SampledToken = { tokenId };
+            if (state.params.logprobs) {
+              result.logprob = new Float32Array(out, r * 8 + 4, 1)[0];
+              result.topLogprobs = [];
+              for (let j = 0; j < state.params.topLogprobs && top; j++) {
+                const at = (r * MAX_TOP + j) * 8;
+                const id = new Uint32Array(top, at, 1)[0];
+                if (id !== 0xffffffff)
+                  result.topLogprobs.push({ tokenId: id, logprob: new Float32Array(top, at + 4, 1)[0] });
+              }
+            }
+            return result;
+          });
+        } finally {
+          for (const b of [...buffers, outRead, topRead]) if (b && b !== logits) b.destroy();
         }
-        return result;
-      });
-    } finally {
-      for (const b of buffers) if (b !== logits) b.destroy();
-    }
+      },
+    };
   }
 
   /**

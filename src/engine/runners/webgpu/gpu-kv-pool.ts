@@ -4,7 +4,7 @@ import { storedBlockBytes, type KvMemory } from '../../kv/kv-memory.js';
 
 /**
  * The block pool's memory on the device: per layer, keys and values each (num_blocks, kv_heads,
- * block_size, head_dim) float32, the layout ArrayKvMemory has on the CPU. The BlockPool keeps the
+ * block_size, head_dim) float32 (or float16 for the WGSL pass), the layout ArrayKvMemory has on the CPU. The BlockPool keeps the
  * bookkeeping (reference counts, prefix hashes, free list); this holds the bytes, so a GPU engine's
  * keys and values never leave the device between steps. Copy-on-write copies wait for the next pass,
  * which encodes them ahead of its gather (encodePendingCopies).
@@ -21,8 +21,9 @@ export class GpuKvPool implements KvMemory {
     readonly shape: KvShape,
     readonly numBlocks: number,
     readonly blockSize: number,
+    readonly dtype: 'fp32' | 'fp16' = 'fp32',
   ) {
-    const bytes = numBlocks * this.blockStride * 4;
+    const bytes = numBlocks * this.strideBytes;
     const max = device.limits.maxStorageBufferBindingSize;
     if (bytes > max)
       throw new RangeError(
@@ -35,7 +36,7 @@ export class GpuKvPool implements KvMemory {
     this.values = Array.from({ length: shape.numLayers }, (_, layer) => make('values', layer));
     this.scratch = device.createBuffer({
       label: 'kv block scratch',
-      size: this.blockStride * 4,
+      size: this.strideBytes,
       usage: BufferUsage.COPY_SRC | BufferUsage.COPY_DST,
     });
   }
@@ -45,8 +46,13 @@ export class GpuKvPool implements KvMemory {
     return this.shape.numKvHeads * this.blockSize * this.shape.headDim;
   }
 
+  /** Bytes between consecutive blocks of one layer's keys (or values). */
+  get strideBytes(): number {
+    return this.blockStride * (this.dtype === 'fp16' ? 2 : 4);
+  }
+
   get blockBytes(): number {
-    return storedBlockBytes(this.shape, this.blockSize, 'fp32');
+    return storedBlockBytes(this.shape, this.blockSize, this.dtype);
   }
 
   /** Copy-on-write: done on the device at the start of the next pass (the only reader or writer of KV bytes). */
@@ -56,7 +62,7 @@ export class GpuKvPool implements KvMemory {
 
   /** The copies waiting since the last pass, into `encoder`: every layer's keys and values of `from` into `to`. */
   encodePendingCopies(encoder: GPUCommandEncoder): void {
-    const n = this.blockStride * 4;
+    const n = this.strideBytes;
     for (const [from, to] of this.pendingCopies.splice(0)) {
       for (const buffer of [...this.keys, ...this.values]) {
         encoder.copyBufferToBuffer(buffer, from * n, this.scratch, 0, n);
@@ -70,7 +76,7 @@ export class GpuKvPool implements KvMemory {
    * device: every layer copied in one submission, so the bytes are the block as it was at this call.
    */
   async readBlock(id: number): Promise<Uint8Array> {
-    const n = this.blockStride * 4;
+    const n = this.strideBytes;
     const buffers = this.blockOrder;
     const staging = this.device.createBuffer({
       label: 'kv block read',
@@ -95,7 +101,7 @@ export class GpuKvPool implements KvMemory {
     // A copy-on-write copy still waiting for the next pass would land on top of the restored bytes: its
     // target was freed since (its sequence preempted), or the block would not be free to restore into.
     this.pendingCopies = this.pendingCopies.filter(([, to]) => to !== id);
-    const n = this.blockStride * 4;
+    const n = this.strideBytes;
     for (const [i, buffer] of this.blockOrder.entries())
       this.device.queue.writeBuffer(buffer, id * n, bytes as Uint8Array<ArrayBuffer>, i * n, n);
   }
