@@ -48,6 +48,8 @@ export interface Env {
   WEBHOOK_RETRY_BASE_MS?: string;
   WEBHOOK_MAX_ATTEMPTS?: string;
   ALLOW_LOOPBACK_CALLBACKS?: string;
+  /** `true` shares cached prompt prefixes between keys (a public system prompt); default: each key's are its own. */
+  SHARED_PREFIX_CACHE?: string;
   /** `auto` (default: webgpu where navigator.gpu exists, else wasm), `wasm`, `kernels`, `ort-wasm` or `webgpu` (see BACKENDS). */
   BACKEND?: string;
   /** Speculative decoding for requests that do not ask: `ngram:<γ>` or `draft:<γ>`; empty = none. */
@@ -156,7 +158,7 @@ export function modelLocations(env: Env): ModelLocations {
   return { bucket: env.MODEL_BUCKET, assets: env.MODELS, url: env.MODEL_URL?.trim() || undefined };
 }
 
-export function boolVar(env: Env, name: 'ALLOW_LOOPBACK_CALLBACKS'): boolean {
+export function boolVar(env: Env, name: 'ALLOW_LOOPBACK_CALLBACKS' | 'SHARED_PREFIX_CACHE'): boolean {
   return env[name]?.trim().toLowerCase() === 'true';
 }
 

@@ -101,6 +101,8 @@ export interface GenerateOptions {
    * served within one (the host decides what a group is, e.g. one per client). Default: one shared group.
    */
   fairnessGroup?: string;
+  /** Salts its KV blocks' hashes (vLLM's cache_salt): it shares cached prefixes only with requests of the same salt. */
+  cacheSalt?: string;
 }
 
 /**
@@ -372,7 +374,7 @@ export class Engine {
       return {
         id: this.nextId++,
         tokens: [...resolved.promptIds],
-        kv: this.kv.create(),
+        kv: this.kv.create(options.cacheSalt),
         output: new SequenceOutput(
           own,
           this.tokenizer,

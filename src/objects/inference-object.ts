@@ -6,6 +6,7 @@ import type { GenerationRequest } from '../engine/request.js';
 import { resolveSpeculativeParams } from '../engine/speculative/speculative-params.js';
 import {
   anyJsonWhitespaceVar,
+  boolVar,
   intVar,
   kvDtypeVar,
   kvStoreBytesVar,
@@ -26,7 +27,7 @@ import { InvalidRequestError } from '../engine/errors.js';
 import { modelSourceFor } from '../sources/model-source.js';
 import { chooseWeights } from '../engine/model/default-weights.js';
 import { plannedRunner } from '../engine/runners/runner-plan.js';
-import { runGeneration, type EventSink } from './generation-run.js';
+import { runGeneration, type Account, type EventSink } from './generation-run.js';
 import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
@@ -224,7 +225,7 @@ export class InferenceObject extends DurableObject<Env> {
     if (!admitted.ok) return admitted;
     const { ticket, state } = admitted.value;
     try {
-      const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
+      const account = this.accountOf(caller.tenant.owner, caller.tenant.name);
       const generation = runGeneration(engine, requests, this.metrics, sink, { account });
       void generation.finished.then(
         ({ completionTokens }) => ticket.settle(completionTokens),
@@ -294,6 +295,12 @@ export class InferenceObject extends DurableObject<Env> {
     return plannedRunner(shardRuntime(this.env), dtype, rawConfig, pipelineStagesVar(this.env) > 0);
   }
 
+  /** Whom a generation runs for: usage under the key's name, fair queueing and a private prefix cache per owner. */
+  private accountOf(owner: string, keyName: string): Account {
+    const shared = boolVar(this.env, 'SHARED_PREFIX_CACHE');
+    return { keyName, fairnessGroup: owner, cacheSalt: shared ? undefined : owner };
+  }
+
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */
   async pool(): Promise<PoolView> {
     return poolView(this.loaded, modelName(this.env));
@@ -312,6 +319,7 @@ export class InferenceObject extends DurableObject<Env> {
         loadedEngine: () => this.loaded,
         metrics: this.metrics,
         limiter: this.limiter,
+        cacheSalt: (owner) => this.accountOf(owner, '').cacheSalt,
         model: modelName(this.env),
         kvStore: this.kvStore,
       },
@@ -378,7 +386,7 @@ export class InferenceObject extends DurableObject<Env> {
     const admitted = this.admit(caller.tenant.name, caller.limits);
     if (!admitted.ok) return admitted;
     const { ticket, state } = admitted.value;
-    const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
+    const account = this.accountOf(caller.tenant.owner, caller.tenant.name);
     const result = await this.services.sessions.message(id, caller.tenant, content, overrides, sink, {
       account,
       onSettled: (completionTokens) => ticket.settle(completionTokens),

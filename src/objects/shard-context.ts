@@ -14,6 +14,11 @@ export interface ShardContext {
   metrics: ServiceMetrics;
   /** Each key's use of this shard, against its rate limits. */
   limiter: RateLimiter;
+  /**
+   * The prefix-cache salt of `owner`'s requests: the owner itself (one key never learns from cached_tokens or
+   * timing what another sent), or undefined when SHARED_PREFIX_CACHE lets every key share cached prefixes.
+   */
+  cacheSalt(owner: string): string | undefined;
   /** The model this shard serves. */
   model: string;
   /** Where the engine keeps full KV blocks between object lifetimes (undefined when KV_STORE_MB is 0). */

@@ -531,6 +531,7 @@ describe('migrations: tables made before tenants', () => {
         loadedEngine: () => undefined,
         metrics: new ServiceMetrics(),
         limiter: new RateLimiter(),
+        cacheSalt: (owner: string) => owner,
         model: 'tiny',
         kvStore: undefined,
       };
