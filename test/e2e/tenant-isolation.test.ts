@@ -6,8 +6,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { api as call, json } from './helpers/service-client.js';
 import { startDevServer, type DevServer } from './helpers/wrangler.js';
 
-const KEYS = { alice: 'sk-alice-iso', bob: 'sk-bob-iso' };
-const VARS = { API_KEYS: `alice:${KEYS.alice},bob:${KEYS.bob}`, SHARD_COUNT: '1' };
+const KEYS = { alice: 'sk-alice-iso', bob: 'sk-bob-iso', carol: 'sk-carol-iso' };
+const VARS = {
+  API_KEYS: `alice:${KEYS.alice},bob:${KEYS.bob},carol:${KEYS.carol}`,
+  SHARD_COUNT: '1',
+  RATE_LIMITS: JSON.stringify({ carol: { rpm: 3 } }),
+};
+/** Far above what bob's 1-token request takes beside any attack here (printed), far below the stalls they caused. */
+const STALL_MS = 3_000;
 
 const servers: DevServer[] = [];
 let server: DevServer;
@@ -18,6 +24,28 @@ beforeAll(async () => {
 afterAll(() => Promise.all(servers.map((s) => s.stop())));
 
 const api = (key: string, method: string, path: string, body?: unknown) => call(server.url, key, method, path, body);
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** bob's 1-token request: its status and how long it took. */
+async function oneToken(key = KEYS.bob): Promise<{ status: number; ms: number }> {
+  const sent = performance.now();
+  const res = await api(key, 'POST', '/v1/completions', { prompt: 'Ping', max_tokens: 1 });
+  await res.arrayBuffer();
+  return { status: res.status, ms: Math.round(performance.now() - sent) };
+}
+
+/** Three of bob's 1-token requests, one after another, while `attack` runs; each must answer 200 in time. */
+async function probesDuring(label: string, attack: Promise<unknown>) {
+  await sleep(50);
+  const probes = [];
+  for (let i = 0; i < 3; i++) probes.push(await oneToken());
+  await attack;
+  console.log(`${label}: bob's 1-token requests took ${probes.map((p) => `${p.ms} ms`).join(', ')}`);
+  for (const probe of probes) {
+    expect(probe.status).toBe(200);
+    expect(probe.ms).toBeLessThan(STALL_MS);
+  }
+}
 
 interface Usage {
   prompt_tokens: number;
@@ -58,5 +86,53 @@ describe('the prefix cache is private to a key (5)', () => {
     console.log(`after a restart: alice found ${aliceStored} stored tokens, bob ${bobStored}`);
     expect(bobStored).toBe(0);
     expect(aliceStored).toBeGreaterThanOrEqual(32);
+  });
+});
+
+/** A function tool whose description is `size` characters, or with `nested`, as deep in its schema as JSON allows. */
+function bigTool(size: number, nested = false) {
+  const text = 'lorem ipsum dolor sit amet '.repeat(Math.ceil(size / 27)).slice(0, size);
+  let parameters: Record<string, unknown> = { type: 'string', description: nested ? text : 'x' };
+  if (nested) for (let i = 0; i < 12; i++) parameters = { type: 'object', properties: { [`p${i}`]: parameters } };
+  return { type: 'function', function: { name: 'lookup', description: nested ? 'Look up' : text, parameters } };
+}
+
+describe('every request is bounded before it is tokenised (1)', () => {
+  it("ten of alice's ~950 KB tools arrays at once are refused without tokenising; bob's requests are answered as alone", async () => {
+    await oneToken(); // the model is loaded
+    const alone = await oneToken();
+    const sent = performance.now();
+    const attack = Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        api(KEYS.alice, 'POST', '/v1/chat/completions', {
+          messages: [{ role: 'user', content: 'Hi' }],
+          tools: [bigTool(950_000, i % 2 === 1)],
+          max_tokens: 1,
+        }).then(async (res) => {
+          const body = await json<{ error: { code: string; param: string } }>(res, 400);
+          return { ...body.error, ms: Math.round(performance.now() - sent) };
+        }),
+      ),
+    );
+    await probesDuring(`ten 950 KB tools arrays (bob alone: ${alone.ms} ms)`, attack);
+    const refused = await attack;
+    console.log(`alice's refusals came back after ${refused.map((r) => r.ms).join(', ')} ms`);
+    for (const error of refused) expect(error).toMatchObject({ code: 'context_length_exceeded', param: 'tools' });
+    const health = await (await api(KEYS.bob, 'GET', '/metrics')).text();
+    expect(health).toMatch(/edge_infer_engine_loaded\{[^}]*\} 1/);
+  });
+
+  it('refused requests count against a key\'s rate limit like any other', async () => {
+    const statuses = [];
+    for (let i = 0; i < 5; i++) {
+      const res = await api(KEYS.carol, 'POST', '/v1/chat/completions', {
+        messages: [{ role: 'user', content: 'Hi' }],
+        tools: [bigTool(200_000)],
+      });
+      await res.arrayBuffer();
+      statuses.push(res.status);
+    }
+    expect(statuses).toEqual([400, 400, 400, 429, 429]);
+    expect((await oneToken()).status).toBe(200);
   });
 });
