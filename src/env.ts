@@ -43,6 +43,10 @@ export interface Env {
   MAX_BODY_BYTES?: string;
   /** Unfinished (queued or generating) webhook jobs one key may have on a shard; further events get 429. */
   MAX_JOBS_PER_KEY?: string;
+  /** Sessions one key may keep on a shard; creating another gets 429 (src/objects/tenancy/storage-quota.ts). */
+  MAX_SESSIONS_PER_KEY?: string;
+  /** Hooks one key may keep on a shard; creating another gets 429. */
+  MAX_HOOKS_PER_KEY?: string;
   /** Milliseconds a request body may take to arrive in full before the request is refused (408). */
   BODY_READ_TIMEOUT_MS?: string;
   WEBHOOK_RETRY_BASE_MS?: string;
@@ -134,6 +138,8 @@ export const DEFAULTS = {
   MAX_QUEUE: 64,
   MAX_BODY_BYTES: 1 << 20,
   MAX_JOBS_PER_KEY: 16,
+  MAX_SESSIONS_PER_KEY: 1000,
+  MAX_HOOKS_PER_KEY: 100,
   BODY_READ_TIMEOUT_MS: 10_000,
   WEBHOOK_RETRY_BASE_MS: 2000,
   WEBHOOK_MAX_ATTEMPTS: 6,

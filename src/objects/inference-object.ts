@@ -32,6 +32,7 @@ import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metr
 import { poolView, type PoolView } from './pool-view.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { queueRefusal } from './tenancy/queue-share.js';
+import { quotaRefusal, storageQuotas, systemRefusal, type StoredUse } from './tenancy/storage-quota.js';
 import type { JobView } from './jobs.js';
 import type { SamplingFields, SessionView } from './sessions.js';
 import { createShardServices, type ShardServices } from './shard-services.js';
@@ -248,7 +249,22 @@ export class InferenceObject extends DurableObject<Env> {
       this.limiter.snapshot(),
     );
     const isolate = await this.isolate();
-    return isolate ? { ...stats, isolate } : stats;
+    const withStored = { ...stats, stored: this.storedUse() };
+    return isolate ? { ...withStored, isolate } : withStored;
+  }
+
+  /** What each key keeps in this shard's storage (sessions, their bytes, hooks), by key name. */
+  private storedUse(): Record<string, StoredUse> {
+    const sessions = this.services.sessions.usageByKey();
+    const hooks = this.services.hooks.countsByKey();
+    const use: Record<string, StoredUse> = {};
+    for (const name of new Set([...Object.keys(sessions), ...Object.keys(hooks)]))
+      use[name] = {
+        sessions: sessions[name]?.sessions ?? 0,
+        sessionBytes: sessions[name]?.bytes ?? 0,
+        hooks: hooks[name] ?? 0,
+      };
+    return use;
   }
 
   /** The isolate's counted memory and the objects sharing the weights, once this shard's engine is loaded (else null). */
@@ -342,6 +358,11 @@ export class InferenceObject extends DurableObject<Env> {
       if (!admitted.ok) return admitted;
       admitted.value.ticket.settle(0);
     }
+    const tooLong = systemRefusal(init.system);
+    if (tooLong) return fail(tooLong);
+    const { sessionsPerKey } = storageQuotas(this.env);
+    const count = this.services.sessions.countOf(tenant.owner);
+    if (count >= sessionsPerKey) return fail(quotaRefusal('sessions', count, sessionsPerKey, 'MAX_SESSIONS_PER_KEY'));
     if (init.defaults) {
       const loaded = await this.engineOrUnavailable();
       if (!loaded.ok) return loaded;

@@ -11,10 +11,12 @@ import { retryPolicyFromEnv } from './webhooks/backoff.js';
 import { WebhookDispatcher } from './webhooks/dispatcher.js';
 import { HookStore } from './webhooks/hooks.js';
 import { Webhooks } from './webhooks/service.js';
+import { storageQuotas } from './tenancy/storage-quota.js';
 
 export interface ShardServices {
   sessions: SessionStore;
   webhooks: Webhooks;
+  hooks: HookStore;
 }
 
 export function createShardServices(shard: ShardContext, storage: DurableObjectStorage, env: Env): ShardServices {
@@ -26,6 +28,7 @@ export function createShardServices(shard: ShardContext, storage: DurableObjectS
   const limits = { maxQueue: intVar(env, 'MAX_QUEUE'), maxJobsPerKey: intVar(env, 'MAX_JOBS_PER_KEY') };
   return {
     sessions: new SessionStore(shard),
-    webhooks: new Webhooks(shard, hooks, jobs, dispatcher, urls, keyIsLive, limits),
+    webhooks: new Webhooks(shard, hooks, jobs, dispatcher, urls, keyIsLive, limits, storageQuotas(env).hooksPerKey),
+    hooks,
   };
 }

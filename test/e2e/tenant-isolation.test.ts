@@ -3,7 +3,7 @@
 // (storage, metrics, a transcript) is the judge. Latencies are printed; the loose bounds on bob's requests
 // catch the multi-second stalls the attacks caused, an order of magnitude above what they take.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { api as call, json } from './helpers/service-client.js';
+import { api as call, hookSecret, json } from './helpers/service-client.js';
 import { startDevServer, type DevServer } from './helpers/wrangler.js';
 
 const KEYS = { alice: 'sk-alice-iso', bob: 'sk-bob-iso', carol: 'sk-carol-iso' };
@@ -11,6 +11,9 @@ const VARS = {
   API_KEYS: `alice:${KEYS.alice},bob:${KEYS.bob},carol:${KEYS.carol}`,
   SHARD_COUNT: '1',
   RATE_LIMITS: JSON.stringify({ carol: { rpm: 3 } }),
+  MAX_SESSIONS_PER_KEY: '6',
+  MAX_HOOKS_PER_KEY: '2',
+  ALLOW_LOOPBACK_CALLBACKS: 'true',
 };
 /** Far above what bob's 1-token request takes beside any attack here (printed), far below the stalls they caused. */
 const STALL_MS = 3_000;
@@ -122,7 +125,7 @@ describe('every request is bounded before it is tokenised (1)', () => {
     expect(health).toMatch(/edge_infer_engine_loaded\{[^}]*\} 1/);
   });
 
-  it('refused requests count against a key\'s rate limit like any other', async () => {
+  it("refused requests count against a key's rate limit like any other", async () => {
     const statuses = [];
     for (let i = 0; i < 5; i++) {
       const res = await api(KEYS.carol, 'POST', '/v1/chat/completions', {
@@ -134,5 +137,54 @@ describe('every request is bounded before it is tokenised (1)', () => {
     }
     expect(statuses).toEqual([400, 400, 400, 429, 429]);
     expect((await oneToken()).status).toBe(200);
+  });
+});
+
+/** `key`'s sample of a per-key gauge on shard 0 (0 when the shard reports none for it). */
+async function keyGauge(name: string, key: string): Promise<number> {
+  const text = await (await api(KEYS.bob, 'GET', '/metrics')).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(`key="${key}"`));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+}
+
+describe("a key's storage is bounded (4)", () => {
+  it("a 1 MB system prompt is refused at creation; alice's sessions and hooks stop at their caps, bob's do not", async () => {
+    const bytesBefore = await keyGauge('edge_infer_key_stored_session_bytes', 'alice');
+    const huge = await api(KEYS.alice, 'POST', '/v1/sessions', { system: 'x'.repeat(1_000_000) });
+    expect((await json<{ error: { code: string; param: string } }>(huge, 400)).error).toMatchObject({
+      code: 'string_above_max_length',
+      param: 'system',
+    });
+    expect(await keyGauge('edge_infer_key_stored_session_bytes', 'alice')).toBe(bytesBefore);
+
+    const made: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const res = await api(KEYS.alice, 'POST', '/v1/sessions', { system: `Notes ${i}` });
+      made.push((await json<{ id: string }>(res, 201)).id);
+    }
+    const over = await api(KEYS.alice, 'POST', '/v1/sessions', { system: 'One more' });
+    expect((await json<{ error: { code: string } }>(over, 429)).error.code).toBe('storage_quota_exceeded');
+    expect(await keyGauge('edge_infer_key_stored_sessions', 'alice')).toBe(6);
+    const bobs = await json<{ id: string }>(await api(KEYS.bob, 'POST', '/v1/sessions', { system: 'Mine' }), 201);
+    await json(await api(KEYS.bob, 'DELETE', `/v1/sessions/${bobs.id}`));
+    // Deleting one makes room for one.
+    await json(await api(KEYS.alice, 'DELETE', `/v1/sessions/${made[0]}`));
+    await json(await api(KEYS.alice, 'POST', '/v1/sessions', { system: 'Again' }), 201);
+
+    const hook = (key: string, name: string) =>
+      api(key, 'PUT', `/v1/hooks/${name}`, {
+        template: 'Say {{ text }}',
+        callback_url: 'http://127.0.0.1:9/deliver',
+        secret: hookSecret(),
+        params: { max_tokens: 2 },
+      });
+    for (const name of ['one', 'two']) await json(await hook(KEYS.alice, name), 201);
+    expect((await json<{ error: { code: string } }>(await hook(KEYS.alice, 'three'), 429)).error.code).toBe(
+      'storage_quota_exceeded',
+    );
+    await json(await hook(KEYS.alice, 'two'), 200); // replacing one of its own is not another
+    await json(await hook(KEYS.bob, 'three'), 201);
+    expect(await keyGauge('edge_infer_key_hooks', 'alice')).toBe(2);
+    expect(await keyGauge('edge_infer_key_hooks', 'bob')).toBe(1);
   });
 });

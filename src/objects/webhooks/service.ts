@@ -2,6 +2,7 @@
  * The webhooks side of a shard, as the object's RPC methods need it: hook configuration, inbound events
  * (verified per Standard Webhooks, deduplicated by webhook-id, rendered into a job) and job status.
  */
+import { quotaRefusal } from '../tenancy/storage-quota.js';
 import type { JobStore, JobView } from '../jobs.js';
 import { jobView } from '../jobs.js';
 import { fail, fromEngineError, invalidRequest, ok, type RpcResult, type ServiceError } from '../rpc-error.js';
@@ -78,6 +79,8 @@ export class Webhooks {
     private readonly urls: CallbackUrlPolicy,
     private readonly keyIsLive: KeyIsLive,
     private readonly limits: EventLimits,
+    /** Hooks one key may keep on this shard (MAX_HOOKS_PER_KEY). */
+    private readonly hooksPerKey = Number.POSITIVE_INFINITY,
   ) {}
 
   /**
@@ -92,6 +95,10 @@ export class Webhooks {
     create: boolean,
     selfHost?: string,
   ): Promise<RpcResult<{ hook: OwnHookView; created: boolean }>> {
+    if (create && !this.hooks.find(tenant, name)) {
+      const count = this.hooks.countOf(tenant.owner);
+      if (count >= this.hooksPerKey) return fail(quotaRefusal('hooks', count, this.hooksPerKey, 'MAX_HOOKS_PER_KEY'));
+    }
     const secret = parseSecret(input.secret);
     if ('error' in secret) return fail(invalidRequest(secret.error, 'secret'));
     const url = checkCallbackUrl(input.callback_url, { ...this.urls, selfHost });
