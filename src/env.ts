@@ -41,6 +41,10 @@ export interface Env {
   MAX_BATCH?: string;
   MAX_QUEUE?: string;
   MAX_BODY_BYTES?: string;
+  /** Milliseconds a whole model load may take before it fails (503 model_unavailable; the next request retries). */
+  MODEL_LOAD_TIMEOUT_MS?: string;
+  /** Milliseconds a model read may wait for its next chunk (1 MiB, or a small file whole) before the load fails. */
+  MODEL_STALL_TIMEOUT_MS?: string;
   /** Unfinished (queued or generating) webhook jobs one key may have on a shard; further events get 429. */
   MAX_JOBS_PER_KEY?: string;
   /** Sessions one key may keep on a shard; creating another gets 429 (src/objects/tenancy/storage-quota.ts). */
@@ -137,6 +141,8 @@ export const DEFAULTS = {
   MAX_BATCH: 16,
   MAX_QUEUE: 64,
   MAX_BODY_BYTES: 1 << 20,
+  MODEL_LOAD_TIMEOUT_MS: 300_000,
+  MODEL_STALL_TIMEOUT_MS: 30_000,
   MAX_JOBS_PER_KEY: 16,
   MAX_SESSIONS_PER_KEY: 1000,
   MAX_HOOKS_PER_KEY: 100,

@@ -23,7 +23,6 @@ import { stageLinks } from './stage-links.js';
 import type { StageStats } from '../engine/runners/model-runner.js';
 import type { KvBlockStore } from '../engine/kv/block-store.js';
 import { SqlKvBlockStore } from './kv-block-store.js';
-import { InvalidRequestError } from '../engine/errors.js';
 import { modelSourceFor } from '../sources/model-source.js';
 import { chooseWeights } from '../engine/model/default-weights.js';
 import { plannedRunner } from '../engine/runners/runner-plan.js';
@@ -32,6 +31,8 @@ import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metr
 import { poolView, type PoolView } from './pool-view.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { queueRefusal } from './tenancy/queue-share.js';
+import { modelUnavailable } from './model-unavailable.js';
+import { LoadTimeoutError, type LoadDeadlines } from '../sources/load-deadline.js';
 import { quotaRefusal, storageQuotas, systemRefusal, type StoredUse } from './tenancy/storage-quota.js';
 import type { JobView } from './jobs.js';
 import type { SamplingFields, SessionView } from './sessions.js';
@@ -96,7 +97,7 @@ export class InferenceObject extends DurableObject<Env> {
 
   /** The engine, loaded on first call; concurrent first callers share one load, and a failed load is retried next time. */
   protected engine(): Promise<Engine> {
-    this.enginePromise ??= this.loadEngine().then(
+    this.enginePromise ??= this.loadWithDeadline().then(
       (engine) => (this.loaded = engine),
       (err: unknown) => {
         this.enginePromise = undefined;
@@ -106,9 +107,28 @@ export class InferenceObject extends DurableObject<Env> {
     return this.enginePromise;
   }
 
-  private async loadEngine(): Promise<Engine> {
+  /**
+   * loadEngine under MODEL_LOAD_TIMEOUT_MS in all and MODEL_STALL_TIMEOUT_MS per chunk read: past either, its
+   * reads are stopped and it fails, so a stalled source never holds the shard (the next request loads again).
+   */
+  private loadWithDeadline(): Promise<Engine> {
+    const totalMs = intVar(this.env, 'MODEL_LOAD_TIMEOUT_MS');
+    const stop = new AbortController();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const err = new LoadTimeoutError(`loading took longer than ${totalMs} ms (MODEL_LOAD_TIMEOUT_MS)`);
+        stop.abort(err);
+        reject(err);
+      }, totalMs);
+    });
+    const load = this.loadEngine({ stallMs: intVar(this.env, 'MODEL_STALL_TIMEOUT_MS'), signal: stop.signal });
+    return Promise.race([load, deadline]).finally(() => clearTimeout(timer));
+  }
+
+  private async loadEngine(deadlines: LoadDeadlines): Promise<Engine> {
     const model = modelName(this.env);
-    const places = modelLocations(this.env);
+    const places = { ...modelLocations(this.env), deadlines };
     const started = Date.now();
     const { source, kind } = await modelSourceFor(model, places);
     // Unset: the folder's default weights (its GGUF file when config.json names one, else fp32).
@@ -181,14 +201,7 @@ export class InferenceObject extends DurableObject<Env> {
     try {
       return ok(await this.engine());
     } catch (err) {
-      if (!(err instanceof InvalidRequestError)) throw err;
-      return fail({
-        status: 503,
-        type: 'server_error',
-        message: `model "${modelName(this.env)}" cannot be served: ${err.message}`,
-        param: null,
-        code: err.code,
-      });
+      return fail(modelUnavailable(this.env, err));
     }
   }
 
