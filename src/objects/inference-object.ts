@@ -349,6 +349,7 @@ export class InferenceObject extends DurableObject<Env> {
         metrics: this.metrics,
         limiter: this.limiter,
         cacheSalt: (owner) => this.accountOf(owner, '').cacheSalt,
+        unavailable: (err) => modelUnavailable(this.env, err),
         model: modelName(this.env),
         kvStore: this.kvStore,
       },

@@ -23,7 +23,10 @@ export function modelUnavailable(env: Env, err: unknown): ServiceError {
   return {
     status: 503,
     type: 'server_error',
-    message: `model "${modelName(env)}" (from ${from}) cannot be served now: ${reason}`,
+    message:
+      err instanceof InvalidRequestError
+        ? `model "${modelName(env)}" cannot be served: ${reason}`
+        : `model "${modelName(env)}" could not be loaded from ${from}: ${reason}`,
     param: null,
     code: err instanceof InvalidRequestError ? err.code : 'model_unavailable',
     rateLimit: { retryAfterMs: MODEL_RETRY_AFTER_MS },

@@ -532,6 +532,9 @@ describe('migrations: tables made before tenants', () => {
         metrics: new ServiceMetrics(),
         limiter: new RateLimiter(),
         cacheSalt: (owner: string) => owner,
+        unavailable: () => {
+          throw new Error('no engine in this test');
+        },
         model: 'tiny',
         kvStore: undefined,
       };

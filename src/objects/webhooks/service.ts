@@ -3,6 +3,7 @@
  * (verified per Standard Webhooks, deduplicated by webhook-id, rendered into a job) and job status.
  */
 import { quotaRefusal } from '../tenancy/storage-quota.js';
+import { InvalidRequestError } from '../../engine/errors.js';
 import type { JobStore, JobView } from '../jobs.js';
 import { jobView } from '../jobs.js';
 import { fail, fromEngineError, invalidRequest, ok, type RpcResult, type ServiceError } from '../rpc-error.js';
@@ -110,6 +111,7 @@ export class Webhooks {
       // The engine names any bad sampling param now, rather than in every job later.
       (await this.shard.engine()).resolve({ ...params, prompt: 'x' });
     } catch (err) {
+      if (!(err instanceof InvalidRequestError)) return fail(this.shard.unavailable(err));
       const e = fromEngineError(err);
       return fail({ ...e, param: e.param && `params.${e.param}` });
     }
