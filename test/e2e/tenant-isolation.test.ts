@@ -125,6 +125,25 @@ describe('every request is bounded before it is tokenised (1)', () => {
     expect(health).toMatch(/edge_infer_engine_loaded\{[^}]*\} 1/);
   });
 
+  it("ten of alice's batches of 64 prompts (~1 MB each) at once leave bob's requests answered as alone", async () => {
+    const prompt = 'lorem ipsum dolor sit amet '.repeat(560); // ~15 KB: under one prompt's bound, past the window
+    const sent = performance.now();
+    const attack = Promise.all(
+      Array.from({ length: 10 }, () =>
+        api(KEYS.alice, 'POST', '/v1/completions', { prompt: Array(64).fill(prompt), max_tokens: 1 }).then(
+          async (res) => {
+            const body = await json<{ error: { code: string } }>(res, 400);
+            return { code: body.error.code, ms: Math.round(performance.now() - sent) };
+          },
+        ),
+      ),
+    );
+    await probesDuring('ten batches of 64 x 15 KB prompts', attack);
+    const refused = await attack;
+    console.log(`alice's batch refusals came back after ${refused.map((r) => r.ms).join(', ')} ms`);
+    for (const r of refused) expect(r.code).toBe('context_length_exceeded');
+  });
+
   it("refused requests count against a key's rate limit like any other", async () => {
     const statuses = [];
     for (let i = 0; i < 5; i++) {
