@@ -40,6 +40,10 @@ export interface Env {
   MAX_BATCH?: string;
   MAX_QUEUE?: string;
   MAX_BODY_BYTES?: string;
+  /** Milliseconds a whole model load may take before it fails (503 model_unavailable; the next request retries). */
+  MODEL_LOAD_TIMEOUT_MS?: string;
+  /** Milliseconds a model read may wait for its next chunk (1 MiB, or a small file whole) before the load fails. */
+  MODEL_STALL_TIMEOUT_MS?: string;
   /** Unfinished (queued or generating) webhook jobs one key may have on a shard; further events get 429. */
   MAX_JOBS_PER_KEY?: string;
   /** Days a stored response (POST /v1/responses) is kept; default 30. */
@@ -48,11 +52,17 @@ export interface Env {
   MAX_RESPONSES_PER_KEY?: string;
   /** Megabytes of stored responses (their text and token logs) one key may keep on a shard. */
   MAX_RESPONSE_MB_PER_KEY?: string;
+  /** Sessions one key may keep on a shard; creating another gets 429 (src/objects/tenancy/storage-quota.ts). */
+  MAX_SESSIONS_PER_KEY?: string;
+  /** Hooks one key may keep on a shard; creating another gets 429. */
+  MAX_HOOKS_PER_KEY?: string;
   /** Milliseconds a request body may take to arrive in full before the request is refused (408). */
   BODY_READ_TIMEOUT_MS?: string;
   WEBHOOK_RETRY_BASE_MS?: string;
   WEBHOOK_MAX_ATTEMPTS?: string;
   ALLOW_LOOPBACK_CALLBACKS?: string;
+  /** `true` shares cached prompt prefixes between keys (a public system prompt); default: each key's are its own. */
+  SHARED_PREFIX_CACHE?: string;
   /** `auto` (default: webgpu where navigator.gpu exists, else wasm), `wasm`, `kernels`, `ort-wasm` or `webgpu` (see BACKENDS). */
   BACKEND?: string;
   /** Speculative decoding for requests that do not ask: `ngram:<γ>` or `draft:<γ>`; empty = none. */
@@ -127,10 +137,14 @@ export const DEFAULTS = {
   MAX_BATCH: 16,
   MAX_QUEUE: 64,
   MAX_BODY_BYTES: 1 << 20,
+  MODEL_LOAD_TIMEOUT_MS: 300_000,
+  MODEL_STALL_TIMEOUT_MS: 30_000,
   MAX_JOBS_PER_KEY: 16,
   RESPONSES_TTL_DAYS: 30,
   MAX_RESPONSES_PER_KEY: 10_000,
   MAX_RESPONSE_MB_PER_KEY: 64,
+  MAX_SESSIONS_PER_KEY: 1000,
+  MAX_HOOKS_PER_KEY: 100,
   BODY_READ_TIMEOUT_MS: 10_000,
   WEBHOOK_RETRY_BASE_MS: 2000,
   WEBHOOK_MAX_ATTEMPTS: 6,
@@ -155,7 +169,7 @@ export function modelLocations(env: Env): ModelLocations {
   return { bucket: env.MODEL_BUCKET, assets: env.MODELS, url: env.MODEL_URL?.trim() || undefined };
 }
 
-export function boolVar(env: Env, name: 'ALLOW_LOOPBACK_CALLBACKS'): boolean {
+export function boolVar(env: Env, name: 'ALLOW_LOOPBACK_CALLBACKS' | 'SHARED_PREFIX_CACHE'): boolean {
   return env[name]?.trim().toLowerCase() === 'true';
 }
 

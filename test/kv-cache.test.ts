@@ -115,8 +115,8 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
 );
 
 /** Admits a sequence like the scheduler does: prefix hits, then room for the rest, else nothing held. */
-function admit(manager: KvCacheManager, tokens: number[]): Live | null {
-  const kv = manager.create();
+function admit(manager: KvCacheManager, tokens: number[], salt?: string): Live | null {
+  const kv = manager.create(salt);
   manager.matchPrefix(kv, tokens);
   if (!manager.reserve(kv, tokens.length - kv.length)) {
     manager.free(kv);
@@ -204,6 +204,23 @@ describe('paged KV cache, by example', () => {
     const other = new KvCacheManager(manager.pool, 'model-b');
     expect(other.matchPrefix(other.create(), [...prefix, 2])).toBe(0);
     manager.free(kv);
+  });
+
+  it('a salted sequence shares blocks only with its own salt, through forks and the tail of a session', () => {
+    const { manager } = newCache(16);
+    const prompt = [1, 2, 0, 1, 2, 2, 0, 1, 1, 0]; // two full blocks
+    const alice = admit(manager, prompt, 'alice')!;
+    expect(manager.matchPrefix(manager.create(), prompt)).toBe(0); // unsalted
+    expect(manager.matchPrefix(manager.create('bob'), prompt)).toBe(0);
+    const again = manager.create('alice');
+    expect(manager.matchPrefix(again, prompt)).toBe(8);
+    expect(again.blocks).toEqual(alice.kv.blocks.slice(0, 2));
+    // A fork keeps its parent's salt: blocks it commits are found under that salt.
+    const child = manager.fork(alice.kv);
+    expect(child.root).toBe(alice.kv.root);
+    expect(manager.tailOf(alice.kv, prompt, 's')?.hash).not.toBe(
+      manager.tailOf(admit(manager, prompt, 'bob')!.kv, prompt, 's')?.hash,
+    );
   });
 
   it('never reuses the whole prompt: its last token must be computed for logits', () => {

@@ -7,7 +7,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { checkModel, type CheckPlaces } from '../scripts/lib/model-check.js';
+import { checkModel, ModelCheckError, type CheckPlaces } from '../scripts/lib/model-check.js';
+import { startStaticServer } from '../scripts/lib/static-server.js';
 import { uploadModel } from '../scripts/model-upload.js';
 import { startVars } from '../scripts/start-args.js';
 import { writeGgufFolder } from './helpers/gguf-folder.js';
@@ -105,6 +106,26 @@ describe('npm start checks the model before wrangler dev', () => {
     // The bucket holds q4 only, though ./models/tiny holds four variants.
     expect(lines).toContain('dtype     q4 (the folder holds only these weights)');
   }, 60_000);
+
+  it('refuses a MODEL_URL whose weights HEAD answers 500 with its message, not a stack trace', async () => {
+    const files = await startStaticServer(join(MODELS, 'tiny'));
+    const base = files.url;
+    // config.json answers; every HEAD (the weights' look) answers 500.
+    const failing = ((input: string | URL | Request, init?: RequestInit) =>
+      init?.method === 'HEAD'
+        ? Promise.resolve(new Response('broken', { status: 500 }))
+        : fetch(input, init)) as typeof fetch;
+    try {
+      const err = await check({ MODEL: 'tiny', MODEL_URL: base }, { ...real, fetch: failing }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(ModelCheckError);
+      expect((err as Error).message).toMatch(/^MODEL=tiny cannot be served from MODEL_URL: .*HTTP 500/);
+    } finally {
+      await files.close();
+    }
+  });
 
   it('refuses a model that is nowhere, naming every place searched and the commands that put it there', async () => {
     const message = await refusal({ MODEL: 'no-such-model' });

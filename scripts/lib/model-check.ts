@@ -191,6 +191,11 @@ async function check(
   const refuse = (err: unknown): never => {
     if (err instanceof InvalidRequestError || err instanceof SyntaxError)
       throw new ModelCheckError(`MODEL=${name} cannot be served: ${err.message}`);
+    // A MODEL_URL that answers with an error (a HEAD of the weights answering 500): the check's message, not a stack.
+    if (url && err instanceof Error)
+      throw new ModelCheckError(
+        `MODEL=${name} cannot be served from MODEL_URL: ${err.message.split(url).join('MODEL_URL')}; mend the server or point MODEL_URL at one that serves the folder`,
+      );
     throw err;
   };
   try {

@@ -58,4 +58,6 @@ export interface GenerateOptions {
    * served within one (the host decides what a group is, e.g. one per client). Default: one shared group.
    */
   fairnessGroup?: string;
+  /** Salts its KV blocks' hashes (vLLM's cache_salt): it shares cached prefixes only with requests of the same salt. */
+  cacheSalt?: string;
 }

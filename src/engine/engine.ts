@@ -210,7 +210,7 @@ export class Engine {
       return {
         id: this.batch.newId(),
         tokens: [...resolved.promptIds],
-        kv: this.kv.create(),
+        kv: this.kv.create(options.cacheSalt),
         output: new SequenceOutput(own, this.tokenizer, this.samplableVocab, index, onDevice),
         group,
         admitted: false,

@@ -91,19 +91,30 @@ function checkPromptChars(chars: number, param: string, ctx: RequestContext): vo
   if (chars <= ctx.maxPromptChars) return;
   throw new InvalidRequestError(
     param,
-    `the ${param === 'prompt' ? 'prompt' : "messages' text"} is ${chars} characters, more than this model's context window of ${ctx.contextWindow} tokens can hold (at most ${ctx.maxPromptChars}); it was not tokenised`,
+    `the ${param === 'prompt' ? 'prompt' : "messages' and tools' text"} is over ${ctx.maxPromptChars} characters, more than this model's context window of ${ctx.contextWindow} tokens can hold; it was not tokenised`,
     'context_length_exceeded',
   );
 }
 
-/** Characters of the strings in chat messages (their contents and parts), counted without rendering them. */
-function messageChars(messages: unknown): number {
+/**
+ * Characters a chat template can render from `value` (messages, tools and their schemas), counted without
+ * rendering: every string and key, and every number or literal as written, at any depth. Stops counting past
+ * `limit`, so a huge value costs no more to refuse than one just over the bound.
+ */
+export function renderableChars(value: unknown, limit = Number.POSITIVE_INFINITY): number {
   let n = 0;
-  const visit = (v: unknown, depth: number): void => {
+  const stack: unknown[] = [value];
+  while (stack.length > 0 && n <= limit) {
+    const v = stack.pop();
     if (typeof v === 'string') n += v.length;
-    else if (depth < 8 && typeof v === 'object' && v !== null) for (const x of Object.values(v)) visit(x, depth + 1);
-  };
-  visit(messages, 0);
+    else if (typeof v === 'number' || typeof v === 'boolean') n += String(v).length;
+    else if (Array.isArray(v)) for (const x of v) stack.push(x);
+    else if (typeof v === 'object' && v !== null)
+      for (const [k, x] of Object.entries(v)) {
+        n += k.length;
+        stack.push(x);
+      }
+  }
   return n;
 }
 
@@ -211,7 +222,10 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
   } else {
     const tools = request.tools ?? undefined;
     const variables = templateVariables(request.chat_template_kwargs);
-    checkPromptChars(messageChars(request.messages), 'messages', ctx);
+    // The template renders tools (descriptions, schemas, names) beside the messages: both count.
+    const messageChars = renderableChars(request.messages, ctx.maxPromptChars);
+    const toolChars = renderableChars(tools, ctx.maxPromptChars);
+    checkPromptChars(messageChars + toolChars, toolChars > messageChars ? 'tools' : 'messages', ctx);
     promptIds = ctx.encodeChat
       ? ctx.encodeChat(request.messages, tools, variables)
       : ctx.encode(ctx.renderChat(request.messages, tools, variables));

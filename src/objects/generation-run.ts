@@ -68,6 +68,8 @@ export interface Account {
   keyName: string;
   /** The engine's fairness group: one per owner, so one key's burst does not starve another's requests. */
   fairnessGroup: string;
+  /** Salts its KV blocks' hashes, so its cached prefixes are shared only with its own (see ShardContext.cacheSalt). */
+  cacheSalt?: string;
 }
 
 const decoder = new TextDecoder();
@@ -186,6 +188,7 @@ export function runGeneration(
           signal: abort.signal,
           session: options.session,
           fairnessGroup: options.account?.fairnessGroup,
+          cacheSalt: options.account?.cacheSalt,
         }),
       );
   } catch (err) {

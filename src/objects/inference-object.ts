@@ -6,6 +6,7 @@ import type { GenerationRequest } from '../engine/request.js';
 import { resolveSpeculativeParams } from '../engine/speculative/speculative-params.js';
 import {
   anyJsonWhitespaceVar,
+  boolVar,
   intVar,
   kvDtypeVar,
   kvStoreBytesVar,
@@ -25,15 +26,17 @@ import { stageLinks } from './stage-links.js';
 import type { StageStats } from '../engine/runners/model-runner.js';
 import type { KvBlockStore } from '../engine/kv/block-store.js';
 import { SqlKvBlockStore } from './kv-block-store.js';
-import { InvalidRequestError } from '../engine/errors.js';
 import { modelSourceFor } from '../sources/model-source.js';
 import { chooseWeights } from '../engine/model/default-weights.js';
 import { plannedRunner } from '../engine/runners/runner-plan.js';
-import { runGeneration, type EventSink } from './generation-run.js';
+import { runGeneration, type Account, type EventSink } from './generation-run.js';
 import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
 import { fail, fromEngineError, hostUnavailable, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { queueRefusal } from './tenancy/queue-share.js';
+import { modelUnavailable } from './model-unavailable.js';
+import { LoadTimeoutError, type LoadDeadlines } from '../sources/load-deadline.js';
+import { quotaRefusal, storageQuotas, systemRefusal, type StoredUse } from './tenancy/storage-quota.js';
 import type { JobView } from './jobs.js';
 import type { InputItem } from '../responses/output-items.js';
 import { promptReasoning, reasoningOf } from './responses.js';
@@ -122,7 +125,7 @@ export class InferenceObject extends DurableObject<Env> {
 
   /** The engine, loaded on first call; concurrent first callers share one load, and a failed load is retried next time. */
   protected engine(): Promise<Engine> {
-    this.enginePromise ??= this.loadEngine().then(
+    this.enginePromise ??= this.loadWithDeadline().then(
       (engine) => (this.loaded = engine),
       (err: unknown) => {
         this.enginePromise = undefined;
@@ -132,9 +135,28 @@ export class InferenceObject extends DurableObject<Env> {
     return this.enginePromise;
   }
 
-  private async loadEngine(): Promise<Engine> {
+  /**
+   * loadEngine under MODEL_LOAD_TIMEOUT_MS in all and MODEL_STALL_TIMEOUT_MS per chunk read: past either, its
+   * reads are stopped and it fails, so a stalled source never holds the shard (the next request loads again).
+   */
+  private loadWithDeadline(): Promise<Engine> {
+    const totalMs = intVar(this.env, 'MODEL_LOAD_TIMEOUT_MS');
+    const stop = new AbortController();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const err = new LoadTimeoutError(`loading took longer than ${totalMs} ms (MODEL_LOAD_TIMEOUT_MS)`);
+        stop.abort(err);
+        reject(err);
+      }, totalMs);
+    });
+    const load = this.loadEngine({ stallMs: intVar(this.env, 'MODEL_STALL_TIMEOUT_MS'), signal: stop.signal });
+    return Promise.race([load, deadline]).finally(() => clearTimeout(timer));
+  }
+
+  private async loadEngine(deadlines: LoadDeadlines): Promise<Engine> {
     const model = modelName(this.env);
-    const places = modelLocations(this.env);
+    const places = { ...modelLocations(this.env), deadlines };
     const started = Date.now();
     const { source, kind } = await modelSourceFor(model, places);
     // Unset: the folder's default weights (its GGUF file when config.json names one, else fp32).
@@ -215,14 +237,7 @@ export class InferenceObject extends DurableObject<Env> {
       return ok(await this.engine());
     } catch (err) {
       if (err instanceof HostUnavailableError) return fail(hostUnavailable(err));
-      if (!(err instanceof InvalidRequestError)) throw err;
-      return fail({
-        status: 503,
-        type: 'server_error',
-        message: `model "${modelName(this.env)}" cannot be served: ${err.message}`,
-        param: null,
-        code: err.code,
-      });
+      return fail(modelUnavailable(this.env, err));
     }
   }
 
@@ -260,7 +275,7 @@ export class InferenceObject extends DurableObject<Env> {
     if (!admitted.ok) return admitted;
     const { ticket, state } = admitted.value;
     try {
-      const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
+      const account = this.accountOf(caller.tenant.owner, caller.tenant.name);
       const generation = runGeneration(engine, requests, this.metrics, sink, { account });
       void generation.finished.then(
         ({ completionTokens }) => ticket.settle(completionTokens),
@@ -284,7 +299,22 @@ export class InferenceObject extends DurableObject<Env> {
       this.limiter.snapshot(),
     );
     const isolate = await this.isolate();
-    return isolate ? { ...stats, isolate } : stats;
+    const withStored = { ...stats, stored: this.storedUse() };
+    return isolate ? { ...withStored, isolate } : withStored;
+  }
+
+  /** What each key keeps in this shard's storage (sessions, their bytes, hooks), by key name. */
+  private storedUse(): Record<string, StoredUse> {
+    const sessions = this.services.sessions.usageByKey();
+    const hooks = this.services.hooks.countsByKey();
+    const use: Record<string, StoredUse> = {};
+    for (const name of new Set([...Object.keys(sessions), ...Object.keys(hooks)]))
+      use[name] = {
+        sessions: sessions[name]?.sessions ?? 0,
+        sessionBytes: sessions[name]?.bytes ?? 0,
+        hooks: hooks[name] ?? 0,
+      };
+    return use;
   }
 
   /** The isolate's counted memory and the objects sharing the weights, once this shard's engine is loaded (else null). */
@@ -355,6 +385,12 @@ export class InferenceObject extends DurableObject<Env> {
     return plannedRunner(shardRuntime(this.env), dtype, rawConfig, pipelineStagesVar(this.env) > 0);
   }
 
+  /** Whom a generation runs for: usage under the key's name, fair queueing and a private prefix cache per owner. */
+  private accountOf(owner: string, keyName: string): Account {
+    const shared = boolVar(this.env, 'SHARED_PREFIX_CACHE');
+    return { keyName, fairnessGroup: owner, cacheSalt: shared ? undefined : owner };
+  }
+
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */
   async pool(): Promise<PoolView> {
     return poolView(this.loaded, modelName(this.env));
@@ -373,6 +409,8 @@ export class InferenceObject extends DurableObject<Env> {
         loadedEngine: () => this.loaded,
         metrics: this.metrics,
         limiter: this.limiter,
+        cacheSalt: (owner) => this.accountOf(owner, '').cacheSalt,
+        unavailable: (err) => modelUnavailable(this.env, err),
         model: modelName(this.env),
         kvStore: this.kvStore,
       },
@@ -395,6 +433,11 @@ export class InferenceObject extends DurableObject<Env> {
       if (!admitted.ok) return admitted;
       admitted.value.ticket.settle(0);
     }
+    const tooLong = systemRefusal(init.system);
+    if (tooLong) return fail(tooLong);
+    const { sessionsPerKey } = storageQuotas(this.env);
+    const count = this.services.sessions.countOf(tenant.owner);
+    if (count >= sessionsPerKey) return fail(quotaRefusal('sessions', count, sessionsPerKey, 'MAX_SESSIONS_PER_KEY'));
     if (init.defaults) {
       const loaded = await this.engineOrUnavailable();
       if (!loaded.ok) return loaded;
@@ -439,7 +482,7 @@ export class InferenceObject extends DurableObject<Env> {
     const admitted = this.admit(caller.tenant.name, caller.limits);
     if (!admitted.ok) return admitted;
     const { ticket, state } = admitted.value;
-    const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
+    const account = this.accountOf(caller.tenant.owner, caller.tenant.name);
     const result = await this.services.sessions.message(id, caller.tenant, content, overrides, sink, {
       account,
       onSettled: (completionTokens) => ticket.settle(completionTokens),

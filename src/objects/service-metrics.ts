@@ -1,3 +1,4 @@
+import type { StoredUse } from './tenancy/storage-quota.js';
 import type { EngineStats } from '../engine/engine-stats.js';
 import type { DoneEvent } from '../engine/sequence-output.js';
 import type { KvStoreUsage } from '../engine/kv/block-store.js';
@@ -59,6 +60,8 @@ export interface ShardStats {
   kvStore?: KvStoreUsage;
   /** How long the last successful model load took and where the model came from; absent before one. */
   modelLoad?: ModelLoad;
+  /** What each key keeps in the shard's storage, by key name ('' for rows made before keys had names). */
+  stored?: Record<string, StoredUse>;
   /** The isolate this shard runs in, once its engine is loaded: what its budget counts, and the objects sharing its weights. */
   isolate?: IsolateUse;
 }

@@ -115,6 +115,24 @@ export class SessionStore {
     return this.view(this.row(id, tenant)!);
   }
 
+  /** How many sessions `owner` keeps on this shard (what MAX_SESSIONS_PER_KEY caps). */
+  countOf(owner: string): number {
+    return this.shard.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM sessions WHERE owner = ?', owner).one().n;
+  }
+
+  /** Sessions and their rows' bytes per key name (null names: made before keys had names), for /metrics. */
+  usageByKey(): Record<string, { sessions: number; bytes: number }> {
+    const usage: Record<string, { sessions: number; bytes: number }> = {};
+    const rows = this.shard.sql
+      .exec<{ key_name: string | null; n: number; bytes: number }>(
+        `SELECT key_name, COUNT(*) AS n, SUM(LENGTH(CAST(COALESCE(system, '') AS BLOB)) + LENGTH(CAST(messages AS BLOB))
+           + LENGTH(CAST(token_ids AS BLOB)) + LENGTH(CAST(defaults AS BLOB))) AS bytes FROM sessions GROUP BY key_name`,
+      )
+      .toArray();
+    for (const row of rows) usage[row.key_name ?? ''] = { sessions: row.n, bytes: row.bytes };
+    return usage;
+  }
+
   /** Another tenant's session is not found, exactly as one that does not exist. */
   get(id: string, tenant: Tenant): RpcResult<SessionView> {
     const row = this.row(id, tenant);

@@ -1,6 +1,7 @@
 /// <reference types="@cloudflare/workers-types" />
 import type { Engine } from '../engine/engine.js';
 import type { KvBlockStore } from '../engine/kv/block-store.js';
+import type { ServiceError } from './rpc-error.js';
 import type { ServiceMetrics } from './service-metrics.js';
 import type { RateLimiter } from './tenancy/rate-limiter.js';
 
@@ -14,6 +15,13 @@ export interface ShardContext {
   metrics: ServiceMetrics;
   /** Each key's use of this shard, against its rate limits. */
   limiter: RateLimiter;
+  /**
+   * The prefix-cache salt of `owner`'s requests: the owner itself (one key never learns from cached_tokens or
+   * timing what another sent), or undefined when SHARED_PREFIX_CACHE lets every key share cached prefixes.
+   */
+  cacheSalt(owner: string): string | undefined;
+  /** The 503 for a model load that failed with `err` (model-unavailable.ts). */
+  unavailable(err: unknown): ServiceError;
   /** The model this shard serves. */
   model: string;
   /** Where the engine keeps full KV blocks between object lifetimes (undefined when KV_STORE_MB is 0). */

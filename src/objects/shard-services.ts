@@ -12,11 +12,13 @@ import { retryPolicyFromEnv } from './webhooks/backoff.js';
 import { WebhookDispatcher } from './webhooks/dispatcher.js';
 import { HookStore } from './webhooks/hooks.js';
 import { Webhooks } from './webhooks/service.js';
+import { storageQuotas } from './tenancy/storage-quota.js';
 
 export interface ShardServices {
   sessions: SessionStore;
   responses: ResponseStore;
   webhooks: Webhooks;
+  hooks: HookStore;
 }
 
 export function createShardServices(shard: ShardContext, storage: DurableObjectStorage, env: Env): ShardServices {
@@ -33,6 +35,7 @@ export function createShardServices(shard: ShardContext, storage: DurableObjectS
       maxPerKey: intVar(env, 'MAX_RESPONSES_PER_KEY'),
       maxBytesPerKey: intVar(env, 'MAX_RESPONSE_MB_PER_KEY') * 2 ** 20,
     }),
-    webhooks: new Webhooks(shard, hooks, jobs, dispatcher, urls, keyIsLive, limits),
+    webhooks: new Webhooks(shard, hooks, jobs, dispatcher, urls, keyIsLive, limits, storageQuotas(env).hooksPerKey),
+    hooks,
   };
 }

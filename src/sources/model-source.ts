@@ -1,6 +1,7 @@
 import type { ModelSource } from '../engine/model/model-files.js';
 import { fetchSource, type Fetcher } from './fetch-source.js';
 import { r2Source, type ObjectBucket } from './r2-source.js';
+import type { LoadDeadlines } from './load-deadline.js';
 
 export interface ModelLocations {
   /** Model folders uploaded with `npm run model:upload` (no per-file size cap). */
@@ -10,6 +11,8 @@ export interface ModelLocations {
   /** A base URL serving the folder over HTTP(S) instead (e.g. a hub `resolve/<sha>/` URL or a file server). */
   url?: string;
   fetcher?: Fetcher;
+  /** Deadlines on each read over HTTP (MODEL_URL, the assets): a stalled source fails the load instead of holding it. */
+  deadlines?: LoadDeadlines;
 }
 
 /** Which of the three places a model was read from (a metric label: never the URL itself, which may hold a token). */
@@ -41,6 +44,7 @@ export async function modelSourceFor(
         where.url,
         'the folder MODEL_URL names',
         "point MODEL_URL at a folder holding config.json, the tokenizer files and the weights (a hub repo's .../resolve/<revision>/, or a folder model:pull wrote, on any HTTP server), or unset it to read the R2 bucket and ./models",
+        where.deadlines,
       ),
       from: where.url,
       kind: 'url',
@@ -58,6 +62,7 @@ export async function modelSourceFor(
       `http://models.local/${name}/`,
       `static assets models/${name}/ (searched first: MODEL_URL is not set; ${searched})`,
       modelFolderFix(name),
+      where.deadlines,
     ),
     from: `assets ${name}/`,
     kind: 'assets',

@@ -531,6 +531,10 @@ describe('migrations: tables made before tenants', () => {
         loadedEngine: () => undefined,
         metrics: new ServiceMetrics(),
         limiter: new RateLimiter(),
+        cacheSalt: (owner: string) => owner,
+        unavailable: () => {
+          throw new Error('no engine in this test');
+        },
         model: 'tiny',
         kvStore: undefined,
       };

@@ -18,6 +18,15 @@ export function blockHash(parentHash: string, tokens: ArrayLike<number>, modelId
 export const ROOT_HASH = '';
 
 /**
+ * The hash before the first block of a chain salted with `salt` (vLLM's `cache_salt`): every block hash after
+ * it differs from the unsalted chain's and from every other salt's, so blocks (cached or stored) are shared only
+ * among requests with the same salt. A SHA-256 of its own domain, so no block's hash can equal it.
+ */
+export function saltedRoot(salt: string): string {
+  return sha256Hex(new TextEncoder().encode(`edge-infer cache salt\u0000${salt}`));
+}
+
+/**
  * Name of a session's partial last block, the `tokens.length` (< block size) tokens after `parentHash`:
  * hashed apart from full blocks and salted with the session, so only that session's next turn finds it
  * (full blocks are shared by content; a session's latest tokens are not), with its token count after a

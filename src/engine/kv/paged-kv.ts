@@ -1,6 +1,6 @@
 import type { BlockPool } from './block-pool.js';
 import type { KvTransfer } from './kv-memory.js';
-import { blockHash, ROOT_HASH, tailHash } from './block-hash.js';
+import { blockHash, ROOT_HASH, saltedRoot, tailHash } from './block-hash.js';
 
 /**
  * Where matchPrefix finds blocks the pool has lost (the durable block store, read by BlockRestorer): full ones,
@@ -24,7 +24,11 @@ export class PagedSequenceKv {
   /** Prefix hashes of this sequence's leading full blocks (blocks[i] is cached under hashes[i]). */
   readonly hashes: string[] = [];
 
-  constructor(private readonly pool: BlockPool) {}
+  constructor(
+    private readonly pool: BlockPool,
+    /** The hash its chain starts from: ROOT_HASH, or a salted root (its blocks are shared only within the salt). */
+    readonly root: string = ROOT_HASH,
+  ) {}
 
   /** Marks `count` written tokens (in every layer) as stored. */
   advance(count: number): void {
@@ -83,9 +87,9 @@ export class KvCacheManager {
     return this.pool.blockSize;
   }
 
-  /** A new, empty sequence. */
-  create(): PagedSequenceKv {
-    return new PagedSequenceKv(this.pool);
+  /** A new, empty sequence; with `salt`, its blocks hash apart from every other salt's (saltedRoot). */
+  create(salt?: string): PagedSequenceKv {
+    return new PagedSequenceKv(this.pool, salt === undefined ? ROOT_HASH : saltedRoot(salt));
   }
 
   /** Blocks a sequence of `tokens` tokens needs. */
@@ -103,7 +107,7 @@ export class KvCacheManager {
   matchPrefix(kv: PagedSequenceKv, tokens: readonly number[], session?: string): number {
     if (kv.length !== 0 || kv.blocks.length !== 0) throw new Error('matchPrefix needs an empty sequence');
     const bs = this.pool.blockSize;
-    let parent = ROOT_HASH;
+    let parent = kv.root;
     for (let i = 0; (i + 1) * bs <= tokens.length - 1; i++) {
       const hash = blockHash(parent, tokens.slice(i * bs, (i + 1) * bs), this.cacheIdentity);
       const cached = this.pool.lookup(hash);
@@ -153,7 +157,7 @@ export class KvCacheManager {
     const full = kv.hashes.length;
     const n = kv.length - full * bs;
     if (n <= 0 || n >= bs || kv.blocks.length <= full) return undefined;
-    const parent = kv.hashes[full - 1] ?? ROOT_HASH;
+    const parent = kv.hashes[full - 1] ?? kv.root;
     const hash = tailHash(parent, tokens.slice(full * bs, kv.length), this.cacheIdentity, session);
     return { hash, block: kv.blocks[full] };
   }
@@ -201,7 +205,7 @@ export class KvCacheManager {
     const bs = this.pool.blockSize;
     const full = Math.floor(Math.min(kv.length, tokens.length) / bs);
     for (let i = kv.hashes.length; i < full; i++) {
-      const hash = blockHash(kv.hashes[i - 1] ?? ROOT_HASH, tokens.slice(i * bs, (i + 1) * bs), this.cacheIdentity);
+      const hash = blockHash(kv.hashes[i - 1] ?? kv.root, tokens.slice(i * bs, (i + 1) * bs), this.cacheIdentity);
       this.pool.cache(kv.blocks[i], hash);
       kv.hashes.push(hash);
     }
@@ -209,7 +213,7 @@ export class KvCacheManager {
 
   /** A second sequence sharing every block of `kv`; the first write into a shared partial block copies it. */
   fork(kv: PagedSequenceKv): PagedSequenceKv {
-    const child = new PagedSequenceKv(this.pool);
+    const child = new PagedSequenceKv(this.pool, kv.root);
     for (const block of kv.blocks) this.pool.retain(block);
     child.blocks.push(...kv.blocks);
     child.hashes.push(...kv.hashes);

@@ -112,7 +112,10 @@ export class WebhookDispatcher {
     try {
       const engine = await this.shard.engine();
       // Jobs queue among their owner's other requests, fairly against other owners'.
-      for await (const event of engine.generate(request, { fairnessGroup: job.owner }))
+      for await (const event of engine.generate(request, {
+        fairnessGroup: job.owner,
+        cacheSalt: this.shard.cacheSalt(job.owner),
+      }))
         if (event.type === 'done') done = event;
     } catch (err) {
       if (err instanceof InvalidRequestError)

@@ -121,6 +121,21 @@ export class HookStore {
     return { hook: this.row(tenant.owner, name)!, created: true };
   }
 
+  /** How many hooks `owner` keeps on this shard (what MAX_HOOKS_PER_KEY caps). */
+  countOf(owner: string): number {
+    return this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM hooks WHERE owner = ?', owner).one().n;
+  }
+
+  /** Hooks per key name (null names: made before keys had names), for /metrics. */
+  countsByKey(): Record<string, number> {
+    const counts: Record<string, number> = {};
+    for (const row of this.sql
+      .exec<{ key_name: string | null; n: number }>('SELECT key_name, COUNT(*) AS n FROM hooks GROUP BY key_name')
+      .toArray())
+      counts[row.key_name ?? ''] = row.n;
+    return counts;
+  }
+
   /** `tenant`'s hook `name`: its own, else (a tenant that holds them) one made before tenants. */
   find(tenant: Tenant, name: string): Hook | undefined {
     return this.byName(name, ownerIds(tenant));

@@ -2,6 +2,8 @@
  * The webhooks side of a shard, as the object's RPC methods need it: hook configuration, inbound events
  * (verified per Standard Webhooks, deduplicated by webhook-id, rendered into a job) and job status.
  */
+import { quotaRefusal } from '../tenancy/storage-quota.js';
+import { InvalidRequestError } from '../../engine/errors.js';
 import type { JobStore, JobView } from '../jobs.js';
 import { jobView } from '../jobs.js';
 import { fail, fromEngineError, invalidRequest, ok, type RpcResult, type ServiceError } from '../rpc-error.js';
@@ -78,6 +80,8 @@ export class Webhooks {
     private readonly urls: CallbackUrlPolicy,
     private readonly keyIsLive: KeyIsLive,
     private readonly limits: EventLimits,
+    /** Hooks one key may keep on this shard (MAX_HOOKS_PER_KEY). */
+    private readonly hooksPerKey = Number.POSITIVE_INFINITY,
   ) {}
 
   /**
@@ -92,6 +96,10 @@ export class Webhooks {
     create: boolean,
     selfHost?: string,
   ): Promise<RpcResult<{ hook: OwnHookView; created: boolean }>> {
+    if (create && !this.hooks.find(tenant, name)) {
+      const count = this.hooks.countOf(tenant.owner);
+      if (count >= this.hooksPerKey) return fail(quotaRefusal('hooks', count, this.hooksPerKey, 'MAX_HOOKS_PER_KEY'));
+    }
     const secret = parseSecret(input.secret);
     if ('error' in secret) return fail(invalidRequest(secret.error, 'secret'));
     const url = checkCallbackUrl(input.callback_url, { ...this.urls, selfHost });
@@ -103,6 +111,7 @@ export class Webhooks {
       // The engine names any bad sampling param now, rather than in every job later.
       (await this.shard.engine()).resolve({ ...params, prompt: 'x' });
     } catch (err) {
+      if (!(err instanceof InvalidRequestError)) return fail(this.shard.unavailable(err));
       const e = fromEngineError(err);
       return fail({ ...e, param: e.param && `params.${e.param}` });
     }

@@ -1,3 +1,4 @@
+import type { StoredUse } from '../../objects/tenancy/storage-quota.js';
 import { Hono } from 'hono';
 import type { EngineStats } from '../../engine/engine-stats.js';
 import { serviceBackend, type Env } from '../../env.js';
@@ -55,6 +56,11 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
         const v = f(k);
         return v === undefined ? [] : [[{ ...labels, key }, v]];
       }),
+    );
+  // What each key keeps in a shard's storage (sessions, hooks): one sample per shard and key name.
+  const storedBy = (f: (u: StoredUse) => number) =>
+    labelled.flatMap(({ labels, s }) =>
+      Object.entries(s.stored ?? {}).map(([key, u]): [Record<string, string>, number] => [{ ...labels, key }, f(u)]),
     );
   const persisted = (f: (k: NonNullable<EngineStats['kvStore']>) => number) =>
     withStore.map(({ labels, s }): [Record<string, string>, number] => [labels, f(s.engine!.kvStore!)]);
@@ -260,6 +266,24 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
           ]),
         ),
       ),
+    )
+    .family(
+      'edge_infer_key_stored_sessions',
+      'gauge',
+      'Sessions a key keeps on the shard (what MAX_SESSIONS_PER_KEY caps).',
+      storedBy((u) => u.sessions),
+    )
+    .family(
+      'edge_infer_key_stored_session_bytes',
+      'gauge',
+      "Bytes of a key's sessions on the shard: system prompts, transcripts, token logs and defaults.",
+      storedBy((u) => u.sessionBytes),
+    )
+    .family(
+      'edge_infer_key_hooks',
+      'gauge',
+      'Hooks a key keeps on the shard (what MAX_HOOKS_PER_KEY caps).',
+      storedBy((u) => u.hooks),
     )
     .family(
       'edge_infer_key_in_flight_requests',
