@@ -29,7 +29,16 @@ import {
 } from './lib/deploy-assets.js';
 import { startVars } from './start-args.js';
 import { headConfigFile, stageConfigFile, varsOfArgs, writePipelineConfigs } from './lib/stage-configs.js';
+import { answerHelp } from './lib/help.js';
+import { ensureModels } from './ensure-models.js';
 
+answerHelp(`Usage: npm run deploy -- [--dry-run --outdir DIR] [--kernels-only] [--model-in-r2] [--allow-open] [--var NAME:VALUE]... [wrangler deploy's options]
+Deploys the Worker with production settings (wrangler deploy). Refuses a Worker with no API_KEYS secret
+unless --allow-open. --dry-run bundles without an account and reports the upload's size against the free
+(3 MB gzip) and paid (10 MB) plans, the secrets and bindings a deploy needs, and the model check's verdict.
+--kernels-only leaves onnxruntime-web out (the edge kernels serve every model they cover). PIPELINE_STAGES=N
+(environment or --var) deploys N stage Workers and the head. See docs/deploy.md.`);
+ensureModels();
 const extra = deployExtra(process.env, process.argv.slice(2));
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
 const root = fileURLToPath(new URL('..', import.meta.url));

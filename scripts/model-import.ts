@@ -24,9 +24,10 @@ import { importGguf } from './import/gguf.js';
 import { isGgufModelType } from './import/hf-architectures.js';
 import { importSafetensorsAsGguf, readHfFolderJson } from './import/safetensors-gguf.js';
 import { llamaConfigJson } from './model/presets.js';
+import { answerHelp } from './lib/help.js';
 import type { Dtype } from './model/weight-ops.js';
 
-const USAGE = `usage:
+const USAGE = `Usage: npm run model:import -- <llama2c|safetensors|gguf> ... --out <dir>
   model:import -- llama2c <model.bin> <tokenizer.bin> --out <dir> [--dtype fp32|fp16|int8|q4|all]
   model:import -- safetensors <hf-folder> --out <dir> [--dtype fp32|fp16|int8|q4|all]
   model:import -- gguf <file.gguf> --out <dir>`;
@@ -109,6 +110,7 @@ export async function runImportAsync(args: Parsed): Promise<{ file: string; byte
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  answerHelp(USAGE);
   try {
     const args = parseImportArgs(process.argv.slice(2));
     const t0 = performance.now();

@@ -11,9 +11,17 @@ import { ensureInspectorProxyPatched } from './lib/wrangler-inspector-patch.js';
 import { readFileSync } from 'node:fs';
 import { freePort } from './lib/free-port.js';
 import { pipelineConfigArgs } from './lib/stage-configs.js';
-import { inFlightArgs, startArgs, startLine, startVars } from './start-args.js';
+import { inFlightArgs, MODEL_ENV_VARS, modelFlag, startArgs, startLine, startVars } from './start-args.js';
 import { checkModel, ModelCheckError } from './lib/model-check.js';
+import { answerHelp } from './lib/help.js';
+import { ensureModels } from './ensure-models.js';
 
+answerHelp(`Usage: npm start -- [--model NAME] [--port N] [--var NAME:VALUE]... [--stage-processes] [wrangler dev's options]
+Serves the API with wrangler dev on http://127.0.0.1:8787 (dev mode: no API key, any origin may call it).
+The model and engine settings come from --var NAME:VALUE or the environment: ${MODEL_ENV_VARS.join(', ')}
+(e.g. MODEL=qwen3-mid npm start). --model NAME is --var MODEL:NAME. The model is checked before wrangler starts:
+what the Worker would refuse is refused here, with the command that fixes it. See docs/models.md and docs/deploy.md.`);
+ensureModels();
 for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url)))) {
   console.error(
     `models/${name} has files over the 25 MiB asset cap: left out of the assets (models/.assetsignore); serve it from R2 with npm run model:upload -- models/${name}`,
@@ -26,10 +34,7 @@ const given = process.argv.slice(2);
 const apart = given.includes('--stage-processes');
 const root = fileURLToPath(new URL('..', import.meta.url));
 const toml = readFileSync(join(root, 'wrangler.toml'), 'utf8');
-const userArgs = startArgs(
-  process.env,
-  given.filter((a) => a !== '--stage-processes'),
-);
+const userArgs = startArgs(process.env, modelFlag(given.filter((a) => a !== '--stage-processes')));
 const args = [...userArgs, ...inFlightArgs(startVars(toml, userArgs), apart, availableParallelism())];
 // PIPELINE_STAGES: the head and each stage Worker, every one an isolate of its own.
 const configs = pipelineConfigArgs(root, toml, args);

@@ -29,6 +29,7 @@ import { plannedRunner } from '../engine/runners/runner-plan.js';
 import { runGeneration, type EventSink } from './generation-run.js';
 import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
+import { configuredContext, detokenizeWith, tokenizeWith, type Tokenized } from './tokenize.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { queueRefusal } from './tenancy/queue-share.js';
 import type { JobView } from './jobs.js';
@@ -292,6 +293,28 @@ export class InferenceObject extends DurableObject<Env> {
     const asked = this.env.MODEL_DTYPE?.trim() || undefined;
     const { dtype } = await chooseWeights(source, rawConfig, asked, 'MODEL_DTYPE');
     return plannedRunner(shardRuntime(this.env), dtype, rawConfig, pipelineStagesVar(this.env) > 0);
+  }
+
+  /** POST /tokenize (vLLM's): loads the model as a generation would. */
+  async tokenize(prompt: string, addSpecialTokens: boolean): Promise<RpcResult<Tokenized>> {
+    const loaded = await this.engineOrUnavailable();
+    return loaded.ok ? tokenizeWith(loaded.value, prompt, addSpecialTokens) : loaded;
+  }
+
+  /** POST /detokenize (vLLM's). */
+  async detokenize(tokens: number[]): Promise<RpcResult<{ prompt: string }>> {
+    const loaded = await this.engineOrUnavailable();
+    return loaded.ok ? detokenizeWith(loaded.value, tokens) : loaded;
+  }
+
+  /** The model's context (max_model_len of GET /v1/models): the loaded engine's, else config.json's; null where unreadable. */
+  async maxModelLen(): Promise<number | null> {
+    if (this.loaded) return this.loaded.config.maxPositionEmbeddings;
+    try {
+      return await configuredContext((await modelSourceFor(modelName(this.env), modelLocations(this.env))).source);
+    } catch {
+      return null;
+    }
   }
 
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */
