@@ -6,7 +6,7 @@ import { availableParallelism } from 'node:os';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ignoreLargeModelFolders } from './import/assets-ignore.js';
+import { ignoreLargeModelFolders, leftOutMessage } from './import/assets-ignore.js';
 import { ensureInspectorProxyPatched } from './lib/wrangler-inspector-patch.js';
 import { readFileSync } from 'node:fs';
 import { freePort } from './lib/free-port.js';
@@ -22,11 +22,8 @@ The model and engine settings come from --var NAME:VALUE or the environment: ${M
 (e.g. MODEL=qwen3-mid npm start). --model NAME is --var MODEL:NAME. The model is checked before wrangler starts:
 what the Worker would refuse is refused here, with the command that fixes it. See docs/models.md and docs/deploy.md.`);
 ensureModels();
-for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url)))) {
-  console.error(
-    `models/${name} has files over the 25 MiB asset cap: left out of the assets (models/.assetsignore); serve it from R2 with npm run model:upload -- models/${name}`,
-  );
-}
+for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url))))
+  console.error(leftOutMessage(name));
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
 // --stage-processes: each pipeline stage in a wrangler dev process of its own (the dev registry connects them),
 // so stages compute at once on a machine with cores to spare; else all of them in the head's one process.
