@@ -6,6 +6,14 @@
 # a result differs from the committed file (test/kernels-build.test.ts).
 #   bash kernels/build.sh [out-dir]
 set -euo pipefail
+for a in "$@"; do
+  if [ "$a" = --help ] || [ "$a" = -h ]; then
+    echo "Usage: npm run kernels:build [-- out-dir]"
+    echo "Builds kernels/*.c with clang-16 and lld-16 into edge-kernels.wasm and edge-kernels-relaxed.wasm"
+    echo "(default out-dir: src/engine/runners/wasm). Needs: apt-get install clang-16 lld-16"
+    exit 0
+  fi
+done
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${1:-$here/../src/engine/runners/wasm}"
 cc=clang-16

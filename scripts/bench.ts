@@ -17,7 +17,7 @@ import { join, resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ensureBenchModels } from './bench/models.js';
 import { machineInfo } from './bench/machine.js';
-import { type Backend, parseBenchOptions } from './bench/options.js';
+import { type Backend, parseBenchOptions, SECTIONS } from './bench/options.js';
 import { markdownReport } from './bench/report.js';
 import type { BackendResult, BenchResults } from './bench/results.js';
 import { runService } from './bench/service.js';
@@ -33,9 +33,17 @@ import type { EdgeMemoryBench } from './bench/edge-memory.js';
 import type { StagesBench } from './bench/stages.js';
 import type { StructuredBench } from './bench/structured.js';
 import { decodePlotSvg } from './bench/svg-plot.js';
+import { answerHelp } from './lib/help.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const log = (s: string): void => console.error(s);
+answerHelp(`Usage: npm run bench -- [--quick] [--models bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32]
+    [--backends cpu,wasm] [--sections ${SECTIONS.join(',')}]
+    [--runs 5] [--batches 1,4,16,32] [--prefill 128,512,2048] [--histories 256,1024,4096]
+    [--prompt 32] [--tokens 32] [--fresh 20] [--clients 1,16] [--session-models ...] [--out bench] [--append]
+Measures the engine (decode, prefill, peers, the service over HTTP...) and writes <out>/results.json,
+<out>/decode.svg and Markdown tables. Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1).
+--quick: a few minutes' run for checking a change.`);
 const options = parseBenchOptions(process.argv.slice(2));
 // The wllama, kernels, stages and architectures sections make the models they need themselves.
 if (options.sections.some((s) => s !== 'wllama' && s !== 'kernels' && s !== 'stages' && s !== 'architectures'))

@@ -30,7 +30,18 @@ import {
 } from './lib/deploy-assets.js';
 import { startVars } from './start-args.js';
 import { headConfigFile, stageConfigFile, varsOfArgs, writePipelineConfigs } from './lib/stage-configs.js';
+import { answerHelp } from './lib/help.js';
+import { deployNeeds, planVerdict } from './lib/deploy-report.js';
+import { checkModel, ModelCheckError } from './lib/model-check.js';
+import { ensureModels } from './ensure-models.js';
 
+answerHelp(`Usage: npm run deploy -- [--dry-run --outdir DIR] [--kernels-only] [--model-in-r2] [--allow-open] [--var NAME:VALUE]... [wrangler deploy's options]
+Deploys the Worker with production settings (wrangler deploy). Refuses a Worker with no API_KEYS secret
+unless --allow-open. --dry-run bundles without an account and reports the upload's size against the free
+(3 MB gzip) and paid (10 MB) plans, the secrets and bindings a deploy needs, and the model check's verdict.
+--kernels-only leaves onnxruntime-web out (the edge kernels serve every model they cover). PIPELINE_STAGES=N
+(environment or --var) deploys N stage Workers and the head. See docs/deploy.md.`);
+ensureModels();
 const extra = deployExtra(process.env, process.argv.slice(2));
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -74,6 +85,32 @@ if (vars.GPU_HOST_URL?.trim() && !extra.includes('--dry-run')) {
 }
 
 const wranglerToml = readFileSync(join(root, 'wrangler.toml'), 'utf8');
+const dryRun = extra.includes('--dry-run');
+const modelInR2 = extra.includes('--model-in-r2');
+const deployVars = { ...startVars(wranglerToml, []), ...vars };
+// The start check's verdict, with the server's rules: what npm start refuses, the deployed Worker would refuse at
+// its first request. A model only in the account's bucket (--model-in-r2, not uploaded locally) is not seen here.
+try {
+  const report = await checkModel(
+    { ...deployVars, ...(stages > 0 ? { PIPELINE_STAGES: String(stages) } : {}) },
+    { modelsDir: join(root, 'models'), persistRoot: join(root, '.wrangler', 'state'), root },
+  );
+  console.log('edge-infer: the start check passes the model:');
+  for (const line of report) console.log(`  ${line}`);
+} catch (err) {
+  if (!(err instanceof ModelCheckError)) throw err;
+  const elsewhere = modelInR2 && /no model folder found/.test(err.message);
+  console.error(
+    `edge-infer: ${elsewhere ? 'not checked here (--model-in-r2: the account bucket is not read): ' : ''}${err.message}`,
+  );
+  if (!elsewhere) process.exit(1);
+}
+if (dryRun) {
+  console.log('edge-infer: a real deploy needs:');
+  const model = deployVars.MODEL_NAME || deployVars.MODEL;
+  for (const need of deployNeeds({ modelInR2, allowOpen: extra.includes('--allow-open'), model }))
+    console.log(`  ${need}`);
+}
 // The assets: the served model's files alone, staged into DEPLOY_ASSETS_DIR, unless the user's own config or
 // --assets chooses them.
 const ownAssets = hasConfigFlag(extra) || extra.some((a) => a === '--assets' || a.startsWith('--assets='));
@@ -149,6 +186,7 @@ try {
         `edge-infer: ${what}: bundle ${sizes.totalKib?.toLocaleString('en')} KiB, gzip ${sizes.gzipKib.toLocaleString('en')} KiB` +
           `${sizes.assetEntries === undefined ? '' : `; ${sizes.assetEntries} assets read (files and folders)`} (as wrangler reports them)`,
       );
+    if (sizes.gzipKib !== undefined) console.log(`edge-infer: ${what}: ${planVerdict(sizes.gzipKib, kernelsOnly)}`);
     if (code !== 0) {
       if (what.startsWith('stage')) console.error(`npm run deploy: ${what} failed; the head was not deployed`);
       break;

@@ -9,6 +9,7 @@ import { importSafetensors } from './model-import.js';
 import { writeModelFolder } from './import/model-folder.js';
 import type { PresetName } from './model/presets.js';
 import type { Dtype } from './model/weight-ops.js';
+import { answerHelp } from './lib/help.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const MODELS_DIR = join(ROOT, 'models');
@@ -75,4 +76,9 @@ export function ensureModels(): void {
   writeFileSync(stampFile, stamp);
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) ensureModels();
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  answerHelp(`Usage: npm run models
+Generates the models tests and npm start use into ./models (tiny in every dtype, its untied, draft and copy
+variants, and the trained wordnet-chat from pretrained/), unless they are there and current. Takes no options.`);
+  ensureModels();
+}

@@ -8,8 +8,9 @@ import type { GenerationRequest } from '../src/engine/request.js';
 import { directorySource } from '../src/sources/directory-source.js';
 import { folderWeights } from './lib/model-weights.js';
 import { isNodeBackend, nodeRuntime, NODE_BACKENDS } from './lib/runtimes.js';
+import { answerHelp } from './lib/help.js';
 
-const USAGE = `usage: npm run generate -- --model <dir> (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json)
+const USAGE = `Usage: npm run generate -- --model <dir> (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json)
   [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop STR]...
   [--frequency-penalty F] [--presence-penalty F] [--repetition-penalty R]
   [--speculative ngram|draft] [--num-speculative-tokens N] [--draft-model <dir>]
@@ -19,6 +20,7 @@ const USAGE = `usage: npm run generate -- --model <dir> (--prompt TEXT | --promp
   --backend auto runs quantised and GGUF weights on our kernels, float ones on onnxruntime-node (WebGPU
   instead where a hardware GPU adapter exists).`;
 
+answerHelp(USAGE);
 const { values: args } = parseArgs({
   options: {
     model: { type: 'string' },

@@ -12,6 +12,7 @@ import { TextTokenizer } from '../src/tokenizer/tokenizer.js';
 import { CHAT_TEMPLATE, SPECIAL_TOKENS, buildTokenizerFiles } from './tokenizer/build-tokenizer.js';
 import { buildConversations, type Conversation } from './wordnet/chat-corpus.js';
 import { readWordNet } from './wordnet/wordnet-db.js';
+import { answerHelp } from './lib/help.js';
 
 export const CORPUS_DIR = fileURLToPath(new URL('../artifacts/wordnet-chat/corpus', import.meta.url));
 export const CORPUS_SEED = 22;
@@ -82,6 +83,9 @@ export function makeCorpus(outDir = CORPUS_DIR): Record<string, number> {
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  answerHelp(`Usage: npm run model:corpus
+Writes wordnet-chat's training corpus (conversations, tokenizer, token ids) from WordNet as Debian ships it
+(apt-get install wordnet-base) into artifacts/wordnet-chat/corpus/, deterministically. Takes no options.`);
   try {
     makeCorpus();
   } catch (e) {

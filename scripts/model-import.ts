@@ -12,9 +12,10 @@
 // gguf: a llama.cpp GGUF file (llama, qwen2, qwen3, gemma3); its weights are copied in unchanged as model.gguf
 // (scripts/import/gguf.ts), so it takes no --dtype.
 import { readFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { basename, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { ignoreLargeModelFolders } from './import/assets-ignore.js';
+import { leftOutMessage } from './import/assets-ignore.js';
+import { writeModelStaged } from './import/staged-folder.js';
 import { readLlama2cCheckpoint } from './import/llama2c-checkpoint.js';
 import { llama2cTokenizerFiles, readLlama2cTokenizer } from './import/llama2c-tokenizer.js';
 import { shapeFromHfConfig, weightsFromHf } from './import/hf-llama.js';
@@ -24,9 +25,10 @@ import { importGguf } from './import/gguf.js';
 import { isGgufModelType } from './import/hf-architectures.js';
 import { importSafetensorsAsGguf, readHfFolderJson } from './import/safetensors-gguf.js';
 import { llamaConfigJson } from './model/presets.js';
+import { answerHelp } from './lib/help.js';
 import type { Dtype } from './model/weight-ops.js';
 
-const USAGE = `usage:
+const USAGE = `Usage: npm run model:import -- <llama2c|safetensors|gguf> ... --out <dir>
   model:import -- llama2c <model.bin> <tokenizer.bin> --out <dir> [--dtype fp32|fp16|int8|q4|all]
   model:import -- safetensors <hf-folder> --out <dir> [--dtype fp32|fp16|int8|q4|all]
   model:import -- gguf <file.gguf> --out <dir>`;
@@ -109,16 +111,21 @@ export async function runImportAsync(args: Parsed): Promise<{ file: string; byte
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  answerHelp(USAGE);
   try {
     const args = parseImportArgs(process.argv.slice(2));
     const t0 = performance.now();
-    const files = await runImportAsync(args);
-    const models = fileURLToPath(new URL('../models', import.meta.url));
-    if (dirname(resolve(args.out)) === resolve(models)) ignoreLargeModelFolders(models);
+    // EDGE_INFER_MODELS_DIR: another served folder than ./models (a test's own, so no running server sees it).
+    const models = process.env.EDGE_INFER_MODELS_DIR || fileURLToPath(new URL('../models', import.meta.url));
+    // Into ./models whole, never file by file under a running npm start (import/staged-folder.ts).
+    const { result: files, large } = await writeModelStaged(args.out, models, (out) =>
+      runImportAsync({ ...args, out }),
+    );
     for (const f of files) console.log(`${(f.bytes / 2 ** 20).toFixed(1).padStart(8)} MiB  ${f.file}`);
     console.log(
       `imported ${args.paths.join(' + ')} into ${args.out} in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
     );
+    if (large) console.log(leftOutMessage(basename(resolve(args.out))));
   } catch (e) {
     console.error(e instanceof Error ? e.message : e);
     process.exit(1);

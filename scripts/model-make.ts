@@ -35,6 +35,7 @@ import {
 import { DTYPES, ONNX_FILE, type Dtype } from './model/weight-ops.js';
 import { makeWeights, weightSpecs } from './model/weights.js';
 import { buildTokenizerFiles } from './tokenizer/build-tokenizer.js';
+import { answerHelp } from './lib/help.js';
 
 export const DEFAULT_SEED = 42;
 
@@ -111,6 +112,17 @@ export function variantsToWrite(p: LlamaShape, dtypes: readonly Dtype[]): Dtype[
 /** Options that take no value. */
 const FLAGS = ['zero-points', 'per-channel', 'fp32-io'];
 
+/** The presets our ONNX graphs compute (Llama blocks); the others are written as GGUF (scripts/model/gguf-writer.ts). */
+const ONNX_PRESETS = PRESET_NAMES.filter((p) => (PRESETS[p].architecture ?? 'llama') === 'llama');
+
+export const MAKE_USAGE = `Usage: npm run model:make -- --preset <${ONNX_PRESETS.join('|')}> --out <dir> [--seed N] [--dtype ${DTYPES.join('|')}|all]
+       npm run model:make -- --preset ... --out <dir> --export-style hub [--dtype ${HUB_DTYPES.join('|')}|all] [--bits 4|8]
+                  [--block-size 16|32|64|128] [--zero-points] [--accuracy-level N] [--per-channel] [--fp32-io]
+                  [--rope folded|constant|computed]
+Writes a random-weight model folder (config.json, tokenizer, ONNX graphs). Qwen2, Qwen3 and Gemma 3 presets
+(${PRESET_NAMES.filter((p) => !ONNX_PRESETS.includes(p)).join(', ')}) are written as GGUF:
+  npx tsx scripts/model/gguf-writer.ts --preset <name> --out <file.gguf>, then npm run model:import -- gguf <file.gguf>`;
+
 export function parseMakeArgs(argv: readonly string[]): MakeModelOptions {
   const args = new Map<string, string>();
   for (let i = 0; i < argv.length; i++) {
@@ -124,10 +136,7 @@ export function parseMakeArgs(argv: readonly string[]): MakeModelOptions {
     if (value === undefined) throw new Error(`${key} needs a value`);
     args.set(key.slice(2), value);
   }
-  const usage = `usage: model-make --preset <${PRESET_NAMES.join('|')}> --out <dir> [--seed N] [--dtype ${DTYPES.join('|')}|all]
-       model-make --preset ... --out <dir> --export-style hub [--dtype ${HUB_DTYPES.join('|')}|all] [--bits 4|8]
-                  [--block-size 16|32|64|128] [--zero-points] [--accuracy-level N] [--per-channel] [--fp32-io]
-                  [--rope folded|constant|computed]`;
+  const usage = MAKE_USAGE;
   const preset = args.get('preset');
   const outDir = args.get('out');
   if (!preset || !isPresetName(preset) || !outDir) throw new Error(usage);
@@ -164,6 +173,7 @@ export function parseMakeArgs(argv: readonly string[]): MakeModelOptions {
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  answerHelp(MAKE_USAGE);
   try {
     const opts = parseMakeArgs(process.argv.slice(2));
     const t0 = performance.now();

@@ -12,10 +12,11 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ignoreLargeModelFolders } from './import/assets-ignore.js';
 import { progressPrinter } from './import/progress.js';
+import { answerHelp } from './lib/help.js';
 import { pullModel, REPO_FORMATS, type PullOptions, type RepoFormat } from './import/pull.js';
 
 const USAGE =
-  'usage: model:pull -- <org>/<repo> [--revision R] [--file onnx/model_q4.onnx]... [--dtype q4[,int8...]|all] [--format onnx|safetensors] [--out models/<name>]';
+  'Usage: npm run model:pull -- <org>/<repo> [--revision R] [--file onnx/model_q4.onnx]... [--dtype q4[,int8...]|all] [--format onnx|safetensors] [--out models/<name>]';
 
 export function parsePullArgs(argv: readonly string[]): PullOptions {
   const [repo, ...rest] = argv;
@@ -49,6 +50,7 @@ export function parsePullArgs(argv: readonly string[]): PullOptions {
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  answerHelp(USAGE);
   try {
     const opts = parsePullArgs(process.argv.slice(2));
     const r = await pullModel({ ...opts, onProgress: progressPrinter(), onStage: (m) => console.error(m) });

@@ -21,6 +21,7 @@ import { DEFINE_TOOL } from './wordnet/chat-corpus.js';
 import { countDictionaryWords } from './wordnet/english-words.js';
 import { heldoutLoss } from './wordnet/heldout-loss.js';
 import { readWordNet } from './wordnet/wordnet-db.js';
+import { answerHelp } from './lib/help.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const MODEL = join(ROOT, 'models/wordnet-chat');
@@ -238,6 +239,14 @@ async function structuredSection(backend: NodeBackend): Promise<void> {
     }),
   );
 }
+
+answerHelp(`Usage: npm run model:quality -- [--backends kernels,cpu,ort-wasm[,webgpu]] [--sections loss,kv,english,speculate,structured]
+Measures the trained wordnet-chat model on our engine in Node and prints JSON, one object per measurement:
+  loss       held-out loss per runner and weight format, against the trainer's
+  kv         held-out loss per KV cache element type (fp32, fp16, int8) on the kernels
+  english    share of dictionary words in seeded chat replies (needs wordnet-base)
+  speculate  acceptance and tokens/s of n-gram and draft-model speculation
+  structured a JSON schema and a forced tool call`);
 
 function option(name: string, fallback: string): string[] {
   const i = process.argv.indexOf(`--${name}`);

@@ -14,10 +14,11 @@ import { createRequire } from 'node:module';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { weightsFileFor, type ModelDtype } from '../src/engine/model/model-files.js';
+import { answerHelp } from './lib/help.js';
 
 export const MODEL_BUCKET = 'edge-infer-models';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const USAGE = 'usage: model:upload -- <folder> [--name N] [--dtype q4] [--remote] [--persist-to DIR]';
+const USAGE = 'Usage: npm run model:upload -- <folder> [--name N] [--dtype q4] [--remote] [--persist-to DIR]';
 const FOLDER_FILES = [
   'config.json',
   'generation_config.json',
@@ -176,6 +177,7 @@ export async function uploadModel(opts: UploadOptions, log: (line: string) => vo
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  answerHelp(USAGE);
   try {
     const opts = parseUploadArgs(process.argv.slice(2));
     await uploadModel(opts);

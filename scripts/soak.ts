@@ -10,7 +10,11 @@ import { freePort } from './lib/free-port.js';
 import { mulberry32 } from './lib/mulberry32.js';
 import { startDevServer, type DevServer } from './lib/dev-server.js';
 import { client, emptyCounts, type Context, type Session } from './soak/traffic.js';
+import { answerHelp } from './lib/help.js';
 
+answerHelp(`Usage: npm run soak -- [--clients 8] [--minutes 2] [--max-requests 20000] [--seed 14] [--verbose]
+N concurrent clients for M minutes against npm start on loopback, with random cuts, session turns and one
+server restart; then checks that no session was lost and nothing leaked, and prints a summary.`);
 const { values } = parseArgs({
   options: {
     clients: { type: 'string', default: '8' },

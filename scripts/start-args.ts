@@ -22,6 +22,17 @@ export const MODEL_ENV_VARS = [
   'PIPELINE_VOCAB',
 ] as const;
 
+/** `--model NAME` (or `--model=NAME`), which wrangler does not take, as the `--var MODEL:NAME` it stands for. */
+export function modelFlag(args: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === '--model' && args[i + 1] !== undefined) out.push('--var', `MODEL:${args[++i]}`);
+    else if (args[i].startsWith('--model=')) out.push('--var', `MODEL:${args[i].slice('--model='.length)}`);
+    else out.push(args[i]);
+  }
+  return out;
+}
+
 /** wrangler dev's arguments for `npm start`: its address, the model vars found in `env`, then the user's own. */
 export function startArgs(env: NodeJS.ProcessEnv, extra: readonly string[]): string[] {
   const given = (flag: string) => extra.some((a) => a === flag || a.startsWith(`${flag}=`));

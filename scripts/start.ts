@@ -6,21 +6,27 @@ import { availableParallelism } from 'node:os';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ignoreLargeModelFolders } from './import/assets-ignore.js';
+import { ignoreLargeModelFolders, leftOutMessage } from './import/assets-ignore.js';
 import { ensureInspectorProxyPatched } from './lib/wrangler-inspector-patch.js';
 import { readFileSync } from 'node:fs';
 import { freePort } from './lib/free-port.js';
 import { pipelineConfigArgs } from './lib/stage-configs.js';
-import { gpuArgs, inFlightArgs, startArgs, startLine, startVars } from './start-args.js';
+import { gpuArgs, inFlightArgs, MODEL_ENV_VARS, modelFlag, startArgs, startLine, startVars } from './start-args.js';
 import { randomBytes } from 'node:crypto';
 import { startGpuHostProcess } from './lib/gpu-host-process.js';
 import { checkModel, ModelCheckError } from './lib/model-check.js';
+import { answerHelp } from './lib/help.js';
+import { ensureModels } from './ensure-models.js';
 
-for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url)))) {
-  console.error(
-    `models/${name} has files over the 25 MiB asset cap: left out of the assets (models/.assetsignore); serve it from R2 with npm run model:upload -- models/${name}`,
-  );
-}
+answerHelp(`Usage: npm start -- [--model NAME] [--port N] [--var NAME:VALUE]... [--stage-processes] [--gpu [--gpu-backend B]] [wrangler dev's options]
+Serves the API with wrangler dev on http://127.0.0.1:8787 (dev mode: no API key, any origin may call it).
+The model and engine settings come from --var NAME:VALUE or the environment: ${MODEL_ENV_VARS.join(', ')}
+(e.g. MODEL=qwen3-mid npm start). --model NAME is --var MODEL:NAME. The model is checked before wrangler starts:
+what the Worker would refuse is refused here, with the command that fixes it. --gpu starts a GPU host beside it and
+points the objects at it (docs/webgpu.md#gpu-host). See docs/models.md and docs/deploy.md.`);
+ensureModels();
+for (const name of ignoreLargeModelFolders(fileURLToPath(new URL('../models', import.meta.url))))
+  console.error(leftOutMessage(name));
 const wrangler = join(dirname(createRequire(import.meta.url).resolve('wrangler/package.json')), 'bin', 'wrangler.js');
 // --stage-processes: each pipeline stage in a wrangler dev process of its own (the dev registry connects them),
 // so stages compute at once on a machine with cores to spare; else all of them in the head's one process.
@@ -30,10 +36,7 @@ const { gpu, rest: given } = gpuArgs(process.argv.slice(2));
 const apart = given.includes('--stage-processes');
 const root = fileURLToPath(new URL('..', import.meta.url));
 const toml = readFileSync(join(root, 'wrangler.toml'), 'utf8');
-const userArgs = startArgs(
-  process.env,
-  given.filter((a) => a !== '--stage-processes'),
-);
+const userArgs = startArgs(process.env, modelFlag(given.filter((a) => a !== '--stage-processes')));
 if (gpu) {
   const vars = startVars(toml, userArgs);
   const secret = randomBytes(24).toString('hex');

@@ -38,6 +38,11 @@ export interface Env {
   /** Storage for full KV blocks in each object's SQLite, so sessions survive restarts; 0 turns it off. */
   KV_STORE_MB?: string;
   MAX_BATCH?: string;
+  /**
+   * Origins a browser page may call the API from (CORS): comma-separated (`https://a.example,https://b.example`),
+   * or `*` for any. Unset: none, except in dev mode (no API_KEYS), where any origin may.
+   */
+  CORS_ORIGINS?: string;
   MAX_QUEUE?: string;
   MAX_BODY_BYTES?: string;
   /** Milliseconds a whole model load may take before it fails (503 model_unavailable; the next request retries). */

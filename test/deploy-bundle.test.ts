@@ -83,10 +83,42 @@ describe('npm run deploy', () => {
       );
       expect(log).toMatch(/Read 7 files from the assets directory .*\.deploy-assets/);
       expect(log).toMatch(/^edge-infer: the worker: bundle [\d,.]+ KiB, gzip [\d,.]+ KiB; 7 assets read/m);
+      // The report a dry run ends with (issue 47): both plans, what a real deploy needs, the start check's verdict.
+      expect(log).toMatch(
+        /^edge-infer: the worker: [\d,]+ KiB gzip: over the Free plan's 3 MB, within the Paid plan's 10 MB; --kernels-only .* fits the Free plan$/m,
+      );
+      expect(log).toMatch(/^ {2}secret API_KEYS .*npx wrangler secret put API_KEYS/m);
+      expect(log).toMatch(/^ {2}secret OWNER_SECRET/m);
+      expect(log).toMatch(/^ {2}no R2 bucket: the model goes up with the assets$/m);
+      expect(log).toMatch(
+        /^edge-infer: the start check passes the model:\n {2}model +wordnet-chat from \.\/models\/wordnet-chat\//m,
+      );
       for (const left of ['.deploy-assets', 'wrangler.deploy.toml'])
         expect(existsSync(join(ROOT, left)), `${left} is removed`).toBe(false);
     });
   }, 180_000);
+
+  it('refuses, before bundling, a model the start check refuses (as the deployed Worker would)', () => {
+    const run = spawnSync(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        'scripts/deploy.ts',
+        '--dry-run',
+        '--var',
+        'MEMORY_BUDGET_MB:8',
+        '--outdir',
+        join(tmpdir(), 'never'),
+      ],
+      { cwd: ROOT, encoding: 'utf8', env: { ...process.env, PIPELINE_STAGES: '', NO_COLOR: '1' }, timeout: 120_000 },
+    );
+    expect(run.status, run.stderr).toBe(1);
+    expect(run.stderr).toMatch(
+      /^edge-infer: MODEL=wordnet-chat cannot be served: the model does not fit the memory budget/m,
+    );
+    expect(`${run.stdout}${run.stderr}`).not.toMatch(/Total Upload/);
+  }, 150_000);
 
   it('--kernels-only leaves onnxruntime-web out: the edge kernels alone fit the free plan', () => {
     dryRun(['--kernels-only'], (log, out) => {
@@ -96,6 +128,9 @@ describe('npm run deploy', () => {
       expect(files.some((f) => f.endsWith('edge-kernels-relaxed.wasm'))).toBe(true);
       expect(files.some((f) => f.includes('ort-wasm'))).toBe(false);
       expect(gzip).toBeLessThan(FREE_PLAN_KIB);
+      expect(log).toMatch(
+        /^edge-infer: the worker: [\d,]+ KiB gzip: within the Free plan's 3 MB and the Paid plan's 10 MB$/m,
+      );
       expect(existsSync(join(ROOT, 'wrangler.kernels-only.toml')), 'the temporary config is removed').toBe(false);
     });
   }, 180_000);

@@ -2,7 +2,7 @@
 // generated folders in ./models and throwaway ones in a temp dir: what it reports for a servable model, and
 // that a missing or unservable one is refused naming every place searched and the setting or command that fixes it.
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,6 +11,7 @@ import { checkModel, ModelCheckError, type CheckPlaces } from '../scripts/lib/mo
 import { startStaticServer } from '../scripts/lib/static-server.js';
 import { uploadModel } from '../scripts/model-upload.js';
 import { startVars } from '../scripts/start-args.js';
+import { llamaConfigJson, PRESETS } from '../scripts/model/presets.js';
 import { writeGgufFolder } from './helpers/gguf-folder.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -161,8 +162,11 @@ describe('npm start checks the model before wrangler dev', () => {
     expect(message).toMatch(
       /the model does not fit the memory budget: weights 5\.0 MiB \+ scratch .* > budget 8\.0 MiB/,
     );
-    expect(message).toContain('Raise MEMORY_BUDGET_MB (now 8)');
-    expect(message).toContain('MODEL_DTYPE=q4');
+    expect(message).toContain('Nothing smaller here fits: raise MEMORY_BUDGET_MB (now 8)');
+    // Where the folder's other weights fit, they are named, with what they would take.
+    expect(await refusal({ MEMORY_BUDGET_MB: '16' })).toMatch(
+      /What fits MEMORY_BUDGET_MB 16: .*MODEL_DTYPE=q4 \(\d+\.\d MiB\)/,
+    );
   });
 
   it('npm start exits non-zero before wrangler dev when the model cannot be served', () => {
@@ -177,4 +181,58 @@ describe('npm start checks the model before wrangler dev', () => {
     expect(run.stderr).toContain('./models/no-such-model/ does not exist');
     expect(run.stderr).not.toMatch(/Ready on/);
   }, 60_000);
+});
+
+/**
+ * A models dir holding folder `name` shaped as `preset` (its config.json; tiny's tokenizer) with q4 weights of
+ * `mb` MiB (a sparse file: the check reads no weights, only their size), under the 25 MiB asset cap unless asked.
+ */
+function shaped(name: string, preset: 'bench-135m' | 'bench-1b', mb: number): CheckPlaces {
+  const places = folder(name, []);
+  const dir = join(places.modelsDir, name);
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(llamaConfigJson(PRESETS[preset])));
+  writeFileSync(join(dir, 'onnx', 'model_q4.onnx'), '');
+  truncateSync(join(dir, 'onnx', 'model_q4.onnx'), Math.round(mb * 2 ** 20));
+  return places;
+}
+
+describe('the start check sees what the Worker will see, and names the setting that fixes it (issue 47)', () => {
+  it('a folder left out of the static assets is refused, naming model:upload (the Worker could not read it)', async () => {
+    const places = shaped('too-big', 'bench-135m', 26);
+    const message = await refusal({ MODEL: 'too-big' }, places);
+    expect(message).toContain('is left out of the static assets');
+    expect(message).toContain('npm run model:upload -- models/too-big');
+    // Listed in .assetsignore (as npm start and model:import list such folders) is the same, whatever its sizes.
+    const listed = shaped('listed', 'bench-135m', 1);
+    writeFileSync(join(listed.modelsDir, '.assetsignore'), 'listed/\n');
+    expect(await refusal({ MODEL: 'listed' }, listed)).toContain('npm run model:upload -- models/listed');
+  });
+
+  it('four shards past the 4-block floor: KV_DTYPE=int8 named, and with it the model starts', async () => {
+    const places = shaped('four', 'bench-135m', 24);
+    const vars = { MODEL: 'four', SHARD_COUNT: '4', MEMORY_BUDGET_MB: '56' };
+    const message = await refusal(vars, places);
+    expect(message).toMatch(/What fits MEMORY_BUDGET_MB 56: KV_DTYPE=int8 \(/);
+    expect(message).toMatch(/SHARD_COUNT=3 \(/);
+    const lines = await check({ ...vars, KV_DTYPE: 'int8' }, places);
+    expect(lines.find((l) => l.startsWith('memory'))).toMatch(/of MEMORY_BUDGET_MB 56: .*for each of 4 shard\(s\)/);
+  });
+
+  it('fixed parts past the budget with small weights: not "the weights alone"; PIPELINE_STAGES=N computed', async () => {
+    const places = shaped('wide', 'bench-1b', 20); // a 128k vocabulary: its scratch and isolate outweigh the weights
+    const message = await refusal({ MODEL: 'wide', MEMORY_BUDGET_MB: '48' }, places);
+    expect(message).not.toContain('weights alone');
+    expect(message).toMatch(/weights 20\.0 MiB \+ scratch .* these parts already take .* before any KV cache/);
+    expect(message).toMatch(/PIPELINE_STAGES=\d+ \(about .* of weights/);
+  });
+
+  it('says the KV pool the budget leaves when it is less than KV_CACHE_MB, and in tokens', async () => {
+    const places = shaped('squeezed', 'bench-1b', 20);
+    const kv = (await check({ MODEL: 'squeezed', MEMORY_BUDGET_MB: '64' }, places)).find((l) => l.startsWith('kv'));
+    expect(kv).toMatch(/^kv +6\.0 MiB per shard at fp32, 96 tokens: not KV_CACHE_MB 16, .*KV_DTYPE=int8 holds 3\.76x/);
+    const roomy = (await check({ MODEL: 'squeezed' }, places)).find((l) => l.startsWith('kv'));
+    expect(roomy).toMatch(
+      /^kv +\d+\.\d MiB per shard at fp32, \d+ tokens \(KV_CACHE_MB 16, in whole blocks of 16 tokens\)$/,
+    );
+  });
 });

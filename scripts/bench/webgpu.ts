@@ -11,6 +11,7 @@
 // Exported as runWebGpuBench() for scripts/bench.ts.
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { answerHelp } from '../lib/help.js';
 import { nodeShaderSource, webGpuRuntimeForNode } from '../../src/backends/ort-webgpu-node.js';
 import { webWasmRuntimeForNode } from '../../src/backends/ort-web-node.js';
 import { DeviceSampler } from '../../src/engine/runners/webgpu/device-sampler.js';
@@ -137,6 +138,8 @@ export async function runWebGpuBench(
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
+  answerHelp(`Usage: npm run bench:webgpu -- [--model models/tiny] [--runs 3] [--batches 1,4] [--prompt 32] [--tokens 32] [--json FILE]
+Decode speed on WebGPU (Dawn through the webgpu package; lavapipe where there is no GPU), printed as a table.`);
   const { values } = parseArgs({
     options: {
       model: { type: 'string', default: 'models/tiny' },

@@ -22,6 +22,8 @@ import { modelFolderFix } from '../../src/sources/model-source.js';
 import { r2Source, type ObjectBucket } from '../../src/sources/r2-source.js';
 import { TextTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { withLocalBucket } from '../model-upload.js';
+import { assetsLeaveOut } from '../import/assets-ignore.js';
+import { fittingSettings, kvLine, type PlanInput } from './memory-advice.js';
 
 /** Where the check looks: the ./models folder, wrangler dev's local state (its R2 bucket) and, for MODEL_URL, fetch. */
 export interface CheckPlaces {
@@ -85,6 +87,12 @@ async function locate(
   const dir = join(places.modelsDir, name);
   const rel = relative(places.root, dir);
   const shown = rel.startsWith('..') ? `${dir}/` : `./${rel}/`;
+  if (existsSync(join(dir, 'config.json')) && assetsLeaveOut(places.modelsDir, name))
+    throw new ModelCheckError(
+      `MODEL=${name}: ${shown} is left out of the static assets (its files are over the 25 MiB asset cap; ` +
+        `models/.assetsignore lists it), so the Worker cannot read it from there. Upload it into the local R2 bucket, ` +
+        `where the Worker looks first: npm run model:upload -- models/${name}, then npm start again`,
+    );
   if (existsSync(join(dir, 'config.json')))
     return {
       source: directorySource(dir, shown),
@@ -257,32 +265,43 @@ async function check(
       lines.push('memory    the weights file did not say its size: checked as it loads');
     else {
       const engines = intVar(env, 'SHARD_COUNT');
+      const input: PlanInput = {
+        config,
+        tokenizerVocab: meta.vocab ?? config.vocabSize,
+        dtype: choice.dtype,
+        weightBytes,
+        runner,
+        runtimeName: 'wasm',
+        limits: resolveEngineLimits({
+          kvCacheBytes: intVar(env, 'KV_CACHE_MB') * MiB,
+          memoryBudgetBytes: budgetMb * MiB,
+          maxBatchSize: intVar(env, 'MAX_BATCH'),
+        }),
+        kvDtype: kvDtypeVar(env),
+        engines,
+      };
       let plan: ReturnType<typeof planMemory>;
       try {
-        plan = planMemory({
-          config,
-          tokenizerVocab: meta.vocab ?? config.vocabSize,
-          dtype: choice.dtype,
-          weightBytes,
-          runner,
-          runtimeName: 'wasm',
-          limits: resolveEngineLimits({
-            kvCacheBytes: intVar(env, 'KV_CACHE_MB') * MiB,
-            memoryBudgetBytes: budgetMb * MiB,
-            maxBatchSize: intVar(env, 'MAX_BATCH'),
-          }),
-          kvDtype: kvDtypeVar(env),
-          engines,
-        });
+        plan = planMemory(input);
       } catch (err) {
-        const others = choice.present.filter((w) => w.dtype !== choice.dtype).map((w) => `MODEL_DTYPE=${w.dtype}`);
+        // What would fit instead, each tried with the server's own plan (memory-advice.ts).
+        const weights = await Promise.all(
+          choice.present
+            .filter((w) => w.dtype !== choice.dtype)
+            .map(async (w) => ({ dtype: w.dtype, bytes: await found.size(w.file) })),
+        );
+        const fits = fittingSettings(input, weights);
         throw new ModelCheckError(
-          `MODEL=${name} cannot be served: ${(err as Error).message}. Raise MEMORY_BUDGET_MB (now ${budgetMb}), lower KV_CACHE_MB or SHARD_COUNT` +
-            `${others.length ? `, or pick smaller weights (${others.join(', ')})` : ', or make smaller weights (npm run model:import -- ... --dtype q4)'}`,
+          `MODEL=${name} cannot be served: ${(err as Error).message}. ${
+            fits.length
+              ? `What fits MEMORY_BUDGET_MB ${budgetMb}: ${fits.join('; or ')}`
+              : `Nothing smaller here fits: raise MEMORY_BUDGET_MB (now ${budgetMb}), or make smaller weights (npm run model:import -- ... --dtype q4)`
+          }`,
         );
       }
       lines.push(
         `memory    ${mib(plan.totalBytes)} of MEMORY_BUDGET_MB ${budgetMb}: ${parts(plan.shared)}, and for each of ${engines} shard(s) ${parts(plan.perShard)}`,
+        kvLine(input, plan.kvCacheBytes),
       );
     }
     const draft = vars.DRAFT_MODEL?.trim();

@@ -30,9 +30,10 @@ import {
   type GgufTokenizerFlavour,
   type TokenizerJson,
 } from './gguf-tokenizer-meta.js';
-import { COPY_PERIOD, PRESETS, isPresetName, type LlamaShape, type PresetName } from './presets.js';
+import { COPY_PERIOD, PRESETS, PRESET_NAMES, isPresetName, type LlamaShape, type PresetName } from './presets.js';
 import { layerPrefix, makeWeights, type WeightMap } from './weights.js';
 import { DEFAULT_SEED } from '../model-make.js';
+import { answerHelp } from '../lib/help.js';
 import { buildTokenizerFiles } from '../tokenizer/build-tokenizer.js';
 
 export type { GgufFileType } from './gguf-quant-mix.js';
@@ -217,7 +218,12 @@ export function presetGgufInput(preset: PresetName, seed: number): LlamaGgufInpu
   };
 }
 
+const WRITER_USAGE = `Usage: npx tsx scripts/model/gguf-writer.ts --preset <${PRESET_NAMES.join('|')}> --out file.gguf
+    [--type ${GGUF_FILE_TYPES.join('|')}] [--tokenizer ${GGUF_TOKENIZERS.join('|')}] [--seed N]
+Writes a preset's random-weight model as a GGUF file (then: npm run model:import -- gguf file.gguf --out models/NAME).`;
+
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  answerHelp(WRITER_USAGE);
   const { values } = parseArgs({
     options: {
       preset: { type: 'string' },
@@ -231,10 +237,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const fileType = GGUF_FILE_TYPES.find((t) => t === type);
   const flavour = GGUF_TOKENIZERS.find((t) => t === tokenizer);
   if (!preset || !isPresetName(preset) || !out || !fileType || !flavour) {
-    console.error(
-      `usage: gguf-writer --preset <name> --out file.gguf [--type ${GGUF_FILE_TYPES.join('|')}] ` +
-        `[--tokenizer ${GGUF_TOKENIZERS.join('|')}] [--seed N]`,
-    );
+    console.error(WRITER_USAGE);
     process.exit(2);
   }
   writeLlamaGguf(out, presetGgufInput(preset, Number(values.seed)), fileType, { tokenizer: flavour });

@@ -47,7 +47,7 @@ function fnv1a(text: string): number {
 export const TEST_EVERY = 50;
 const splitOf = (lemma: string): 'train' | 'test' => (fnv1a(lemma.toLowerCase()) % TEST_EVERY === 0 ? 'test' : 'train');
 
-const SYSTEM_PROMPTS = [
+export const SYSTEM_PROMPTS = [
   'You are a helpful assistant.',
   'You are terse.',
   'You are a dictionary. Answer briefly.',

@@ -32,6 +32,7 @@ import { plannedRunner } from '../engine/runners/runner-plan.js';
 import { runGeneration, type Account, type EventSink } from './generation-run.js';
 import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
+import { configuredContext, detokenizeWith, tokenizeWith, type Tokenized } from './tokenize.js';
 import { fail, fromEngineError, hostUnavailable, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { queueRefusal } from './tenancy/queue-share.js';
 import { modelUnavailable } from './model-unavailable.js';
@@ -389,6 +390,28 @@ export class InferenceObject extends DurableObject<Env> {
   private accountOf(owner: string, keyName: string): Account {
     const shared = boolVar(this.env, 'SHARED_PREFIX_CACHE');
     return { keyName, fairnessGroup: owner, cacheSalt: shared ? undefined : owner };
+  }
+
+  /** POST /tokenize (vLLM's): loads the model as a generation would. */
+  async tokenize(prompt: string, addSpecialTokens: boolean): Promise<RpcResult<Tokenized>> {
+    const loaded = await this.engineOrUnavailable();
+    return loaded.ok ? tokenizeWith(loaded.value, prompt, addSpecialTokens) : loaded;
+  }
+
+  /** POST /detokenize (vLLM's). */
+  async detokenize(tokens: number[]): Promise<RpcResult<{ prompt: string }>> {
+    const loaded = await this.engineOrUnavailable();
+    return loaded.ok ? detokenizeWith(loaded.value, tokens) : loaded;
+  }
+
+  /** The model's context (max_model_len of GET /v1/models): the loaded engine's, else config.json's; null where unreadable. */
+  async maxModelLen(): Promise<number | null> {
+    if (this.loaded) return this.loaded.config.maxPositionEmbeddings;
+    try {
+      return await configuredContext((await modelSourceFor(modelName(this.env), modelLocations(this.env))).source);
+    } catch {
+      return null;
+    }
   }
 
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */

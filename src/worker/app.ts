@@ -12,6 +12,8 @@ import hooks from './routes/hooks.js';
 import jobs from './routes/jobs.js';
 import playground from './routes/playground.js';
 import pool from './routes/pool.js';
+import tokenize from './routes/tokenize.js';
+import { corsMiddleware } from './cors.js';
 
 export type { AppEnv } from './app-env.js';
 
@@ -27,9 +29,15 @@ app.notFound(notFound);
 // Every route is behind the bearer-key check unless publicRoute() names it, so a route added later is
 // private unless someone decides otherwise (it was opt-in per path, nine listed). Inbound webhooks
 // (POST /v1/hooks/:ref) authenticate by their signature instead; the playground page holds no data.
+// CORS first: a browser's preflight carries no key (cors.ts; CORS_ORIGINS, any origin in dev mode).
+app.use('*', corsMiddleware);
 app.use('*', async (c, next) => (publicRoute(c.req.method, c.req.path) ? next() : requireApiKey(c, next)));
 
 app.route('/', playground);
+// Liveness, as vLLM's and llama.cpp's servers answer it (no key: load balancers and probes call it).
+app.on(['GET', 'HEAD'], '/health', (c) => c.json({ status: 'ok' }));
+// vLLM's /tokenize and /detokenize.
+app.route('/', tokenize);
 app.route('/v1/models', models);
 app.route('/v1/completions', completions);
 app.route('/v1/chat/completions', chat);

@@ -60,6 +60,8 @@ export const PUBLIC_ROUTES: readonly { method: string; path: RegExp; what: strin
   { method: 'GET', path: /^\/$/, what: 'the playground page' },
   { method: 'HEAD', path: /^\/$/, what: 'the playground page' },
   { method: 'POST', path: /^\/v1\/hooks\/[^/]+$/, what: 'an inbound webhook event (signed)' },
+  { method: 'GET', path: /^\/health$/, what: 'liveness (no data)' },
+  { method: 'HEAD', path: /^\/health$/, what: 'liveness (no data)' },
 ];
 
 export function publicRoute(method: string, path: string): boolean {

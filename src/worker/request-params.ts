@@ -1,5 +1,5 @@
 import type { ChatMessage, GenerationRequest } from '../engine/request.js';
-import { modelName, type Env } from '../env.js';
+import { intVar, modelName, type Env } from '../env.js';
 import { validateMessages } from '../tokenizer/chat-messages.js';
 import type { JsonObject } from './body.js';
 import { ApiError, badParam } from './errors.js';
@@ -93,11 +93,14 @@ export function checkModel(body: JsonObject, env: Env): string {
   return served;
 }
 
-/** `n`: how many choices per prompt. */
-export function choiceCount(body: JsonObject): number {
+/**
+ * `n`: how many choices per prompt, at most MAX_BATCH (the engine's own limit: its sequences of one step), checked
+ * here with the engine's words so that one limit answers whichever side sees it first.
+ */
+export function choiceCount(body: JsonObject, env: Env): number {
   const n = optInteger(body, 'n') ?? 1;
-  if (n < 1 || n > MAX_CHOICES)
-    throw badParam('n', `n must be between 1 and ${MAX_CHOICES}, got ${n}`, 'invalid_value');
+  const max = Math.min(MAX_CHOICES, Math.max(1, Math.floor(intVar(env, 'MAX_BATCH'))));
+  if (n < 1 || n > max) throw badParam('n', `n must be an integer in [1, ${max}], got ${n}`, 'invalid_value');
   return n;
 }
 

@@ -62,6 +62,14 @@ describe('playground', () => {
     await page.fill('#key', KEY);
     await page.press('#key', 'Tab'); // `change`
     await expect.poll(() => text('#model')).toBe('model: wordnet-chat');
+    // Defaults that fit the model (issue 47): a system prompt of its corpus, and the question it was trained on.
+    expect(await page.inputValue('#system')).toBe('You explain English words.');
+    expect(await page.getAttribute('#input', 'placeholder')).toContain('What does dog mean?');
+    // A system prompt of more than one KV block (16 tokens), so that the two sessions below share a block of it.
+    await page.fill(
+      '#system',
+      'You explain English words. Answer in dictionary form: the word, its part of speech, its sense.',
+    );
     await page.fill('#temperature', '0');
     await page.fill('#max_tokens', '64');
 

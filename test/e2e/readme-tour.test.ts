@@ -107,7 +107,10 @@ describe("README's tour", () => {
     expect(status, stderr).toBe(0);
     const reply = JSON.parse(stdout);
     expect(reply.object).toBe('chat.completion');
-    expect(typeof reply.choices[0].message.content).toBe('string');
+    // The reply the tour quotes is the one it gets: its curl asks for temperature 0.
+    const quoted = /`"content":"([^"]+)"` \(at temperature 0/.exec(readFileSync(`${ROOT}README.md`, 'utf8'));
+    expect(quoted, 'README quotes the reply').not.toBeNull();
+    expect(reply.choices[0].message.content).toBe(quoted![1]);
     expect(reply.usage.completion_tokens).toBeGreaterThan(0);
   });
 
@@ -137,9 +140,12 @@ describe("README's tour", () => {
     const text = JSON.parse(m![2]) as string;
     await expect.poll(() => deliveries.length, { timeout: 20_000 }).toBeGreaterThan(0);
     const secretBytes = /Buffer\.from\('([^']+)'\)/.exec(b.code)![1];
-    // Deliveries are signed with the hook's delivery secret, derived from its secret (docs/sessions-webhooks.md).
+    // Deliveries are signed with the hook's delivery secret, derived from its secret (docs/sessions-webhooks.md);
+    // the tour prints the one its PUT answered, which is what a receiver verifies with.
     const hookSecret = `whsec_${Buffer.from(secretBytes).toString('base64')}`;
-    const payload = new Webhook(await deliverySecret(hookSecret)).verify(deliveries[0].body, deliveries[0].headers) as {
+    const printed = /^verify deliveries with (whsec_\S+)$/m.exec(stdout)?.[1];
+    expect(printed, stdout).toBe(await deliverySecret(hookSecret));
+    const payload = new Webhook(printed!).verify(deliveries[0].body, deliveries[0].headers) as {
       type: string;
       output: { text: string };
     };

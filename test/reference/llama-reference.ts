@@ -192,6 +192,20 @@ export class LlamaReference {
    */
   kvInt8 = false;
 
+  /**
+   * A quantised file's products as the kernels (and llama.cpp's Q8_0 dot products) take them: each product's
+   * input rounded to 8 bits per block of 32, one scale a block (int8Row), the weights as the file dequantises.
+   */
+  activationsInt8 = false;
+
+  /** x (nIn) @ w (nIn, nOut), the input first rounded per block of 32 where activationsInt8. */
+  private product(x: Float64Array, w: Float32Array, nIn: number, nOut: number): Float64Array {
+    if (!this.activationsInt8) return matmul(x, w, nIn, nOut);
+    const xq = Float64Array.from(x);
+    for (let off = 0; off < nIn; off += 32) int8Row(xq, off, Math.min(32, nIn - off));
+    return matmul(xq, w, nIn, nOut);
+  }
+
   constructor(config: LlamaConfig, weights: Map<string, Tensor>) {
     this.hidden = config.hidden_size;
     this.inter = config.intermediate_size;
@@ -323,9 +337,9 @@ export class LlamaReference {
 
       // --- attention ---
       const xn = rmsnorm(x, w.attnNorm, this.eps, off); // (hidden)
-      const q = matmul(xn, w.wq, H, heads * D); // (heads*head_dim)
-      const k = matmul(xn, w.wk, H, kvHeads * D); // (kv_heads*head_dim)
-      const v = matmul(xn, w.wv, H, kvHeads * D); // (kv_heads*head_dim)
+      const q = this.product(xn, w.wq, H, heads * D); // (heads*head_dim)
+      const k = this.product(xn, w.wk, H, kvHeads * D); // (kv_heads*head_dim)
+      const v = this.product(xn, w.wv, H, kvHeads * D); // (kv_heads*head_dim)
       if (w.bq && w.bk && w.bv) {
         for (let i = 0; i < heads * D; i++) q[i] += w.bq[i];
         for (let i = 0; i < kvHeads * D; i++) {
@@ -376,28 +390,30 @@ export class LlamaReference {
           for (let d = 0; d < D; d++) att[h * D + d] += p * vt[kvh * D + d];
         }
       }
-      let o = matmul(att, w.wo, heads * D, H); // (hidden)
+      let o = this.product(att, w.wo, heads * D, H); // (hidden)
       if (w.postAttnNorm) o = rmsnorm(o, w.postAttnNorm, this.eps, off);
       for (let i = 0; i < H; i++) x[i] += o[i];
 
       // --- MLP: down(silu(gate(x)) * up(x)), Gemma's with gelu_tanh ---
       const xm = rmsnorm(x, w.mlpNorm, this.eps, off); // (hidden)
-      const gate = matmul(xm, w.wGate, H, I); // (intermediate)
-      const up = matmul(xm, w.wUp, H, I); // (intermediate)
+      const gate = this.product(xm, w.wGate, H, I); // (intermediate)
+      const up = this.product(xm, w.wUp, H, I); // (intermediate)
       const act = this.gemma ? geluTanh : silu;
       for (let i = 0; i < I; i++) gate[i] = act(gate[i]) * up[i];
-      let down = matmul(gate, w.wDown, I, H); // (hidden)
+      let down = this.product(gate, w.wDown, I, H); // (hidden)
       if (w.postMlpNorm) down = rmsnorm(down, w.postMlpNorm, this.eps, off);
       for (let i = 0; i < H; i++) x[i] += down[i];
     }
 
     const hn = rmsnorm(x, this.finalNorm, this.eps, off); // (hidden)
-    if (this.lmHead) return matmul(hn, this.lmHead, H, this.vocab); // (vocab)
+    if (this.lmHead) return this.product(hn, this.lmHead, H, this.vocab); // (vocab)
     // Tied: logits[v] = h · embed_tokens[v]
     const logits = new Float64Array(this.vocab); // (vocab)
+    const h = this.activationsInt8 ? Float64Array.from(hn) : hn;
+    if (this.activationsInt8) for (let off = 0; off < H; off += 32) int8Row(h, off, Math.min(32, H - off));
     for (let t = 0; t < this.vocab; t++) {
       let dot = 0;
-      for (let i = 0; i < H; i++) dot += hn[i] * this.embed[t * H + i];
+      for (let i = 0; i < H; i++) dot += h[i] * this.embed[t * H + i];
       logits[t] = dot;
     }
     return logits;

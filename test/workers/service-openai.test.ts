@@ -21,6 +21,7 @@ describe('GET /v1/models', () => {
           object: 'model',
           created: expect.any(Number),
           owned_by: 'edge-infer',
+          max_model_len: 2048,
           backend: 'wasm',
           runner: body.data[0].runner,
           weights: { shared: 'per isolate', shared_by: body.data[0].weights.shared_by },

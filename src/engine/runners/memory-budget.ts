@@ -45,11 +45,12 @@ export class MemoryBudget {
     const { budgetBytes, kvCacheBytes, perToken } = this;
     if (budgetBytes === undefined || fixed + kvCacheBytes <= budgetBytes) return;
     const room = budgetBytes - fixed;
+    const terms = parts.map((p) => `${p.label} ${mib(p.bytes)}`).join(' + ');
     const advice =
       room > 0
         ? `a KV cache of at most ${mib(room)} (${Math.floor(room / perToken)} tokens at ${perToken} B/token) would fit`
-        : 'the weights alone do not fit: use a smaller or more quantised variant (MODEL_DTYPE q4 / int8)';
-    const terms = parts.map((p) => `${p.label} ${mib(p.bytes)}`).join(' + ');
+        : // Not "the weights": they may be a small part of it (scratch and the isolate grow with the vocabulary).
+          `these parts already take ${mib(fixed)} before any KV cache: only less of them fits (smaller weights: MODEL_DTYPE q4 / int8; fewer shards: SHARD_COUNT; the layers over stage Workers: PIPELINE_STAGES), or a larger budget`;
     throw new InvalidRequestError(
       'model',
       `the model does not fit the memory budget: ${terms} + KV cache ${mib(kvCacheBytes)} = ${mib(fixed + kvCacheBytes)} > budget ${mib(budgetBytes)}; ${advice}`,

@@ -32,7 +32,7 @@ chat.post('/', async (c) => {
   const tools = toolUse(body);
 
   const messages = chatMessages(body);
-  const n = choiceCount(body);
+  const n = choiceCount(body, c.env);
   const { stream, includeUsage } = streamOptions(body);
   const logprobs = optBoolean(body, 'logprobs') ?? false;
   const topLogprobs = optInteger(body, 'top_logprobs');

@@ -40,7 +40,7 @@ completions.post('/', async (c) => {
     throw badParam('echo', 'echo is not supported by this service', 'unsupported_parameter');
 
   const prompts = completionPrompts(body);
-  const n = choiceCount(body);
+  const n = choiceCount(body, c.env);
   if (prompts.length * n > MAX_CHOICES)
     throw badParam('n', `prompts × n must be at most ${MAX_CHOICES}`, 'invalid_value');
   const { stream, includeUsage } = streamOptions(body);

@@ -7,8 +7,8 @@ import { shardCount, shardStub } from '../routing.js';
 /** GET /v1/models and GET /v1/models/:id: the one model this deployment serves. */
 const models = new Hono<{ Bindings: Env }>();
 
-// OpenAI's `created` is when the model was published; a fixed time keeps responses stable across isolates.
-const CREATED = 1_767_225_600; // 2026-01-01T00:00:00Z
+/** The model's context (vLLM's max_model_len): shard 0's, from its loaded engine or config.json. */
+const maxModelLen = (env: Env): Promise<number | null> => shardStub(env, 0).maxModelLen();
 
 /**
  * The runner the model runs on (`kernels` or `onnxruntime`): a loaded shard's, asked of every shard (none loads
@@ -43,17 +43,20 @@ async function pipeline(env: Env): Promise<{ layers: [number, number]; isolate_b
 // until a shard has loaded them). `stages`: with PIPELINE_STAGES, each stage Worker's layers [from, to) and its
 // isolate's counted bytes (null until a shard has loaded the model, and without stages).
 const card = async (id: string, env: Env) => {
-  const [runner, sharedBy, stages, host] = await Promise.all([
+  const [runner, sharedBy, stages, host, contextLength] = await Promise.all([
     modelRunner(env),
     sharing(env),
     pipeline(env),
     gpuHost(env),
+    maxModelLen(env),
   ]);
   return {
     id,
     object: 'model' as const,
-    created: CREATED,
+    // As vLLM: the time of the answer (the model has no publication date of its own).
+    created: Math.floor(Date.now() / 1000),
     owned_by: 'edge-infer',
+    max_model_len: contextLength,
     backend: host?.backend ?? serviceBackend(env),
     runner,
     weights: host ? { shared: 'on the GPU host', shared_by: null } : { shared: 'per isolate', shared_by: sharedBy },

@@ -1,0 +1,37 @@
+import type { Engine } from '../engine/engine.js';
+import type { ModelSource } from '../engine/model/model-files.js';
+import { invalidRequest, fail, ok, type RpcResult } from './rpc-error.js';
+
+/** POST /tokenize's answer, in vLLM's shape. */
+export interface Tokenized {
+  tokens: number[];
+  count: number;
+  max_model_len: number;
+}
+
+/**
+ * A prompt's ids as the completions route gets them (add_special_tokens: what the tokenizer's post-processor
+ * adds, vLLM's default) or bare, with the model's context length.
+ */
+export function tokenizeWith(engine: Engine, prompt: string, addSpecialTokens: boolean): RpcResult<Tokenized> {
+  const tokens = addSpecialTokens ? engine.tokenizer.encodePrompt(prompt) : engine.tokenizer.encode(prompt);
+  return ok({ tokens, count: tokens.length, max_model_len: engine.config.maxPositionEmbeddings });
+}
+
+/** POST /detokenize: the text of `tokens`; an id outside the vocabulary is the client's 400, naming it. */
+export function detokenizeWith(engine: Engine, tokens: readonly number[]): RpcResult<{ prompt: string }> {
+  const vocab = engine.tokenizer.vocabSize;
+  const bad = tokens.find((id) => !Number.isSafeInteger(id) || id < 0 || id >= vocab);
+  if (bad !== undefined)
+    return fail(invalidRequest(`token id ${bad} is outside the vocabulary [0, ${vocab})`, 'tokens'));
+  return ok({ prompt: engine.tokenizer.decode(tokens) });
+}
+
+/** max_position_embeddings from config.json, read without loading the model (null where it cannot be read). */
+export async function configuredContext(source: ModelSource): Promise<number | null> {
+  const bytes = await source.read('config.json');
+  if (!bytes) return null;
+  const config = JSON.parse(new TextDecoder().decode(bytes)) as { max_position_embeddings?: unknown };
+  const n = config.max_position_embeddings;
+  return typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : null;
+}
