@@ -11,11 +11,14 @@ import type { ModelDtype } from '../src/engine/model/model-files.js';
 import { loadHostModel } from '../src/gpu-host/host-model.js';
 import { serveGpuHost } from '../src/gpu-host/server.js';
 import { isNodeBackend, nodeRuntime, NODE_BACKENDS } from './lib/runtimes.js';
+import { answerHelp } from './lib/help.js';
 
 const USAGE = `usage: npm run gpu-host -- --model <folder> [--port 8790] [--hostname 127.0.0.1] [--name <model id>]
   [--backend auto|cpu|wasm|kernels|ort-wasm|webgpu] [--dtype fp32|q4|gguf|...] [--max-batch 16] [--max-tokens-per-step 512]
   [--secret S] (or GPU_HOST_SECRET in the environment: every call must carry it)
   --model is a folder, or a name under ./models; objects reach the host as GPU_HOST_URL with GPU_HOST_SECRET.`;
+
+answerHelp(USAGE);
 
 const { values: args } = parseArgs({
   options: {

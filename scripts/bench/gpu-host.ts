@@ -22,6 +22,11 @@ import { freePort } from '../lib/free-port.js';
 import { startGpuHostProcess } from '../lib/gpu-host-process.js';
 import { startDevServer } from '../lib/dev-server.js';
 import { nodeRuntime } from '../lib/runtimes.js';
+import { answerHelp } from '../lib/help.js';
+
+answerHelp(`Usage: npm run bench:gpu-host [-- --tokens 128] [--node-only]
+The cost of running an object's passes on a GPU host over loopback: the hop per pass (and a no-op runner's), and
+greedy tok/s at batch 1 through the host beside the same engine on its own kernels, in Node and through wrangler dev.`);
 
 const { values: args } = parseArgs({
   options: { tokens: { type: 'string', default: '128' }, 'node-only': { type: 'boolean', default: false } },
