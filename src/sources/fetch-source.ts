@@ -83,7 +83,7 @@ export function fetchSource(
       }
       const length = Number(res.headers.get('content-length') ?? NaN);
       const size = Number.isSafeInteger(length) ? length : undefined;
-      if (!res.body || !w) {
+      if (!res.body) {
         w?.done();
         return { chunks: oneChunk(new Uint8Array(await res.arrayBuffer())), size };
       }
@@ -108,7 +108,7 @@ export function fetchSource(
           skip = 0;
         }
       }
-      return { chunks: seekable(watched(sizedChunks(res.body), w), from), size };
+      return { chunks: seekable(w ? watched(sizedChunks(res.body), w) : sizedChunks(res.body), from), size };
     },
   };
 }
