@@ -35,6 +35,32 @@ describe('budgets of synchronous work', () => {
     expect(refusal({ prompt: 'a '.repeat(3000), max_tokens: 1 }).message).toMatch(/tokens/);
   });
 
+  it('counts tools with the messages, every string, key and value at any depth, before rendering them', () => {
+    const max = engine.config.maxPositionEmbeddings * engine.tokenizer.longestTokenBytes;
+    const messages = [{ role: 'user', content: 'Hi' }];
+    const tool = (parameters: Record<string, unknown>, description = 'Look up') => ({
+      type: 'function',
+      function: { name: 'lookup', description, parameters },
+    });
+    let deep: Record<string, unknown> = { type: 'string', description: 'z'.repeat(max) };
+    for (let i = 0; i < 12; i++) deep = { type: 'object', properties: { [`p${i}`]: deep } };
+    const cases = [
+      tool({ type: 'object' }, 'd'.repeat(max + 1)), // the description
+      tool(deep), // deep in the schema, past any depth a walk might stop at
+      tool({ type: 'object', properties: { ['k'.repeat(max + 1)]: { type: 'string' } } }), // a key
+    ];
+    for (const t of cases) {
+      const err = refusal({ messages, tools: [t], max_tokens: 1 });
+      expect(err).toMatchObject({ param: 'tools', code: 'context_length_exceeded' });
+      expect(err.message).toMatch(/not tokenised/);
+    }
+    // Half the bound in the messages and half in the tools: together past it.
+    const half = Math.ceil(max / 2) + 1;
+    expect(
+      refusal({ messages: [{ role: 'user', content: 'm'.repeat(half) }], tools: [tool({}, 't'.repeat(half))] }),
+    ).toMatchObject({ code: 'context_length_exceeded' });
+  });
+
   it('refuses structured outputs past their size before compiling them', () => {
     const compiles = engine.stats().grammar.compiles;
     const big = Object.fromEntries(

@@ -458,9 +458,17 @@ export class InferenceObject extends DurableObject<Env> {
     }
     const tooLong = systemRefusal(init.system);
     if (tooLong) return fail(tooLong);
-    const { sessionsPerKey } = storageQuotas(this.env);
-    const count = this.services.sessions.countOf(tenant.owner);
-    if (count >= sessionsPerKey) return fail(quotaRefusal('sessions', count, sessionsPerKey, 'MAX_SESSIONS_PER_KEY'));
+    const full = (): ServiceError | undefined => {
+      const { sessionsPerKey } = storageQuotas(this.env);
+      const count = this.services.sessions.countOf(tenant.owner);
+      return count >= sessionsPerKey
+        ? quotaRefusal('sessions', count, sessionsPerKey, 'MAX_SESSIONS_PER_KEY')
+        : undefined;
+    };
+    // Checked before the defaults (no model load for a key at its cap) and again, with no await, just before the
+    // write: creations that waited on the load together must not all pass one count.
+    const before = full();
+    if (before) return fail(before);
     if (init.defaults) {
       const loaded = await this.engineOrUnavailable();
       if (!loaded.ok) return loaded;
@@ -472,6 +480,8 @@ export class InferenceObject extends DurableObject<Env> {
         return fail({ ...error, param: `defaults.${error.param ?? ''}`.replace(/\.$/, '') });
       }
     }
+    const after = full();
+    if (after) return fail(after);
     return ok(this.services.sessions.create(id, tenant, init));
   }
 

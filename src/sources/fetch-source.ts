@@ -23,7 +23,7 @@ export function fetchSource(
   // Each fetch (and each chunk of its body, below) waits at most the stall deadline.
   const fetchOnce = async (url: string, init: RequestInit, w: StallWatch | undefined): Promise<Response> => {
     if (!w) return fetcher.fetch(url, init);
-    const res = await raced(fetcher.fetch(url, { ...init, signal: w.signal }), w);
+    const res = await raced(fetcher.fetch(url, { ...init, signal: w.signal }), w).catch(named(w));
     w.touch();
     return res;
   };
@@ -83,7 +83,7 @@ export function fetchSource(
       }
       const length = Number(res.headers.get('content-length') ?? NaN);
       const size = Number.isSafeInteger(length) ? length : undefined;
-      if (!res.body || !w) {
+      if (!res.body) {
         w?.done();
         return { chunks: oneChunk(new Uint8Array(await res.arrayBuffer())), size };
       }
@@ -108,8 +108,16 @@ export function fetchSource(
           skip = 0;
         }
       }
-      return { chunks: seekable(watched(sizedChunks(res.body), w), from), size };
+      return { chunks: seekable(w ? watched(sizedChunks(res.body), w) : sizedChunks(res.body), from), size };
     },
+  };
+}
+
+/** Rethrows a read's failure naming the read: a body cut short says only "Network connection lost". */
+function named(w: StallWatch): (err: unknown) => never {
+  return (err) => {
+    if (err instanceof LoadTimeoutError) throw err;
+    throw new Error(`${w.what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
   };
 }
 
@@ -128,11 +136,7 @@ async function* watched(chunks: AsyncGenerator<Uint8Array>, w: StallWatch): Asyn
   let finished = false;
   try {
     for (;;) {
-      const next = await raced(chunks.next(), w).catch((err: unknown) => {
-        // A body cut short says only "Network connection lost": the read it ended is named.
-        if (err instanceof LoadTimeoutError) throw err;
-        throw new Error(`${w.what}: ${err instanceof Error ? err.message : String(err)}`);
-      });
+      const next = await raced(chunks.next(), w).catch(named(w));
       if (next.done) {
         finished = true;
         return;

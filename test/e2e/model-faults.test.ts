@@ -104,6 +104,7 @@ describe('a model source that fails is a 503 with its reason, and the next reque
     console.log(`truncated files: ${cut.status} ${cut.error?.code} after ${cut.ms} ms: ${cut.error?.message}`);
     expect(cut.status).toBe(503);
     expect(cut.error?.code).toBe('model_unavailable');
+    expect(cut.error?.message).toMatch(/fetching [\w./]+ at MODEL_URL\/: /);
     mode = 'error';
     const broken = await ask(KEYS.bob);
     expect(broken.status).toBe(503);

@@ -96,10 +96,15 @@ export class Webhooks {
     create: boolean,
     selfHost?: string,
   ): Promise<RpcResult<{ hook: OwnHookView; created: boolean }>> {
-    if (create && !this.hooks.find(tenant, name)) {
+    const full = (): ServiceError | undefined => {
+      if (!create || this.hooks.find(tenant, name)) return undefined;
       const count = this.hooks.countOf(tenant.owner);
-      if (count >= this.hooksPerKey) return fail(quotaRefusal('hooks', count, this.hooksPerKey, 'MAX_HOOKS_PER_KEY'));
-    }
+      return count >= this.hooksPerKey
+        ? quotaRefusal('hooks', count, this.hooksPerKey, 'MAX_HOOKS_PER_KEY')
+        : undefined;
+    };
+    const before = full();
+    if (before) return fail(before);
     const secret = parseSecret(input.secret);
     if ('error' in secret) return fail(invalidRequest(secret.error, 'secret'));
     const url = checkCallbackUrl(input.callback_url, { ...this.urls, selfHost });
@@ -116,6 +121,9 @@ export class Webhooks {
       return fail({ ...e, param: e.param && `params.${e.param}` });
     }
     const config = { template: input.template, callback_url: url.url.href, secret: input.secret, params };
+    // Again after the await above, so puts that waited on the model load together do not all pass one count.
+    const after = full();
+    if (after) return fail(after);
     const put = this.hooks.put(tenant, name, { ...config, mode: input.mode ?? 'chat' }, id, create);
     if (!put) return fail(notFound(`no hook '${name}'`, 'hook_not_found'));
     return ok({ hook: await ownView(put.hook), created: put.created });
