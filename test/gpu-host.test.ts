@@ -181,6 +181,8 @@ describe('a GPU host', () => {
     expect(failure).toBeInstanceOf(SequenceFailedError);
     expect((failure as Error).cause).toBeInstanceOf(HostUnavailableError);
     expect((failure as Error).message).toMatch(/GPU host at 127\.0\.0\.1:\d+ cannot be reached/);
+    // An engine loading while the host is down is told so (the object answers 503 with Retry-After).
+    await expect(remoteEngine()).rejects.toThrow(HostUnavailableError);
     // Back: the next request is served from a new session, with the one-process tokens.
     running = await start();
     const back = await collect(engine, request('long', 200));

@@ -115,20 +115,20 @@ export class RemoteRunner implements ModelRunner {
       logits: wantedLogits({ count: tokens.length, logits }),
     }));
     const tokens = Int32Array.from(rows.flatMap((r) => r.tokens));
+    // The queued block commands go with this pass; any queued while it is out go with the next.
     const pass: HostPass = { epoch: session.epoch, rows: wire, ops: this.pending };
     const frame = encodeFrame(pass, [tokens, ...this.writes]);
+    this.pending = [];
+    this.writes = [];
     const t0 = performance.now();
     let reply: { header: HostPassReply; parts: Uint8Array[] };
     try {
       reply = decodeFrame<HostPassReply>(await this.link.post(HOST_PATHS.pass, frame));
     } catch (err) {
-      // Whether the host applied the queued block commands is unknown: its pool is recomputed once it is back.
+      // Whether the host applied the block commands is unknown: its pool is recomputed once it is back.
       this.counters.failures++;
       this.kvDoubtful = true;
       throw err;
-    } finally {
-      this.pending = [];
-      this.writes = [];
     }
     this.counters.passes++;
     this.counters.passMs += performance.now() - t0;
