@@ -51,6 +51,7 @@ export async function runResponsesChain(runs: number, log: (s: string) => void):
   const chainCached: number[] = [];
   const resendCached: number[] = [];
   const inputTokens: number[] = [];
+  const resendInputTokens: number[] = [];
   const inputs = (run: number): string[] =>
     WORDS.map((word, t) => `Run ${run}, question ${t}: what is a ${word}, and why does it matter here?`);
   // The answers of each run's chain, which its resend carries as the history.
@@ -118,8 +119,12 @@ export async function runResponsesChain(runs: number, log: (s: string) => void):
         if (run < 0) continue;
         resendMs[t].push(chat.ttftMs);
         if (run === 0) {
-          const usage = chat.last.at(-1)!.usage as { prompt_tokens_details: { cached_tokens: number } };
+          const usage = chat.last.at(-1)!.usage as {
+            prompt_tokens: number;
+            prompt_tokens_details: { cached_tokens: number };
+          };
           resendCached.push(usage.prompt_tokens_details.cached_tokens);
+          resendInputTokens.push(usage.prompt_tokens);
         }
       }
       log(`  resent history: run ${run + 1}/${runs} done`);
@@ -132,6 +137,7 @@ export async function runResponsesChain(runs: number, log: (s: string) => void):
     byTurn: chainMs.map((c, t) => ({
       turn: t + 1,
       inputTokens: inputTokens[t],
+      resendInputTokens: resendInputTokens[t],
       chainCached: chainCached[t],
       resendCached: resendCached[t],
       chainTtftMs: sampled(c),
