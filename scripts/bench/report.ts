@@ -205,7 +205,7 @@ export function markdownReport(r: BenchResults): string {
         ],
         r.responsesChain.byTurn.map((t) => [
           String(t.turn),
-          String(t.inputTokens),
+          `${t.inputTokens} / ${t.resendInputTokens}`,
           `${t.chainCached} / ${t.resendCached}`,
           `${m(t.chainTtftMs)} ms`,
           `${m(t.resendTtftMs)} ms`,

@@ -1,7 +1,8 @@
 // A chain of responses against re-sending the history: `wrangler dev` serving `tiny`, one shard. Each turn of a
 // 10-turn conversation is sent twice, streamed, with max 8 output tokens: as a response continuing the previous one
 // (`previous_response_id`: only the new input is prefilled, from the chain's kept cache) and as a chat completion
-// carrying the whole history (rendered and tokenised again; its full blocks found by the prefix cache). Timed: the
+// carrying the whole history (rendered and tokenised again; its full blocks found by the prefix cache), each way
+// on a fresh server of its own. Timed: the
 // first text delta of each (time to first token, as the client sees it), with the cached tokens each reported.
 import { createParser } from 'eventsource-parser';
 import { startDevServer } from '../../test/e2e/helpers/wrangler.js';
@@ -45,18 +46,23 @@ async function stream(
 }
 
 export async function runResponsesChain(runs: number, log: (s: string) => void): Promise<ResponsesChainResult> {
-  const server = await startDevServer({ SHARD_COUNT: '1' });
   const chainMs: number[][] = Array.from({ length: TURNS }, () => []);
   const resendMs: number[][] = Array.from({ length: TURNS }, () => []);
   const chainCached: number[] = [];
   const resendCached: number[] = [];
   const inputTokens: number[] = [];
+  const resendInputTokens: number[] = [];
+  const inputs = (run: number): string[] =>
+    WORDS.map((word, t) => `Run ${run}, question ${t}: what is a ${word}, and why does it matter here?`);
+  // The answers of each run's chain, which its resend carries as the history.
+  const answers = new Map<number, string[]>();
+  // Each way on a server of its own, so neither finds the other's blocks in the prefix cache.
+  let server = await startDevServer({ SHARD_COUNT: '1' });
   try {
     for (let run = -1; run < runs; run++) {
       let previous: string | undefined;
-      const history: { role: string; content: string }[] = [{ role: 'system', content: INSTRUCTIONS }];
-      for (let t = 0; t < TURNS; t++) {
-        const input = `Run ${run}, question ${t}: what is a ${WORDS[t]}, and why does it matter here?`;
+      const texts: string[] = [];
+      for (const [t, input] of inputs(run).entries()) {
         const response = await stream(
           server.url,
           '/v1/responses',
@@ -76,6 +82,22 @@ export async function runResponsesChain(runs: number, log: (s: string) => void):
           usage: { input_tokens: number; input_tokens_details: { cached_tokens: number } };
         };
         previous = completed.id;
+        texts.push(response.text);
+        if (run < 0) continue; // the first conversation warms the model and SQLite
+        chainMs[t].push(response.ttftMs);
+        if (run === 0) {
+          chainCached.push(completed.usage.input_tokens_details.cached_tokens);
+          inputTokens.push(completed.usage.input_tokens);
+        }
+      }
+      answers.set(run, texts);
+      log(`  responses chain: run ${run + 1}/${runs} done`);
+    }
+    await server.stop();
+    server = await startDevServer({ SHARD_COUNT: '1' });
+    for (let run = -1; run < runs; run++) {
+      const history: { role: string; content: string }[] = [{ role: 'system', content: INSTRUCTIONS }];
+      for (const [t, input] of inputs(run).entries()) {
         history.push({ role: 'user', content: input });
         const chat = await stream(
           server.url,
@@ -93,19 +115,19 @@ export async function runResponsesChain(runs: number, log: (s: string) => void):
             return delta?.content ? delta.content : undefined;
           },
         );
-        // The chat continues with the response's own answer, so both carry the same history.
-        history.push({ role: 'assistant', content: response.text });
-        if (run < 0) continue; // the first conversation warms the model, the grammar-free path and SQLite
-        chainMs[t].push(response.ttftMs);
+        history.push({ role: 'assistant', content: answers.get(run)![t] });
+        if (run < 0) continue;
         resendMs[t].push(chat.ttftMs);
         if (run === 0) {
-          const usage = chat.last.at(-1)!.usage as { prompt_tokens_details: { cached_tokens: number } };
-          chainCached.push(completed.usage.input_tokens_details.cached_tokens);
+          const usage = chat.last.at(-1)!.usage as {
+            prompt_tokens: number;
+            prompt_tokens_details: { cached_tokens: number };
+          };
           resendCached.push(usage.prompt_tokens_details.cached_tokens);
-          inputTokens.push(completed.usage.input_tokens);
+          resendInputTokens.push(usage.prompt_tokens);
         }
       }
-      log(`  responses chain: run ${run + 1}/${runs} done`);
+      log(`  resent history: run ${run + 1}/${runs} done`);
     }
   } finally {
     await server.stop();
@@ -115,6 +137,7 @@ export async function runResponsesChain(runs: number, log: (s: string) => void):
     byTurn: chainMs.map((c, t) => ({
       turn: t + 1,
       inputTokens: inputTokens[t],
+      resendInputTokens: resendInputTokens[t],
       chainCached: chainCached[t],
       resendCached: resendCached[t],
       chainTtftMs: sampled(c),

@@ -64,6 +64,7 @@ export interface ResponsesChainResult {
   byTurn: {
     turn: number;
     inputTokens: number;
+    resendInputTokens: number;
     chainCached: number;
     resendCached: number;
     chainTtftMs: Sampled;
