@@ -194,7 +194,9 @@ describe.skipIf(!gpu)(`the WGSL pass with a float16 KV pool${skipNote}`, () => {
       const alone = await lastLogits(wgsl, long);
       const err = relError(alone, await lastLogits(kernels, long));
       console.log(`fp16 KV: relative logit error against the kernels' fp16 pool ${err.toExponential(2)}`);
-      expect(err).toBeLessThan(1e-5);
+      // Both round each key and value to float16 once, from float32 values that differ in their last bits
+      // (other sum orders): an element within those bits of a float16 tie rounds the other way (2^-11 of it).
+      expect(err).toBeLessThan(1e-4);
       expect(await lastLogits(wgsl, long, [prompt, [9, 8, 7]])).toEqual(alone);
     } finally {
       await wgsl.runner.release();
