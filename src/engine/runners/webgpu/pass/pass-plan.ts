@@ -113,11 +113,8 @@ export function planPass(
     f[MAT_WORDS] = config.embeddingScale;
   });
   add('embed', p.embed, embed, [w.embedding.buffer, b.residual, b.tok], (M) => [M, 1, 1]);
-  const rope = slot((u) => {
-    u.set([numHeads, numKvHeads, headDim / 2]);
-  });
-  const kvWrite = slot((u) => {
-    u.set([numKvHeads, headDim, kv.blockSize]);
+  const ropeKv = slot((u) => {
+    u.set([numHeads, numKvHeads, headDim / 2, kv.blockSize]);
   });
   const f16 = kv.dtype === 'fp16';
   const act = config.hiddenAct === 'gelu_tanh' ? EPILOGUE.gelu : EPILOGUE.silu;
@@ -136,13 +133,11 @@ export function planPass(
       normInPlace(`${i} q norm`, l.qkNorm.q, b.q, numHeads);
       normInPlace(`${i} k norm`, l.qkNorm.k, b.k, numKvHeads);
     }
-    const [cos, sin] = sliding ? [b.cosLocal, b.sinLocal] : [b.cos, b.sin];
-    add(`${i} rope`, p.rope, rope, [b.q, b.k, cos, sin], (M) => [M, 1, 1]);
     add(
-      `${i} kv write`,
-      f16 ? p.kvWriteF16 : p.kvWrite,
-      kvWrite,
-      [b.k, b.v, kv.keys[i], kv.values[i], b.tok, b.tables],
+      `${i} rope and kv write`,
+      f16 ? p.ropeKvF16 : p.ropeKv,
+      ropeKv,
+      [b.q, b.k, b.v, sliding ? b.ropeLocal : b.rope, kv.keys[i], kv.values[i], b.tok, b.tables],
       (M) => [M, 1, 1],
     );
     add(
