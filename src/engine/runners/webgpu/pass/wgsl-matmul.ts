@@ -45,8 +45,8 @@ const SUBGROUP_SUM = /* wgsl */ `
  * Y (M, N) = X (M, K) @ W, W in its uploaded form (wgsl-weights.ts). One workgroup per output column and
  * MATMUL_ROWS rows: its threads stride along K (dense) or along K's blocks of 32 (quantised), each
  * decoding a weight once for every row, then a fixed tree (or subgroups, where the adapter has them) sums
- * the threads' parts. A row's dot product is
- * so the same float operations whatever M or the row's place among the rows: batch-invariant bit for bit.
+ * the threads' parts. A row's dot product is so the same float operations whatever M or the row's place
+ * among the rows: batch-invariant bit for bit.
  * The epilogue fuses what follows a product in the kernels (kernel-runner.ts), in their float order:
  * + bias (Qwen2), the residual's += (o and down), act(gate) * up (SwiGLU and GeGLU): from the gate's
  * stored product, or, where W is [gate; up] stacked (`stacked`), from the workgroup's own two columns.
