@@ -7,6 +7,7 @@
 //     (the kernels quantise activations to 8 bits instead, so their bound is 0.06).
 //   - A row's logits are the same bits alone and in a batch beside other rows of other lengths.
 //   - A whole step is one compute pass of a fixed number of dispatches (reported).
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -194,7 +195,9 @@ describe.skipIf(!gpu)(`the WGSL pass with a float16 KV pool${skipNote}`, () => {
       const alone = await lastLogits(wgsl, long);
       const err = relError(alone, await lastLogits(kernels, long));
       console.log(`fp16 KV: relative logit error against the kernels' fp16 pool ${err.toExponential(2)}`);
-      expect(err).toBeLessThan(1e-5);
+      // Both round each key and value to float16 once, from float32 values that differ in their last bits
+      // (other sum orders): an element within those bits of a float16 tie rounds the other way (2^-11 of it).
+      expect(err).toBeLessThan(1e-4);
       expect(await lastLogits(wgsl, long, [prompt, [9, 8, 7]])).toEqual(alone);
     } finally {
       await wgsl.runner.release();
@@ -229,4 +232,36 @@ describe.skipIf(!gpu)(`the WGSL pass on ONNX graphs, when the kernels are asked 
       }
     });
   }
+});
+
+describe.skipIf(!gpu)(`npm run generate --backend webgpu on a GGUF folder${skipNote}`, () => {
+  it("runs it on the WGSL pass (it refused before), printing the kernels' greedy text", {
+    timeout: 240_000,
+  }, async () => {
+    const { folder } = await imported('tiny-256', 'F32');
+    const run = (backend: string) =>
+      spawnSync(
+        'npx',
+        [
+          'tsx',
+          'scripts/generate.ts',
+          '--model',
+          folder,
+          '--backend',
+          backend,
+          '--prompt',
+          'Hi',
+          '--max-tokens',
+          '8',
+          '--temperature',
+          '0',
+        ],
+        { encoding: 'utf8', timeout: 180_000 },
+      );
+    const [gpuRun, kernelsRun] = [run('webgpu'), run('kernels')];
+    expect(gpuRun.status, gpuRun.stderr).toBe(0);
+    expect(gpuRun.stderr).toMatch(/tok\/s \(webgpu\)/);
+    expect(kernelsRun.status, kernelsRun.stderr).toBe(0);
+    expect(gpuRun.stdout).toBe(kernelsRun.stdout);
+  });
 });

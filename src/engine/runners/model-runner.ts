@@ -97,7 +97,8 @@ export interface DeviceSampling {
  * What the engine knows of a runner, and all it knows: as vLLM's engine core sees only its executor. The
  * engine owns the block pool's bookkeeping; the runner provides the pool's memory, computes passes over
  * it, and may draw tokens itself. Implementations: KernelRunner (our WebAssembly kernels), OnnxRunner
- * (onnxruntime-node / -web), GpuRunner (onnxruntime's WebGPU EP with the pool on the device).
+ * (onnxruntime-node / -web), GpuRunner (onnxruntime's WebGPU EP with the pool on the device), WgslRunner (our
+ * own WGSL forward pass, webgpu/pass/).
  */
 export interface ModelRunner {
   readonly config: ModelConfig;

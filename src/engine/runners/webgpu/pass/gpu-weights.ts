@@ -20,8 +20,10 @@ export interface GpuLayer {
   v: GpuMatrix;
   o: GpuMatrix;
   mlpNorm: GPUBuffer;
-  gate: GpuMatrix;
-  up: GpuMatrix;
+  /** Gate and up stacked along N ([gate; up]) where they are stored alike; else each alone. */
+  gateUp?: GpuMatrix;
+  gate?: GpuMatrix;
+  up?: GpuMatrix;
   down: GpuMatrix;
   bias?: { q: GPUBuffer; k: GPUBuffer; v: GPUBuffer };
   qkNorm?: { q: GPUBuffer; k: GPUBuffer };
@@ -75,45 +77,65 @@ export function uploadWeights(
     return b;
   };
   const vector = (ptr: number, n: number, label: string): GPUBuffer => buffer(memory.u8(ptr, n * 4), label);
-  const matrix = (m: Matrix, label: string): GpuMatrix => {
+  /** `parts` stacked along N into one matrix (each part's columns after the last's), as stored. */
+  const matrix = (parts: Matrix[], label: string): GpuMatrix => {
+    const m = parts[0];
+    const n = parts.reduce((sum, p) => sum + p.n, 0);
     const mat = new Uint32Array(MAT_WORDS);
     mat[1] = m.k;
-    mat[2] = m.n;
+    mat[2] = n;
+    const concat = (views: Uint8Array[]): Uint8Array => {
+      const out = new Uint8Array(views.reduce((sum, v) => sum + v.byteLength, 0));
+      let at = 0;
+      for (const v of views) {
+        out.set(v, at);
+        at += v.byteLength;
+      }
+      return out;
+    };
     if (m.kind === 'dense') {
       mat[0] = DENSE_KINDS[`${m.dtype}-${m.layout}` as keyof typeof DENSE_KINDS];
       if (mat[0] === undefined) throw new Error(`${label}: a ${m.dtype} (K, N) matrix has no shader`);
-      const data = memory.u8(m.ptr, m.k * m.n * (m.dtype === 'f32' ? 4 : 2));
-      mat[5] = 0;
-      return { buffer: buffer(data, label), mat, k: m.k, n: m.n };
+      const size = (p: Matrix) => p.k * p.n * (m.dtype === 'f32' ? 4 : 2);
+      const data = concat(parts.map((p) => memory.u8((p as typeof m).ptr, size(p))));
+      return { buffer: buffer(data, label), mat, k: m.k, n };
     }
     mat[0] = QUANT_KIND_BASE + QUANT_FORMATS.indexOf(m.format);
     mat[3] = m.blocks;
     mat[4] = memory.i32(m.header, 2)[1];
-    const sizes = quantPlaneBytes(m.format, m.n, m.blocks, m.planes.z !== 0);
+    const quant = parts as (typeof m)[];
+    const sizes = quant.map((p) => quantPlaneBytes(p.format, p.n, p.blocks, p.planes.z !== 0));
+    const planes = PLANES.map((plane) =>
+      m.planes[plane] && sizes[0][plane]
+        ? concat(quant.map((p, i) => memory.u8(p.planes[plane], sizes[i][plane])))
+        : undefined,
+    );
     let words = 0;
-    const at: number[] = [];
-    for (const p of PLANES) {
-      at.push(m.planes[p] && sizes[p] ? words : NO_PLANE);
-      if (m.planes[p] && sizes[p]) words += Math.ceil(sizes[p] / 4);
-    }
+    const at = planes.map((plane) => {
+      if (!plane) return NO_PLANE;
+      const start = words;
+      words += Math.ceil(plane.byteLength / 4);
+      return start;
+    });
     const data = new Uint8Array(words * 4);
-    PLANES.forEach((p, i) => {
-      if (at[i] !== NO_PLANE) data.set(memory.u8(m.planes[p], sizes[p]), at[i] * 4);
+    planes.forEach((plane, i) => {
+      if (plane) data.set(plane, at[i] * 4);
     });
     mat.set(at, 5);
-    return { buffer: buffer(data, label), mat, k: m.k, n: m.n };
+    return { buffer: buffer(data, label), mat, k: m.k, n };
   };
   const { hiddenSize: H, headDim } = config;
   const layer = (l: LayerWeights, i: number): GpuLayer => ({
     attnNorm: vector(l.attnNorm, H, `layer ${i} attn norm`),
-    q: matrix(l.q, `layer ${i} q`),
-    k: matrix(l.k, `layer ${i} k`),
-    v: matrix(l.v, `layer ${i} v`),
-    o: matrix(l.o, `layer ${i} o`),
+    q: matrix([l.q], `layer ${i} q`),
+    k: matrix([l.k], `layer ${i} k`),
+    v: matrix([l.v], `layer ${i} v`),
+    o: matrix([l.o], `layer ${i} o`),
     mlpNorm: vector(l.mlpNorm, H, `layer ${i} mlp norm`),
-    gate: matrix(l.gate, `layer ${i} gate`),
-    up: matrix(l.up, `layer ${i} up`),
-    down: matrix(l.down, `layer ${i} down`),
+    ...(stackable(l.gate, l.up, memory)
+      ? { gateUp: matrix([l.gate, l.up], `layer ${i} gate and up`) }
+      : { gate: matrix([l.gate], `layer ${i} gate`), up: matrix([l.up], `layer ${i} up`) }),
+    down: matrix([l.down], `layer ${i} down`),
     bias: l.bias && {
       q: vector(l.bias.q, l.q.n, `layer ${i} q bias`),
       k: vector(l.bias.k, l.k.n, `layer ${i} k bias`),
@@ -129,8 +151,8 @@ export function uploadWeights(
     },
   });
   const layers = w.layers.map(layer);
-  const embedding = matrix(w.ends.embedding, 'embedding');
-  const lmHead = w.ends.lmHead === w.ends.embedding ? embedding : matrix(w.ends.lmHead, 'lm head');
+  const embedding = matrix([w.ends.embedding], 'embedding');
+  const lmHead = w.ends.lmHead === w.ends.embedding ? embedding : matrix([w.ends.lmHead], 'lm head');
   return {
     layers,
     embedding,
@@ -147,9 +169,26 @@ export function uploadWeights(
 export function weightBuffers(w: GpuWeights): GPUBuffer[] {
   const out = new Set<GPUBuffer>([w.embedding.buffer, w.lmHead.buffer, w.norm]);
   for (const l of w.layers) {
-    for (const m of [l.q, l.k, l.v, l.o, l.gate, l.up, l.down]) out.add(m.buffer);
+    for (const m of [l.q, l.k, l.v, l.o, l.gateUp, l.gate, l.up, l.down]) if (m) out.add(m.buffer);
     for (const b of [l.attnNorm, l.mlpNorm]) out.add(b);
     for (const group of [l.bias, l.qkNorm, l.postNorm]) if (group) for (const b of Object.values(group)) out.add(b);
   }
   return [...out];
+}
+
+/**
+ * Whether two matrices can be stacked along N into one (the gate and up products, then one dispatch): the
+ * same input width and form, N a multiple of 4 (a quantised matrix's side arrays hold columns in fours), and
+ * dense ones stored (N, K), where a matrix's columns are contiguous.
+ */
+function stackable(a: Matrix, b: Matrix, memory: LinearMemory): boolean {
+  if (a.k !== b.k || a.n % 4 !== 0) return false;
+  if (a.kind === 'dense' || b.kind === 'dense')
+    return a.kind === 'dense' && b.kind === 'dense' && a.dtype === b.dtype && a.layout === 'nk' && b.layout === 'nk';
+  return (
+    a.format === b.format &&
+    a.blocks === b.blocks &&
+    PLANES.every((p) => (a.planes[p] === 0) === (b.planes[p] === 0)) &&
+    memory.i32(a.header, 2)[1] === memory.i32(b.header, 2)[1]
+  );
 }

@@ -18,10 +18,9 @@ export class PassBuffers {
   readonly step: GPUBuffer;
   readonly tok: GPUBuffer;
   readonly tables: GPUBuffer;
-  readonly cos: GPUBuffer;
-  readonly sin: GPUBuffer;
-  readonly cosLocal: GPUBuffer;
-  readonly sinLocal: GPUBuffer;
+  /** RoPE's cos and sin per token (ropeTable), and the sliding layers' own. */
+  readonly rope: GPUBuffer;
+  readonly ropeLocal: GPUBuffer;
   readonly rowmap: GPUBuffer;
   readonly residual: GPUBuffer;
   readonly h: GPUBuffer;
@@ -57,10 +56,8 @@ export class PassBuffers {
     this.step = make('pass step', 4);
     this.tok = make('pass tokens', M * TOKEN_WORDS);
     this.tables = make('pass block tables', tableEntries);
-    this.cos = make('rope cos', (M * headDim) / 2);
-    this.sin = make('rope sin', (M * headDim) / 2);
-    this.cosLocal = make('rope cos (sliding layers)', (M * headDim) / 2);
-    this.sinLocal = make('rope sin (sliding layers)', (M * headDim) / 2);
+    this.rope = make('rope table', M * headDim);
+    this.ropeLocal = make('rope table (sliding layers)', M * headDim);
     this.rowmap = make('logit rows', L);
     this.residual = make('residual', M * H);
     this.h = make('normed', M * H);

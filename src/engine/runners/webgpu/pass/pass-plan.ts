@@ -70,14 +70,16 @@ export function planPass(
     mode: number,
     aux?: GPUBuffer,
     rows: 'tokens' | 'logits' = 'tokens',
+    stacked = false,
   ): void => {
     const s = slot((u) => {
       u.set(m.mat);
       u[MAT_WORDS] = mode;
       u[MAT_WORDS + 1] = mode === EPILOGUE.store && aux ? 1 : 0;
       u[MAT_WORDS + 2] = rows === 'logits' ? 1 : 0;
+      u[MAT_WORDS + 3] = stacked ? 1 : 0;
     });
-    const [gx, gy] = split(m.n);
+    const [gx, gy] = split(stacked ? m.n / 2 : m.n);
     add(label, p.matmul, s, [m.buffer, x, y, aux ?? b.dummy, b.step], (M, L) => [
       gx,
       gy,
@@ -113,11 +115,8 @@ export function planPass(
     f[MAT_WORDS] = config.embeddingScale;
   });
   add('embed', p.embed, embed, [w.embedding.buffer, b.residual, b.tok], (M) => [M, 1, 1]);
-  const rope = slot((u) => {
-    u.set([numHeads, numKvHeads, headDim / 2]);
-  });
-  const kvWrite = slot((u) => {
-    u.set([numKvHeads, headDim, kv.blockSize]);
+  const ropeKv = slot((u) => {
+    u.set([numHeads, numKvHeads, headDim / 2, kv.blockSize]);
   });
   const f16 = kv.dtype === 'fp16';
   const act = config.hiddenAct === 'gelu_tanh' ? EPILOGUE.gelu : EPILOGUE.silu;
@@ -136,13 +135,11 @@ export function planPass(
       normInPlace(`${i} q norm`, l.qkNorm.q, b.q, numHeads);
       normInPlace(`${i} k norm`, l.qkNorm.k, b.k, numKvHeads);
     }
-    const [cos, sin] = sliding ? [b.cosLocal, b.sinLocal] : [b.cos, b.sin];
-    add(`${i} rope`, p.rope, rope, [b.q, b.k, cos, sin], (M) => [M, 1, 1]);
     add(
-      `${i} kv write`,
-      f16 ? p.kvWriteF16 : p.kvWrite,
-      kvWrite,
-      [b.k, b.v, kv.keys[i], kv.values[i], b.tok, b.tables],
+      `${i} rope and kv write`,
+      f16 ? p.ropeKvF16 : p.ropeKv,
+      ropeKv,
+      [b.q, b.k, b.v, sliding ? b.ropeLocal : b.rope, kv.keys[i], kv.values[i], b.tok, b.tables],
       (M) => [M, 1, 1],
     );
     add(
@@ -157,8 +154,11 @@ export function planPass(
       norm(`${i} post-attention norm`, l.postNorm.attn, b.out, b.residual, H, { accumulate: true });
     } else matmul(`${i} o`, l.o, b.ctx, b.residual, EPILOGUE.accumulate);
     norm(`${i} mlp norm`, l.mlpNorm, b.residual, b.h, H);
-    matmul(`${i} gate`, l.gate, b.h, b.gate, EPILOGUE.store);
-    matmul(`${i} up`, l.up, b.h, b.act, act, b.gate);
+    if (l.gateUp) matmul(`${i} gate and up`, l.gateUp, b.h, b.act, act, undefined, 'tokens', true);
+    else if (l.gate && l.up) {
+      matmul(`${i} gate`, l.gate, b.h, b.gate, EPILOGUE.store);
+      matmul(`${i} up`, l.up, b.h, b.act, act, b.gate);
+    }
     if (l.postNorm) {
       matmul(`${i} down`, l.down, b.act, b.out, EPILOGUE.store);
       norm(`${i} post-mlp norm`, l.postNorm.mlp, b.out, b.residual, H, { accumulate: true });

@@ -1,15 +1,14 @@
 import { attentionWgsl } from './wgsl-attention.js';
 import { matmulWgsl } from './wgsl-matmul.js';
-import { EMBED_WGSL, kvWriteWgsl, ROPE_WGSL, RMSNORM_WGSL } from './wgsl-ops.js';
+import { EMBED_WGSL, RMSNORM_WGSL, ropeKvWgsl } from './wgsl-ops.js';
 
 /** The WGSL pass's kernels: its shaders compiled once per device (the text lives in the modules beside). */
 export interface PassPipelines {
   matmul: GPUComputePipeline;
   rmsnorm: GPUComputePipeline;
   rmsnormInPlace: GPUComputePipeline;
-  rope: GPUComputePipeline;
-  kvWrite: GPUComputePipeline;
-  kvWriteF16: GPUComputePipeline;
+  ropeKv: GPUComputePipeline;
+  ropeKvF16: GPUComputePipeline;
   embed: GPUComputePipeline;
   attention: GPUComputePipeline;
   attentionF16: GPUComputePipeline;
@@ -20,9 +19,8 @@ const sources = (subgroups: boolean) =>
     matmul: [matmulWgsl(subgroups), 'main'],
     rmsnorm: [RMSNORM_WGSL, 'main'],
     rmsnormInPlace: [RMSNORM_WGSL, 'inplace'],
-    rope: [ROPE_WGSL, 'main'],
-    kvWrite: [kvWriteWgsl(false), 'main'],
-    kvWriteF16: [kvWriteWgsl(true), 'main'],
+    ropeKv: [ropeKvWgsl(false), 'main'],
+    ropeKvF16: [ropeKvWgsl(true), 'main'],
     embed: [EMBED_WGSL, 'main'],
     attention: [attentionWgsl(false), 'main'],
     attentionF16: [attentionWgsl(true), 'main'],

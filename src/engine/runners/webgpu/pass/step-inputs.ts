@@ -45,24 +45,21 @@ export function stepInputs(rows: readonly StepRow[], vocabSize: number): StepInp
 }
 
 /**
- * RoPE's cos and sin of every token's position, (M, head_dim / 2): float64 angles rounded once, as the
- * kernels' tables are (kernel-runner.ts), so both runners rotate by the same float32 values.
+ * RoPE's cos and sin of every token's position, (M, head_dim): per token its head_dim / 2 cosines, then its
+ * sines. Float64 angles rounded once, as the kernels' tables are (kernel-runner.ts), so both runners rotate
+ * by the same float32 values.
  */
-export function ropeTables(
-  inputs: StepInputs,
-  invFreq: Float32Array,
-): { cos: Float32Array<ArrayBuffer>; sin: Float32Array<ArrayBuffer> } {
+export function ropeTable(inputs: StepInputs, invFreq: Float32Array): Float32Array<ArrayBuffer> {
   const half = invFreq.length;
-  const cos = new Float32Array(inputs.tokens * half);
-  const sin = new Float32Array(inputs.tokens * half);
+  const out = new Float32Array(inputs.tokens * 2 * half);
   for (let t = 0; t < inputs.tokens; t++) {
     const pos = inputs.tok[t * TOKEN_WORDS + 1];
     for (let j = 0; j < half; j++) {
-      cos[t * half + j] = Math.cos(pos * invFreq[j]);
-      sin[t * half + j] = Math.sin(pos * invFreq[j]);
+      out[2 * t * half + j] = Math.cos(pos * invFreq[j]);
+      out[(2 * t + 1) * half + j] = Math.sin(pos * invFreq[j]);
     }
   }
-  return { cos, sin };
+  return out;
 }
 
 function offsets(sizes: readonly number[]): number[] {

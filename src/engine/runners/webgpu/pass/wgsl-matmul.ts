@@ -9,11 +9,11 @@ export const EPILOGUE = { store: 0, accumulate: 1, silu: 2, gelu: 3 } as const;
 
 /** The threads' parts summed by a fixed tree through workgroup memory; the sums land in red[r * T]. */
 const TREE_SUM = /* wgsl */ `
-  for (var r = 0u; r < R; r++) { red[r * T + tid] = acc[r]; }
+  for (var r = 0u; r < C * R; r++) { red[r * T + tid] = acc[r]; }
   workgroupBarrier();
   for (var half = T / 2u; half > 0u; half = half / 2u) {
     if (tid < half) {
-      for (var r = 0u; r < R; r++) { red[r * T + tid] = red[r * T + tid] + red[r * T + tid + half]; }
+      for (var r = 0u; r < C * R; r++) { red[r * T + tid] = red[r * T + tid] + red[r * T + tid + half]; }
     }
     workgroupBarrier();
   }
@@ -29,13 +29,13 @@ const SUBGROUP_BUILTINS = `
 
 const SUBGROUP_SUM = /* wgsl */ `
   let groups = (T + sgs - 1u) / sgs;
-  for (var r = 0u; r < R; r++) {
+  for (var r = 0u; r < C * R; r++) {
     let part = subgroupAdd(acc[r]);
     if (sid == 0u) { red[r * T + tid / sgs] = part; }
   }
   workgroupBarrier();
   if (tid != 0u) { return; }
-  for (var r = 0u; r < R; r++) {
+  for (var r = 0u; r < C * R; r++) {
     var total = red[r * T];
     for (var j = 1u; j < groups; j++) { total = total + red[r * T + j]; }
     red[r * T] = total;
@@ -45,17 +45,18 @@ const SUBGROUP_SUM = /* wgsl */ `
  * Y (M, N) = X (M, K) @ W, W in its uploaded form (wgsl-weights.ts). One workgroup per output column and
  * MATMUL_ROWS rows: its threads stride along K (dense) or along K's blocks of 32 (quantised), each
  * decoding a weight once for every row, then a fixed tree (or subgroups, where the adapter has them) sums
- * the threads' parts. A row's dot product is
- * so the same float operations whatever M or the row's place among the rows: batch-invariant bit for bit.
+ * the threads' parts. A row's dot product is so the same float operations whatever M or the row's place
+ * among the rows: batch-invariant bit for bit.
  * The epilogue fuses what follows a product in the kernels (kernel-runner.ts), in their float order:
- * + bias (Qwen2), the residual's += (o and down), act(gate) * up (SwiGLU and GeGLU).
+ * + bias (Qwen2), the residual's += (o and down), act(gate) * up (SwiGLU and GeGLU): from the gate's
+ * stored product, or, where W is [gate; up] stacked (`stacked`), from the workgroup's own two columns.
  */
 export function matmulWgsl(subgroups: boolean): string {
   return /* wgsl */ `${subgroups ? 'enable subgroups;' : ''}
 ${WEIGHT_WGSL}
 struct Params {
   mat: Mat,
-  mode: u32, bias: u32, rows: u32, _pad: u32,
+  mode: u32, bias: u32, rows: u32, stacked: u32,
 }
 struct Step { tokens: u32, logitRows: u32, _a: u32, _b: u32 }
 
@@ -68,7 +69,7 @@ struct Step { tokens: u32, logitRows: u32, _a: u32, _b: u32 }
 
 const T: u32 = ${MATMUL_THREADS}u;
 const R: u32 = ${MATMUL_ROWS}u;
-var<workgroup> red: array<f32, ${MATMUL_THREADS * MATMUL_ROWS}>;
+var<workgroup> red: array<f32, ${2 * MATMUL_THREADS * MATMUL_ROWS}>;
 
 @compute @workgroup_size(${MATMUL_THREADS})
 fn main(
@@ -77,31 +78,47 @@ fn main(
   @builtin(local_invocation_index) tid: u32,${subgroups ? SUBGROUP_BUILTINS : ''}
 ) {
   let M = P.mat;
+  // Stacked: this workgroup's columns are n and n + N/2 (gate and up), its output N/2 wide.
+  let C = 1u + P.stacked;
+  let N = M.N / C;
   let n = wid.x + wid.y * nwg.x;
-  if (n >= M.N) { return; }
+  if (n >= N) { return; }
   let m0 = wid.z * R;
   let rowsAll = select(S.tokens, S.logitRows, P.rows == 1u);
   let live = min(R, rowsAll - min(rowsAll, m0));
-  var acc = array<f32, ${MATMUL_ROWS}>();
-  if (M.kind < 16u) {
-    for (var k = tid; k < M.K; k += T) {
-      let w = wdense(M, n, k);
-      for (var r = 0u; r < live; r++) { acc[r] = acc[r] + w * X[(m0 + r) * M.K + k]; }
-    }
-  } else {
-    for (var b = tid; b < M.blocks; b += T) {
-      let end = min(32u, M.K - min(M.K, b * 32u));
-      for (var i = 0u; i < end; i++) {
-        let w = wquant(M, n, b, i);
-        let k = b * 32u + i;
-        for (var r = 0u; r < live; r++) { acc[r] = acc[r] + w * X[(m0 + r) * M.K + k]; }
+  var acc = array<f32, ${2 * MATMUL_ROWS}>();
+  for (var c = 0u; c < C; c++) {
+    let col = n + c * N;
+    if (M.kind < 16u) {
+      for (var k = tid; k < M.K; k += T) {
+        let w = wdense(M, col, k);
+        for (var r = 0u; r < live; r++) { acc[c * R + r] = acc[c * R + r] + w * X[(m0 + r) * M.K + k]; }
+      }
+    } else {
+      for (var b = tid; b < M.blocks; b += T) {
+        let end = min(32u, M.K - min(M.K, b * 32u));
+        for (var i = 0u; i < end; i++) {
+          let w = wquant(M, col, b, i);
+          let k = b * 32u + i;
+          for (var r = 0u; r < live; r++) { acc[c * R + r] = acc[c * R + r] + w * X[(m0 + r) * M.K + k]; }
+        }
       }
     }
   }
 ${subgroups ? SUBGROUP_SUM : TREE_SUM}
   for (var r = 0u; r < live; r++) {
     let dot = red[r * T];
-    let at = (m0 + r) * M.N + n;
+    let at = (m0 + r) * N + n;
+    if (P.stacked == 1u) {
+      let up = red[(R + r) * T];
+      if (P.mode == 3u) {
+        let u = (dot + 0.044715 * (dot * (dot * dot))) * (-2.0 * 0.7978845608028654);
+        Y[at] = (dot / (1.0 + exp(u))) * up;
+      } else {
+        Y[at] = (dot * (1.0 / (1.0 + exp(-dot)))) * up;
+      }
+      continue;
+    }
     switch P.mode {
       case 1u: { Y[at] = Y[at] + dot; }
       case 2u: {

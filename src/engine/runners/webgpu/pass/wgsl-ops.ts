@@ -62,14 +62,25 @@ fn inplace(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3
 }
 `;
 
-/** Hugging Face RoPE (kernels' rope: halves of each head) on q and k, one workgroup per token. */
-export const ROPE_WGSL = /* wgsl */ `
-struct Params { heads: u32, kvHeads: u32, half: u32, _pad: u32 }
+/**
+ * Per token (one workgroup each): Hugging Face RoPE (the kernels' rope: halves of each head) on its q and k
+ * rows in place, then its key and value rows into its block of the paged pool (kv_write, kv_write_f16): one
+ * dispatch where the kernels make three calls. A float16 pool holds two elements per u32 word
+ * (pack2x16float), each thread writing one pair.
+ */
+export function ropeKvWgsl(f16: boolean): string {
+  const pool = f16 ? 'array<u32>' : 'array<f32>';
+  return /* wgsl */ `
+struct Params { heads: u32, kvHeads: u32, half: u32, blockSize: u32 }
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read_write> Q: array<f32>;
 @group(0) @binding(2) var<storage, read_write> K: array<f32>;
-@group(0) @binding(3) var<storage, read> C: array<f32>;
-@group(0) @binding(4) var<storage, read> Sn: array<f32>;
+@group(0) @binding(3) var<storage, read> V: array<f32>;
+@group(0) @binding(4) var<storage, read> R: array<f32>;
+@group(0) @binding(5) var<storage, read_write> KP: ${pool};
+@group(0) @binding(6) var<storage, read_write> VP: ${pool};
+@group(0) @binding(7) var<storage, read> tok: array<u32>;
+@group(0) @binding(8) var<storage, read> tables: array<u32>;
 
 @compute @workgroup_size(${OPS_THREADS})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid: u32) {
@@ -78,8 +89,8 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid:
   for (var i = tid; i < (P.heads + P.kvHeads) * P.half; i += ${OPS_THREADS}u) {
     let h = i / P.half;
     let j = i % P.half;
-    let c = C[t * P.half + j];
-    let s = Sn[t * P.half + j];
+    let c = R[t * hd + j];
+    let s = R[t * hd + P.half + j];
     if (h < P.heads) {
       let at = (t * P.heads + h) * hd + j;
       let a = Q[at];
@@ -94,36 +105,16 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid:
       K[at + P.half] = b * c + a * s;
     }
   }
-}
-`;
-
-/**
- * Each token's key and value rows into its block of the paged pool (kv_write, kv_write_f16), one workgroup
- * per token. A float16 pool holds two elements per u32 word (pack2x16float), each thread writing one pair.
- */
-export function kvWriteWgsl(f16: boolean): string {
-  const pool = f16 ? 'array<u32>' : 'array<f32>';
-  return /* wgsl */ `
-struct Params { kvHeads: u32, headDim: u32, blockSize: u32, _pad: u32 }
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> K: array<f32>;
-@group(0) @binding(2) var<storage, read> V: array<f32>;
-@group(0) @binding(3) var<storage, read_write> KP: ${pool};
-@group(0) @binding(4) var<storage, read_write> VP: ${pool};
-@group(0) @binding(5) var<storage, read> tok: array<u32>;
-@group(0) @binding(6) var<storage, read> tables: array<u32>;
-
-@compute @workgroup_size(${OPS_THREADS})
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid: u32) {
-  let t = wid.x;
+  // This token's rotated keys, written by other threads of this workgroup, before they are stored.
+  storageBarrier();
   let pos = tok[t * ${TOKEN_WORDS}u + 1u];
   let block = tables[tok[t * ${TOKEN_WORDS}u + 2u] + pos / P.blockSize];
-  let width = P.kvHeads * P.headDim;
+  let width = P.kvHeads * hd;
   let step = ${f16 ? '2u' : '1u'};
   for (var i = tid * step; i < width; i += ${OPS_THREADS}u * step) {
-    let h = i / P.headDim;
-    let d = i % P.headDim;
-    let at = ((block * P.kvHeads + h) * P.blockSize + pos % P.blockSize) * P.headDim + d;
+    let h = i / hd;
+    let d = i % hd;
+    let at = ((block * P.kvHeads + h) * P.blockSize + pos % P.blockSize) * hd + d;
     ${
       f16
         ? `KP[at / 2u] = pack2x16float(vec2f(K[t * width + i], K[t * width + i + 1u]));

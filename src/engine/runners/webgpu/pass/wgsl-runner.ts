@@ -9,7 +9,7 @@ import { GpuKvPool } from '../gpu-kv-pool.js';
 import { MAP_MODE_READ } from '../usage.js';
 import { PassBuffers, type PassCapacity } from './pass-buffers.js';
 import { planPass, type PlannedDispatch } from './pass-plan.js';
-import { ropeTables, stepInputs, type StepInputs } from './step-inputs.js';
+import { ropeTable, stepInputs, type StepInputs } from './step-inputs.js';
 import type { WgslModel } from './wgsl-model.js';
 
 /**
@@ -121,17 +121,10 @@ export class WgslRunner implements ModelRunner, DeviceSampling {
     q.writeBuffer(b.tok, 0, inputs.tok);
     q.writeBuffer(b.tables, 0, inputs.tables);
     if (inputs.logitRows) q.writeBuffer(b.rowmap, 0, inputs.rowmap);
-    const global = ropeTables(inputs, w.invFreq);
-    q.writeBuffer(b.cos, 0, global.cos);
-    q.writeBuffer(b.sin, 0, global.sin);
-    if (w.localInvFreq) {
-      const local = ropeTables(inputs, w.localInvFreq);
-      q.writeBuffer(b.cosLocal, 0, local.cos);
-      q.writeBuffer(b.sinLocal, 0, local.sin);
-    } else if (config.slidingWindow) {
-      q.writeBuffer(b.cosLocal, 0, global.cos);
-      q.writeBuffer(b.sinLocal, 0, global.sin);
-    }
+    const global = ropeTable(inputs, w.invFreq);
+    q.writeBuffer(b.rope, 0, global);
+    if (w.localInvFreq) q.writeBuffer(b.ropeLocal, 0, ropeTable(inputs, w.localInvFreq));
+    else if (config.slidingWindow) q.writeBuffer(b.ropeLocal, 0, global);
     const encoder = this.model.device.createCommandEncoder({ label: 'wgsl step' });
     kv.encodePendingCopies(encoder);
     const pass = encoder.beginComputePass({ label: 'wgsl step' });
