@@ -31,14 +31,15 @@ const K_FALLBACK: Partial<Record<QuantType, QuantType>> = { Q4_K: 'Q5_0', Q5_K: 
 const fits = (type: QuantType, cols: number): boolean => cols % ggmlLayout(GGML_TYPE[type]).blockElements === 0;
 
 /**
- * llama-quant.cpp's fallback for a row of `cols` values; legacy 32-blocks that do not fit stay F32 (where
- * llama-quantize would refuse the file), so small test models still write.
+ * llama-quant.cpp's fallback for a row of `cols` values; legacy 32-blocks that do not fit stay `legacy`: F32 by
+ * default (where llama-quantize would refuse the file), so small test models still write, or F16, as
+ * convert_hf_to_gguf.py's --outtype q8_0 writes such a tensor.
  */
-function withFallback(type: QuantType, cols: number): QuantType {
+function withFallback(type: QuantType, cols: number, legacy: 'F32' | 'F16' = 'F32'): QuantType {
   if (fits(type, cols)) return type;
   const next = K_FALLBACK[type];
   if (next) return fits(next, cols) ? next : 'F16';
-  return 'F32';
+  return legacy;
 }
 
 /** llama.cpp's use_more_bits: the first and last eighth of the layers and every third one between. */
@@ -51,6 +52,8 @@ export interface MixContext {
   numLayers: number;
   /** True when the file has no output.weight (llama.cpp then treats token_embd as the output). */
   tiedEmbeddings: boolean;
+  /** What a legacy type's tensor whose rows are not whole blocks becomes (withFallback); F32 unless said. */
+  legacyFallback?: 'F32' | 'F16';
 }
 
 /** The type of tensor `name` with dims `ne` in a file of type `fileType`. */
@@ -58,7 +61,7 @@ export function tensorTypeFor(fileType: GgufFileType, name: string, ne: readonly
   if (ne.length < 2) return 'F32';
   if (fileType === 'F32' || fileType === 'F16' || fileType === 'BF16') return fileType;
   const cols = ne[0];
-  if (fileType !== 'Q4_K_M') return withFallback(fileType, cols);
+  if (fileType !== 'Q4_K_M') return withFallback(fileType, cols, ctx.legacyFallback);
   const isOutput = name === 'output.weight' || (ctx.tiedEmbeddings && name === 'token_embd.weight');
   if (isOutput) return withFallback(cols % 256 ? 'Q8_0' : 'Q6_K', cols);
   const layer = Number(/^blk\.(\d+)\./.exec(name)?.[1] ?? -1);

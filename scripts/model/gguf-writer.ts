@@ -83,10 +83,17 @@ export interface LlamaGgufOptions {
    * the one made from `input.tokenizer`, whose special ids are our generated vocabulary's.
    */
   tokenizerMeta?: [string, MetaValue][];
+  /** A Q8_0 / Q4_0 ... tensor whose rows are not whole blocks: F32 (default) or F16, as llama.cpp's converter writes it. */
+  legacyFallback?: 'F32' | 'F16';
 }
 
 /** The GGUF tensors of a Llama model, each in the type llama-quantize would give it in a `fileType` file. */
-export function llamaTensors(p: LlamaShape, weights: WeightMap, fileType: GgufFileType): GgufTensor[] {
+export function llamaTensors(
+  p: LlamaShape,
+  weights: WeightMap,
+  fileType: GgufFileType,
+  legacyFallback?: 'F32' | 'F16',
+): GgufTensor[] {
   const get = (name: string): { dims: number[]; data: Float32Array } => {
     const w = weights.get(name);
     if (!w) throw new Error(`missing weight ${name}`);
@@ -100,7 +107,7 @@ export function llamaTensors(p: LlamaShape, weights: WeightMap, fileType: GgufFi
     type: 'F32',
     data: () => (gemma && name.endsWith('norm.weight') ? get(name).data.map((w) => w + 1) : get(name).data),
   });
-  const mix = { numLayers: p.numLayers, tiedEmbeddings: p.tieWordEmbeddings };
+  const mix = { numLayers: p.numLayers, tiedEmbeddings: p.tieWordEmbeddings, legacyFallback };
   const permuted = (p.architecture ?? 'llama') === 'llama';
   /** A MatMul (in, out) weight as an (out, in) ggml matrix, optionally with its rows permuted for RoPE. */
   const matrix = (name: string, out: string, ropeHeads?: number): GgufTensor => {
@@ -201,7 +208,11 @@ export function writeLlamaGguf(
   fileType: GgufFileType,
   options: LlamaGgufOptions = {},
 ): void {
-  writeGguf(path, llamaGgufMeta(input, fileType, options), llamaTensors(input.shape, input.weights, fileType));
+  writeGguf(
+    path,
+    llamaGgufMeta(input, fileType, options),
+    llamaTensors(input.shape, input.weights, fileType, options.legacyFallback),
+  );
 }
 
 /** A preset's model as model-make.ts generates it (same seed => same weights as its ONNX files). */

@@ -23,6 +23,8 @@ export function ggufWeights(
   file: Uint8Array,
   header: GgufHeader,
   heads: { numHeads: number; numKvHeads: number; headDim: number },
+  /** Filled with the names of the matrices the file holds block-quantised (not F32, F16 or BF16). */
+  quantised?: Set<string>,
 ): WeightMap {
   const out: WeightMap = new Map();
   // Only llama's files are permuted for interleaved RoPE; Qwen's are in Hugging Face's order (NEOX RoPE).
@@ -37,7 +39,10 @@ export function ggufWeights(
     const n = t.ne.reduce((a, b) => a * b, 1);
     const data = dequantizeRow(t.type, file.subarray(at, at + t.byteSize!), n);
     const layer = /^blk\.(\d+)\.(\w+)\.(weight|bias)$/.exec(t.name);
+    const blockType = t.type !== 0 && t.type !== 1 && t.type !== 30; // F32, F16, BF16
+    if (blockType && t.name === 'token_embd.weight') quantised?.add('model.embed_tokens.weight');
     const matrix = (name: string, ropeHeads?: number) => {
+      if (blockType) quantised?.add(name);
       const [cols, rows] = t.ne;
       const rowsHf = ropeHeads === undefined || !permuted ? data : unpermute(data, ropeHeads, heads.headDim, cols);
       out.set(name, { dims: [cols, rows], data: transpose(rowsHf, rows, cols) });

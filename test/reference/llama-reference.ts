@@ -198,15 +198,30 @@ export class LlamaReference {
    */
   activationsInt8 = false;
 
-  /** x (nIn) @ w (nIn, nOut), the input first rounded per block of 32 where activationsInt8. */
+  /**
+   * With activationsInt8, the weights whose products round their input (a file's block-quantised matrices, by
+   * their arrays); unset: every product's. A file's F16 or F32 matrices (a row not a whole number of blocks) take
+   * their input as it is, as the kernels' float products and llama.cpp's do.
+   */
+  int8Weights: ReadonlySet<Float32Array> | undefined;
+
+  /** The arrays of `names` (Hugging Face names of the weights given to the constructor), for int8Weights. */
+  arraysOf(names: Iterable<string>): Set<Float32Array> {
+    return new Set([...names].map((n) => this.weights.get(n)!.data));
+  }
+
+  /** x (nIn) @ w (nIn, nOut), the input first rounded per block of 32 where activationsInt8 (and w is 8-bit). */
   private product(x: Float64Array, w: Float32Array, nIn: number, nOut: number): Float64Array {
-    if (!this.activationsInt8) return matmul(x, w, nIn, nOut);
+    if (!this.activationsInt8 || (this.int8Weights && !this.int8Weights.has(w))) return matmul(x, w, nIn, nOut);
     const xq = Float64Array.from(x);
     for (let off = 0; off < nIn; off += 32) int8Row(xq, off, Math.min(32, nIn - off));
     return matmul(xq, w, nIn, nOut);
   }
 
-  constructor(config: LlamaConfig, weights: Map<string, Tensor>) {
+  constructor(
+    config: LlamaConfig,
+    private readonly weights: Map<string, Tensor>,
+  ) {
     this.hidden = config.hidden_size;
     this.inter = config.intermediate_size;
     this.nLayers = config.num_hidden_layers;
@@ -409,8 +424,9 @@ export class LlamaReference {
     if (this.lmHead) return this.product(hn, this.lmHead, H, this.vocab); // (vocab)
     // Tied: logits[v] = h · embed_tokens[v]
     const logits = new Float64Array(this.vocab); // (vocab)
-    const h = this.activationsInt8 ? Float64Array.from(hn) : hn;
-    if (this.activationsInt8) for (let off = 0; off < H; off += 32) int8Row(h, off, Math.min(32, H - off));
+    const rounded = this.activationsInt8 && (!this.int8Weights || this.int8Weights.has(this.embed));
+    const h = rounded ? Float64Array.from(hn) : hn;
+    if (rounded) for (let off = 0; off < H; off += 32) int8Row(h, off, Math.min(32, H - off));
     for (let t = 0; t < this.vocab; t++) {
       let dot = 0;
       for (let i = 0; i < H; i++) dot += h[i] * this.embed[t * H + i];
