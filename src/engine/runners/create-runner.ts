@@ -4,6 +4,7 @@ import { isGpuRuntime } from './webgpu/gpu-runtime.js';
 import { GpuRunner, UnsupportedOnDevice } from './webgpu/gpu-runner.js';
 import { WgslKernels } from './webgpu/wgsl-kernels.js';
 import { WgslModel } from './webgpu/pass/wgsl-model.js';
+import { WgslRunner } from './webgpu/pass/wgsl-runner.js';
 import type { GpuRuntime } from './webgpu/gpu-runtime.js';
 import type { ByteStream } from '../model/model-files.js';
 import { KernelModel } from './wasm/kernel-model.js';
@@ -317,9 +318,9 @@ async function loadWgslRunner(
     sampling,
   });
   return {
-    runner: model.runner(options),
+    runner: new WgslRunner(model, options),
     weightBytes: model.weights.bytes,
-    another: async (limits) => model.runner(limits),
+    another: async (limits) => new WgslRunner(model, limits),
     shared: () => [{ label: 'weights (on the device)', bytes: model.weights.bytes }],
     perRunner: [],
   };

@@ -6,7 +6,6 @@ import { KernelModel } from '../../wasm/kernel-model.js';
 import type { WgslKernels } from '../wgsl-kernels.js';
 import { uploadWeights, weightBuffers, type GpuWeights } from './gpu-weights.js';
 import { createPassPipelines, type PassPipelines } from './pipelines.js';
-import { WgslRunner } from './wgsl-runner.js';
 
 /**
  * A model on our own WGSL forward pass: its weights on the device (uploaded once, in their stored form) and
@@ -44,10 +43,6 @@ export class WgslModel {
     const weights = uploadWeights(device, staged.memory, staged.weights, config);
     const pipelines = await createPassPipelines(device, options.subgroups);
     return new WgslModel(device, config, weights, pipelines, options.sampling);
-  }
-
-  runner(limits: EngineLimits): WgslRunner {
-    return new WgslRunner(this, limits);
   }
 
   destroy(): void {
