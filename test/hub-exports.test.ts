@@ -448,7 +448,7 @@ describe('model:make --export-style hub', () => {
       /bits must be 4 or 8/,
     );
     expect(() => parseMakeArgs(['--preset', 'tiny', '--out', 'x', '--export-style', 'hub', '--dtype', 'bnb4'])).toThrow(
-      /usage/,
+      /^Usage: /,
     );
     expect(() => parseMakeArgs(['--preset', 'tiny', '--out', 'x', '--export-style', 'onnx'])).toThrow(
       /--export-style is ours or hub/,
