@@ -1,5 +1,5 @@
 // `npm test`: what CI runs after `npm ci`: the linter, the type check, then every vitest project (vitest.config.ts).
-// Arguments go to vitest (`npm test -- test/foo.test.ts`); `-- --help` prints the usage and runs nothing.
+// Arguments go to vitest (`npm test -- test/kv-cache.test.ts`); `-- --help` prints the usage and runs nothing.
 import { spawnSync } from 'node:child_process';
 import { answerHelp } from './lib/help.js';
 

@@ -14,7 +14,7 @@ export interface Env {
   MODELS: Fetcher;
   /** Real models (over the assets' 25 MiB per-file cap), uploaded with `npm run model:upload`. */
   MODEL_BUCKET?: R2Bucket;
-  /** Bearer keys, comma-separated, each `name:key` or a bare key (named by its hash); see src/worker/tenants.ts. */
+  /** Bearer keys, comma-separated, each `name:key` or a bare key (named by its hash); see src/objects/tenancy/api-keys.ts. */
   API_KEYS?: string;
   /** Keys the owner ids of sessions, hooks and jobs (HMAC of the key's name); set once, before keys are handed out. */
   OWNER_SECRET?: string;

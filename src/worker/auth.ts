@@ -22,7 +22,7 @@ function matching(keys: ApiKey[], given: string): ApiKey | undefined {
 }
 
 /**
- * Bearer keys from API_KEYS (see tenants.ts). The key's tenant (owner and name) is set on the context
+ * Bearer keys from API_KEYS (see objects/tenancy/api-keys.ts). The key's tenant (owner and name) is set on the context
  * for the routes. With none configured the service runs in dev mode and accepts every request as the
  * anonymous owner; it says so once per isolate so nobody deploys that by accident unnoticed.
  */

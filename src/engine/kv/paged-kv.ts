@@ -64,7 +64,7 @@ export class KvCacheManager {
 
   constructor(
     readonly pool: BlockPool,
-    /** Salts every block hash: the model, and whatever else changes a block's bytes (see engine-parts.ts). */
+    /** Salts every block hash: the model, and whatever else changes a block's bytes (see engine-load.ts). */
     readonly cacheIdentity: string,
   ) {}
 
