@@ -96,7 +96,7 @@ describe.skipIf(!gpu)(`tiny on webgpu${skipNote}`, () => {
   });
 
   it('samples on the device beside rows that need their logits on the CPU, with the wasm tokens', async () => {
-    expect((webgpu as unknown as { samplesOnDevice: boolean }).samplesOnDevice).toBe(true);
+    expect(webgpu.runner.deviceSampling, 'the runner draws on the device').toBeDefined();
     const phrase = randomIds(8, 5, 3, webgpu.samplableVocab);
     const requests = [
       {

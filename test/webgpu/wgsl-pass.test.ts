@@ -148,7 +148,7 @@ describe.skipIf(!gpu)(`the WGSL pass behind the engine's runner contract${skipNo
   });
 
   it("draws seeded samples on the device: the kernels' samples, batched", async () => {
-    expect((wgsl as unknown as { samplesOnDevice: boolean }).samplesOnDevice).toBe(true);
+    expect(wgsl.runner.deviceSampling, 'the runner draws on the device').toBeDefined();
     const request = (seed: number) => ({
       prompt: 'Once',
       max_tokens: 12,
