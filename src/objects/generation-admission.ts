@@ -1,4 +1,3 @@
-import type { Engine } from '../engine/engine.js';
 import type { ReasoningFormat } from '../responses/reasoning.js';
 import { fail, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { queueRefusal } from './tenancy/queue-share.js';
@@ -19,8 +18,11 @@ export interface Launched {
   reasoning?: ReasoningFormat;
 }
 
+/** What admission reads of the engine: the sequences waiting in its queue, by owner. */
+export type QueueView = Parameters<typeof queueRefusal>[0];
+
 /** Starts an admitted generation on `engine`; it calls `onSettled` with its generated tokens once it ends. */
-export type Launch = (engine: Engine, onSettled: (completionTokens: number) => void) => Promise<RpcResult<Launched>>;
+export type Launch<E> = (engine: E, onSettled: (completionTokens: number) => void) => Promise<RpcResult<Launched>>;
 
 const LIMIT_WORDS = {
   requests: 'requests per minute',
@@ -83,11 +85,11 @@ export class GenerationAdmission {
    * a refusal (the queue's or the limiter's 429) launches nothing; a launch the engine refused still used its
    * slot (tokenising and checking it cost the shard its time), so its ticket is settled with no tokens.
    */
-  async generation(
-    engine: RpcResult<Engine>,
+  async generation<E extends QueueView>(
+    engine: RpcResult<E>,
     caller: Caller,
     sequences: number,
-    launch: Launch,
+    launch: Launch<E>,
   ): Promise<RpcResult<Started>> {
     if (!engine.ok) return engine;
     const full = queueRefusal(engine.value, this.maxQueue(), caller.tenant.owner, sequences);
