@@ -1,91 +1,36 @@
 import { DurableObject } from 'cloudflare:workers';
-import { Engine } from '../engine/engine.js';
+import type { Engine } from '../engine/engine.js';
 import { isolateModels } from '../engine/runners/isolate-models.js';
-import type { ModelDtype } from '../engine/model/model-files.js';
 import type { GenerationRequest } from '../engine/request.js';
-import { resolveSpeculativeParams } from '../engine/speculative/speculative-params.js';
-import {
-  anyJsonWhitespaceVar,
-  boolVar,
-  intVar,
-  kvDtypeVar,
-  kvStoreBytesVar,
-  modelLocations,
-  modelName,
-  inFlightVar,
-  microBatchesVar,
-  pipelineVocabVar,
-  pipelineStagesVar,
-  speculativeVar,
-  gpuHostVar,
-  type Env,
-} from '../env.js';
-import { HostUnavailableError, httpHostLink } from '../engine/runners/remote/host-link.js';
-import { hostInfo } from '../engine/runners/remote/remote-runner.js';
-import { stageLinks } from './stage-links.js';
+import { boolVar, intVar, kvStoreBytesVar, modelName, type Env } from '../env.js';
+import { HostUnavailableError } from '../engine/runners/remote/host-link.js';
 import type { StageStats } from '../engine/runners/model-runner.js';
 import type { KvBlockStore } from '../engine/kv/block-store.js';
 import { SqlKvBlockStore } from './kv-block-store.js';
-import { modelSourceFor } from '../sources/model-source.js';
-import { chooseWeights } from '../engine/model/default-weights.js';
-import { plannedRunner } from '../engine/runners/runner-plan.js';
+import { loadShardEngine } from './engine-load.js';
+import { GenerationAdmission, type Started } from './generation-admission.js';
 import { runGeneration, type Account, type EventSink } from './generation-run.js';
+import { gpuHostView, maxModelLen, planRunner, type GpuHostView } from './model-info.js';
 import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
-import { configuredContext, detokenizeWith, tokenizeWith, type Tokenized } from './tokenize.js';
+import { detokenizeWith, tokenizeWith, type Tokenized } from './tokenize.js';
 import { fail, fromEngineError, hostUnavailable, ok, type RpcResult, type ServiceError } from './rpc-error.js';
-import { queueRefusal } from './tenancy/queue-share.js';
 import { modelUnavailable } from './model-unavailable.js';
-import { LoadTimeoutError, type LoadDeadlines } from '../sources/load-deadline.js';
-import { quotaRefusal, storageQuotas, systemRefusal, type StoredUse } from './tenancy/storage-quota.js';
+import { quotaRefusal, storageQuotas, systemRefusal } from './tenancy/storage-quota.js';
 import type { JobView } from './jobs.js';
 import type { InputItem } from '../responses/output-items.js';
 import { promptReasoning, reasoningOf } from './responses.js';
 import type { ReasoningFormat } from '../responses/reasoning.js';
 import type { ResponseSpec, ResponseView } from '../responses/response-view.js';
 import type { SamplingFields, SessionView } from './sessions.js';
-import { createShardServices, type ShardServices } from './shard-services.js';
-import { shardRuntime } from './shard-runtime.js';
+import { createShardServices, storedUse, type ShardServices } from './shard-services.js';
 import type { HookView } from './webhooks/hooks.js';
 import type { AcceptedEvent, HookAddress, HookInput } from './webhooks/service.js';
-import { shardQuota, type ShardLimits } from './tenancy/rate-limit-config.js';
-import { RateLimiter, type Admission, type RateLimitState, type Ticket } from './tenancy/rate-limiter.js';
+import type { ShardLimits } from './tenancy/rate-limit-config.js';
+import { RateLimiter } from './tenancy/rate-limiter.js';
 import type { Caller, Tenant } from './tenancy/tenant.js';
 
-/** A GPU host as /v1/models shows it: what runs the model there, and whether this shard has a session open. */
-export interface GpuHostView {
-  runner: string;
-  backend: string | null;
-  adapter: string | null;
-  connected: boolean;
-}
-
-/** A generation handed to the engine; `rateLimit` is its key's limits after it (absent when it has none). */
-export interface Started {
-  started: true;
-  rateLimit?: RateLimitState;
-  /** How the model marks reasoning in this prompt's answer (chat prompts of models that reason), for the worker to split it off. */
-  reasoning?: ReasoningFormat;
-}
-
-const LIMIT_WORDS = {
-  requests: 'requests per minute',
-  tokens: 'generated tokens per minute',
-  concurrent: 'concurrent requests',
-} as const;
-
-/** A 429 naming the key (by name), the limit and this shard's share of it. */
-function rateLimited(name: string, refusal: Extract<Admission, { ok: false }>): ServiceError {
-  const retry = Math.ceil((refusal.state.retryAfterMs ?? 1000) / 1000);
-  return {
-    status: 429,
-    type: refusal.refused === 'tokens' ? 'tokens' : 'requests',
-    message: `rate limit reached for key '${name}': ${LIMIT_WORDS[refusal.refused]} (this shard's share of the limit: ${refusal.limit}); retry in ${retry} s`,
-    param: null,
-    code: refusal.refused === 'concurrent' ? 'concurrency_limit_exceeded' : 'rate_limit_exceeded',
-    rateLimit: refusal.state,
-  };
-}
+export type { GpuHostView, Started };
 
 /**
  * The reasoning format of a chat request's answer, for a model whose tokenizer has reasoning tags (none
@@ -98,9 +43,6 @@ function chatReasoning(engine: Engine, requests: GenerationRequest[]): Reasoning
   return promptReasoning(engine, engine.resolve(first).promptIds);
 }
 
-const started = (rateLimit: RateLimitState): Started =>
-  rateLimit.requests || rateLimit.tokens ? { started: true, rateLimit } : { started: true };
-
 /**
  * One shard of the service: a Durable Object that loads the engine once (lazily, on first use) and serves
  * the worker over RPC. It stays thin: generation, metrics, sessions, jobs and webhooks live in their own
@@ -112,6 +54,7 @@ export class InferenceObject extends DurableObject<Env> {
   private loaded: Engine | undefined;
   readonly metrics = new ServiceMetrics();
   private readonly limiter = new RateLimiter();
+  private readonly admission = new GenerationAdmission(this.limiter, () => intVar(this.env, 'MAX_QUEUE'));
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -126,7 +69,12 @@ export class InferenceObject extends DurableObject<Env> {
 
   /** The engine, loaded on first call; concurrent first callers share one load, and a failed load is retried next time. */
   protected engine(): Promise<Engine> {
-    this.enginePromise ??= this.loadWithDeadline().then(
+    this.enginePromise ??= loadShardEngine({
+      env: this.env,
+      holder: this.ctx.id.toString(),
+      kvStore: () => this.kvStore,
+      metrics: this.metrics,
+    }).then(
       (engine) => (this.loaded = engine),
       (err: unknown) => {
         this.enginePromise = undefined;
@@ -134,85 +82,6 @@ export class InferenceObject extends DurableObject<Env> {
       },
     );
     return this.enginePromise;
-  }
-
-  /**
-   * loadEngine under MODEL_LOAD_TIMEOUT_MS in all and MODEL_STALL_TIMEOUT_MS per chunk read: past either, its
-   * reads are stopped and it fails, so a stalled source never holds the shard (the next request loads again).
-   */
-  private loadWithDeadline(): Promise<Engine> {
-    const totalMs = intVar(this.env, 'MODEL_LOAD_TIMEOUT_MS');
-    const stop = new AbortController();
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        const err = new LoadTimeoutError(`loading took longer than ${totalMs} ms (MODEL_LOAD_TIMEOUT_MS)`);
-        stop.abort(err);
-        reject(err);
-      }, totalMs);
-    });
-    const load = this.loadEngine({ stallMs: intVar(this.env, 'MODEL_STALL_TIMEOUT_MS'), signal: stop.signal });
-    return Promise.race([load, deadline]).finally(() => clearTimeout(timer));
-  }
-
-  private async loadEngine(deadlines: LoadDeadlines): Promise<Engine> {
-    const model = modelName(this.env);
-    const places = { ...modelLocations(this.env), deadlines };
-    const started = Date.now();
-    const { source, kind } = await modelSourceFor(model, places);
-    // Unset: the folder's default weights (its GGUF file when config.json names one, else fp32).
-    const dtype = (this.env.MODEL_DTYPE?.trim() || undefined) as ModelDtype | undefined;
-    const draftName = this.env.DRAFT_MODEL?.trim();
-    // The draft lives beside the target (same bucket or assets); a MODEL_URL names one folder, the target's.
-    const draft = draftName
-      ? { source: (await modelSourceFor(draftName, { ...places, url: undefined })).source }
-      : undefined;
-    const speculative = speculativeVar(this.env);
-    const stages = pipelineStagesVar(this.env);
-    const kvDtype = kvDtypeVar(this.env);
-    // This shard's stage objects: one per stage Worker, named after the shard, so its KV blocks are its own.
-    const pipeline = stages
-      ? {
-          stages,
-          model,
-          links: stageLinks(this.env, stages, this.ctx.id.toString()),
-          kvDtype,
-          microBatches: microBatchesVar(this.env),
-          inFlight: inFlightVar(this.env),
-          vocab: pipelineVocabVar(this.env),
-        }
-      : undefined;
-    // A GPU host runs the model: this object keeps the engine's bookkeeping and holds no weights, so it shares
-    // nothing with the isolate's other objects (each has its own session, and its own connection, to the host).
-    const host = gpuHostVar(this.env);
-    const gpuHost = host && { link: httpHostLink(host.url, host.secret), model, kvDtype };
-    const engine = await Engine.load(shardRuntime(this.env), source, {
-      modelId: model,
-      dtype,
-      draft,
-      speculative: speculative && resolveSpeculativeParams(speculative, draft !== undefined, undefined, 'SPECULATIVE'),
-      kvCacheBytes: intVar(this.env, 'KV_CACHE_MB') * 2 ** 20,
-      kvDtype,
-      pipeline,
-      chatTemplate: this.env.CHAT_TEMPLATE?.trim() || undefined,
-      memoryBudgetBytes: intVar(this.env, 'MEMORY_BUDGET_MB') * 2 ** 20,
-      maxBatchSize: intVar(this.env, 'MAX_BATCH'),
-      anyJsonWhitespace: anyJsonWhitespaceVar(this.env),
-      kvStore: this.kvStore,
-      gpuHost,
-      // One copy of the weights for every shard this isolate runs; each shard's pool sized so all of them fit.
-      isolate: gpuHost
-        ? undefined
-        : {
-            models: isolateModels,
-            holder: this.ctx.id.toString(),
-            source: `${kind}:${model}`,
-            engines: intVar(this.env, 'SHARD_COUNT'),
-          },
-    });
-    // Wall time: in production the clock moves only across I/O, which is most of a load.
-    this.metrics.loaded({ seconds: (Date.now() - started) / 1000, source: kind });
-    return engine;
   }
 
   private blockStore: KvBlockStore | null | undefined;
@@ -243,52 +112,25 @@ export class InferenceObject extends DurableObject<Env> {
   }
 
   /**
-   * Refuses new work of `owner` (`sequences` places) when the queue is full, or when the owner holds its
-   * fair share of it while other keys wait (tenancy/queue-share.ts): the 429 to answer, else undefined.
-   */
-  private overloaded(engine: Engine, owner: string, sequences: number): ServiceError | undefined {
-    return queueRefusal(engine, intVar(this.env, 'MAX_QUEUE'), owner, sequences);
-  }
-
-  /**
-   * Admits a request of key `name` against this shard's share of its limits (the worker reads RATE_LIMITS
-   * and sends them): a ticket to settle when it ends, or a 429.
-   */
-  private admit(name: string, limits: ShardLimits): RpcResult<{ ticket: Ticket; state: RateLimitState }> {
-    const admission = this.limiter.admit(name, shardQuota(limits, name));
-    if (!admission.ok) return fail(rateLimited(name, admission));
-    return ok({ ticket: admission.ticket, state: admission.state });
-  }
-
-  /**
    * Runs `requests` together for `caller` and pushes their events (WireEvents, see generation-run.ts) into
    * `sink`, the worker's EventChannel. When the worker's side is gone (client disconnected) the requests
    * are cancelled.
    */
   async generate(requests: GenerationRequest[], sink: EventSink, caller: Caller): Promise<RpcResult<Started>> {
-    const loaded = await this.engineOrUnavailable();
-    if (!loaded.ok) return loaded;
-    const engine = loaded.value;
     const sequences = requests.reduce((count, r) => count + (r.n ?? 1), 0);
-    const full = this.overloaded(engine, caller.tenant.owner, sequences);
-    if (full) return fail(full);
-    const admitted = this.admit(caller.tenant.name, caller.limits);
-    if (!admitted.ok) return admitted;
-    const { ticket, state } = admitted.value;
-    try {
-      const account = this.accountOf(caller.tenant.owner, caller.tenant.name);
-      const generation = runGeneration(engine, requests, this.metrics, sink, { account });
-      void generation.finished.then(
-        ({ completionTokens }) => ticket.settle(completionTokens),
-        () => ticket.settle(0),
-      );
-      const reasoning = chatReasoning(engine, requests);
-      return ok(reasoning ? { ...started(state), reasoning } : started(state));
-    } catch (err) {
-      // A refused request still used a slot: tokenising and checking it cost the shard its time.
-      ticket.settle(0);
-      return fail(fromEngineError(err));
-    }
+    return this.admission.generation(await this.engineOrUnavailable(), caller, sequences, async (engine, onSettled) => {
+      try {
+        const account = this.accountOf(caller.tenant.owner, caller.tenant.name);
+        const generation = runGeneration(engine, requests, this.metrics, sink, { account });
+        void generation.finished.then(
+          ({ completionTokens }) => onSettled(completionTokens),
+          () => onSettled(0),
+        );
+        return ok({ reasoning: chatReasoning(engine, requests) });
+      } catch (err) {
+        return fail(fromEngineError(err));
+      }
+    });
   }
 
   /** Metrics for GET /metrics. Does not load the engine: a shard nobody used reports `engine: null`. */
@@ -300,22 +142,8 @@ export class InferenceObject extends DurableObject<Env> {
       this.limiter.snapshot(),
     );
     const isolate = await this.isolate();
-    const withStored = { ...stats, stored: this.storedUse() };
+    const withStored = { ...stats, stored: storedUse(this.services) };
     return isolate ? { ...withStored, isolate } : withStored;
-  }
-
-  /** What each key keeps in this shard's storage (sessions, their bytes, hooks), by key name. */
-  private storedUse(): Record<string, StoredUse> {
-    const sessions = this.services.sessions.usageByKey();
-    const hooks = this.services.hooks.countsByKey();
-    const use: Record<string, StoredUse> = {};
-    for (const name of new Set([...Object.keys(sessions), ...Object.keys(hooks)]))
-      use[name] = {
-        sessions: sessions[name]?.sessions ?? 0,
-        sessionBytes: sessions[name]?.bytes ?? 0,
-        hooks: hooks[name] ?? 0,
-      };
-    return use;
   }
 
   /** The isolate's counted memory and the objects sharing the weights, once this shard's engine is loaded (else null). */
@@ -340,22 +168,7 @@ export class InferenceObject extends DurableObject<Env> {
    * of the host now (no session opened, nothing loaded); null without one, or where it cannot be reached.
    */
   async gpuHost(): Promise<GpuHostView | null> {
-    let host: ReturnType<typeof gpuHostVar>;
-    try {
-      host = gpuHostVar(this.env);
-    } catch {
-      return null; // misconfigured: the first request says how
-    }
-    if (!host) return null;
-    const known = this.loaded?.runner.stats().host;
-    if (known)
-      return { runner: known.runner, backend: known.backend, adapter: known.adapter, connected: known.connected };
-    try {
-      const info = await hostInfo(httpHostLink(host.url, host.secret, 10_000));
-      return { runner: info.runner, backend: info.backend, adapter: info.adapter, connected: false };
-    } catch {
-      return null;
-    }
+    return gpuHostView(this.env, this.loaded);
   }
 
   private planned: Promise<string | null> | undefined;
@@ -368,22 +181,11 @@ export class InferenceObject extends DurableObject<Env> {
    */
   async plannedRunner(): Promise<string | null> {
     if (this.loaded) return this.runner();
-    this.planned ??= this.planRunner().catch(() => {
+    this.planned ??= planRunner(this.env).catch(() => {
       this.planned = undefined;
       return null;
     });
     return this.planned;
-  }
-
-  private async planRunner(): Promise<string | null> {
-    if (gpuHostVar(this.env)) return (await this.gpuHost())?.runner ?? null;
-    const { source } = await modelSourceFor(modelName(this.env), modelLocations(this.env));
-    const bytes = await source.read('config.json');
-    if (!bytes) return null;
-    const rawConfig = JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;
-    const asked = this.env.MODEL_DTYPE?.trim() || undefined;
-    const { dtype } = await chooseWeights(source, rawConfig, asked, 'MODEL_DTYPE');
-    return plannedRunner(shardRuntime(this.env), dtype, rawConfig, pipelineStagesVar(this.env) > 0);
   }
 
   /** Whom a generation runs for: usage under the key's name, fair queueing and a private prefix cache per owner. */
@@ -406,12 +208,7 @@ export class InferenceObject extends DurableObject<Env> {
 
   /** The model's context (max_model_len of GET /v1/models): the loaded engine's, else config.json's; null where unreadable. */
   async maxModelLen(): Promise<number | null> {
-    if (this.loaded) return this.loaded.config.maxPositionEmbeddings;
-    try {
-      return await configuredContext((await modelSourceFor(modelName(this.env), modelLocations(this.env))).source);
-    } catch {
-      return null;
-    }
+    return maxModelLen(this.env, this.loaded);
   }
 
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */
@@ -451,11 +248,8 @@ export class InferenceObject extends DurableObject<Env> {
     limits?: ShardLimits,
   ): Promise<RpcResult<SessionView>> {
     // Creating costs the shard a write (and a defaults check): it takes a request slot like a generation.
-    if (limits) {
-      const admitted = this.admit(tenant.name, limits);
-      if (!admitted.ok) return admitted;
-      admitted.value.ticket.settle(0);
-    }
+    const charged = this.admission.charge(tenant.name, limits);
+    if (!charged.ok) return charged;
     const tooLong = systemRefusal(init.system);
     if (tooLong) return fail(tooLong);
     const full = (): ServiceError | undefined => {
@@ -507,21 +301,14 @@ export class InferenceObject extends DurableObject<Env> {
     // An unknown session (or another tenant's) is a 404 from storage alone: it must never cost a model load.
     const known = this.services.sessions.get(id, caller.tenant);
     if (!known.ok) return known;
-    const loaded = await this.engineOrUnavailable();
-    if (!loaded.ok) return loaded;
-    const engine = loaded.value;
-    const full = this.overloaded(engine, caller.tenant.owner, 1);
-    if (full) return fail(full);
-    const admitted = this.admit(caller.tenant.name, caller.limits);
-    if (!admitted.ok) return admitted;
-    const { ticket, state } = admitted.value;
-    const account = this.accountOf(caller.tenant.owner, caller.tenant.name);
-    const result = await this.services.sessions.message(id, caller.tenant, content, overrides, sink, {
-      account,
-      onSettled: (completionTokens) => ticket.settle(completionTokens),
+    return this.admission.generation(await this.engineOrUnavailable(), caller, 1, async (_engine, onSettled) => {
+      const account = this.accountOf(caller.tenant.owner, caller.tenant.name);
+      const result = await this.services.sessions.message(id, caller.tenant, content, overrides, sink, {
+        account,
+        onSettled,
+      });
+      return result.ok ? ok({}) : result;
     });
-    if (!result.ok) ticket.settle(0); // refused, but it used its slot (see generate)
-    return result.ok ? ok(started(state)) : result;
   }
 
   /**
@@ -530,24 +317,10 @@ export class InferenceObject extends DurableObject<Env> {
    * worker can stream it apart.
    */
   async createResponse(spec: ResponseSpec, sink: EventSink, caller: Caller): Promise<RpcResult<Started>> {
-    const loaded = await this.engineOrUnavailable();
-    if (!loaded.ok) return loaded;
-    const full = this.overloaded(loaded.value, caller.tenant.owner, 1);
-    if (full) return fail(full);
-    const admitted = this.admit(caller.tenant.name, caller.limits);
-    if (!admitted.ok) return admitted;
-    const { ticket, state } = admitted.value;
-    const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
-    const result = await this.services.responses.start(spec, caller.tenant, sink, {
-      account,
-      onSettled: (completionTokens) => ticket.settle(completionTokens),
+    return this.admission.generation(await this.engineOrUnavailable(), caller, 1, (_engine, onSettled) => {
+      const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
+      return this.services.responses.start(spec, caller.tenant, sink, { account, onSettled });
     });
-    if (!result.ok) {
-      ticket.settle(0);
-      return result;
-    }
-    const { reasoning } = result.value;
-    return ok(reasoning ? { ...started(state), reasoning } : started(state));
   }
 
   async getResponse(id: string, tenant: Tenant): Promise<RpcResult<ResponseView>> {
@@ -579,11 +352,8 @@ export class InferenceObject extends DurableObject<Env> {
     selfHost?: string,
   ): Promise<RpcResult<{ hook: HookView; created: boolean }>> {
     // Like a session, a hook's creation or replacement takes a request slot.
-    if (limits) {
-      const admitted = this.admit(tenant.name, limits);
-      if (!admitted.ok) return admitted;
-      admitted.value.ticket.settle(0);
-    }
+    const charged = this.admission.charge(tenant.name, limits);
+    if (!charged.ok) return charged;
     return this.services.webhooks.putHook(tenant, name, input, id, create, selfHost);
   }
 
@@ -606,7 +376,7 @@ export class InferenceObject extends DurableObject<Env> {
     jobId: string,
     limits: ShardLimits,
   ): Promise<RpcResult<AcceptedEvent>> {
-    return this.services.webhooks.receive(address, headers, body, jobId, (name) => this.admit(name, limits));
+    return this.services.webhooks.receive(address, headers, body, jobId, (name) => this.admission.admit(name, limits));
   }
 
   async getJob(id: string, tenant: Tenant): Promise<RpcResult<JobView>> {

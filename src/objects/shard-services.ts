@@ -12,7 +12,7 @@ import { retryPolicyFromEnv } from './webhooks/backoff.js';
 import { WebhookDispatcher } from './webhooks/dispatcher.js';
 import { HookStore } from './webhooks/hooks.js';
 import { Webhooks } from './webhooks/service.js';
-import { storageQuotas } from './tenancy/storage-quota.js';
+import { storageQuotas, type StoredUse } from './tenancy/storage-quota.js';
 
 export interface ShardServices {
   sessions: SessionStore;
@@ -38,4 +38,18 @@ export function createShardServices(shard: ShardContext, storage: DurableObjectS
     webhooks: new Webhooks(shard, hooks, jobs, dispatcher, urls, keyIsLive, limits, storageQuotas(env).hooksPerKey),
     hooks,
   };
+}
+
+/** What each key keeps in this shard's storage (sessions, their bytes, hooks), by key name. */
+export function storedUse({ sessions, hooks }: ShardServices): Record<string, StoredUse> {
+  const sessionUse = sessions.usageByKey();
+  const hookCounts = hooks.countsByKey();
+  const use: Record<string, StoredUse> = {};
+  for (const name of new Set([...Object.keys(sessionUse), ...Object.keys(hookCounts)]))
+    use[name] = {
+      sessions: sessionUse[name]?.sessions ?? 0,
+      sessionBytes: sessionUse[name]?.bytes ?? 0,
+      hooks: hookCounts[name] ?? 0,
+    };
+  return use;
 }

@@ -2,33 +2,18 @@ import { Hono } from 'hono';
 import type { JsonValue } from '../../engine/constraints/spec.js';
 import type { ChatMessage, GenerationRequest } from '../../engine/request.js';
 import type { AppEnv } from '../app-env.js';
-import { readJsonObject } from '../body.js';
 import { badParam } from '../errors.js';
 import { withRequestWhitespace } from '../structured.js';
 import { toolUse } from '../tools.js';
-import { collect, startGeneration } from '../generation-stream.js';
 import { chatChunks, chatCompletion, responseMeta } from '../openai.js';
-import {
-  checkModel,
-  chatMessages,
-  choiceCount,
-  optBoolean,
-  optInteger,
-  refuseUnsupported,
-  samplingParams,
-  streamOptions,
-} from '../request-params.js';
-import { shardForPrompt } from '../routing.js';
-import { rateLimitHeaders, withRateLimitHeaders } from '../rate-limit-headers.js';
-import { sseResponse } from '../sse.js';
+import { chatMessages, choiceCount, optBoolean, optInteger, samplingParams, streamOptions } from '../request-params.js';
+import { collectedAnswer, readGenerationBody, startOnPromptShard, streamedAnswer } from './generation-route.js';
 
 /** POST /v1/chat/completions */
 const chat = new Hono<AppEnv>();
 
 chat.post('/', async (c) => {
-  const body = await readJsonObject(c);
-  const model = checkModel(body, c.env);
-  refuseUnsupported(body, ['functions', 'function_call', 'audio', 'prediction']);
+  const { body, model } = await readGenerationBody(c, ['functions', 'function_call', 'audio', 'prediction']);
   const tools = toolUse(body);
 
   const messages = chatMessages(body);
@@ -62,28 +47,16 @@ chat.post('/', async (c) => {
     ...(kwargs ? { chat_template_kwargs: kwargs as Record<string, JsonValue> } : {}),
   };
   // n completions of one prompt: the engine prefills it once and forks the cache (seeds seed, seed + 1, ...).
-  const generation = await startGeneration(
-    c.env,
-    shardForPrompt(c.env, routingText(messages)),
-    c.get('tenant'),
-    [{ ...request, n }],
-    c.req.raw.signal,
-  );
+  const generation = await startOnPromptShard(c, routingText(messages), [{ ...request, n }]);
   const meta = responseMeta('chatcmpl', model);
 
   if (stream)
-    return withRateLimitHeaders(
-      sseResponse(
-        chatChunks(generation.events, meta, n, n, includeUsage, logprobs, tools.parse, generation.reasoning),
-        generation.cancel,
-      ),
-      generation.rateLimit,
+    return streamedAnswer(
+      generation,
+      chatChunks(generation.events, meta, n, n, includeUsage, logprobs, tools.parse, generation.reasoning),
     );
-  const { tokens, done } = await collect(generation, n);
-  return c.json(
+  return collectedAnswer(c, generation, n, ({ tokens, done }) =>
     chatCompletion(meta, tokens, done, n, logprobs, tools.parse, generation.reasoning),
-    200,
-    rateLimitHeaders(generation.rateLimit),
   );
 });
 

@@ -1,9 +1,8 @@
 import { Hono } from 'hono';
 import type { GenerationRequest } from '../../engine/request.js';
 import type { AppEnv } from '../app-env.js';
-import { readJsonObject } from '../body.js';
 import { ApiError, badParam } from '../errors.js';
-import { collect, startGeneration, type DoneWire, type Generation } from '../generation-stream.js';
+import type { DoneWire, Generation } from '../generation-stream.js';
 import {
   completionChunk,
   completionLogprobs,
@@ -16,26 +15,20 @@ import {
 } from '../openai.js';
 import {
   MAX_CHOICES,
-  checkModel,
   choiceCount,
   completionPrompts,
   optBoolean,
   optInteger,
-  refuseUnsupported,
   samplingParams,
   streamOptions,
 } from '../request-params.js';
-import { shardForPrompt } from '../routing.js';
-import { rateLimitHeaders, withRateLimitHeaders } from '../rate-limit-headers.js';
-import { sseResponse } from '../sse.js';
+import { collectedAnswer, readGenerationBody, startOnPromptShard, streamedAnswer } from './generation-route.js';
 
 /** POST /v1/completions (legacy text completions). */
 const completions = new Hono<AppEnv>();
 
 completions.post('/', async (c) => {
-  const body = await readJsonObject(c);
-  const model = checkModel(body, c.env);
-  refuseUnsupported(body, ['suffix']);
+  const { body, model } = await readGenerationBody(c, ['suffix']);
   if (optBoolean(body, 'echo'))
     throw badParam('echo', 'echo is not supported by this service', 'unsupported_parameter');
 
@@ -61,9 +54,8 @@ completions.post('/', async (c) => {
   );
   const choices = requests.length * n;
   const first = prompts[0];
-  const shard = shardForPrompt(c.env, first.prompt ?? first.prompt_ids!.join(','));
-  const tenant = c.get('tenant');
-  const generation = await startGeneration(c.env, shard, tenant, requests, c.req.raw.signal).catch((err: unknown) => {
+  const routingText = first.prompt ?? first.prompt_ids!.join(',');
+  const generation = await startOnPromptShard(c, routingText, requests).catch((err: unknown) => {
     // The engine knows this parameter as top_logprobs; here it is called logprobs.
     if (err instanceof ApiError && err.param === 'top_logprobs')
       throw new ApiError(
@@ -79,18 +71,12 @@ completions.post('/', async (c) => {
   const meta = responseMeta('cmpl', model);
 
   if (stream)
-    return withRateLimitHeaders(
-      sseResponse(
-        completionChunks(generation, meta, choices, n, includeUsage, logprobs !== undefined),
-        generation.cancel,
-      ),
-      generation.rateLimit,
+    return streamedAnswer(
+      generation,
+      completionChunks(generation, meta, choices, n, includeUsage, logprobs !== undefined),
     );
-  const { tokens, done } = await collect(generation, choices);
-  return c.json(
+  return collectedAnswer(c, generation, choices, ({ tokens, done }) =>
     textCompletion(meta, tokens, done, n, logprobs !== undefined),
-    200,
-    rateLimitHeaders(generation.rateLimit),
   );
 });
 

@@ -3,17 +3,16 @@ import type { Env } from '../../env.js';
 import { itemIds } from '../../responses/output-items.js';
 import { responseView, type ResponseSpec } from '../../responses/response-view.js';
 import type { AppEnv } from '../app-env.js';
-import { readJsonObject } from '../body.js';
 import { ApiError, badParam, unwrap } from '../errors.js';
 import { openGeneration } from '../generation-stream.js';
 import { shardLimits } from '../limits.js';
-import { rateLimitHeaders, withRateLimitHeaders } from '../rate-limit-headers.js';
-import { checkModel } from '../request-params.js';
+import { rateLimitHeaders } from '../rate-limit-headers.js';
 import { responseEvents } from '../responses-stream.js';
 import { responseRequest } from '../responses-request.js';
 import { hash32, shardCount, shardStub } from '../routing.js';
 import { issuedShard, issueId } from '../shard-ids.js';
-import { RESPONSES_FRAMING, sseResponse } from '../sse.js';
+import { RESPONSES_FRAMING } from '../sse.js';
+import { readGenerationBody, streamedAnswer } from './generation-route.js';
 
 /**
  * The Responses API: POST /v1/responses, GET|DELETE /v1/responses/:id, GET /v1/responses/:id/input_items.
@@ -35,8 +34,7 @@ async function shardOf(env: Env, id: string, param: string | null = null): Promi
 }
 
 responses.post('/', async (c) => {
-  const body = await readJsonObject(c);
-  const model = checkModel(body, c.env);
+  const { body, model } = await readGenerationBody(c);
   const { stream, ...request } = responseRequest(body, model);
   // A chain stays on its first response's shard; a new one goes where its instructions' blocks are cached.
   const shard =
@@ -57,13 +55,10 @@ responses.post('/', async (c) => {
   const generation = await openGeneration((channel) => stub.createResponse(spec, channel, caller), c.req.raw.signal);
 
   if (stream)
-    return withRateLimitHeaders(
-      sseResponse(
-        responseEvents(generation.events, responseView(spec), generation.reasoning, spec.parse_tools),
-        generation.cancel,
-        RESPONSES_FRAMING,
-      ),
-      generation.rateLimit,
+    return streamedAnswer(
+      generation,
+      responseEvents(generation.events, responseView(spec), generation.reasoning, spec.parse_tools),
+      RESPONSES_FRAMING,
     );
   for await (const event of generation.events) {
     if (event.type === 'error') throw ApiError.from(event.error);

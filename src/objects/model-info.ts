@@ -1,0 +1,71 @@
+import type { Engine } from '../engine/engine.js';
+import { chooseWeights } from '../engine/model/default-weights.js';
+import { httpHostLink } from '../engine/runners/remote/host-link.js';
+import { hostInfo } from '../engine/runners/remote/remote-runner.js';
+import { plannedRunner } from '../engine/runners/runner-plan.js';
+import { gpuHostVar, modelLocations, modelName, pipelineStagesVar, type Env } from '../env.js';
+import { modelSourceFor } from '../sources/model-source.js';
+import { shardRuntime } from './shard-runtime.js';
+import { configuredContext } from './tokenize.js';
+
+/**
+ * What GET /v1/models says of the model a shard serves, read from its loaded engine when there is one, else
+ * from the model's files or its GPU host, without ever loading it.
+ */
+
+/** A GPU host as /v1/models shows it: what runs the model there, and whether this shard has a session open. */
+export interface GpuHostView {
+  runner: string;
+  backend: string | null;
+  adapter: string | null;
+  connected: boolean;
+}
+
+/**
+ * The GPU host that runs the model (GPU_HOST_URL): as the loaded engine knows it, else asked of the host now
+ * (no session opened, nothing loaded); null without one, or where it cannot be reached.
+ */
+export async function gpuHostView(env: Env, loaded: Engine | undefined): Promise<GpuHostView | null> {
+  let host: ReturnType<typeof gpuHostVar>;
+  try {
+    host = gpuHostVar(env);
+  } catch {
+    return null; // misconfigured: the first request says how
+  }
+  if (!host) return null;
+  const known = loaded?.runner.stats().host;
+  if (known)
+    return { runner: known.runner, backend: known.backend, adapter: known.adapter, connected: known.connected };
+  try {
+    const info = await hostInfo(httpHostLink(host.url, host.secret, 10_000));
+    return { runner: info.runner, backend: info.backend, adapter: info.adapter, connected: false };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The runner the engine will run on before any shard has loaded it: planned from config.json and the weights
+ * the folder's rule chooses (existence checks, no weights read; runner-plan.ts), or the GPU host's; null
+ * where config.json is missing. Throws where the folder cannot be read or is refused.
+ */
+export async function planRunner(env: Env): Promise<string | null> {
+  if (gpuHostVar(env)) return (await gpuHostView(env, undefined))?.runner ?? null;
+  const { source } = await modelSourceFor(modelName(env), modelLocations(env));
+  const bytes = await source.read('config.json');
+  if (!bytes) return null;
+  const rawConfig = JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;
+  const asked = env.MODEL_DTYPE?.trim() || undefined;
+  const { dtype } = await chooseWeights(source, rawConfig, asked, 'MODEL_DTYPE');
+  return plannedRunner(shardRuntime(env), dtype, rawConfig, pipelineStagesVar(env) > 0);
+}
+
+/** The model's context (max_model_len): the loaded engine's, else config.json's; null where unreadable. */
+export async function maxModelLen(env: Env, loaded: Engine | undefined): Promise<number | null> {
+  if (loaded) return loaded.config.maxPositionEmbeddings;
+  try {
+    return await configuredContext((await modelSourceFor(modelName(env), modelLocations(env))).source);
+  } catch {
+    return null;
+  }
+}
