@@ -40,6 +40,8 @@ import { LoadTimeoutError, type LoadDeadlines } from '../sources/load-deadline.j
 import { quotaRefusal, storageQuotas, systemRefusal, type StoredUse } from './tenancy/storage-quota.js';
 import type { JobView } from './jobs.js';
 import type { InputItem } from '../responses/output-items.js';
+import type { ConversationItem } from '../responses/conversation-items.js';
+import type { ConversationDeleted, ConversationOp, ConversationView } from './conversations.js';
 import { promptReasoning, reasoningOf } from './responses.js';
 import type { ReasoningFormat } from '../responses/reasoning.js';
 import type { ResponseSpec, ResponseView } from '../responses/response-view.js';
@@ -563,6 +565,41 @@ export class InferenceObject extends DurableObject<Env> {
     tenant: Tenant,
   ): Promise<RpcResult<{ id: string; object: 'response'; deleted: true }>> {
     return this.services.responses.delete(id, tenant);
+  }
+
+  // ---- conversations (objects/conversations.ts): storage only, a response in one goes through createResponse ----
+
+  async createConversation(
+    id: string,
+    tenant: Tenant,
+    metadata: Record<string, string>,
+    items: ConversationItem[],
+  ): Promise<RpcResult<ConversationView>> {
+    return this.services.conversations.create(id, tenant, metadata, items);
+  }
+
+  async conversation(
+    op: ConversationOp,
+    id: string,
+    tenant: Tenant,
+  ): Promise<RpcResult<ConversationView | ConversationItem | ConversationItem[] | ConversationDeleted>> {
+    const store = this.services.conversations;
+    switch (op.op) {
+      case 'get':
+        return store.get(id, tenant);
+      case 'update':
+        return store.update(id, tenant, op.metadata);
+      case 'delete':
+        return store.delete(id, tenant);
+      case 'items':
+        return store.items(id, tenant);
+      case 'addItems':
+        return store.addItems(id, tenant, op.items);
+      case 'getItem':
+        return store.getItem(id, op.itemId, tenant);
+      case 'deleteItem':
+        return store.deleteItem(id, op.itemId, tenant);
+    }
   }
 
   /**

@@ -13,6 +13,7 @@ import type { DoneEvent } from '../engine/sequence-output.js';
 import { assistantMessage, outputItems, type InputItem } from '../responses/output-items.js';
 import { reasoningFormat, ReasoningSplitter, reasoningTags, type ReasoningFormat } from '../responses/reasoning.js';
 import { responseView, type ResponseSpec, type ResponseView } from '../responses/response-view.js';
+import type { ConversationBase, ConversationStore } from './conversations.js';
 import { runGeneration, type Account, type EventSink } from './generation-run.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { replyIds, turnFormat } from './session-turns.js';
@@ -110,6 +111,7 @@ export class ResponseStore {
   constructor(
     private readonly shard: ShardContext,
     private readonly limits: ResponseLimits,
+    private readonly conversations: ConversationStore,
   ) {
     shard.sql.exec(`CREATE TABLE IF NOT EXISTS responses (
       id TEXT PRIMARY KEY,
@@ -150,14 +152,24 @@ export class ResponseStore {
       const full = this.overCap(tenant);
       if (full) return fail(full);
     }
+    // A response in a conversation continues it (one at a time): its history, and its log while that is exact.
+    let conversation: ConversationBase | undefined;
+    if (spec.conversation) {
+      const taken = this.conversations.begin(spec.conversation, tenant);
+      if (!taken.ok) return taken;
+      conversation = taken.value;
+    }
+    const leave = (): void => {
+      if (spec.conversation) this.conversations.release(spec.conversation);
+    };
     let engine: Engine;
     let request: GenerationRequest;
     let format: ReasoningFormat | undefined;
     let history: ChatMessage[];
     try {
       engine = await this.shard.engine();
-      history = previous ? (JSON.parse(previous.messages) as ChatMessage[]) : [];
-      const promptIds = this.promptIds(engine, spec, previous, history);
+      history = conversation?.messages ?? (previous ? (JSON.parse(previous.messages) as ChatMessage[]) : []);
+      const promptIds = this.promptIds(engine, spec, conversation ?? previous, history);
       request = {
         prompt_ids: promptIds,
         ...(spec.temperature !== null ? { temperature: spec.temperature } : {}),
@@ -168,14 +180,17 @@ export class ResponseStore {
       engine.resolve(request);
       format = promptReasoning(engine, promptIds);
     } catch (err) {
+      leave();
       return fail(fromEngineError(err));
     }
-    // The latest response of its chain (and not being continued already) is continued in place; any other branches.
+    // The latest response of its chain (and not being continued already) is continued in place; any other
+    // branches. A conversation's cache is kept under its id; its stored responses are chains of their own.
     const chain = previous && previous.head === 1 && !this.busy.has(previous.chain) ? previous.chain : spec.id;
-    const session = spec.store ? chain : undefined;
-    if (session) this.busy.add(session);
+    const session = spec.conversation ?? (spec.store ? chain : undefined);
+    if (session && !spec.conversation) this.busy.add(session);
     const settle = (): void => {
-      if (session) this.busy.delete(session);
+      if (session && !spec.conversation) this.busy.delete(session);
+      leave();
     };
     try {
       const generation = runGeneration(engine, [request], this.shard.metrics, sink, {
@@ -183,8 +198,16 @@ export class ResponseStore {
         account: run.account,
         onDone: (_index, done) => {
           const view = this.finish(engine, spec, request, format, done);
-          if (spec.store && done.finishReason !== 'cancelled')
-            this.record(engine, spec, tenant, chain, request, history, view, done);
+          if (done.finishReason !== 'cancelled') {
+            const log = logAfter(engine, request, view, done);
+            if (spec.store) this.record(spec, tenant, chain, history, view, log);
+            if (spec.conversation)
+              this.conversations.append(spec.conversation, [...spec.input, ...view.output], {
+                token_ids: log,
+                instructions: spec.instructions,
+                render_key: renderKey(spec),
+              });
+          }
           settle();
           return { response: view };
         },
@@ -210,7 +233,7 @@ export class ResponseStore {
   private promptIds(
     engine: Engine,
     spec: ResponseSpec,
-    previous: ResponseRow | undefined,
+    previous: Pick<ResponseRow, 'token_ids' | 'instructions' | 'render_key'> | undefined,
     history: ChatMessage[],
   ): number[] {
     const render = (messages: ChatMessage[], withTools: boolean): number[] =>
@@ -254,21 +277,14 @@ export class ResponseStore {
   }
 
   private record(
-    engine: Engine,
     spec: ResponseSpec,
     tenant: Tenant,
     chain: string,
-    request: GenerationRequest,
     history: ChatMessage[],
     view: ResponseView,
-    done: DoneEvent,
+    log: string | null,
   ): void {
     const messages = [...history, ...spec.messages, assistantMessage(view.output)];
-    // Where the template drops earlier answers' reasoning, the log the model saw is not what the next
-    // prompt renders: the next response renders the history again (and reprefills this reply).
-    const reasoned = view.output.some((item) => item.type === 'reasoning');
-    const exact = extendable(engine) && !(reasoned && reasoningOf(engine).dropsReasoning);
-    const log = exact ? JSON.stringify([...request.prompt_ids!, ...replyIds(engine, done)]) : null;
     const texts = [JSON.stringify(messages), JSON.stringify(spec.input), JSON.stringify(view)];
     const bytes = texts.reduce((n, t) => n + t.length, 0) + (log?.length ?? 0);
     const now = Date.now();
@@ -362,6 +378,17 @@ export class ResponseStore {
       )
       .toArray()[0];
   }
+}
+
+/**
+ * The token log a finished response leaves (JSON), or null when the next response must render the history
+ * again: where the template drops earlier answers' reasoning, the log the model saw is not what the next
+ * prompt renders (and this reply is prefilled again).
+ */
+function logAfter(engine: Engine, request: GenerationRequest, view: ResponseView, done: DoneEvent): string | null {
+  const reasoned = view.output.some((item) => item.type === 'reasoning');
+  const exact = extendable(engine) && !(reasoned && reasoningOf(engine).dropsReasoning);
+  return exact ? JSON.stringify([...request.prompt_ids!, ...replyIds(engine, done)]) : null;
 }
 
 const renderKey = (spec: ResponseSpec): string =>
