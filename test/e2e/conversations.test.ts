@@ -231,4 +231,24 @@ describe('conversations', () => {
     expect((await failure(alice.conversations.items.list(conversation.id))).status).toBe(404);
     expect((await failure(say(conversation.id, 'Hello?'))).status).toBe(404);
   });
+
+  it('store: false in a conversation: the response is not kept, its items are', async () => {
+    const other = await alice.conversations.create();
+    const unstored = await alice.responses.create({
+      model: 'tiny',
+      input: 'Not kept?',
+      conversation: other.id,
+      instructions: 'You are terse.',
+      store: false,
+      max_output_tokens: 6,
+      temperature: 0,
+    });
+    expect((await failure(alice.responses.retrieve(unstored.id))).status).toBe(404);
+    const items = await listAll(other.id);
+    expect(items).toHaveLength(2);
+    expect((items[0] as OpenAI.Conversations.Message).content).toEqual([{ type: 'input_text', text: 'Not kept?' }]);
+    expect(items[1].id).toBe(unstored.output[0].id);
+    const next = await say(other.id, 'And now?');
+    expect(next.usage!.input_tokens_details.cached_tokens).toBe(history(unstored) - 1);
+  });
 });
