@@ -97,6 +97,7 @@ export class ConversationStore {
     shard.sql.exec(`CREATE TABLE IF NOT EXISTS conversations (
       id TEXT PRIMARY KEY,
       owner TEXT NOT NULL,
+      key_name TEXT,
       metadata TEXT NOT NULL,
       token_ids TEXT,
       instructions TEXT,
@@ -125,9 +126,10 @@ export class ConversationStore {
     if (full) return fail(full);
     const now = Date.now();
     this.shard.sql.exec(
-      'INSERT INTO conversations (id, owner, metadata, token_ids, instructions, render_key, next_seq, created_at) VALUES (?, ?, ?, NULL, NULL, NULL, 0, ?)',
+      'INSERT INTO conversations (id, owner, key_name, metadata, token_ids, instructions, render_key, next_seq, created_at) VALUES (?, ?, ?, ?, NULL, NULL, NULL, 0, ?)',
       id,
       tenant.owner,
+      tenant.name,
       JSON.stringify(metadata),
       now,
     );
@@ -245,22 +247,43 @@ export class ConversationStore {
     );
   }
 
-  /** Conversations and their bytes per owner id (for the caps). */
+  /** A tenant's conversations and their bytes (for the caps). */
   private usage(tenant: Tenant): { count: number; bytes: number } {
     const owners = ownerIds(tenant);
     const head = this.shard.sql
       .exec<{ n: number; b: number | null }>(
-        'SELECT COUNT(*) AS n, SUM(length(metadata) + IFNULL(length(token_ids), 0)) AS b FROM conversations WHERE owner IN (?, ?)',
+        `SELECT COUNT(*) AS n, SUM(${HEAD_BYTES}) AS b FROM conversations WHERE owner IN (?, ?)`,
         ...owners,
       )
       .one();
     const items = this.shard.sql
       .exec<{ b: number | null }>(
-        'SELECT SUM(length(i.item)) AS b FROM conversation_items i JOIN conversations c ON c.id = i.conversation WHERE c.owner IN (?, ?)',
+        `SELECT SUM(${ITEM_BYTES}) AS b FROM conversation_items i JOIN conversations c ON c.id = i.conversation WHERE c.owner IN (?, ?)`,
         ...owners,
       )
       .one();
     return { count: head.n, bytes: (head.b ?? 0) + (items.b ?? 0) };
+  }
+
+  /** Conversations and their bytes per key name, for /metrics. */
+  usageByKey(): Record<string, { conversations: number; bytes: number }> {
+    const usage: Record<string, { conversations: number; bytes: number }> = {};
+    const heads = this.shard.sql
+      .exec<{ key_name: string | null; n: number; b: number }>(
+        `SELECT key_name, COUNT(*) AS n, SUM(${HEAD_BYTES}) AS b FROM conversations GROUP BY key_name`,
+      )
+      .toArray();
+    for (const row of heads) usage[row.key_name ?? ''] = { conversations: row.n, bytes: row.b };
+    const items = this.shard.sql
+      .exec<{ key_name: string | null; b: number }>(
+        `SELECT c.key_name AS key_name, SUM(${ITEM_BYTES}) AS b FROM conversation_items i JOIN conversations c ON c.id = i.conversation GROUP BY c.key_name`,
+      )
+      .toArray();
+    for (const row of items) {
+      const use = usage[row.key_name ?? ''];
+      if (use) use.bytes += row.b;
+    }
+    return usage;
   }
 
   /** A 429 when `tenant` keeps as many conversations (for a new one), or as many bytes of them, as it may. */
@@ -312,6 +335,10 @@ export class ConversationStore {
   }
 }
 
+/** Bytes a conversation's row and one item keep (what MAX_CONVERSATION_MB_PER_KEY caps). */
+const HEAD_BYTES = 'LENGTH(CAST(metadata AS BLOB)) + IFNULL(LENGTH(CAST(token_ids AS BLOB)), 0)';
+const ITEM_BYTES = 'LENGTH(CAST(i.item AS BLOB))';
+
 const view = (row: ConversationRow): ConversationView => ({
   id: row.id,
   object: 'conversation',
@@ -319,5 +346,7 @@ const view = (row: ConversationRow): ConversationView => ({
   metadata: JSON.parse(row.metadata) as Record<string, string>,
 });
 
+const encoder = new TextEncoder();
 const bytesOf = (metadata: Record<string, string>, items: ConversationItem[]): number =>
-  JSON.stringify(metadata).length + items.reduce((n, item) => n + JSON.stringify(item).length, 0);
+  encoder.encode(JSON.stringify(metadata)).length +
+  items.reduce((n, item) => n + encoder.encode(JSON.stringify(item)).length, 0);

@@ -310,12 +310,15 @@ export class InferenceObject extends DurableObject<Env> {
   private storedUse(): Record<string, StoredUse> {
     const sessions = this.services.sessions.usageByKey();
     const hooks = this.services.hooks.countsByKey();
+    const conversations = this.services.conversations.usageByKey();
     const use: Record<string, StoredUse> = {};
-    for (const name of new Set([...Object.keys(sessions), ...Object.keys(hooks)]))
+    for (const name of new Set([...Object.keys(sessions), ...Object.keys(hooks), ...Object.keys(conversations)]))
       use[name] = {
         sessions: sessions[name]?.sessions ?? 0,
         sessionBytes: sessions[name]?.bytes ?? 0,
         hooks: hooks[name] ?? 0,
+        conversations: conversations[name]?.conversations ?? 0,
+        conversationBytes: conversations[name]?.bytes ?? 0,
       };
     return use;
   }

@@ -49,6 +49,13 @@ const say = (conversation: string | { id: string }, input: string) =>
 
 const history = (r: OpenAI.Responses.Response): number => r.usage!.input_tokens + r.usage!.output_tokens;
 
+/** A per-key gauge of /metrics (0 when the key has no line). */
+async function keyGauge(name: string, key: string): Promise<number> {
+  const res = await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${KEYS.bob}` } });
+  const line = (await res.text()).split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(`key="${key}"`));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+}
+
 const listAll = async (id: string): Promise<OpenAI.Conversations.ConversationItem[]> =>
   (await alice.conversations.items.list(id, { order: 'asc', limit: 100 })).data;
 
@@ -215,7 +222,11 @@ describe('conversations', () => {
   });
 
   it('a key keeps at most MAX_CONVERSATIONS_PER_KEY; deleting one frees its place and its items', async () => {
+    const bytes = await keyGauge('edge_infer_key_stored_conversation_bytes', 'alice');
+    // Its items (ten messages) and its token log: more than the long message alone.
+    expect(bytes).toBeGreaterThan(long.length);
     const more = [await alice.conversations.create(), await alice.conversations.create()];
+    expect(await keyGauge('edge_infer_key_stored_conversations', 'alice')).toBe(3);
     const refused = await failure(alice.conversations.create());
     expect(refused).toMatchObject({ status: 429, error: { code: 'storage_quota_exceeded' } });
     expect((await bob.conversations.create()).id).toMatch(/^conv_/);

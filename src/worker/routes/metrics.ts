@@ -280,6 +280,18 @@ export function render(shards: ShardStats[], backend = 'wasm'): string {
       storedBy((u) => u.sessionBytes),
     )
     .family(
+      'edge_infer_key_stored_conversations',
+      'gauge',
+      'Conversations a key keeps on the shard (what MAX_CONVERSATIONS_PER_KEY caps).',
+      storedBy((u) => u.conversations),
+    )
+    .family(
+      'edge_infer_key_stored_conversation_bytes',
+      'gauge',
+      "Bytes of a key's conversations on the shard: items, metadata and token logs (what MAX_CONVERSATION_MB_PER_KEY caps).",
+      storedBy((u) => u.conversationBytes),
+    )
+    .family(
       'edge_infer_key_hooks',
       'gauge',
       'Hooks a key keeps on the shard (what MAX_HOOKS_PER_KEY caps).',
