@@ -152,6 +152,8 @@ export class ConversationStore {
   /** Deletes the conversation and its items, and frees its KV cache, kept and stored. */
   delete(id: string, tenant: Tenant): RpcResult<ConversationDeleted> {
     if (!this.row(id, tenant)) return fail(conversationNotFound(id));
+    // A response in flight would keep the cache under this id once it finished: it finishes first.
+    if (this.busy.has(id)) return fail(busy(id));
     this.shard.sql.exec('DELETE FROM conversation_items WHERE conversation = ?', id);
     this.shard.sql.exec('DELETE FROM conversations WHERE id = ?', id);
     this.shard.loadedEngine()?.releaseSession(id);

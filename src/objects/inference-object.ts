@@ -572,21 +572,36 @@ export class InferenceObject extends DurableObject<Env> {
 
   // ---- conversations (objects/conversations.ts): storage only, a response in one goes through createResponse ----
 
+  /** Writes that grow a key's storage (a new conversation, added items) take a request slot, as a session's creation does. */
+  private admitWrite(caller: Caller): RpcResult<void> {
+    const admitted = this.admit(caller.tenant.name, caller.limits);
+    if (!admitted.ok) return admitted;
+    admitted.value.ticket.settle(0);
+    return ok(undefined);
+  }
+
   async createConversation(
     id: string,
-    tenant: Tenant,
+    caller: Caller,
     metadata: Record<string, string>,
     items: ConversationItem[],
   ): Promise<RpcResult<ConversationView>> {
-    return this.services.conversations.create(id, tenant, metadata, items);
+    const admitted = this.admitWrite(caller);
+    if (!admitted.ok) return admitted;
+    return this.services.conversations.create(id, caller.tenant, metadata, items);
   }
 
   async conversation(
     op: ConversationOp,
     id: string,
-    tenant: Tenant,
+    caller: Caller,
   ): Promise<RpcResult<ConversationView | ConversationItem | ConversationItem[] | ConversationDeleted>> {
     const store = this.services.conversations;
+    const { tenant } = caller;
+    if (op.op === 'addItems') {
+      const admitted = this.admitWrite(caller);
+      if (!admitted.ok) return admitted;
+    }
     switch (op.op) {
       case 'get':
         return store.get(id, tenant);

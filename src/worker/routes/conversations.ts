@@ -1,10 +1,11 @@
-import { Hono } from 'hono';
+import { Hono, type Context } from 'hono';
 import type { Env } from '../../env.js';
 import type { ConversationItem } from '../../responses/conversation-items.js';
 import type { AppEnv } from '../app-env.js';
 import { readJsonObject, type JsonObject } from '../body.js';
 import { ApiError, badParam, unwrap } from '../errors.js';
 import { inputItems, responseMetadata } from '../responses-request.js';
+import { shardLimits } from '../limits.js';
 import { shardCount, shardStub } from '../routing.js';
 import { issuedShard, issueId } from '../shard-ids.js';
 
@@ -88,32 +89,34 @@ conversations.post('/', async (c) => {
   const metadata = responseMetadata(body.metadata);
   const shard = Math.floor(Math.random() * shardCount(c.env));
   const id = `${CONVERSATION_PREFIX}${await issueId(c.env, shard)}`;
-  return c.json(unwrap(await shardStub(c.env, shard).createConversation(id, c.get('tenant'), metadata, items)));
+  const who = { tenant: c.get('tenant'), limits: shardLimits(c.env, shard) };
+  return c.json(unwrap(await shardStub(c.env, shard).createConversation(id, who, metadata, items)));
 });
 
-/** The conversation's stub and id for a route with `:id`. */
-async function target(env: Env, id: string) {
-  return shardStub(env, await conversationShard(env, id));
+/** The conversation a route's `:id` names: its id, its shard's stub, and whom the request runs for there. */
+async function target(c: Context<AppEnv>) {
+  const id = c.req.param('id') ?? '';
+  const shard = await conversationShard(c.env, id);
+  return { id, stub: shardStub(c.env, shard), who: { tenant: c.get('tenant'), limits: shardLimits(c.env, shard) } };
 }
 
 conversations.get('/:id', async (c) => {
-  const id = c.req.param('id');
-  return c.json(unwrap(await (await target(c.env, id)).conversation({ op: 'get' }, id, c.get('tenant'))));
+  const { id, stub, who } = await target(c);
+  return c.json(unwrap(await stub.conversation({ op: 'get' }, id, who)));
 });
 
 conversations.post('/:id', async (c) => {
-  const id = c.req.param('id');
-  const stub = await target(c.env, id);
+  const { id, stub, who } = await target(c);
   const body = await readJsonObject(c);
   refuseUnknown(body, ['metadata']);
   if (body.metadata === undefined) throw badParam('metadata', 'metadata is required');
   const metadata = responseMetadata(body.metadata);
-  return c.json(unwrap(await stub.conversation({ op: 'update', metadata }, id, c.get('tenant'))));
+  return c.json(unwrap(await stub.conversation({ op: 'update', metadata }, id, who)));
 });
 
 conversations.delete('/:id', async (c) => {
-  const id = c.req.param('id');
-  return c.json(unwrap(await (await target(c.env, id)).conversation({ op: 'delete' }, id, c.get('tenant'))));
+  const { id, stub, who } = await target(c);
+  return c.json(unwrap(await stub.conversation({ op: 'delete' }, id, who)));
 });
 
 const list = (data: ConversationItem[], hasMore: boolean) => ({
@@ -125,25 +128,23 @@ const list = (data: ConversationItem[], hasMore: boolean) => ({
 });
 
 conversations.post('/:id/items', async (c) => {
-  const id = c.req.param('id');
-  const stub = await target(c.env, id);
+  const { id, stub, who } = await target(c);
   const body = await readJsonObject(c);
   refuseUnknown(body, ['items']);
   const items = readItems(body, true);
-  const added = unwrap(await stub.conversation({ op: 'addItems', items }, id, c.get('tenant'))) as ConversationItem[];
+  const added = unwrap(await stub.conversation({ op: 'addItems', items }, id, who)) as ConversationItem[];
   return c.json(list(added, false));
 });
 
 /** The conversation's items, newest first unless `order=asc`, paged by `limit` (1..100, default 20) and `after`. */
 conversations.get('/:id/items', async (c) => {
-  const id = c.req.param('id');
-  const stub = await target(c.env, id);
+  const { id, stub, who } = await target(c);
   const order = c.req.query('order') ?? 'desc';
   if (order !== 'asc' && order !== 'desc') throw badParam('order', 'order must be "asc" or "desc"', 'invalid_value');
   const limit = Number(c.req.query('limit') ?? '20');
   if (!Number.isSafeInteger(limit) || limit < 1 || limit > 100)
     throw badParam('limit', 'limit must be a whole number from 1 to 100', 'invalid_value');
-  const items = unwrap(await stub.conversation({ op: 'items' }, id, c.get('tenant'))) as ConversationItem[];
+  const items = unwrap(await stub.conversation({ op: 'items' }, id, who)) as ConversationItem[];
   const ordered = order === 'asc' ? items : [...items].reverse();
   const after = c.req.query('after');
   const from = after === undefined ? 0 : ordered.findIndex((item) => item.id === after) + 1;
@@ -153,17 +154,13 @@ conversations.get('/:id/items', async (c) => {
 });
 
 conversations.get('/:id/items/:item', async (c) => {
-  const id = c.req.param('id');
-  const stub = await target(c.env, id);
-  return c.json(unwrap(await stub.conversation({ op: 'getItem', itemId: c.req.param('item') }, id, c.get('tenant'))));
+  const { id, stub, who } = await target(c);
+  return c.json(unwrap(await stub.conversation({ op: 'getItem', itemId: c.req.param('item') }, id, who)));
 });
 
 conversations.delete('/:id/items/:item', async (c) => {
-  const id = c.req.param('id');
-  const stub = await target(c.env, id);
-  return c.json(
-    unwrap(await stub.conversation({ op: 'deleteItem', itemId: c.req.param('item') }, id, c.get('tenant'))),
-  );
+  const { id, stub, who } = await target(c);
+  return c.json(unwrap(await stub.conversation({ op: 'deleteItem', itemId: c.req.param('item') }, id, who)));
 });
 
 export default conversations;
