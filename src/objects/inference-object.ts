@@ -42,7 +42,7 @@ import type { JobView } from './jobs.js';
 import type { InputItem } from '../responses/output-items.js';
 import type { ConversationItem } from '../responses/conversation-items.js';
 import type { ConversationDeleted, ConversationOp, ConversationView } from './conversations.js';
-import { promptReasoning, reasoningOf } from './responses.js';
+import { promptReasoning, reasoningOf } from './template-reasoning.js';
 import type { ReasoningFormat } from '../responses/reasoning.js';
 import type { ResponseSpec, ResponseView } from '../responses/response-view.js';
 import type { SamplingFields, SessionView } from './sessions.js';

@@ -11,7 +11,7 @@ import type { Engine } from '../engine/engine.js';
 import type { ChatMessage, GenerationRequest } from '../engine/request.js';
 import type { DoneEvent } from '../engine/sequence-output.js';
 import { assistantMessage, outputItems, type InputItem } from '../responses/output-items.js';
-import { reasoningFormat, ReasoningSplitter, reasoningTags, type ReasoningFormat } from '../responses/reasoning.js';
+import type { ReasoningFormat } from '../responses/reasoning.js';
 import { responseView, type ResponseSpec, type ResponseView } from '../responses/response-view.js';
 import type { ConversationBase, ConversationStore } from './conversations.js';
 import { runGeneration, type Account, type EventSink } from './generation-run.js';
@@ -19,6 +19,7 @@ import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './
 import { replyIds, turnFormat } from './session-turns.js';
 import type { ShardContext } from './shard-context.js';
 import { ownerIds, type Tenant } from './tenancy/tenant.js';
+import { promptReasoning, reasoningOf, reasoningTokens } from './template-reasoning.js';
 
 export interface ResponseLimits {
   ttlMs: number;
@@ -51,58 +52,6 @@ const notFound = (id: string, param: string | null = null): ServiceError => ({
   param,
   code: 'response_not_found',
 });
-
-/** Per engine: the template's reasoning tags, and whether it drops earlier answers' reasoning from the prompt. */
-interface TemplateReasoning {
-  tags: { begin: string; end: string } | undefined;
-  dropsReasoning: boolean;
-}
-const templateReasoning = new WeakMap<Engine, TemplateReasoning>();
-
-/** Reasoning tags from the tokenizer's added tokens (`<think>` and `</think>` are tokens of models that reason). */
-export function reasoningOf(engine: Engine): TemplateReasoning {
-  let known = templateReasoning.get(engine);
-  if (known) return known;
-  const added = engine.tokenizer.addedTokenTexts;
-  const tags = reasoningTags(added.join('\n'));
-  let dropsReasoning = false;
-  if (tags) {
-    const probe = 'zq7probe';
-    try {
-      const ids = engine.resolve({
-        messages: [
-          { role: 'user', content: 'a' },
-          { role: 'assistant', content: `${tags.begin}\n${probe}\n${tags.end}\n\nb` },
-          { role: 'user', content: 'c' },
-        ],
-        max_tokens: 1,
-      }).promptIds;
-      dropsReasoning = !engine.tokenizer.decode(ids).includes(probe);
-    } catch {
-      dropsReasoning = false;
-    }
-  }
-  known = { tags, dropsReasoning };
-  templateReasoning.set(engine, known);
-  return known;
-}
-
-/** The reasoning format of a prompt: its tail says whether the template already opened the tags. */
-export function promptReasoning(engine: Engine, promptIds: readonly number[]): ReasoningFormat | undefined {
-  const { tags } = reasoningOf(engine);
-  return tags && reasoningFormat(tags, engine.tokenizer.decode(promptIds.slice(-16)));
-}
-
-/** Tokens spent reasoning: the splitter fed the completion token by token, as the stream was. */
-function reasoningTokens(engine: Engine, format: ReasoningFormat | undefined, tokenIds: readonly number[]): number {
-  if (!format) return 0;
-  const splitter = new ReasoningSplitter(format);
-  const decoder = new TextDecoder();
-  for (const id of tokenIds)
-    splitter.push(decoder.decode(engine.tokenizer.tokenBytes(id, { addedTokens: 'text' }), { stream: true }));
-  splitter.flush();
-  return splitter.reasoningTokens;
-}
 
 export class ResponseStore {
   /** Chains with a response in flight: a second continuation of the same one branches instead. */
