@@ -57,6 +57,10 @@ export interface Env {
   MAX_RESPONSES_PER_KEY?: string;
   /** Megabytes of stored responses (their text and token logs) one key may keep on a shard. */
   MAX_RESPONSE_MB_PER_KEY?: string;
+  /** Conversations (POST /v1/conversations) one key may keep on a shard; creating another gets 429. */
+  MAX_CONVERSATIONS_PER_KEY?: string;
+  /** Megabytes of conversations (their items and token logs) one key may keep on a shard; past it, adding gets 429. */
+  MAX_CONVERSATION_MB_PER_KEY?: string;
   /** Sessions one key may keep on a shard; creating another gets 429 (src/objects/tenancy/storage-quota.ts). */
   MAX_SESSIONS_PER_KEY?: string;
   /** Hooks one key may keep on a shard; creating another gets 429. */
@@ -149,6 +153,8 @@ export const DEFAULTS = {
   MAX_RESPONSES_PER_KEY: 10_000,
   MAX_RESPONSE_MB_PER_KEY: 64,
   MAX_SESSIONS_PER_KEY: 1000,
+  MAX_CONVERSATIONS_PER_KEY: 1000,
+  MAX_CONVERSATION_MB_PER_KEY: 64,
   MAX_HOOKS_PER_KEY: 100,
   BODY_READ_TIMEOUT_MS: 10_000,
   WEBHOOK_RETRY_BASE_MS: 2000,

@@ -88,6 +88,7 @@ describe('the Responses API stream', () => {
     max_output_tokens: null,
     store: true,
     previous_response_id: null,
+    conversation: null,
     metadata: {},
     chat_template_kwargs: undefined,
     echo: { tools: [], tool_choice: 'auto', parallel_tool_calls: true, text: null, reasoning: null, user: null },

@@ -19,7 +19,9 @@ import { modelUnavailable } from './model-unavailable.js';
 import { quotaRefusal, storageQuotas, systemRefusal } from './tenancy/storage-quota.js';
 import type { JobView } from './jobs.js';
 import type { InputItem } from '../responses/output-items.js';
-import { promptReasoning, reasoningOf } from './responses.js';
+import type { ConversationItem } from '../responses/conversation-items.js';
+import type { ConversationDeleted, ConversationOp, ConversationView } from './conversations.js';
+import { promptReasoning, reasoningOf } from './template-reasoning.js';
 import type { ReasoningFormat } from '../responses/reasoning.js';
 import type { ResponseSpec, ResponseView } from '../responses/response-view.js';
 import type { SamplingFields, SessionView } from './sessions.js';
@@ -336,6 +338,53 @@ export class InferenceObject extends DurableObject<Env> {
     tenant: Tenant,
   ): Promise<RpcResult<{ id: string; object: 'response'; deleted: true }>> {
     return this.services.responses.delete(id, tenant);
+  }
+
+  // ---- conversations (objects/conversations.ts): storage only, a response in one goes through createResponse ----
+
+  /** Writes that grow a key's storage (a new conversation, added items) take a request slot, as a session's creation does. */
+  private admitWrite(caller: Caller): RpcResult<void> {
+    return this.admission.charge(caller.tenant.name, caller.limits);
+  }
+
+  async createConversation(
+    id: string,
+    caller: Caller,
+    metadata: Record<string, string>,
+    items: ConversationItem[],
+  ): Promise<RpcResult<ConversationView>> {
+    const admitted = this.admitWrite(caller);
+    if (!admitted.ok) return admitted;
+    return this.services.conversations.create(id, caller.tenant, metadata, items);
+  }
+
+  async conversation(
+    op: ConversationOp,
+    id: string,
+    caller: Caller,
+  ): Promise<RpcResult<ConversationView | ConversationItem | ConversationItem[] | ConversationDeleted>> {
+    const store = this.services.conversations;
+    const { tenant } = caller;
+    if (op.op === 'addItems') {
+      const admitted = this.admitWrite(caller);
+      if (!admitted.ok) return admitted;
+    }
+    switch (op.op) {
+      case 'get':
+        return store.get(id, tenant);
+      case 'update':
+        return store.update(id, tenant, op.metadata);
+      case 'delete':
+        return store.delete(id, tenant);
+      case 'items':
+        return store.items(id, tenant);
+      case 'addItems':
+        return store.addItems(id, tenant, op.items);
+      case 'getItem':
+        return store.getItem(id, op.itemId, tenant);
+      case 'deleteItem':
+        return store.deleteItem(id, op.itemId, tenant);
+    }
   }
 
   /**

@@ -11,13 +11,15 @@ import type { Engine } from '../engine/engine.js';
 import type { ChatMessage, GenerationRequest } from '../engine/request.js';
 import type { DoneEvent } from '../engine/sequence-output.js';
 import { assistantMessage, outputItems, type InputItem } from '../responses/output-items.js';
-import { reasoningFormat, ReasoningSplitter, reasoningTags, type ReasoningFormat } from '../responses/reasoning.js';
+import type { ReasoningFormat } from '../responses/reasoning.js';
 import { responseView, type ResponseSpec, type ResponseView } from '../responses/response-view.js';
+import type { ConversationBase, ConversationStore } from './conversations.js';
 import { runGeneration, type Account, type EventSink } from './generation-run.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { replyIds, turnFormat } from './session-turns.js';
 import type { ShardContext } from './shard-context.js';
 import { ownerIds, type Tenant } from './tenancy/tenant.js';
+import { promptReasoning, reasoningOf, reasoningTokens } from './template-reasoning.js';
 
 export interface ResponseLimits {
   ttlMs: number;
@@ -51,58 +53,6 @@ const notFound = (id: string, param: string | null = null): ServiceError => ({
   code: 'response_not_found',
 });
 
-/** Per engine: the template's reasoning tags, and whether it drops earlier answers' reasoning from the prompt. */
-interface TemplateReasoning {
-  tags: { begin: string; end: string } | undefined;
-  dropsReasoning: boolean;
-}
-const templateReasoning = new WeakMap<Engine, TemplateReasoning>();
-
-/** Reasoning tags from the tokenizer's added tokens (`<think>` and `</think>` are tokens of models that reason). */
-export function reasoningOf(engine: Engine): TemplateReasoning {
-  let known = templateReasoning.get(engine);
-  if (known) return known;
-  const added = engine.tokenizer.addedTokenTexts;
-  const tags = reasoningTags(added.join('\n'));
-  let dropsReasoning = false;
-  if (tags) {
-    const probe = 'zq7probe';
-    try {
-      const ids = engine.resolve({
-        messages: [
-          { role: 'user', content: 'a' },
-          { role: 'assistant', content: `${tags.begin}\n${probe}\n${tags.end}\n\nb` },
-          { role: 'user', content: 'c' },
-        ],
-        max_tokens: 1,
-      }).promptIds;
-      dropsReasoning = !engine.tokenizer.decode(ids).includes(probe);
-    } catch {
-      dropsReasoning = false;
-    }
-  }
-  known = { tags, dropsReasoning };
-  templateReasoning.set(engine, known);
-  return known;
-}
-
-/** The reasoning format of a prompt: its tail says whether the template already opened the tags. */
-export function promptReasoning(engine: Engine, promptIds: readonly number[]): ReasoningFormat | undefined {
-  const { tags } = reasoningOf(engine);
-  return tags && reasoningFormat(tags, engine.tokenizer.decode(promptIds.slice(-16)));
-}
-
-/** Tokens spent reasoning: the splitter fed the completion token by token, as the stream was. */
-function reasoningTokens(engine: Engine, format: ReasoningFormat | undefined, tokenIds: readonly number[]): number {
-  if (!format) return 0;
-  const splitter = new ReasoningSplitter(format);
-  const decoder = new TextDecoder();
-  for (const id of tokenIds)
-    splitter.push(decoder.decode(engine.tokenizer.tokenBytes(id, { addedTokens: 'text' }), { stream: true }));
-  splitter.flush();
-  return splitter.reasoningTokens;
-}
-
 export class ResponseStore {
   /** Chains with a response in flight: a second continuation of the same one branches instead. */
   private readonly busy = new Set<string>();
@@ -110,6 +60,7 @@ export class ResponseStore {
   constructor(
     private readonly shard: ShardContext,
     private readonly limits: ResponseLimits,
+    private readonly conversations: ConversationStore,
   ) {
     shard.sql.exec(`CREATE TABLE IF NOT EXISTS responses (
       id TEXT PRIMARY KEY,
@@ -150,14 +101,24 @@ export class ResponseStore {
       const full = this.overCap(tenant);
       if (full) return fail(full);
     }
+    // A response in a conversation continues it (one at a time): its history, and its log while that is exact.
+    let conversation: ConversationBase | undefined;
+    if (spec.conversation) {
+      const taken = this.conversations.begin(spec.conversation, tenant);
+      if (!taken.ok) return taken;
+      conversation = taken.value;
+    }
+    const leave = (): void => {
+      if (spec.conversation) this.conversations.release(spec.conversation);
+    };
     let engine: Engine;
     let request: GenerationRequest;
     let format: ReasoningFormat | undefined;
     let history: ChatMessage[];
     try {
       engine = await this.shard.engine();
-      history = previous ? (JSON.parse(previous.messages) as ChatMessage[]) : [];
-      const promptIds = this.promptIds(engine, spec, previous, history);
+      history = conversation?.messages ?? (previous ? (JSON.parse(previous.messages) as ChatMessage[]) : []);
+      const promptIds = this.promptIds(engine, spec, conversation ?? previous, history);
       request = {
         prompt_ids: promptIds,
         ...(spec.temperature !== null ? { temperature: spec.temperature } : {}),
@@ -168,14 +129,17 @@ export class ResponseStore {
       engine.resolve(request);
       format = promptReasoning(engine, promptIds);
     } catch (err) {
+      leave();
       return fail(fromEngineError(err));
     }
-    // The latest response of its chain (and not being continued already) is continued in place; any other branches.
+    // The latest response of its chain (and not being continued already) is continued in place; any other
+    // branches. A conversation's cache is kept under its id; its stored responses are chains of their own.
     const chain = previous && previous.head === 1 && !this.busy.has(previous.chain) ? previous.chain : spec.id;
-    const session = spec.store ? chain : undefined;
-    if (session) this.busy.add(session);
+    const session = spec.conversation ?? (spec.store ? chain : undefined);
+    if (session && !spec.conversation) this.busy.add(session);
     const settle = (): void => {
-      if (session) this.busy.delete(session);
+      if (session && !spec.conversation) this.busy.delete(session);
+      leave();
     };
     try {
       const generation = runGeneration(engine, [request], this.shard.metrics, sink, {
@@ -183,8 +147,16 @@ export class ResponseStore {
         account: run.account,
         onDone: (_index, done) => {
           const view = this.finish(engine, spec, request, format, done);
-          if (spec.store && done.finishReason !== 'cancelled')
-            this.record(engine, spec, tenant, chain, request, history, view, done);
+          if (done.finishReason !== 'cancelled') {
+            const log = logAfter(engine, request, view, done);
+            if (spec.store) this.record(spec, tenant, chain, history, view, log);
+            if (spec.conversation)
+              this.conversations.append(spec.conversation, [...spec.input, ...view.output], {
+                token_ids: log,
+                instructions: spec.instructions,
+                render_key: renderKey(spec),
+              });
+          }
           settle();
           return { response: view };
         },
@@ -210,7 +182,7 @@ export class ResponseStore {
   private promptIds(
     engine: Engine,
     spec: ResponseSpec,
-    previous: ResponseRow | undefined,
+    previous: Pick<ResponseRow, 'token_ids' | 'instructions' | 'render_key'> | undefined,
     history: ChatMessage[],
   ): number[] {
     const render = (messages: ChatMessage[], withTools: boolean): number[] =>
@@ -254,21 +226,14 @@ export class ResponseStore {
   }
 
   private record(
-    engine: Engine,
     spec: ResponseSpec,
     tenant: Tenant,
     chain: string,
-    request: GenerationRequest,
     history: ChatMessage[],
     view: ResponseView,
-    done: DoneEvent,
+    log: string | null,
   ): void {
     const messages = [...history, ...spec.messages, assistantMessage(view.output)];
-    // Where the template drops earlier answers' reasoning, the log the model saw is not what the next
-    // prompt renders: the next response renders the history again (and reprefills this reply).
-    const reasoned = view.output.some((item) => item.type === 'reasoning');
-    const exact = extendable(engine) && !(reasoned && reasoningOf(engine).dropsReasoning);
-    const log = exact ? JSON.stringify([...request.prompt_ids!, ...replyIds(engine, done)]) : null;
     const texts = [JSON.stringify(messages), JSON.stringify(spec.input), JSON.stringify(view)];
     const bytes = texts.reduce((n, t) => n + t.length, 0) + (log?.length ?? 0);
     const now = Date.now();
@@ -362,6 +327,17 @@ export class ResponseStore {
       )
       .toArray()[0];
   }
+}
+
+/**
+ * The token log a finished response leaves (JSON), or null when the next response must render the history
+ * again: where the template drops earlier answers' reasoning, the log the model saw is not what the next
+ * prompt renders (and this reply is prefilled again).
+ */
+function logAfter(engine: Engine, request: GenerationRequest, view: ResponseView, done: DoneEvent): string | null {
+  const reasoned = view.output.some((item) => item.type === 'reasoning');
+  const exact = extendable(engine) && !(reasoned && reasoningOf(engine).dropsReasoning);
+  return exact ? JSON.stringify([...request.prompt_ids!, ...replyIds(engine, done)]) : null;
 }
 
 const renderKey = (spec: ResponseSpec): string =>

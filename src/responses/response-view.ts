@@ -27,6 +27,8 @@ export interface ResponseSpec {
   max_output_tokens: number | null;
   store: boolean;
   previous_response_id: string | null;
+  /** The conversation (its id) this response continues and is appended to, or null. */
+  conversation: string | null;
   metadata: Record<string, string>;
   /** Passed to the chat template as extra variables (`enable_thinking: false`). */
   chat_template_kwargs: Record<string, JsonValue> | undefined;
@@ -64,6 +66,7 @@ export interface ResponseView {
   output: OutputItem[];
   parallel_tool_calls: boolean;
   previous_response_id: string | null;
+  conversation: { id: string } | null;
   reasoning: JsonValue;
   store: boolean;
   temperature: number;
@@ -102,6 +105,7 @@ export function responseView(spec: ResponseSpec, finished?: FinishedGeneration):
     output: finished?.output ?? [],
     parallel_tool_calls: spec.echo.parallel_tool_calls,
     previous_response_id: spec.previous_response_id,
+    conversation: spec.conversation ? { id: spec.conversation } : null,
     reasoning: spec.echo.reasoning,
     store: spec.store,
     temperature: spec.temperature ?? 1,

@@ -6,6 +6,7 @@ import chat from './routes/chat.js';
 import completions from './routes/completions.js';
 import metrics from './routes/metrics.js';
 import models from './routes/models.js';
+import conversations from './routes/conversations.js';
 import responses from './routes/responses.js';
 import sessions from './routes/sessions.js';
 import hooks from './routes/hooks.js';
@@ -47,6 +48,8 @@ app.route('/metrics', metrics);
 app.route('/v1/sessions', sessions);
 // The Responses API: a response is a session turn, a chain of them a session.
 app.route('/v1/responses', responses);
+// The Conversations API: a named, mutable session that responses continue.
+app.route('/v1/conversations', conversations);
 app.route('/v1/hooks', hooks);
 app.route('/v1/jobs', jobs);
 // The shard's KV block pool, for the playground's picture.

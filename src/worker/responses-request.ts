@@ -49,19 +49,13 @@ export function responseRequest(body: JsonObject, model: string): ResponseReques
   for (const key of Object.keys(body))
     if (!KNOWN.has(key)) throw badParam(key, `unknown parameter '${key}'`, 'unknown_parameter');
   const previous = optString(body, 'previous_response_id') ?? null;
-  if (body.conversation !== undefined && body.conversation !== null) {
-    if (previous !== null)
-      throw badParam(
-        'conversation',
-        'give previous_response_id or conversation, not both: a response continues one of them',
-        'invalid_value',
-      );
+  const conversation = conversationId(body.conversation);
+  if (conversation !== null && previous !== null)
     throw badParam(
       'conversation',
-      'conversations are not supported yet: chain responses with previous_response_id',
-      'unsupported_parameter',
+      'give previous_response_id or conversation, not both: a response continues one of them',
+      'invalid_value',
     );
-  }
   if (body.background === true)
     throw badParam('background', 'background responses are not supported', 'unsupported_parameter');
   const truncation = optString(body, 'truncation');
@@ -100,7 +94,8 @@ export function responseRequest(body: JsonObject, model: string): ResponseReques
     store: optBoolean(body, 'store') ?? true,
     stream: optBoolean(body, 'stream') ?? false,
     previous_response_id: previous,
-    metadata: metadata(body.metadata),
+    conversation,
+    metadata: responseMetadata(body.metadata),
     chat_template_kwargs: isObject(kwargs) ? (kwargs as Record<string, JsonValue>) : undefined,
     echo: {
       tools: (Array.isArray(body.tools) ? body.tools : []) as JsonValue[],
@@ -111,6 +106,15 @@ export function responseRequest(body: JsonObject, model: string): ResponseReques
       user: optString(body, 'user') ?? null,
     },
   };
+}
+
+/** `conversation`: its id, as a string or `{id}`. */
+function conversationId(v: unknown): string | null {
+  if (v === undefined || v === null) return null;
+  const id = isObject(v) ? v.id : v;
+  if (typeof id !== 'string' || id === '')
+    throw badParam('conversation', 'conversation must be a conversation id or {"id": "conv_…"}');
+  return id;
 }
 
 /** Text of a message's content: a string, or parts of input_text / output_text. */
@@ -268,7 +272,7 @@ function textFormat(text: unknown): Constrained | undefined {
 }
 
 /** OpenAI's metadata: at most 16 string pairs, keys up to 64 characters, values up to 512. */
-function metadata(v: unknown): Record<string, string> {
+export function responseMetadata(v: unknown): Record<string, string> {
   if (v === undefined || v === null) return {};
   if (!isObject(v)) throw badParam('metadata', 'metadata must be an object of strings');
   const entries = Object.entries(v);

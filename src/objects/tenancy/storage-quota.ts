@@ -27,6 +27,9 @@ export interface StoredUse {
   /** Bytes of its sessions' rows: system prompt, transcript, token log and defaults. */
   sessionBytes: number;
   hooks: number;
+  /** Its conversations, and their bytes: items, metadata and token logs. */
+  conversations: number;
+  conversationBytes: number;
 }
 
 /** The 429 for a key at its cap of `what` (sessions, hooks) on this shard. */

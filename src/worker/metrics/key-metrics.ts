@@ -51,6 +51,18 @@ export const KEY_METRICS: MetricDefinition[] = [
     samples: eachStoredKey((u) => u.sessionBytes),
   },
   {
+    name: 'edge_infer_key_stored_conversations',
+    type: 'gauge',
+    help: 'Conversations a key keeps on the shard (what MAX_CONVERSATIONS_PER_KEY caps).',
+    samples: eachStoredKey((u) => u.conversations),
+  },
+  {
+    name: 'edge_infer_key_stored_conversation_bytes',
+    type: 'gauge',
+    help: "Bytes of a key's conversations on the shard: items, metadata and token logs (what MAX_CONVERSATION_MB_PER_KEY caps).",
+    samples: eachStoredKey((u) => u.conversationBytes),
+  },
+  {
     name: 'edge_infer_key_hooks',
     type: 'gauge',
     help: 'Hooks a key keeps on the shard (what MAX_HOOKS_PER_KEY caps).',

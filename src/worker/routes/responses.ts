@@ -7,6 +7,7 @@ import { ApiError, badParam, unwrap } from '../errors.js';
 import { openGeneration } from '../generation-stream.js';
 import { shardLimits } from '../limits.js';
 import { rateLimitHeaders } from '../rate-limit-headers.js';
+import { conversationShard } from './conversations.js';
 import { responseEvents } from '../responses-stream.js';
 import { responseRequest } from '../responses-request.js';
 import { hash32, shardCount, shardStub } from '../routing.js';
@@ -37,12 +38,15 @@ responses.post('/', async (c) => {
   const { body, model } = await readGenerationBody(c);
   const { stream, ...request } = responseRequest(body, model);
   // A chain stays on its first response's shard; a new one goes where its instructions' blocks are cached.
+  // A response in a conversation runs on the conversation's shard, beside its items and cache.
   const shard =
     request.previous_response_id !== null
       ? await shardOf(c.env, request.previous_response_id, 'previous_response_id')
-      : request.instructions !== null
-        ? hash32(`system\n${request.instructions}`) % shardCount(c.env)
-        : Math.floor(Math.random() * shardCount(c.env));
+      : request.conversation !== null
+        ? await conversationShard(c.env, request.conversation, 'conversation')
+        : request.instructions !== null
+          ? hash32(`system\n${request.instructions}`) % shardCount(c.env)
+          : Math.floor(Math.random() * shardCount(c.env));
   const id = `${PREFIX}${await issueId(c.env, shard)}`;
   const spec: ResponseSpec = {
     ...request,
