@@ -59,7 +59,7 @@ export const GPU_BENCH_DEFAULTS: GpuBenchOptions = {
   big: false,
 };
 /** A short run for checking the section works (and for lavapipe, where only correctness counts). */
-export const GPU_BENCH_QUICK: GpuBenchOptions = { runs: 1, batches: [1, 4], prefill: 64, tokens: 4, big: false };
+export const GPU_BENCH_QUICK: GpuBenchOptions = { runs: 1, batches: [1, 4], prefill: 32, tokens: 4, big: false };
 
 /** The section's flags: --quick picks the short run, and explicit flags win over it. */
 export function parseGpuBenchArgs(argv: readonly string[]): GpuBenchOptions & { json?: string } {
