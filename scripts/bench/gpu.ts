@@ -158,7 +158,10 @@ export async function runGpuBench(o: GpuBenchOptions, log: (s: string) => void =
         ? `lavapipe, correctness only (${probe.description}): not GPU figures`
         : 'no WebGPU adapter: GPU paths skipped, kernels only';
   log(`gpu bench: ${label}`);
-  const kvCacheBytes = Math.max(...o.batches) * (o.prefill + o.tokens + 64) * 30 * 2 * 3 * 64 * 4 + (64 << 20);
+  // What the runs hold at once (16-token prompts, or the one prefill) at bench-1b's fp32 KV bytes per token
+  // (16 layers x K and V x 8 heads x 64 x 4 B), the largest of the models; bench-135m's is a third of that.
+  const kvTokens = Math.max(Math.max(...o.batches) * (16 + o.tokens + 2), o.prefill + 2) + 256;
+  const kvCacheBytes = kvTokens * 16 * 2 * 8 * 64 * 4;
   const limits = { kvCacheBytes, maxBatchSize: Math.max(...o.batches) };
   const rows: GpuBenchRow[] = [];
   const run = async (path: string, runtime: EngineRuntime, v: Variant) => {
