@@ -6,7 +6,7 @@
 // Writes <out>/results.json, <out>/decode.svg and prints Markdown tables. Not part of `npm test`.
 //
 //   npm run bench -- [--quick] [--models bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32]
-//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore,structured,edge,edge-memory,stages,architectures]
+//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore,structured,edge,edge-memory,stages,architectures,gpu]
 //     [--runs 5] [--batches 1,4,16,32] [--prefill 128,512,2048] [--histories 256,1024,4096]
 //     [--prompt 32] [--tokens 32] [--fresh 20] [--clients 1,16] [--session-models ...] [--out bench] [--append]
 // Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1). Each backend runs in a child process.
@@ -32,6 +32,7 @@ import type { EdgeBench } from './bench/edge.js';
 import type { EdgeMemoryBench } from './bench/edge-memory.js';
 import type { StagesBench } from './bench/stages.js';
 import type { StructuredBench } from './bench/structured.js';
+import { type GpuBench, gpuBenchTable, parseGpuBenchArgs } from './bench/gpu.js';
 import { decodePlotSvg } from './bench/svg-plot.js';
 import { answerHelp } from './lib/help.js';
 
@@ -45,9 +46,9 @@ Measures the engine (decode, prefill, peers, the service over HTTP...) and write
 <out>/decode.svg and Markdown tables. Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1).
 --quick: a few minutes' run for checking a change.`);
 const options = parseBenchOptions(process.argv.slice(2));
-// The wllama, kernels, stages and architectures sections make the models they need themselves.
-if (options.sections.some((s) => s !== 'wllama' && s !== 'kernels' && s !== 'stages' && s !== 'architectures'))
-  ensureBenchModels(options.variants);
+// The wllama, kernels, stages, architectures and gpu sections make the models they need themselves.
+const SELF_MADE: readonly string[] = ['wllama', 'kernels', 'stages', 'architectures', 'gpu'];
+if (options.sections.some((s) => !SELF_MADE.includes(s))) ensureBenchModels(options.variants);
 const outDir = resolvePath(ROOT, options.out);
 mkdirSync(outDir, { recursive: true });
 
@@ -107,6 +108,7 @@ const SCRIPT_SECTIONS: readonly string[] = [
   'edge-memory',
   'stages',
   'architectures',
+  'gpu',
 ];
 const engineSections = options.sections.filter((s) => !SCRIPT_SECTIONS.includes(s));
 const backends: BackendResult[] = [];
@@ -179,6 +181,14 @@ if (options.sections.includes('architectures'))
     '--runs',
     String(options.runs),
   ]);
+if (options.sections.includes('gpu')) {
+  // WGSL pass, onnxruntime-web's WebGPU path and the kernels side by side (lavapipe's rows labelled as such).
+  const quick = process.argv.includes('--quick') || process.env.BENCH_QUICK === '1';
+  const gpuArgs = quick ? ['--quick'] : [];
+  results.gpu = await runScriptChild<GpuBench>([], 'scripts/bench/gpu.ts', gpuArgs);
+  const o = parseGpuBenchArgs(gpuArgs);
+  console.log(`\n${gpuBenchTable(results.gpu, o.batches, o.prefill)}\n`);
+}
 if (options.sections.includes('wllama')) {
   // Batch-1 greedy decode of 128 tokens, as the speculative section measures ours.
   results.wllama = await runScriptChild<WllamaBenchRow[]>([], 'scripts/bench/wllama.ts', [
@@ -205,6 +215,7 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   results.edgeMemory ??= earlier.edgeMemory;
   results.stages ??= earlier.stages;
   results.architectures ??= earlier.architectures;
+  results.gpu ??= earlier.gpu;
   results.parts = [
     ...(earlier.parts ?? [{ machine: earlier.machine, options: earlier.options }]),
     { machine: results.machine, options },

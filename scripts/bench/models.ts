@@ -30,6 +30,8 @@ function filesUnder(dir: string): string[] {
 
 /** Hash of the generator's sources: a model folder made by an older generator is remade. */
 export function generatorStamp(): string {
+  // A bundle (scripts/gpu-kit) carries no generator sources: its models are made once per unpacking.
+  if (!existsSync(join(ROOT, 'scripts/model-make.ts'))) return 'bundled';
   const hash = createHash('sha256');
   for (const file of [
     join(ROOT, 'scripts/model-make.ts'),

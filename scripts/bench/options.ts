@@ -24,6 +24,7 @@ export const SECTIONS = [
   'edge-memory',
   'stages',
   'architectures',
+  'gpu',
 ] as const;
 export type Section = (typeof SECTIONS)[number];
 
@@ -63,7 +64,8 @@ const FULL = {
   models: 'bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32',
   'session-models': '',
   backends: 'cpu,wasm',
-  sections: SECTIONS.join(','),
+  // gpu is asked for by name (`--sections gpu`): it wants a GPU, and its own machine's time.
+  sections: SECTIONS.filter((s) => s !== 'gpu').join(','),
   runs: '5',
   batches: '1,4,16,32',
   prefill: '128,512,2048',

@@ -1,6 +1,7 @@
 import type { StructuredBench } from './structured.js';
 import type { SpeculationCase } from './speculative-table.js';
 import type { WebGpuBenchRow } from './webgpu-table.js';
+import type { GpuBench } from './gpu.js';
 import type { WllamaBenchRow } from './wllama-table.js';
 import type { KernelsBench } from './kernels-table.js';
 import type { EdgeBench } from './edge.js';
@@ -116,6 +117,8 @@ export interface BenchResults {
   speculativeKernels?: SpeculationCase[];
   /** webgpu against wasm on tiny (scripts/bench/webgpu.ts): on lavapipe this measures dispatch overhead, not a GPU. */
   webgpu?: WebGpuBenchRow[];
+  /** The gpu section (scripts/bench/gpu.ts): labelled by adapter kind; lavapipe's rows are correctness only. */
+  gpu?: GpuBench;
   /** llama.cpp's WebAssembly build on bench-135m as GGUF F32/Q8_0/Q4_0, batch-1 decode (scripts/bench/wllama.ts). */
   wllama?: WllamaBenchRow[];
   /** Our edge kernels against onnxruntime-web on bench-135m (scripts/bench/kernels.ts). */
