@@ -1,6 +1,7 @@
 // GET /metrics renders its table of metric definitions to exactly the text the route rendered before the
-// table existed (plus the two conversation gauges that came with the Conversations API): test/fixtures/metrics-exposition.prom is
-// (three shards taking every branch: every optional part, not loaded, loaded plainly; escapes, Infinity, NaN).
+// table existed: test/fixtures/metrics-exposition.prom is that old renderer's output for the fixture stats, plus
+// the two conversation gauges the Conversations API added (three shards taking every branch: every optional
+// part, not loaded, loaded plainly; escapes, Infinity, NaN).
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { renderMetrics } from '../src/worker/metrics/render.js';
