@@ -33,9 +33,12 @@ const files = walk(ROOT);
 const names = new Set(files.map((f) => basename(f)));
 /** What a reference may name: our sources, docs, kernels, shaders, scripts. */
 const CITED = /(?<![\w/.@-])((?:[\w-]+\/)*[\w.-]+\.(?:ts|md|c|h|wgsl|sh))(?![\w/-])/g;
-/** Names that are not files of ours: other projects' (llama2.c is a project), system headers, and patterns. */
+/**
+ * Names that are not files of ours: other projects' (llama2.c is a project), system headers, patterns, and the
+ * reports the GPU kit writes on the GPU machine (gpu.md, summary.md).
+ */
 const FOREIGN =
-  /^(llama2\.c|run\.c|quants\.c|ggml-quants\.c|ggml\.h|ggml-common\.h|gguf\.h|wasm_simd128\.h|stdio\.h|xoshiro128starstar\.c|sse\.ts|hono-base\.ts|index\.d\.ts|\.test\.ts|.*\*.*)$/;
+  /^(llama2\.c|run\.c|quants\.c|ggml-quants\.c|ggml\.h|ggml-common\.h|gguf\.h|wasm_simd128\.h|stdio\.h|xoshiro128starstar\.c|sse\.ts|hono-base\.ts|index\.d\.ts|gpu\.md|summary\.md|\.test\.ts|.*\*.*)$/;
 
 function citations(text: string, comments: boolean): string[] {
   // In code, only what comments say (a string may name a file that is made at run time).
