@@ -320,7 +320,7 @@ export class InferenceObject extends DurableObject<Env> {
    */
   async createResponse(spec: ResponseSpec, sink: EventSink, caller: Caller): Promise<RpcResult<Started>> {
     return this.admission.generation(await this.engineOrUnavailable(), caller, 1, (_engine, onSettled) => {
-      const account = { keyName: caller.tenant.name, fairnessGroup: caller.tenant.owner };
+      const account = this.accountOf(caller.tenant.owner, caller.tenant.name);
       return this.services.responses.start(spec, caller.tenant, sink, { account, onSettled });
     });
   }

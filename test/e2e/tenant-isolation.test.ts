@@ -90,6 +90,27 @@ describe('the prefix cache is private to a key (5)', () => {
     expect(bobStored).toBe(0);
     expect(aliceStored).toBeGreaterThanOrEqual(32);
   });
+
+  it("the Responses API's prompts are private the same way: bob's copy of alice's input finds none of it cached", async () => {
+    const input = longPrompt('resp');
+    const cached = async (key: string): Promise<number> => {
+      const res = await api(key, 'POST', '/v1/responses', {
+        input,
+        max_output_tokens: 1,
+        temperature: 0,
+        store: false,
+      });
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as { usage: { input_tokens_details?: { cached_tokens?: number } } };
+      return body.usage.input_tokens_details?.cached_tokens ?? 0;
+    };
+    expect(await cached(KEYS.alice)).toBe(0);
+    const aliceAgain = await cached(KEYS.alice);
+    const bob = await cached(KEYS.bob);
+    console.log(`responses: alice's repeat found ${aliceAgain} cached tokens, bob's copy of it ${bob}`);
+    expect(aliceAgain).toBeGreaterThanOrEqual(32);
+    expect(bob).toBe(0);
+  });
 });
 
 /** A function tool whose description is `size` characters, or with `nested`, as deep in its schema as JSON allows. */
