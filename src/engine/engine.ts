@@ -199,6 +199,7 @@ export class Engine {
       throw new InvalidRequestError('n', 'a session turn generates one reply; n must be 1');
     if (options.session !== undefined && resolved.beam)
       throw new InvalidRequestError('use_beam_search', 'a session turn cannot use beam search');
+    // The group and its mode name each other (a beam search ends its group): the mode is set once the sequences are made.
     const group = { events: new EventQueue(), cancelRequested: false, expectedDone: resolved.n } as RequestGroup;
     const onDevice = this.runner.deviceSampling !== undefined && drawsOnDevice(resolved);
     const sequences = Array.from({ length: startingSequences(resolved) }, (_, index): Sequence => {
