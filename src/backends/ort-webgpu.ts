@@ -1,5 +1,6 @@
 import * as ort from 'onnxruntime-web/webgpu';
 import type { GpuContext } from '../engine/runners/webgpu/device.js';
+import { deviceRunners } from '../engine/runners/webgpu/device-runners.js';
 import type { GpuRuntime } from '../engine/runners/webgpu/gpu-runtime.js';
 import type { ShaderSource } from '../engine/runners/webgpu/wgsl-kernels.js';
 
@@ -26,6 +27,7 @@ export function webGpuRuntime(
     name: 'webgpu',
     gpu,
     shaders,
+    devices: deviceRunners,
     InferenceSession: ort.InferenceSession,
     Tensor: ort.Tensor,
     executionProviders: [

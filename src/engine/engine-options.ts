@@ -2,7 +2,7 @@ import type { EngineLimits } from './defaults.js';
 import type { KvBlockStore } from './kv/block-store.js';
 import type { KvDtype } from './kv/kv-dtype.js';
 import type { ModelDtype } from './model/model-files.js';
-import type { RunnerOptions } from './runners/create-runner.js';
+import type { RunnerOptions } from './runners/runner-options.js';
 import type { IsolateShare } from './runners/isolate-pool.js';
 import type { DraftModelOptions } from './speculative/load-draft.js';
 import type { SpeculativeParams } from './speculative/speculative-params.js';

@@ -10,7 +10,7 @@ import { SqlKvBlockStore } from './kv-block-store.js';
 import { loadShardEngine } from './engine-load.js';
 import { GenerationAdmission, type Started } from './generation-admission.js';
 import { runGeneration, type Account, type EventSink } from './generation-run.js';
-import { gpuHostView, maxModelLen, planRunner, type GpuHostView } from './model-info.js';
+import { declaredContext, gpuHostView, planRunner, readDeclaredConfig, type GpuHostView } from './model-info.js';
 import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
 import { detokenizeWith, tokenizeWith, type Tokenized } from './tokenize.js';
@@ -174,6 +174,19 @@ export class InferenceObject extends DurableObject<Env> {
   }
 
   private planned: Promise<string | null> | undefined;
+  private declared: Promise<Record<string, unknown> | null> | undefined;
+
+  /**
+   * config.json as the folder declares it, read once for GET /v1/models however often it is asked (a failed
+   * read is tried again next time): a probe polling /v1/models must not fetch the model's files each time.
+   */
+  private declaredConfig(): Promise<Record<string, unknown> | null> {
+    this.declared ??= readDeclaredConfig(this.env).catch((err: unknown) => {
+      this.declared = undefined;
+      throw err;
+    });
+    return this.declared;
+  }
 
   /**
    * The runner the engine will run on, for GET /v1/models before any shard has loaded it: the loaded one once
@@ -183,7 +196,7 @@ export class InferenceObject extends DurableObject<Env> {
    */
   async plannedRunner(): Promise<string | null> {
     if (this.loaded) return this.runner();
-    this.planned ??= planRunner(this.env).catch(() => {
+    this.planned ??= planRunner(this.env, () => this.declaredConfig()).catch(() => {
       this.planned = undefined;
       return null;
     });
@@ -210,7 +223,8 @@ export class InferenceObject extends DurableObject<Env> {
 
   /** The model's context (max_model_len of GET /v1/models): the loaded engine's, else config.json's; null where unreadable. */
   async maxModelLen(): Promise<number | null> {
-    return maxModelLen(this.env, this.loaded);
+    if (this.loaded) return this.loaded.config.maxPositionEmbeddings;
+    return this.declaredConfig().then(declaredContext, () => null);
   }
 
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */

@@ -6,7 +6,6 @@ import { plannedRunner } from '../engine/runners/runner-plan.js';
 import { gpuHostVar, modelLocations, modelName, pipelineStagesVar, type Env } from '../env.js';
 import { modelSourceFor } from '../sources/model-source.js';
 import { shardRuntime } from './shard-runtime.js';
-import { configuredContext } from './tokenize.js';
 
 /**
  * What GET /v1/models says of the model a shard serves, read from its loaded engine when there is one, else
@@ -44,28 +43,33 @@ export async function gpuHostView(env: Env, loaded: Engine | undefined): Promise
   }
 }
 
+/** config.json as the model's folder declares it, read without loading the model; null where it has none. */
+export async function readDeclaredConfig(env: Env): Promise<Record<string, unknown> | null> {
+  const { source } = await modelSourceFor(modelName(env), modelLocations(env));
+  const bytes = await source.read('config.json');
+  return bytes && (JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>);
+}
+
 /**
  * The runner the engine will run on before any shard has loaded it: planned from config.json and the weights
  * the folder's rule chooses (existence checks, no weights read; runner-plan.ts), or the GPU host's; null
  * where config.json is missing. Throws where the folder cannot be read or is refused.
  */
-export async function planRunner(env: Env): Promise<string | null> {
+export async function planRunner(
+  env: Env,
+  declaredConfig: () => Promise<Record<string, unknown> | null>,
+): Promise<string | null> {
   if (gpuHostVar(env)) return (await gpuHostView(env, undefined))?.runner ?? null;
+  const rawConfig = await declaredConfig();
+  if (!rawConfig) return null;
   const { source } = await modelSourceFor(modelName(env), modelLocations(env));
-  const bytes = await source.read('config.json');
-  if (!bytes) return null;
-  const rawConfig = JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;
   const asked = env.MODEL_DTYPE?.trim() || undefined;
   const { dtype } = await chooseWeights(source, rawConfig, asked, 'MODEL_DTYPE');
   return plannedRunner(shardRuntime(env), dtype, rawConfig, pipelineStagesVar(env) > 0);
 }
 
-/** The model's context (max_model_len): the loaded engine's, else config.json's; null where unreadable. */
-export async function maxModelLen(env: Env, loaded: Engine | undefined): Promise<number | null> {
-  if (loaded) return loaded.config.maxPositionEmbeddings;
-  try {
-    return await configuredContext((await modelSourceFor(modelName(env), modelLocations(env))).source);
-  } catch {
-    return null;
-  }
+/** max_position_embeddings of a declared config.json (null where it has none that is a positive integer). */
+export function declaredContext(rawConfig: Record<string, unknown> | null): number | null {
+  const n = rawConfig?.max_position_embeddings;
+  return typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : null;
 }

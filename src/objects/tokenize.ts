@@ -1,5 +1,4 @@
 import type { Engine } from '../engine/engine.js';
-import type { ModelSource } from '../engine/model/model-files.js';
 import { invalidRequest, fail, ok, type RpcResult } from './rpc-error.js';
 
 /** POST /tokenize's answer, in vLLM's shape. */
@@ -25,13 +24,4 @@ export function detokenizeWith(engine: Engine, tokens: readonly number[]): RpcRe
   if (bad !== undefined)
     return fail(invalidRequest(`token id ${bad} is outside the vocabulary [0, ${vocab})`, 'tokens'));
   return ok({ prompt: engine.tokenizer.decode(tokens) });
-}
-
-/** max_position_embeddings from config.json, read without loading the model (null where it cannot be read). */
-export async function configuredContext(source: ModelSource): Promise<number | null> {
-  const bytes = await source.read('config.json');
-  if (!bytes) return null;
-  const config = JSON.parse(new TextDecoder().decode(bytes)) as { max_position_embeddings?: unknown };
-  const n = config.max_position_embeddings;
-  return typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : null;
 }

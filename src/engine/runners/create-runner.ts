@@ -1,12 +1,6 @@
 import { InvalidRequestError } from '../errors.js';
 import { resolveEngineLimits, type EngineLimits } from '../defaults.js';
 import { isGpuRuntime } from './webgpu/gpu-runtime.js';
-import { GpuRunner, UnsupportedOnDevice } from './webgpu/gpu-runner.js';
-import { WgslKernels } from './webgpu/wgsl-kernels.js';
-import { WgslModel } from './webgpu/pass/wgsl-model.js';
-import { WgslRunner } from './webgpu/pass/wgsl-runner.js';
-import type { GpuRuntime } from './webgpu/gpu-runtime.js';
-import type { ByteStream } from '../model/model-files.js';
 import { KernelModel } from './wasm/kernel-model.js';
 import { KernelRunner } from './wasm/kernel-runner.js';
 import { KernelStageRunner } from './wasm/kernel-stage-runner.js';
@@ -15,85 +9,17 @@ import type { ModelConfig } from '../model/config.js';
 import { readOnnx, streamWeights, type ModelDtype, type ModelSource } from '../model/model-files.js';
 import type { EngineRuntime } from '../model/runtime.js';
 import { OnnxRunner } from './ort/onnx-runner.js';
-import { isolateFootprint, MemoryBudget, onnxruntimeFootprint, type FootprintPart } from './memory-budget.js';
+import { isolateFootprint, MemoryBudget, onnxruntimeFootprint } from './memory-budget.js';
 import type { ModelRunner } from './model-runner.js';
-import type { KvDtype } from '../kv/block-pool.js';
 import { kvPoolBlocks } from '../model/config.js';
 import { endsBytes, HEAD_SPAN, layerCosts, planStages, splitVocabulary } from './stages/stage-plan.js';
 import type { StageLink } from './stages/stage-protocol.js';
 import { StagedRunner } from './stages/staged-runner.js';
-import type { HostLink } from './remote/host-link.js';
 import { RemoteRunner } from './remote/remote-runner.js';
-
-/** A model whose layers run on pipeline stages (each a Worker of its own); the head holds the ends. */
-export interface PipelineOptions {
-  /** Stages the layers are split over (PIPELINE_STAGES). */
-  stages: number;
-  /** The model's name as every stage Worker serves it (their MODEL). */
-  model: string;
-  /** This engine's links to its stages, in layer order: another engine of the isolate has its own. */
-  links: StageLink[];
-  kvDtype: KvDtype;
-  /** Micro-batches a pass is split into (GPipe's; default 1: each pass whole). */
-  microBatches?: number;
-  /** Passes the head keeps in flight, each on another stage at a time (default: one per stage; 1: one at a time). */
-  inFlight?: number;
-  /**
-   * Where the embedding and output projection live (PIPELINE_VOCAB): on the head, split by rows over the
-   * stages, or (`auto`, the default) on the stages only when the head's budget cannot hold them.
-   */
-  vocab?: 'head' | 'stages' | 'auto';
-}
-
-/** A GPU host runs the model (GPU_HOST_URL): here only the pool's bookkeeping, no weights. */
-export interface GpuHostOptions {
-  link: HostLink;
-  /** The model's name as the host serves it (MODEL). */
-  model: string;
-  kvDtype: KvDtype;
-}
+import type { GpuHostOptions, LoadedRunner, RunnerOptions } from './runner-options.js';
 
 /** Variants whose every product is 8-bit: run on `runtime.kernels8Bit` where the runtime has one. */
 const EIGHT_BIT_DTYPES: ReadonlySet<ModelDtype> = new Set(['int8', 'uint8', 'quantized']);
-
-/** What sizes a runner (the engine's limits) and how onnxruntime runs. */
-export interface RunnerOptions extends EngineLimits {
-  /** Threads for one op (onnxruntime-node's native CPU backend only). */
-  intraOpNumThreads?: number;
-  /** On WebGPU: keep the KV pool on the device (default), or use the plain onnxruntime runner. */
-  kvOnDevice?: boolean;
-  /** On WebGPU: draw tokens where the logits are (default true). */
-  sampleOnDevice?: boolean;
-  /**
-   * Where engines share an isolate (isolate-models.ts): what the budget counts besides the runner's own
-   * parts, and the KV pools it must leave room for, in place of one engine's isolate part and kvCacheBytes.
-   */
-  isolateBudget?: (config: ModelConfig) => { besides: FootprintPart[]; kvBytes: number };
-  /** The layers on pipeline stages: the kernels hold only the ends here, and the KV pool is the stages'. */
-  pipeline?: PipelineOptions;
-  /** The whole model on a GPU host: its weights and KV bytes there, none here. */
-  gpuHost?: GpuHostOptions;
-}
-
-/**
- * A loaded runner, the bytes of the weights file it read (for a draft model's budget), and how further
- * engines of the same isolate get a runner over the same weights.
- */
-export interface LoadedRunner {
-  runner: ModelRunner;
-  weightBytes: number;
-  /**
-   * Another runner over these weights, for another engine: its own KV pool, the weights not loaded again;
-   * over pipeline stages, its own stages (`links`).
-   */
-  another(limits: EngineLimits, links?: StageLink[]): Promise<ModelRunner>;
-  /** Bytes held once however many runners there are (the weights; the kernels' shared scratch, as it is now). */
-  shared(): FootprintPart[];
-  /** Bytes each runner holds besides its KV pool (an onnxruntime session of its own). */
-  perRunner: FootprintPart[];
-  /** The weights file's digest where another process read it (a GPU host): the file is not read here. */
-  digest?: string;
-}
 
 /**
  * The one place that chooses and builds a runner, and checks it against the memory budget:
@@ -125,7 +51,7 @@ export async function loadRunner(
   if (gpu && runtime.kernels && (dtype === 'gguf' || choice === 'kernels') && choice !== 'onnxruntime') {
     const stream = await streamWeights(source, file);
     try {
-      return await loadWgslRunner(runtime, runtime.kernels, stream, config, options, budget, dtype === 'gguf');
+      return await runtime.devices.wgsl(runtime, runtime.kernels, stream, config, options, budget, dtype === 'gguf');
     } catch (err) {
       if (!(err instanceof UnsupportedByKernels)) throw err;
       throw new InvalidRequestError(
@@ -234,21 +160,8 @@ export async function loadRunner(
     );
   const onnx = await readOnnx(source, dtype);
   if (gpu && options.kvOnDevice !== false) {
-    budget.check([{ label: 'weights', bytes: onnx.byteLength }]);
-    const kernels = await WgslKernels.create(runtime.gpu.device, runtime.shaders);
-    try {
-      const create = (): Promise<ModelRunner> =>
-        GpuRunner.create(runtime, onnx, config, kernels, { logitsOnDevice: options.sampleOnDevice !== false });
-      return {
-        runner: await create(),
-        weightBytes: onnx.byteLength,
-        another: create,
-        shared: () => [{ label: 'weights', bytes: onnx.byteLength }],
-        perRunner: [],
-      };
-    } catch (err) {
-      if (!(err instanceof UnsupportedOnDevice)) throw err;
-    }
+    const onDevice = await runtime.devices.onnx(runtime, onnx, config, options, budget);
+    if (onDevice) return onDevice;
   }
   const [weights, ...session] = onnxruntimeFootprint(runtime.name, onnx.byteLength, dtype === 'fp16');
   budget.check([weights, ...session]);
@@ -287,41 +200,6 @@ async function remoteRunner(
     digest: runner.opened?.digest,
     another: connect,
     shared: () => [],
-    perRunner: [],
-  };
-}
-
-/**
- * A model on our own WGSL pass (src/engine/runners/webgpu/pass/): the kernels' loader reads the file (GGUF, or an
- * ONNX graph they cover), the weights go to the device in their stored form, and each engine gets a runner with
- * its own KV pool.
- */
-async function loadWgslRunner(
-  runtime: GpuRuntime,
-  kernels: WebAssembly.Module,
-  stream: ByteStream,
-  config: ModelConfig,
-  options: RunnerOptions,
-  budget: MemoryBudget,
-  gguf: boolean,
-): Promise<LoadedRunner> {
-  if (options.pipeline)
-    throw new InvalidRequestError('model', 'the WGSL pass runs whole models, not pipeline stages', 'unsupported_model');
-  const sampling =
-    options.sampleOnDevice === false
-      ? undefined
-      : await WgslKernels.create(runtime.gpu.device, runtime.shaders, ['greedy', 'sample']);
-  const model = await WgslModel.fromStream(runtime.gpu.device, kernels, stream, config, {
-    limits: options,
-    budget,
-    format: gguf ? 'gguf' : 'onnx',
-    sampling,
-  });
-  return {
-    runner: new WgslRunner(model, options),
-    weightBytes: model.weights.bytes,
-    another: async (limits) => new WgslRunner(model, limits),
-    shared: () => [{ label: 'weights (on the device)', bytes: model.weights.bytes }],
     perRunner: [],
   };
 }
