@@ -10,7 +10,14 @@ import { SqlKvBlockStore } from './kv-block-store.js';
 import { loadShardEngine } from './engine-load.js';
 import { GenerationAdmission, type Started } from './generation-admission.js';
 import { runGeneration, type Account, type EventSink } from './generation-run.js';
-import { declaredContext, gpuHostView, planRunner, readDeclaredConfig, type GpuHostView } from './model-info.js';
+import {
+  declaredContext,
+  gpuHostView,
+  planRunner,
+  readDeclaredModel,
+  type DeclaredModel,
+  type GpuHostView,
+} from './model-info.js';
 import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
 import { detokenizeWith, tokenizeWith, type Tokenized } from './tokenize.js';
@@ -174,14 +181,14 @@ export class InferenceObject extends DurableObject<Env> {
   }
 
   private planned: Promise<string | null> | undefined;
-  private declared: Promise<Record<string, unknown> | null> | undefined;
+  private declared: Promise<DeclaredModel> | undefined;
 
   /**
-   * config.json as the folder declares it, read once for GET /v1/models however often it is asked (a failed
-   * read is tried again next time): a probe polling /v1/models must not fetch the model's files each time.
+   * The model's folder and the config.json it declares, read once for GET /v1/models however often it is
+   * asked (a failed read is tried again next time): a probe polling /v1/models must not fetch the files each time.
    */
-  private declaredConfig(): Promise<Record<string, unknown> | null> {
-    this.declared ??= readDeclaredConfig(this.env).catch((err: unknown) => {
+  private declaredModel(): Promise<DeclaredModel> {
+    this.declared ??= readDeclaredModel(this.env).catch((err: unknown) => {
       this.declared = undefined;
       throw err;
     });
@@ -196,7 +203,7 @@ export class InferenceObject extends DurableObject<Env> {
    */
   async plannedRunner(): Promise<string | null> {
     if (this.loaded) return this.runner();
-    this.planned ??= planRunner(this.env, () => this.declaredConfig()).catch(() => {
+    this.planned ??= planRunner(this.env, () => this.declaredModel()).catch(() => {
       this.planned = undefined;
       return null;
     });
@@ -224,7 +231,7 @@ export class InferenceObject extends DurableObject<Env> {
   /** The model's context (max_model_len of GET /v1/models): the loaded engine's, else config.json's; null where unreadable. */
   async maxModelLen(): Promise<number | null> {
     if (this.loaded) return this.loaded.config.maxPositionEmbeddings;
-    return this.declaredConfig().then(declaredContext, () => null);
+    return this.declaredModel().then(declaredContext, () => null);
   }
 
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */

@@ -1,5 +1,6 @@
 import type { Engine } from '../engine/engine.js';
 import { chooseWeights } from '../engine/model/default-weights.js';
+import type { ModelSource } from '../engine/model/model-files.js';
 import { httpHostLink } from '../engine/runners/remote/host-link.js';
 import { hostInfo } from '../engine/runners/remote/remote-runner.js';
 import { plannedRunner } from '../engine/runners/runner-plan.js';
@@ -43,11 +44,17 @@ export async function gpuHostView(env: Env, loaded: Engine | undefined): Promise
   }
 }
 
-/** config.json as the model's folder declares it, read without loading the model; null where it has none. */
-export async function readDeclaredConfig(env: Env): Promise<Record<string, unknown> | null> {
+/** The model's folder and the config.json it declares, read without loading the model. */
+export interface DeclaredModel {
+  source: ModelSource;
+  /** Null where the folder has no config.json. */
+  config: Record<string, unknown> | null;
+}
+
+export async function readDeclaredModel(env: Env): Promise<DeclaredModel> {
   const { source } = await modelSourceFor(modelName(env), modelLocations(env));
   const bytes = await source.read('config.json');
-  return bytes && (JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>);
+  return { source, config: bytes && (JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>) };
 }
 
 /**
@@ -55,21 +62,17 @@ export async function readDeclaredConfig(env: Env): Promise<Record<string, unkno
  * the folder's rule chooses (existence checks, no weights read; runner-plan.ts), or the GPU host's; null
  * where config.json is missing. Throws where the folder cannot be read or is refused.
  */
-export async function planRunner(
-  env: Env,
-  declaredConfig: () => Promise<Record<string, unknown> | null>,
-): Promise<string | null> {
+export async function planRunner(env: Env, declared: () => Promise<DeclaredModel>): Promise<string | null> {
   if (gpuHostVar(env)) return (await gpuHostView(env, undefined))?.runner ?? null;
-  const rawConfig = await declaredConfig();
+  const { source, config: rawConfig } = await declared();
   if (!rawConfig) return null;
-  const { source } = await modelSourceFor(modelName(env), modelLocations(env));
   const asked = env.MODEL_DTYPE?.trim() || undefined;
   const { dtype } = await chooseWeights(source, rawConfig, asked, 'MODEL_DTYPE');
   return plannedRunner(shardRuntime(env), dtype, rawConfig, pipelineStagesVar(env) > 0);
 }
 
 /** max_position_embeddings of a declared config.json (null where it has none that is a positive integer). */
-export function declaredContext(rawConfig: Record<string, unknown> | null): number | null {
-  const n = rawConfig?.max_position_embeddings;
+export function declaredContext({ config }: DeclaredModel): number | null {
+  const n = config?.max_position_embeddings;
   return typeof n === 'number' && Number.isSafeInteger(n) && n > 0 ? n : null;
 }

@@ -1,35 +1,16 @@
 import { InvalidRequestError } from '../../errors.js';
-import type { ModelConfig } from '../../model/config.js';
-import type { ByteStream } from '../../model/model-files.js';
-import type { MemoryBudget } from '../memory-budget.js';
 import type { ModelRunner } from '../model-runner.js';
-import type { LoadedRunner, RunnerOptions } from '../runner-options.js';
-import type { DeviceRunners, GpuRuntime } from './gpu-runtime.js';
+import type { DeviceRunners } from './gpu-runtime.js';
 import { GpuRunner, UnsupportedOnDevice } from './gpu-runner.js';
 import { WgslModel } from './pass/wgsl-model.js';
 import { WgslRunner } from './pass/wgsl-runner.js';
 import { WgslKernels } from './wgsl-kernels.js';
 
 /**
- * The runners that keep a model on a WebGPU device, handed to the engine by the GPU runtime
- * (src/backends/ort-webgpu.ts) rather than imported by create-runner.ts: a Workers bundle has no GPU, and
- * every byte of code it carries is held in the isolate's heap.
- */
-export const deviceRunners: DeviceRunners = { wgsl: loadWgslRunner, onnx: loadOnnxOnDevice };
-
-/**
  * A model on our own WGSL pass (./pass/): the kernels' loader reads the file (GGUF, or an ONNX graph they
  * cover), the weights go to the device in their stored form, and each engine gets a runner with its own KV pool.
  */
-async function loadWgslRunner(
-  runtime: GpuRuntime,
-  kernels: WebAssembly.Module,
-  stream: ByteStream,
-  config: ModelConfig,
-  options: RunnerOptions,
-  budget: MemoryBudget,
-  gguf: boolean,
-): Promise<LoadedRunner> {
+const loadWgslRunner: DeviceRunners['wgsl'] = async (runtime, kernels, stream, config, options, budget, gguf) => {
   if (options.pipeline)
     throw new InvalidRequestError('model', 'the WGSL pass runs whole models, not pipeline stages', 'unsupported_model');
   const sampling =
@@ -49,16 +30,10 @@ async function loadWgslRunner(
     shared: () => [{ label: 'weights (on the device)', bytes: model.weights.bytes }],
     perRunner: [],
   };
-}
+};
 
 /** An ONNX graph on onnxruntime's WebGPU provider with the KV pool on the device; undefined where the graph does not allow it. */
-async function loadOnnxOnDevice(
-  runtime: GpuRuntime,
-  onnx: Uint8Array,
-  config: ModelConfig,
-  options: RunnerOptions,
-  budget: MemoryBudget,
-): Promise<LoadedRunner | undefined> {
+const loadOnnxOnDevice: DeviceRunners['onnx'] = async (runtime, onnx, config, options, budget) => {
   budget.check([{ label: 'weights', bytes: onnx.byteLength }]);
   const kernels = await WgslKernels.create(runtime.gpu.device, runtime.shaders);
   try {
@@ -75,4 +50,11 @@ async function loadOnnxOnDevice(
     if (!(err instanceof UnsupportedOnDevice)) throw err;
     return undefined;
   }
-}
+};
+
+/**
+ * The runners that keep a model on a WebGPU device, handed to the engine by the GPU runtime
+ * (src/backends/ort-webgpu.ts) rather than imported by create-runner.ts: a Workers bundle has no GPU, and
+ * every byte of code it carries is held in the isolate's heap.
+ */
+export const deviceRunners: DeviceRunners = { wgsl: loadWgslRunner, onnx: loadOnnxOnDevice };
