@@ -5,6 +5,7 @@ import { resolveSpeculativeParams, type SpeculativeParams } from './speculative/
 import { validateStops } from './stop-strings.js';
 import { resolvePromptLogprobs } from './sampling/prompt-logprobs.js';
 import type { CompiledConstraint } from './constraints/compiler.js';
+import { deferPastReasoning } from './constraints/reasoning-gate.js';
 import type { Constrained, JsonValue } from './constraints/spec.js';
 
 /** A chat message as OpenAI's API carries it (tool calls and results: see tokenizer/chat-messages.ts). */
@@ -283,6 +284,13 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
         'unsupported_parameter',
       );
     constraint = ctx.compileConstraint(request.constraint);
+    const reasoning = request.constraint.reasoning;
+    if (reasoning)
+      constraint = deferPastReasoning(
+        constraint,
+        { begin: ctx.encode(reasoning.begin), end: ctx.encode(reasoning.end) },
+        promptIds,
+      );
   }
   const promptLogprobs = resolvePromptLogprobs(request.prompt_logprobs);
   return { promptIds, maxTokens, n, sampling, stops, stopTokenIds, speculative, beam, constraint, promptLogprobs };

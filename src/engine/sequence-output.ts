@@ -5,7 +5,7 @@ import { SequenceFailedError } from './errors.js';
 import { DeviceSamplerState } from './sampling/device-sampler-state.js';
 import { TokenSampler, type SampledToken } from './sampling/sampler.js';
 import { StopStringMatcher } from './stop-strings.js';
-import type { ConstraintMatcher } from './constraints/matcher.js';
+import type { GrammarMatcher } from './constraints/matcher.js';
 import type { TextTokenizer } from '../tokenizer/tokenizer.js';
 import { IncrementalDetokenizer } from '../tokenizer/incremental-detokenizer.js';
 import { PromptLogprobs, type PromptTokenLogprob } from './sampling/prompt-logprobs.js';
@@ -67,7 +67,7 @@ export class SequenceOutput {
   private readonly detokenizer: IncrementalDetokenizer;
   private readonly stopMatcher: StopStringMatcher;
   /** Structured outputs: where this completion stands in its grammar (undefined = unconstrained). */
-  private readonly grammar: ConstraintMatcher | undefined;
+  private readonly grammar: GrammarMatcher | undefined;
   private readonly clock = new RequestClock();
   cachedTokens = 0;
   /** Speculative proposals verified for this sequence, and how many stood. */

@@ -6,6 +6,7 @@ import type { PromptTokenLogprob } from '../engine/sampling/prompt-logprobs.js';
 import type { ServiceMetrics } from './service-metrics.js';
 import type { ResponseView } from '../responses/response-view.js';
 import { fromGenerationError, type ServiceError } from './rpc-error.js';
+import { constrainAfterReasoning } from './template-reasoning.js';
 
 /**
  * One generation run by an object for the worker: one or more engine requests (a batch of prompts, each
@@ -177,6 +178,7 @@ export function runGeneration(
   received: ReceivedStub<EventSink>,
   options: Omit<GenerateOptions, 'signal' | 'fairnessGroup'> & GenerationHooks & { account?: Account } = {},
 ): RunningGeneration {
+  requests = requests.map((request) => constrainAfterReasoning(engine, request));
   // Every request is checked before any is queued, so a bad one in a batch leaves nothing behind.
   for (const request of requests) engine.resolve(request);
   const abort = new AbortController();

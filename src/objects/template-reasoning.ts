@@ -4,6 +4,7 @@
  * and the tokens an answer spent reasoning. For responses and chat completions alike.
  */
 import type { Engine } from '../engine/engine.js';
+import type { GenerationRequest } from '../engine/request.js';
 import { reasoningFormat, ReasoningSplitter, reasoningTags, type ReasoningFormat } from '../responses/reasoning.js';
 
 /** Per engine: the template's reasoning tags, and whether it drops earlier answers' reasoning from the prompt. */
@@ -60,4 +61,15 @@ export function reasoningTokens(
     splitter.push(decoder.decode(engine.tokenizer.tokenBytes(id, { addedTokens: 'text' }), { stream: true }));
   splitter.flush();
   return splitter.reasoningTokens;
+}
+
+/**
+ * A constrained request to a model that reasons, with its grammar deferred past the reasoning (as vLLM's
+ * reasoning parsers do): a JSON schema or a forced tool call shapes the answer, and the model still thinks
+ * first. Requests without a constraint, and models without tags, are returned as they are.
+ */
+export function constrainAfterReasoning(engine: Engine, request: GenerationRequest): GenerationRequest {
+  const { tags } = reasoningOf(engine);
+  if (!request.constraint || !tags || request.constraint.reasoning) return request;
+  return { ...request, constraint: { ...request.constraint, reasoning: tags } };
 }

@@ -1,6 +1,6 @@
 import type { SamplingParams } from '../sampling/sampling-params.js';
 import { beamLogprobs, type BeamHypothesis, type BeamSearch } from './beam-search.js';
-import { applyTokenBitmask, type ConstraintMatcher } from '../constraints/matcher.js';
+import { applyTokenBitmask, type GrammarMatcher } from '../constraints/matcher.js';
 
 /** What a beam group needs from the engine that runs its beams. */
 export interface BeamHost<S> {
@@ -20,7 +20,7 @@ export class BeamGroup<S extends { tokens: number[] }> {
   private live: { beam: S; cumulativeLogprob: number }[];
   private readonly reported = new Map<S, Float64Array>();
   /** Structured outputs: each live beam's place in the grammar; a forked beam forks its parent's. */
-  private readonly grammars = new Map<S, ConstraintMatcher>();
+  private readonly grammars = new Map<S, GrammarMatcher>();
 
   constructor(
     first: S,
@@ -28,7 +28,7 @@ export class BeamGroup<S extends { tokens: number[] }> {
     private readonly search: BeamSearch,
     private readonly sampling: SamplingParams,
     private readonly host: BeamHost<S>,
-    grammar?: ConstraintMatcher,
+    grammar?: GrammarMatcher,
   ) {
     this.live = [{ beam: first, cumulativeLogprob: 0 }];
     if (grammar) this.grammars.set(first, grammar);

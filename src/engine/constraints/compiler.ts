@@ -3,7 +3,7 @@ import { InvalidRequestError } from '../errors.js';
 import type { TextTokenizer } from '../../tokenizer/tokenizer.js';
 import { bytesToByteLevel } from '../../tokenizer/byte-level.js';
 import { checkJsonSchema, checkPattern, rewriteForXgrammar } from './json-schema-support.js';
-import { ConstraintMatcher } from './matcher.js';
+import { ConstraintMatcher, type GrammarMatcher } from './matcher.js';
 import { constraintKey, type Constrained, type ConstraintSpec } from './spec.js';
 import { GrammarSyntaxError, XgrammarRuntime, type GrammarSource } from './xgrammar/runtime.js';
 import type { XgCompiledGrammar } from './xgrammar/xgrammar-glue.js';
@@ -12,6 +12,11 @@ import type { XgCompiledGrammar } from './xgrammar/xgrammar-glue.js';
 export interface CompiledConstraint {
   readonly key: string;
   /** A fresh matcher at the grammar's start; `stopTokenIds` are the request's (empty: end when complete). */
+  matcher(stopTokenIds: readonly number[]): GrammarMatcher;
+}
+
+/** A constraint as the compiler gives it: its matchers are xgrammar's own (they also roll back). */
+export interface CompiledGrammar extends CompiledConstraint {
   matcher(stopTokenIds: readonly number[]): ConstraintMatcher;
 }
 
@@ -70,7 +75,7 @@ export class ConstraintCompiler {
     return this.module !== undefined;
   }
 
-  compile({ spec: asked, param }: Constrained): CompiledConstraint {
+  compile({ spec: asked, param }: Constrained): CompiledGrammar {
     if (!this.module)
       throw new InvalidRequestError(
         param,

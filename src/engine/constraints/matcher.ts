@@ -1,6 +1,19 @@
 import type { XgCompiledGrammar, XgGrammarMatcher } from './xgrammar/xgrammar-glue.js';
 import type { XgrammarRuntime } from './xgrammar/runtime.js';
 
+/** What a sequence samples under: the tokens allowed next, and its advance by the token chosen. */
+export interface GrammarMatcher {
+  /** (ceil(vocab / 32)) the last mask asked for. */
+  readonly mask: Int32Array;
+  nextMask(): Int32Array;
+  /** Advances by one token; false (state unchanged) when the grammar does not allow it here. */
+  accept(tokenId: number): boolean;
+  /** A matcher in the same state, independent from here on (a forked beam's). */
+  fork(): GrammarMatcher;
+  readonly terminated: boolean;
+  dispose(): void;
+}
+
 /**
  * One sequence's place in its grammar. The sampler asks it for the tokens allowed next (a bitmask, bit i
  * of word i >> 5 set = token i allowed) and tells it which token was chosen. It advances only on tokens
@@ -8,7 +21,7 @@ import type { XgrammarRuntime } from './xgrammar/runtime.js';
  * a rejected one never enters the matcher. rollback() undoes accepted tokens; fork() gives a beam its own
  * copy (xgrammar has no copy, so the fork is a new matcher that replays the tokens accepted so far).
  */
-export class ConstraintMatcher {
+export class ConstraintMatcher implements GrammarMatcher {
   /** (ceil(vocab / 32)) the last mask asked for. */
   readonly mask: Int32Array;
   private readonly accepted: number[] = [];

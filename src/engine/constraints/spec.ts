@@ -42,6 +42,11 @@ export interface ToolCallTag {
 export interface Constrained {
   spec: ConstraintSpec;
   param: string;
+  /**
+   * The markers of a reasoning span the model may write before its answer (`<think>`, `</think>`): the
+   * grammar then holds from the span's end, not from the first token (reasoning-gate.ts).
+   */
+  reasoning?: { begin: string; end: string };
 }
 
 export function constraintKey(spec: ConstraintSpec): string {

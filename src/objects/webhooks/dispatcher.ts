@@ -18,6 +18,7 @@ import { deliver } from './delivery.js';
 import type { HookStore } from './hooks.js';
 import { WebhookSigner } from './standard-webhooks.js';
 import { deliverySecret } from './delivery-key.js';
+import { constrainAfterReasoning } from '../template-reasoning.js';
 import type { KeyIsLive } from '../tenancy/live-keys.js';
 
 /** How long a generation may look stalled before the alarm assumes its object stopped and reruns it. */
@@ -112,7 +113,7 @@ export class WebhookDispatcher {
     try {
       const engine = await this.shard.engine();
       // Jobs queue among their owner's other requests, fairly against other owners'.
-      for await (const event of engine.generate(request, {
+      for await (const event of engine.generate(constrainAfterReasoning(engine, request), {
         fairnessGroup: job.owner,
         cacheSalt: this.shard.cacheSalt(job.owner),
       }))
