@@ -8,7 +8,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ignoreLargeModelFolders, leftOutMessage } from './import/assets-ignore.js';
 import { ensureInspectorProxyPatched } from './lib/wrangler-inspector-patch.js';
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { freePort } from './lib/free-port.js';
 import { pipelineConfigArgs } from './lib/stage-configs.js';
 import { gpuArgs, inFlightArgs, MODEL_ENV_VARS, modelFlag, startArgs, startLine, startVars } from './start-args.js';
@@ -53,9 +53,15 @@ if (gpu) {
   process.on('exit', () => void host.stop());
 }
 const args = [...userArgs, ...inFlightArgs(startVars(toml, userArgs), apart, availableParallelism())];
-// PIPELINE_STAGES: the head and each stage Worker, every one an isolate of its own.
-const configs = pipelineConfigArgs(root, toml, args);
+// PIPELINE_STAGES: the head and each stage Worker, every one an isolate of its own. The stage scripts are named
+// for this run (its process id): the dev registry finds a stage by script name, and an entry is one file per name,
+// written by each process that serves it and deleted by each that stops. Shared names would let a second pipeline
+// on this machine take the first's stages over, and its stop delete the entries the first still needs.
+const configs = pipelineConfigArgs(root, toml, args, `s${process.pid}`);
 const files = configs.filter((_, i) => i % 2 === 1);
+process.on('exit', () => {
+  for (const file of files) rmSync(join(root, file), { force: true });
+});
 // Quiet and offline: no telemetry, no update check (the banner's), no fetch of Request.cf's data (its stack trace
 // on a machine without the internet looked like a failure); the configured model is said here instead.
 const childEnv = {
