@@ -27,7 +27,8 @@ function replaceOnce(text: string, pattern: RegExp, by: string, what: string): s
   return text.replace(pattern, by);
 }
 
-function scriptName(toml: string): string {
+/** The script's name in a config (its top-level `name`). */
+export function scriptName(toml: string): string {
   const m = /^name = "([^"]+)"/m.exec(toml);
   if (!m) throw new Error('wrangler.toml: no top-level name');
   return m[1];
