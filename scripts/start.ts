@@ -8,9 +8,9 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ignoreLargeModelFolders, leftOutMessage } from './import/assets-ignore.js';
 import { ensureInspectorProxyPatched } from './lib/wrangler-inspector-patch.js';
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { freePort } from './lib/free-port.js';
-import { pipelineConfigArgs } from './lib/stage-configs.js';
+import { pipelineConfigArgs, scriptName, stageScriptName } from './lib/stage-configs.js';
 import { gpuArgs, inFlightArgs, MODEL_ENV_VARS, modelFlag, startArgs, startLine, startVars } from './start-args.js';
 import { randomBytes } from 'node:crypto';
 import { startGpuHostProcess } from './lib/gpu-host-process.js';
@@ -53,8 +53,12 @@ if (gpu) {
   process.on('exit', () => void host.stop());
 }
 const args = [...userArgs, ...inFlightArgs(startVars(toml, userArgs), apart, availableParallelism())];
-// PIPELINE_STAGES: the head and each stage Worker, every one an isolate of its own.
-const configs = pipelineConfigArgs(root, toml, args);
+// PIPELINE_STAGES: the head and each stage Worker, every one an isolate of its own. The stage scripts are named
+// for this run (its process id): the dev registry finds a stage by script name, and an entry is one file per name,
+// written by each process that serves it and deleted by each that stops. Shared names would let a second pipeline
+// on this machine take the first's stages over, and its stop delete the entries the first still needs.
+const tag = `s${process.pid}`;
+const configs = pipelineConfigArgs(root, toml, args, tag);
 const files = configs.filter((_, i) => i % 2 === 1);
 // Quiet and offline: no telemetry, no update check (the banner's), no fetch of Request.cf's data (its stack trace
 // on a machine without the internet looked like a failure); the configured model is said here instead.
@@ -81,6 +85,20 @@ try {
   console.error(`edge-infer: ${err.message}`);
   process.exit(1);
 }
+// What this run's names leave behind goes with it: the configs, and the stage objects' (empty) storage folders,
+// under the head's persist folder or, for a stage run apart, the default one.
+process.on('exit', () => {
+  for (const file of files) rmSync(join(root, file), { force: true });
+  for (let i = 1; i < files.length; i++)
+    for (const state of new Set([
+      persistTo ? resolve(persistTo) : join(root, '.wrangler', 'state'),
+      join(root, '.wrangler', 'state'),
+    ]))
+      rmSync(join(state, 'v3', 'do', `${stageScriptName(scriptName(toml), i, tag)}-StageObject`), {
+        recursive: true,
+        force: true,
+      });
+});
 // Without it a MODEL_URL weights file floods wrangler dev with sockets (scripts/lib/wrangler-inspector-patch.ts).
 ensureInspectorProxyPatched();
 const children: ChildProcess[] = [];

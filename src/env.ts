@@ -84,6 +84,11 @@ export interface Env {
   CHAT_TEMPLATE?: string;
   /** The model's layers on this many stage Workers (bound as STAGE_1 .. STAGE_N); unset or 0: in the head's isolate. */
   PIPELINE_STAGES?: string;
+  /**
+   * The pipeline this head is (its script's name, and `npm start`'s run tag), written by the generated config:
+   * its stage objects are named for it, so two heads bound to the same stage scripts never share a stage.
+   */
+  PIPELINE_HEAD?: string;
   /** Micro-batches a pass over stages is split into (default 1: each pass whole). */
   PIPELINE_MICROBATCHES?: string;
   /** Passes the head keeps in flight over its stages (default: one per stage, so stages compute at once; 1: one). */

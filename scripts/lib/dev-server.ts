@@ -22,6 +22,10 @@ export interface DevServerOptions {
   readyWithinMs?: number;
   /** The configs to run (`-c`), first one served: e.g. a pipeline's head without a stage that runs apart. */
   configs?: string[];
+  /** More arguments, after the port and vars (e.g. `--stage-processes` for `npm start`). */
+  args?: string[];
+  /** More environment (e.g. WRANGLER_REGISTRY_PATH: a dev registry of the test's own). */
+  env?: Record<string, string>;
 }
 
 export interface DevServer {
@@ -50,6 +54,7 @@ export async function startDevServer(
   const flags = ['--ip', '127.0.0.1', '--port', String(port), '--inspector-port', String(inspectorPort)];
   flags.push('--persist-to', dir);
   for (const [name, value] of Object.entries(vars)) flags.push('--var', `${name}:${value}`);
+  flags.push(...(options.args ?? []));
   // `npm start` writes the pipeline's configs itself; wrangler dev is given them here.
   const configs = options.configs
     ? options.configs.flatMap((file) => ['-c', file])
@@ -63,7 +68,7 @@ export async function startDevServer(
       : ['npx', ['wrangler', 'dev', ...configs, ...flags]];
   const child: ChildProcess = spawn(command, args, {
     cwd: ROOT,
-    env: { ...process.env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1', CI: 'true' },
+    env: { ...process.env, WRANGLER_SEND_METRICS: 'false', NO_COLOR: '1', CI: 'true', ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });

@@ -27,7 +27,8 @@ function replaceOnce(text: string, pattern: RegExp, by: string, what: string): s
   return text.replace(pattern, by);
 }
 
-function scriptName(toml: string): string {
+/** The script's name in a config (its top-level `name`). */
+export function scriptName(toml: string): string {
   const m = /^name = "([^"]+)"/m.exec(toml);
   if (!m) throw new Error('wrangler.toml: no top-level name');
   return m[1];
@@ -67,7 +68,10 @@ export function stageConfig(toml: string, i: number, vars: Readonly<Record<strin
   return withVars(out, vars);
 }
 
-/** The head's config: wrangler.toml with PIPELINE_STAGES and a binding to each stage Worker's objects. */
+/**
+ * The head's config: wrangler.toml with PIPELINE_STAGES, a binding to each stage Worker's objects, and
+ * PIPELINE_HEAD (its name and the run's tag), for which its stage objects are named (src/objects/stage-links.ts).
+ */
 export function headConfig(toml: string, stages: number, tag = ''): string {
   const base = scriptName(toml);
   const bindings = Array.from(
@@ -77,7 +81,10 @@ export function headConfig(toml: string, stages: number, tag = ''): string {
   ).join('\n');
   // Arrays of tables may be extended after [vars]; the vars stay the file's last table for withVars.
   const at = toml.indexOf('\n[vars]');
-  return withVars(`${toml.slice(0, at)}\n${bindings}${toml.slice(at)}`, { PIPELINE_STAGES: String(stages) });
+  return withVars(`${toml.slice(0, at)}\n${bindings}${toml.slice(at)}`, {
+    PIPELINE_STAGES: String(stages),
+    PIPELINE_HEAD: `${base}${tag && `-${tag}`}`,
+  });
 }
 
 /** Writes the head's and every stage's config beside wrangler.toml; returns their file names, head first. */

@@ -13,6 +13,7 @@ import {
 import type { SampledToken } from './sampling/sampler.js';
 import type { Scheduler } from './scheduler.js';
 import { NO_LOGITS, type ScheduledRow, type Sequence } from './sequence.js';
+import { RunnerUnavailableError } from './runners/runner-unavailable.js';
 import type { Proposal, Speculator } from './speculative/speculator.js';
 import type { StepHistory } from './step-history.js';
 
@@ -133,6 +134,9 @@ export class StepPipeline {
           for (const { seq } of rows) this.inFlight.delete(seq);
           this.kvLost(err);
           if (err.fatal) for (const { seq } of rows) if (batch.active.has(seq)) batch.fail(seq.group, err);
+        } else if (err instanceof RunnerUnavailableError) {
+          // Not a row's fault: each row alone would wait for the same host or stage, so all of them end now.
+          for (const { seq } of rows) if (batch.active.has(seq)) batch.fail(seq.group, err);
         } else faults.passFailed(rows, starts, err);
         return true;
       }

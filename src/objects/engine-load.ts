@@ -72,7 +72,7 @@ async function loadEngine(
   const speculative = speculativeVar(env);
   const stages = pipelineStagesVar(env);
   const kvDtype = kvDtypeVar(env);
-  // This shard's stage objects: one per stage Worker, named after the shard, so its KV blocks are its own.
+  // This shard's stage objects: one per stage Worker, named for the head and the shard, so its KV blocks are its own.
   const pipeline = stages
     ? {
         stages,

@@ -3,7 +3,7 @@ import type { Engine } from '../engine/engine.js';
 import { isolateModels } from '../engine/runners/isolate-models.js';
 import type { GenerationRequest } from '../engine/request.js';
 import { boolVar, intVar, kvStoreBytesVar, modelName, type Env } from '../env.js';
-import { HostUnavailableError } from '../engine/runners/remote/host-link.js';
+import { RunnerUnavailableError } from '../engine/runners/runner-unavailable.js';
 import type { StageStats } from '../engine/runners/model-runner.js';
 import type { KvBlockStore } from '../engine/kv/block-store.js';
 import { SqlKvBlockStore } from './kv-block-store.js';
@@ -21,7 +21,7 @@ import {
 import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
 import { detokenizeWith, tokenizeWith, type Tokenized } from './tokenize.js';
-import { fail, fromEngineError, hostUnavailable, ok, type RpcResult, type ServiceError } from './rpc-error.js';
+import { fail, fromEngineError, ok, runnerUnavailable, type RpcResult, type ServiceError } from './rpc-error.js';
 import { modelUnavailable } from './model-unavailable.js';
 import { quotaRefusal, storageQuotas, systemRefusal } from './tenancy/storage-quota.js';
 import type { JobView } from './jobs.js';
@@ -115,7 +115,8 @@ export class InferenceObject extends DurableObject<Env> {
     try {
       return ok(await this.engine());
     } catch (err) {
-      if (err instanceof HostUnavailableError) return fail(hostUnavailable(err));
+      const away = RunnerUnavailableError.in(err);
+      if (away) return fail(runnerUnavailable(away));
       return fail(modelUnavailable(this.env, err));
     }
   }

@@ -1,5 +1,5 @@
 import { InvalidRequestError, SequenceFailedError } from '../engine/errors.js';
-import { HostUnavailableError } from '../engine/runners/remote/host-link.js';
+import { RunnerUnavailableError } from '../engine/runners/runner-unavailable.js';
 import type { RateLimitState } from './tenancy/rate-limiter.js';
 
 /**
@@ -44,8 +44,8 @@ export function fromEngineError(err: unknown): ServiceError {
  * naming it. Anything else is an engine failure, told only as `internal_error`.
  */
 export function fromGenerationError(err: unknown): ServiceError {
-  const host = err instanceof HostUnavailableError ? err : (err as { cause?: unknown } | undefined)?.cause;
-  if (host instanceof HostUnavailableError) return hostUnavailable(host);
+  const away = RunnerUnavailableError.in(err);
+  if (away) return runnerUnavailable(away);
   if (err instanceof SequenceFailedError)
     return err.code === 'grammar_dead_end'
       ? invalidRequest(err.message, null, err.code)
@@ -53,14 +53,17 @@ export function fromGenerationError(err: unknown): ServiceError {
   return { status: 500, type: 'server_error', message: 'the generation failed', param: null, code: 'internal_error' };
 }
 
-/** A 503 for a GPU host that cannot be reached: the request may be sent again once it is back. */
-export function hostUnavailable(err: HostUnavailableError): ServiceError {
+/**
+ * A 503 for what runs the model (a GPU host, a pipeline stage) that cannot be reached: the request may be sent
+ * again once it is back, so it says when (Retry-After), as a model that is not loaded does (model-unavailable.ts).
+ */
+export function runnerUnavailable(err: RunnerUnavailableError): ServiceError {
   return {
     status: 503,
     type: 'server_error',
     message: `${err.message}; try again in ${err.retryAfterSeconds} s`,
     param: null,
-    code: 'gpu_host_unavailable',
+    code: err.code,
     retryAfterSeconds: err.retryAfterSeconds,
   };
 }

@@ -1,17 +1,26 @@
 import type { StageLink } from '../engine/runners/stages/stage-protocol.js';
 import { InvalidRequestError } from '../engine/errors.js';
-import type { Env } from '../env.js';
+import { modelName, type Env } from '../env.js';
 import type { StageObject } from './stage-object.js';
 
 /** The stage Workers' objects, bound STAGE_1 .. STAGE_N by the generated config (scripts/lib/stage-configs.ts). */
 type StageBindings = Record<`STAGE_${number}`, DurableObjectNamespace<StageObject> | undefined>;
 
 /**
+ * The name of a head shard's object on a stage Worker: the head (PIPELINE_HEAD: its script, and `npm start`'s
+ * run tag), its model and the shard. Another head bound to the same stage scripts (a second deployment, a second
+ * pipeline on one machine) names other objects, so neither reopens, and so resets, the other's stages.
+ */
+export const stageObjectName = (head: string, model: string, shard: string): string =>
+  JSON.stringify({ head, model, shard });
+
+/**
  * The head shard's links to its pipeline stages: on each stage Worker (bound STAGE_1 .. STAGE_N), the stage
- * object named after the shard. A stub is made per call, as Cloudflare advises after a failed call (a broken
- * stub stays broken); the object behind the name is the same.
+ * object named for the head, its model and the shard. A stub is made per call, as Cloudflare advises after a
+ * failed call (a broken stub stays broken); the object behind the name is the same.
  */
 export function stageLinks(env: Env, stages: number, shard: string): StageLink[] {
+  const name = stageObjectName(env.PIPELINE_HEAD?.trim() ?? '', modelName(env), shard);
   return Array.from({ length: stages }, (_, i) => {
     const binding = `STAGE_${i + 1}` as const;
     const namespace = (env as unknown as StageBindings)[binding];
@@ -21,7 +30,7 @@ export function stageLinks(env: Env, stages: number, shard: string): StageLink[]
         `PIPELINE_STAGES=${stages} but ${binding} is not bound: run with npm start (it generates the stage Workers' configs) or deploy with npm run deploy`,
         'unsupported_model',
       );
-    const stub = () => namespace.get(namespace.idFromName(shard));
+    const stub = () => namespace.get(namespace.idFromName(name));
     return {
       open: async (open) => {
         const opened = await stub().open(open);

@@ -1,14 +1,17 @@
 import { InvalidRequestError } from '../../errors.js';
+import { RunnerUnavailableError } from '../runner-unavailable.js';
 import { HOST_AUTH_HEADER, type HostError } from './host-protocol.js';
 
 /**
  * The GPU host cannot be reached (refused, reset, timed out, or it answered 5xx): the requests whose pass it
  * was end with a 503 that says so and when to try again; the engine and everything else go on.
  */
-export class HostUnavailableError extends Error {
+export class HostUnavailableError extends RunnerUnavailableError {
   override readonly name = 'HostUnavailableError';
-  /** Seconds after which a client may try again (a restarted host answers within a few). */
-  readonly retryAfterSeconds = 5;
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, 'gpu_host_unavailable', options);
+  }
 }
 
 /** How a RemoteRunner reaches its host: one POST of one frame, answered by one frame. Tests may pass their own. */

@@ -1,6 +1,8 @@
 // The head's side of one pipeline stage: reaching it (connect, reconnect), the epoch it was opened at, deadlines on
 // every call, and telling a restarted stage (its KV gone) from a failed call. The staged runner drives the stages.
+import { InvalidRequestError } from '../../errors.js';
 import type { StageStats } from '../model-runner.js';
+import { RunnerUnavailableError } from '../runner-unavailable.js';
 import type { KvStage } from './staged-kv-memory.js';
 import type { StageCommands, StageEnds, StageInfo, StageLink, StageOpen, StageStep } from './stage-protocol.js';
 
@@ -42,6 +44,8 @@ export class Stage implements KvStage {
   private connecting: Promise<StageInfo> | undefined;
   /** Passes in a row this stage was found restarted: one the pass itself brings down is not retried for ever. */
   lossesInARow = 0;
+  /** Found not answering, and not since: the next failed call does not wait for it again. */
+  private away = false;
 
   constructor(
     readonly link: StageLink,
@@ -75,7 +79,12 @@ export class Stage implements KvStage {
   connect(): Promise<StageInfo> {
     this.info = undefined;
     this.connecting ??= withDeadline(this.link.open(this.open), CALL_TIMEOUT_MS, this.what)
+      .catch((err: unknown) => {
+        // A refusal (another model, over budget) says why; a stage that cannot be reached is away.
+        throw err instanceof InvalidRequestError ? err : this.unavailable(err, 0);
+      })
       .then((info) => {
+        this.away = false;
         this.info = info;
         Object.assign(this.stats, {
           weightBytes: info.weightBytes,
@@ -189,15 +198,29 @@ export class Stage implements KvStage {
    * is waited for a while, so that its sequences are recomputed rather than failed; `err` if it stays away.
    */
   async answer(err: unknown): Promise<string | undefined> {
-    const deadline = performance.now() + STAGE_WAIT_MS;
+    // A stage already found away is asked once: each request does not wait out the restart window again.
+    const waitMs = this.away ? 0 : STAGE_WAIT_MS;
+    const deadline = performance.now() + waitMs;
     for (let wait = 100; ; wait = Math.min(2 * wait, 1000)) {
       try {
-        return await withDeadline(this.link.epoch(), STAGE_WAIT_MS, this.what);
+        const epoch = await withDeadline(this.link.epoch(), STAGE_WAIT_MS, this.what);
+        this.away = false;
+        return epoch;
       } catch {
-        if (performance.now() + wait > deadline) throw err;
+        if (performance.now() + wait > deadline) throw this.unavailable(err, waitMs);
         await new Promise((resolve) => setTimeout(resolve, wait));
       }
     }
+  }
+
+  /** The stage stays away: its requests end with a 503 `stage_unavailable`, never as the RPC's own error (a 500). */
+  private unavailable(err: unknown, waitedMs: number): RunnerUnavailableError {
+    this.away = true;
+    const said = err instanceof Error ? err.message : String(err);
+    const waited = waitedMs > 0 ? ` for ${waitedMs / 1000} s` : '';
+    return new RunnerUnavailableError(`${this.what} did not answer${waited} (${said})`, 'stage_unavailable', {
+      cause: err,
+    });
   }
 
   /**
