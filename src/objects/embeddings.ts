@@ -52,6 +52,11 @@ export async function runEmbeddings(
     const ids = typeof input === 'string' ? e.tokenizer.encodePrompt(input) : input;
     const param = inputs.length === 1 ? 'input' : `input[${i}]`;
     if (ids.length === 0) return fail(invalidRequest(`${param} is empty`, param));
+    const outside = ids.find((id) => id >= e.config.vocabSize);
+    if (outside !== undefined)
+      return fail(
+        invalidRequest(`${param}: token id ${outside} is outside the vocabulary [0, ${e.config.vocabSize})`, param),
+      );
     if (ids.length > options.maxInputTokens)
       return fail(
         invalidRequest(
