@@ -8,8 +8,8 @@ export interface Pooling {
   mode: PoolingMode;
   /** L2-normalised after pooling (sentence-transformers' Normalize module, or the decoder default). */
   normalize: boolean;
-  /** Where the declaration came from, for messages and docs: `modules.json`, `gguf`, or `default`. */
-  declaredBy: 'modules.json' | 'gguf' | 'default';
+  /** Where the declaration came from, for messages and docs: `modules.json` or `default`. */
+  declaredBy: 'modules.json' | 'default';
   /** Why this model's declaration cannot be served (a pooling mode we do not implement); undefined when it can. */
   unsupported?: string;
 }
@@ -20,15 +20,6 @@ export const DEFAULT_POOLING: Pooling = { mode: 'last', normalize: true, declare
 interface StModule {
   path?: string;
   type?: string;
-}
-
-/** GGUF's `<arch>.pooling_type` (llama.cpp's enum): 0 none, 1 mean, 2 cls, 3 last, 4 rank. */
-export function poolingFromGguf(type: number | undefined): Pooling | undefined {
-  if (type === undefined || type === 0) return undefined;
-  const mode = ({ 1: 'mean', 2: 'cls', 3: 'last' } as const)[type as 1 | 2 | 3];
-  // llama.cpp's server normalises embeddings (L2) by default, whatever the pooling.
-  if (mode) return { mode, normalize: true, declaredBy: 'gguf' };
-  return { ...DEFAULT_POOLING, declaredBy: 'gguf', unsupported: `GGUF pooling_type ${type} is not supported` };
 }
 
 /**
