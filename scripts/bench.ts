@@ -47,8 +47,8 @@ Measures the engine (decode, prefill, peers, the service over HTTP...) and write
 <out>/decode.svg and Markdown tables. Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1).
 --quick: a few minutes' run for checking a change.`);
 const options = parseBenchOptions(process.argv.slice(2));
-// The wllama, kernels, stages, architectures and gpu sections make the models they need themselves.
-const SELF_MADE: readonly string[] = ['wllama', 'kernels', 'stages', 'architectures', 'gpu'];
+// The wllama, kernels, stages, architectures, gpu and embeddings sections make the models they need themselves.
+const SELF_MADE: readonly string[] = ['wllama', 'kernels', 'stages', 'architectures', 'gpu', 'embeddings'];
 if (options.sections.some((s) => !SELF_MADE.includes(s))) ensureBenchModels(options.variants);
 const outDir = resolvePath(ROOT, options.out);
 mkdirSync(outDir, { recursive: true });
@@ -105,6 +105,7 @@ const SCRIPT_SECTIONS: readonly string[] = [
   'kernels',
   'restore',
   'structured',
+  'embeddings',
   'edge',
   'edge-memory',
   'stages',
