@@ -156,6 +156,13 @@ describe('embeddings', () => {
       }
     });
 
+  it('a runner without hidden states (onnxruntime) refuses embeddings before anything runs', async () => {
+    const ort = await loadEngine('cpu', 'tiny');
+    expect(() => embed(ort, { prompt_ids: [5, 6, 7] }, undefined)).toThrow(/onnxruntime runner/);
+    expect(ort.busy).toBe(false);
+    await ort.runner.release();
+  });
+
   it('a pooling mode we do not implement is refused by name at request time; generation still serves', async () => {
     const dir = sentenceTransformersFolder(root, 'mean', true, '-max');
     writeFileSync(join(dir, '1_Pooling', 'config.json'), JSON.stringify({ pooling_mode_max_tokens: true }));

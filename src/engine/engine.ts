@@ -166,6 +166,12 @@ export class Engine {
     const resolved = this.resolveFields(request);
     if (resolved.promptLogprobs !== undefined && this.runner.noPromptLogprobs)
       throw new InvalidRequestError('prompt_logprobs', this.runner.noPromptLogprobs);
+    if (resolved.embedding && !this.runner.givesHiddenStates)
+      throw new InvalidRequestError(
+        'input',
+        `embeddings need the final hidden states, which the ${this.runner.name} runner does not give: serve the model on the kernels`,
+        'unsupported_model',
+      );
     return resolved;
   }
 

@@ -46,7 +46,8 @@ export class EmbeddingMode implements GenerationMode {
   settle(row: SettledRow): void {
     const { seq } = row;
     const hidden = row.hidden();
-    if (!hidden) throw new Error('this runner gives no hidden states: embeddings run on the kernels runner');
+    // Engine.resolve refuses embeddings on a runner without hidden states: one that gives none here is a bug.
+    if (!hidden) throw new Error('the pass gave no hidden states for an embeddings row');
     this.vector.add(hidden, row.settledLength - row.fed);
     if (!row.samples || seq.output.finished) return;
     seq.output.embedded(this.vector.finish(this.params.dimensions));

@@ -120,6 +120,8 @@ export interface ModelRunner {
    * for), which prompt logprobs read; absent where it can.
    */
   readonly noPromptLogprobs?: string;
+  /** Whether its passes give the final-normed hidden states (StepLogits.hidden) that embeddings pool. */
+  readonly givesHiddenStates?: boolean;
   /**
    * The memory of the engine's block pool (once): where the runner reads and writes keys and values, block
    * ids being the pool's. Refuses (InvalidRequestError) a KV dtype it cannot compute with.

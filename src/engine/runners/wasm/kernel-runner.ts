@@ -54,6 +54,7 @@ export class KernelRunner implements ModelRunner {
   readonly name = 'kernels';
   readonly kvIdentity = 'kernels';
   readonly deviceSampling = undefined;
+  readonly givesHiddenStates = true;
 
   readonly config: ModelConfig;
   readonly memory: LinearMemory;
