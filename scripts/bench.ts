@@ -6,7 +6,7 @@
 // Writes <out>/results.json, <out>/decode.svg and prints Markdown tables. Not part of `npm test`.
 //
 //   npm run bench -- [--quick] [--models bench-135m:fp32,bench-135m:int8,bench-135m:q4,tiny:fp32]
-//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore,structured,edge,edge-memory,stages,architectures,gpu]
+//     [--backends cpu,wasm] [--sections decode,prefill,peers,roofline,sessions,overhead,service,speculative,webgpu,wllama,kernels,restore,structured,embeddings,edge,edge-memory,stages,architectures,gpu]
 //     [--runs 5] [--batches 1,4,16,32] [--prefill 128,512,2048] [--histories 256,1024,4096]
 //     [--prompt 32] [--tokens 32] [--fresh 20] [--clients 1,16] [--session-models ...] [--out bench] [--append]
 // Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1). Each backend runs in a child process.
@@ -32,6 +32,7 @@ import type { EdgeBench } from './bench/edge.js';
 import type { EdgeMemoryBench } from './bench/edge-memory.js';
 import type { StagesBench } from './bench/stages.js';
 import type { StructuredBench } from './bench/structured.js';
+import type { EmbeddingsBench } from './bench/embeddings.js';
 import { type GpuBench, gpuBenchTable, parseGpuBenchArgs } from './bench/gpu.js';
 import { decodePlotSvg } from './bench/svg-plot.js';
 import { answerHelp } from './lib/help.js';
@@ -46,8 +47,8 @@ Measures the engine (decode, prefill, peers, the service over HTTP...) and write
 <out>/decode.svg and Markdown tables. Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1).
 --quick: a few minutes' run for checking a change.`);
 const options = parseBenchOptions(process.argv.slice(2));
-// The wllama, kernels, stages, architectures and gpu sections make the models they need themselves.
-const SELF_MADE: readonly string[] = ['wllama', 'kernels', 'stages', 'architectures', 'gpu'];
+// The wllama, kernels, stages, architectures, gpu and embeddings sections make the models they need themselves.
+const SELF_MADE: readonly string[] = ['wllama', 'kernels', 'stages', 'architectures', 'gpu', 'embeddings'];
 if (options.sections.some((s) => !SELF_MADE.includes(s))) ensureBenchModels(options.variants);
 const outDir = resolvePath(ROOT, options.out);
 mkdirSync(outDir, { recursive: true });
@@ -104,6 +105,7 @@ const SCRIPT_SECTIONS: readonly string[] = [
   'kernels',
   'restore',
   'structured',
+  'embeddings',
   'edge',
   'edge-memory',
   'stages',
@@ -160,6 +162,19 @@ if (options.sections.includes('structured')) {
     String(options.runs),
   ]);
 }
+if (options.sections.includes('embeddings')) {
+  // Vectors per second at batch 1 and 32 (edge kernels, one thread), 32-token inputs.
+  results.embeddings = [];
+  for (const dtype of ['fp32', 'q4'])
+    results.embeddings.push(
+      await runScriptChild<EmbeddingsBench>([], 'scripts/bench/embeddings.ts', [
+        '--dtype',
+        dtype,
+        '--runs',
+        String(options.runs),
+      ]),
+    );
+}
 if (options.sections.includes('edge'))
   results.edge = await runScriptChild<EdgeBench>([], 'scripts/bench/edge.ts', ['--runs', String(options.runs)]);
 if (options.sections.includes('edge-memory'))
@@ -211,6 +226,7 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   results.wllama ??= earlier.wllama;
   results.kernels ??= earlier.kernels;
   results.structured ??= earlier.structured;
+  results.embeddings ??= earlier.embeddings;
   results.edge ??= earlier.edge;
   results.edgeMemory ??= earlier.edgeMemory;
   results.stages ??= earlier.stages;

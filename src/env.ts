@@ -44,6 +44,9 @@ export interface Env {
    */
   CORS_ORIGINS?: string;
   MAX_QUEUE?: string;
+  /** /v1/embeddings: inputs one request may carry, and tokens one input may have. */
+  EMBEDDINGS_MAX_INPUTS?: string;
+  EMBEDDINGS_MAX_INPUT_TOKENS?: string;
   MAX_BODY_BYTES?: string;
   /** Milliseconds a whole model load may take before it fails (503 model_unavailable; the next request retries). */
   MODEL_LOAD_TIMEOUT_MS?: string;
@@ -150,6 +153,8 @@ export const DEFAULTS = {
   MEMORY_BUDGET_MB: 128,
   MAX_BATCH: 16,
   MAX_QUEUE: 64,
+  EMBEDDINGS_MAX_INPUTS: 32,
+  EMBEDDINGS_MAX_INPUT_TOKENS: 512,
   MAX_BODY_BYTES: 1 << 20,
   MODEL_LOAD_TIMEOUT_MS: 300_000,
   MODEL_STALL_TIMEOUT_MS: 30_000,

@@ -20,6 +20,7 @@ export const SECTIONS = [
   'restore',
   'responses',
   'structured',
+  'embeddings',
   'edge',
   'edge-memory',
   'stages',

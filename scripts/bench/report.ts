@@ -241,6 +241,18 @@ export function markdownReport(r: BenchResults): string {
       ),
     );
   }
+  if (r.embeddings?.length) {
+    const e = r.embeddings[0];
+    out.push(
+      `\n**Embeddings** (${e.model} on the ${e.runner} runner, one thread, ${e.tokens}-token inputs; vectors per second, median of ${e.perSecond['1'].runs.length} runs)\n`,
+    );
+    out.push(
+      table(
+        ['dtype', 'batch 1', 'batch 32'],
+        r.embeddings.map((b) => [b.dtype, f(b.perSecond['1'].median, 1), f(b.perSecond['32'].median, 1)]),
+      ),
+    );
+  }
   if (r.structured) {
     const st = r.structured;
     out.push(

@@ -1,4 +1,5 @@
 import type { StructuredBench } from './structured.js';
+import type { EmbeddingsBench } from './embeddings.js';
 import type { SpeculationCase } from './speculative-table.js';
 import type { WebGpuBenchRow } from './webgpu-table.js';
 import type { GpuBench } from './gpu.js';
@@ -111,6 +112,8 @@ export interface BenchResults {
   responsesChain?: ResponsesChainResult;
   /** Structured outputs: a step at 16 constrained streams against free ones, grammar compile times (scripts/bench/structured.ts). */
   structured?: StructuredBench;
+  /** Embeddings per second at batch 1 and 32 on the kernels, fp32 and q4 (scripts/bench/embeddings.ts). */
+  embeddings?: EmbeddingsBench[];
   /** Decode with and without speculation, same prompts, same run (scripts/bench/speculative.ts; cpu). */
   speculative?: SpeculationCase[];
   /** The same on the edge kernels (backend wasm, which runs Llama graphs on them). */

@@ -15,6 +15,7 @@ import { SessionCaches } from './kv/session-caches.js';
 import { kvBytesPerToken, kvPoolBlocks, type ModelConfig } from './model/config.js';
 import type { ModelSource } from './model/model-files.js';
 import type { EngineRuntime } from './model/runtime.js';
+import type { Pooling } from './embeddings/pooling.js';
 import { createMode, drawsOnDevice, startingSequences } from './modes/create-mode.js';
 import { resolveRequest, type GenerationRequest, type ResolvedRequest } from './request.js';
 import type { ModelRunner } from './runners/model-runner.js';
@@ -48,6 +49,8 @@ export class Engine {
   /** Structured outputs: grammars compiled for this tokenizer, cached by spec. */
   readonly constraints: ConstraintCompiler;
   private readonly chatTemplate: { template: string | undefined; config: Record<string, unknown> };
+  /** How the model pools an embeddings request's hidden states. */
+  readonly pooling: Pooling;
   private readonly scheduler: Scheduler<Sequence>;
   private readonly batch: Batch;
   private readonly pipeline: StepPipeline;
@@ -73,6 +76,7 @@ export class Engine {
     this.config = model.config;
     this.tokenizer = model.tokenizer;
     this.chatTemplate = model.chat;
+    this.pooling = model.pooling;
     this.runner = runner;
     this.speculator = speculator;
     const { config, tokenizer } = this;
@@ -108,7 +112,9 @@ export class Engine {
       {
         lookahead: (seq) => seq.group.mode.lookahead(seq),
         cohort: (seq) => seq.group.mode.cohort(seq),
-        skipsPrefixCache: (seq) => seq.output.promptLogprobs !== undefined,
+        // Both read every prompt position's pass output, which a cached block would skip.
+        skipsPrefixCache: (seq) =>
+          seq.output.promptLogprobs !== undefined || seq.output.request.embedding !== undefined,
       },
     );
     this.batch = new Batch(this.kv, this.scheduler, this.sessions, this.persistence, this.counters);
@@ -160,6 +166,12 @@ export class Engine {
     const resolved = this.resolveFields(request);
     if (resolved.promptLogprobs !== undefined && this.runner.noPromptLogprobs)
       throw new InvalidRequestError('prompt_logprobs', this.runner.noPromptLogprobs);
+    if (resolved.embedding && !this.runner.givesHiddenStates)
+      throw new InvalidRequestError(
+        'input',
+        `embeddings need the final hidden states, which the ${this.runner.name} runner does not give: serve the model on the kernels`,
+        'unsupported_model',
+      );
     return resolved;
   }
 
@@ -185,6 +197,8 @@ export class Engine {
       kv: { blocksFor: (tokens) => this.kv.blocksFor(tokens), total: this.kv.pool.numBlocks },
       hasDraftModel: this.speculator.hasDraftModel,
       defaultSpeculative: this.options.speculative,
+      pooling: this.pooling,
+      hiddenSize: this.config.hiddenSize,
     });
   }
 

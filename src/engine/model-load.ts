@@ -10,6 +10,7 @@ import type { FootprintPart } from './runners/memory-budget.js';
 import type { ModelRunner } from './runners/model-runner.js';
 import type { StageLink } from './runners/stages/stage-protocol.js';
 import { TextTokenizer } from '../tokenizer/tokenizer.js';
+import { readPooling, type Pooling } from './embeddings/pooling.js';
 
 /** What loading a model needs besides its source: which weights, and how the runner is sized and checked. */
 export interface ModelLoadOptions extends Omit<RunnerOptions, keyof EngineLimits | 'isolateBudget'> {
@@ -40,6 +41,8 @@ export interface LoadedModel {
   /** The chat template (undefined for a base model without one) and tokenizer_config.json, which it reads. */
   chat: { template: string | undefined; config: Record<string, unknown> };
   dtype: ModelDtype;
+  /** How its embeddings are pooled (modules.json, or the decoder default). */
+  pooling: Pooling;
   /** The weights file's digest, or '' when it was not asked for. */
   digest: string;
   weightBytes: number;
@@ -80,6 +83,7 @@ export async function loadModel(
     tokenizerModel: files.tokenizerJson.model,
     chat: { template, config: files.tokenizerConfig },
     dtype,
+    pooling: await readPooling(source),
     digest: digesting ? (loaded.digest ?? (await digesting.digest())) : '',
     weightBytes: loaded.weightBytes,
     shared: loaded.shared,

@@ -7,6 +7,8 @@ import { resolvePromptLogprobs } from './sampling/prompt-logprobs.js';
 import type { CompiledConstraint } from './constraints/compiler.js';
 import { deferPastReasoning } from './constraints/reasoning-gate.js';
 import type { Constrained, JsonValue } from './constraints/spec.js';
+import { resolveEmbeddingParams, type EmbeddingParams, type EmbeddingRequest } from './embeddings/embedding-params.js';
+import type { Pooling } from './embeddings/pooling.js';
 
 /** A chat message as OpenAI's API carries it (tool calls and results: see tokenizer/chat-messages.ts). */
 export interface ChatMessage {
@@ -65,6 +67,8 @@ export interface GenerationRequest {
   tools?: readonly JsonValue[] | null;
   /** Extra variables for the chat template (`enable_thinking: false`), as HF's apply_chat_template takes them. */
   chat_template_kwargs?: Readonly<Record<string, JsonValue>> | null;
+  /** Prefill only: the prompt's pooled final hidden state (its done event's `embedding`) instead of tokens. */
+  embedding?: EmbeddingRequest | null;
 }
 
 export const DEFAULT_MAX_TOKENS = 256;
@@ -174,6 +178,8 @@ export interface ResolvedRequest {
   constraint: CompiledConstraint | undefined;
   /** Alternatives per prompt token when the prompt's log-probabilities are wanted; undefined when not. */
   promptLogprobs: number | undefined;
+  /** Set for an embeddings request: prefill only, pooled as the model declares. */
+  embedding: EmbeddingParams | undefined;
 }
 
 /** What a request is checked against: the model, its tokenizer and the engine's limits. */
@@ -201,6 +207,9 @@ export interface RequestContext {
   hasDraftModel: boolean;
   /** The engine's speculation for requests that do not say. */
   defaultSpeculative: SpeculativeParams | undefined;
+  /** How the model pools its embeddings, and their full size. */
+  pooling: Pooling;
+  hiddenSize: number;
 }
 
 /** Tokenises the prompt and checks every parameter; throws InvalidRequestError naming the first bad one. */
@@ -293,7 +302,27 @@ export function resolveRequest(request: GenerationRequest, ctx: RequestContext):
       );
   }
   const promptLogprobs = resolvePromptLogprobs(request.prompt_logprobs);
-  return { promptIds, maxTokens, n, sampling, stops, stopTokenIds, speculative, beam, constraint, promptLogprobs };
+  if (request.embedding && (n !== 1 || beam || constraint || promptLogprobs !== undefined))
+    throw new InvalidRequestError(
+      'embedding',
+      'an embeddings request is one prefill: no n, beams, speculation, grammar or logprobs',
+    );
+  const embedding = request.embedding
+    ? resolveEmbeddingParams(request.embedding, ctx.pooling, ctx.hiddenSize)
+    : undefined;
+  return {
+    promptIds,
+    maxTokens,
+    n,
+    sampling,
+    stops,
+    stopTokenIds,
+    speculative,
+    beam,
+    constraint,
+    promptLogprobs,
+    embedding,
+  };
 }
 
 /** How many different completions (counted up to `cap`) tokens from `allowed` can form within maxTokens. */

@@ -40,6 +40,8 @@ export interface DoneEvent {
   speculation?: { proposedTokens: number; acceptedTokens: number };
   /** prompt_logprobs only: each prompt token's log-probability given those before it (the first: null). */
   promptLogprobs?: (PromptTokenLogprob | null)[];
+  /** Embeddings only: the prompt's pooled vector (engine/embeddings), in place of any token. */
+  embedding?: Float32Array;
   /** The whole completion: exactly the concatenation of the token events' texts. */
   text: string;
   promptIds: number[];
@@ -57,6 +59,8 @@ export type GenerationEvent = TokenEvent | DoneEvent;
 export class SequenceOutput {
   readonly outputIds: number[] = [];
   finishReason: FinishReason | null = null;
+  /** Embeddings only: the pooled vector, set once the prompt is prefilled. */
+  embedding: Float32Array | undefined;
   private stopReason: number | 'string' | null = null;
   private text = '';
   /** Exactly one of these: the CPU sampler, or the state of a sampler on the device (sampled by the engine). */
@@ -190,7 +194,14 @@ export class SequenceOutput {
       metrics: this.clock.metrics(this.request.promptIds.length, this.cachedTokens),
       ...(this.request.speculative ? { speculation: { ...this.speculation } } : {}),
       ...(this.promptLogprobs ? { promptLogprobs: this.promptLogprobs.entries } : {}),
+      ...(this.embedding ? { embedding: this.embedding } : {}),
     };
+  }
+
+  /** An embeddings request's end: its vector instead of tokens. */
+  embedded(vector: Float32Array): void {
+    this.embedding = vector;
+    this.finishReason = 'stop';
   }
 
   /**

@@ -64,6 +64,8 @@ export interface SettledRow {
   at(index: number): Float32Array;
   /** Logits after the row's last fed token. */
   last(): Float32Array;
+  /** The final-normed hidden states after each fed token ((fed, hidden)); undefined where the runner has none. */
+  hidden(): Float32Array | undefined;
   /** Tokens drawn on the device from this row's last logits, by sequence. */
   drawn: ReadonlyMap<Sequence, SampledToken>;
   /** What was proposed after the row's tokens and verified by this pass. */

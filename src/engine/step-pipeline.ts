@@ -240,6 +240,7 @@ export class StepPipeline {
           fed: fed[i],
           at: (j) => logits.at(i, j),
           last: () => logits.last(i),
+          hidden: () => logits.hidden?.(i),
           drawn,
           proposal: proposals[i],
         });

@@ -21,6 +21,7 @@ import {
 import { ServiceMetrics, type IsolateUse, type ShardStats } from './service-metrics.js';
 import { poolView, type PoolView } from './pool-view.js';
 import { detokenizeWith, tokenizeWith, type Tokenized } from './tokenize.js';
+import { runEmbeddings, type EmbeddingInput, type EmbeddingOptions, type EmbeddingsResult } from './embeddings.js';
 import { fail, fromEngineError, ok, runnerUnavailable, type RpcResult, type ServiceError } from './rpc-error.js';
 import { modelUnavailable } from './model-unavailable.js';
 import { quotaRefusal, storageQuotas, systemRefusal } from './tenancy/storage-quota.js';
@@ -215,6 +216,18 @@ export class InferenceObject extends DurableObject<Env> {
   private accountOf(owner: string, keyName: string): Account {
     const shared = boolVar(this.env, 'SHARED_PREFIX_CACHE');
     return { keyName, fairnessGroup: owner, cacheSalt: shared ? undefined : owner };
+  }
+
+  /** POST /v1/embeddings: a vector per input, each a prefill-only request in this shard's batch (embeddings.ts). */
+  async embeddings(
+    inputs: EmbeddingInput[],
+    options: EmbeddingOptions,
+    caller: Caller,
+  ): Promise<RpcResult<EmbeddingsResult>> {
+    const { fairnessGroup, cacheSalt } = this.accountOf(caller.tenant.owner, caller.tenant.name);
+    const maxQueue = intVar(this.env, 'MAX_QUEUE');
+    const engine = await this.engineOrUnavailable();
+    return runEmbeddings(engine, this.admission, maxQueue, caller, { fairnessGroup, cacheSalt }, inputs, options);
   }
 
   /** POST /tokenize (vLLM's): loads the model as a generation would. */

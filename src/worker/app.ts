@@ -14,6 +14,7 @@ import jobs from './routes/jobs.js';
 import playground from './routes/playground.js';
 import pool from './routes/pool.js';
 import tokenize from './routes/tokenize.js';
+import embeddings from './routes/embeddings.js';
 import { corsMiddleware } from './cors.js';
 
 export type { AppEnv } from './app-env.js';
@@ -42,6 +43,7 @@ app.route('/', tokenize);
 app.route('/v1/models', models);
 app.route('/v1/completions', completions);
 app.route('/v1/chat/completions', chat);
+app.route('/v1/embeddings', embeddings);
 app.route('/metrics', metrics);
 
 // Sessions, webhook-triggered generation and its jobs.

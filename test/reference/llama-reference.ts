@@ -184,6 +184,8 @@ export class LlamaReference {
 
   /** Logits (vocab) of the last token given to forward(). */
   logits: Float64Array = new Float64Array(0);
+  /** The final-normed hidden state (hidden) of each position run since the last reset, by position: what embeddings pool. */
+  hiddenStates: Float64Array[] = [];
 
   /**
    * Keys and values cached in 8 bits (KV_DTYPE int8): each (position, KV head) row of head_dim values as
@@ -302,6 +304,7 @@ export class LlamaReference {
     this.keys = this.layers.map(() => []);
     this.values = this.layers.map(() => []);
     this.logits = new Float64Array(0);
+    this.hiddenStates = [];
   }
 
   /**
@@ -421,6 +424,7 @@ export class LlamaReference {
     }
 
     const hn = rmsnorm(x, this.finalNorm, this.eps, off); // (hidden)
+    this.hiddenStates[pos] = hn;
     if (this.lmHead) return this.product(hn, this.lmHead, H, this.vocab); // (vocab)
     // Tied: logits[v] = h · embed_tokens[v]
     const logits = new Float64Array(this.vocab); // (vocab)

@@ -2,6 +2,7 @@ import type { ResolvedRequest } from '../request.js';
 import type { RequestGroup, Sequence, GenerationMode, ModeHost } from '../sequence.js';
 import type { Speculator } from '../speculative/speculator.js';
 import { BeamMode } from './beam-mode.js';
+import { EmbeddingMode } from './embedding-mode.js';
 import { SamplingMode } from './sampling-mode.js';
 import { SpeculativeMode } from './speculative-mode.js';
 
@@ -17,6 +18,7 @@ export function createMode(
   speculator: Speculator,
 ): GenerationMode {
   const [first, ...siblings] = sequences;
+  if (resolved.embedding) return new EmbeddingMode(host, first, resolved.embedding);
   if (resolved.beam) return new BeamMode(host, group, first, resolved);
   if (resolved.speculative) return new SpeculativeMode(host, first, siblings, speculator);
   return new SamplingMode(host, first, siblings);
@@ -29,5 +31,5 @@ export function startingSequences(resolved: ResolvedRequest): number {
 
 /** Whether a request's tokens may be drawn on the device (where the runner samples): not while verifying or searching. */
 export function drawsOnDevice(resolved: ResolvedRequest): boolean {
-  return !resolved.speculative && !resolved.beam;
+  return !resolved.speculative && !resolved.beam && !resolved.embedding;
 }

@@ -24,6 +24,11 @@ export interface StepLogits {
   at(row: number, index: number): Float32Array;
   /** Logits after each row's last fed token. */
   last(row: number): Float32Array;
+  /**
+   * The final-normed hidden states after each of row `row`'s fed tokens ((tokens, hidden) floats, copied out),
+   * what embeddings pool; absent on a runner that cannot give them.
+   */
+  hidden?(row: number): Float32Array;
 }
 
 /** Which implementation runs the passes: our WebAssembly kernels, onnxruntime (on the runtime's backend), or our WGSL pass. */
@@ -115,6 +120,8 @@ export interface ModelRunner {
    * for), which prompt logprobs read; absent where it can.
    */
   readonly noPromptLogprobs?: string;
+  /** Whether its passes give the final-normed hidden states (StepLogits.hidden) that embeddings pool. */
+  readonly givesHiddenStates?: boolean;
   /**
    * The memory of the engine's block pool (once): where the runner reads and writes keys and values, block
    * ids being the pool's. Refuses (InvalidRequestError) a KV dtype it cannot compute with.

@@ -54,6 +54,7 @@ export class KernelRunner implements ModelRunner {
   readonly name = 'kernels';
   readonly kvIdentity = 'kernels';
   readonly deviceSampling = undefined;
+  readonly givesHiddenStates = true;
 
   readonly config: ModelConfig;
   readonly memory: LinearMemory;
@@ -348,6 +349,7 @@ export class KernelRunner implements ModelRunner {
           ? view(logitStart[row] + want[row] - 1 - fromEnd)
           : this.logitsAt(firstToken[row] + index);
       },
+      hidden: (row) => this.hiddenStates(firstToken[row], counts[row]),
     };
   }
 
@@ -366,6 +368,20 @@ export class KernelRunner implements ModelRunner {
     this.kernels.rmsnorm(s.h, this.last!.residual + t * H * 4, ends.norm, 1, H, this.config.rmsNormEps);
     this.linear(s.lazyLogits, this.input(s.h, 1, ends.lmHead), ends.lmHead);
     return this.memory.f32(s.lazyLogits, vocabSize).slice();
+  }
+
+  /** The final norm of tokens [t0, t0 + n) of the last pass's residual stream, (n, hidden), copied out. */
+  private hiddenStates(t0: number, n: number): Float32Array {
+    const { hiddenSize: H, rmsNormEps: eps } = this.config;
+    this.checkCurrent(this.last!.epoch);
+    const out = new Float32Array(n * H);
+    const h = this.scratch.h;
+    for (let c = 0; c < n; c += CHUNK) {
+      const m = Math.min(CHUNK, n - c);
+      this.kernels.rmsnorm(h, this.last!.residual + (t0 + c) * H * 4, this.weights.ends!.norm, m, H, eps);
+      out.set(this.memory.f32(h, m * H), c * H);
+    }
+    return out;
   }
 
   private embed(e: Matrix, out: number, token: number): void {
