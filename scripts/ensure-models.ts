@@ -7,7 +7,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { makeModel } from './model-make.js';
 import { importSafetensors } from './model-import.js';
 import { writeModelFolder } from './import/model-folder.js';
-import { writeTestAdapters } from './model/lora-adapters.js';
+import { writeBrokenAdapter, writeTestAdapters } from './model/lora-adapters.js';
 import type { PresetName } from './model/presets.js';
 import type { Dtype } from './model/weight-ops.js';
 import { answerHelp } from './lib/help.js';
@@ -75,6 +75,7 @@ export function ensureModels(): void {
   rmSync(loraDir, { recursive: true, force: true });
   makeModel({ preset: WITH_ADAPTERS.preset, outDir: loraDir, dtypes: WITH_ADAPTERS.dtypes });
   writeTestAdapters(loraDir, WITH_ADAPTERS.name);
+  writeBrokenAdapter(loraDir, WITH_ADAPTERS.name);
   for (const { name, dtypes } of PRETRAINED) {
     const from = join(PRETRAINED_DIR, name);
     if (!existsSync(from)) continue; // before its first training run

@@ -109,3 +109,13 @@ export function writeTestAdapters(baseDir: string, baseModel: string, adapters =
   }
   writeFileSync(join(baseDir, 'adapters', 'index.json'), `${JSON.stringify(adapters.map((a) => a.name))}\n`);
 }
+
+/** An adapter over the rank limit, not listed in index.json: what the service's 400 for a bad adapter is tested on. */
+export function writeBrokenAdapter(baseDir: string, baseModel: string): void {
+  const a = { ...TEST_ADAPTERS[0], name: 'broken-rank' };
+  const config = JSON.parse(readFileSync(join(baseDir, 'config.json'), 'utf8')) as Record<string, number>;
+  const dir = join(baseDir, 'adapters', a.name);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'adapter_config.json'), JSON.stringify({ ...adapterConfig(a, baseModel), r: 128 }));
+  writeFileSync(join(dir, 'adapter_model.safetensors'), writeSafetensors(adapterTensors(config, a)));
+}
