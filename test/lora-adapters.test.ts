@@ -5,6 +5,7 @@
 //     same alone and batched, on fp32, int8 and q4 bases;
 //   - the prefix cache keys blocks by adapter; the LRU evicts within its bytes and an evicted adapter reloads;
 //   - every bad adapter is refused at load, naming the file and the reason, and the engine serves on.
+import { spawnSync } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -300,5 +301,32 @@ describe('bad adapters are refused at load, naming the file and the reason', () 
     } finally {
       await ort.runner.release();
     }
+  });
+});
+
+describe('npm run generate -- --lora DIR', () => {
+  const generate = (...args: string[]) =>
+    spawnSync('npx', ['tsx', 'scripts/generate.ts', '--model', modelDir('tiny-lora'), ...args], { encoding: 'utf8' });
+
+  it("gives the adapter's greedy tokens (the reference's on the merged weights, as above), and refuses a bad one", async () => {
+    const folder = modelDir('tiny-lora');
+    const config = JSON.parse(readFileSync(join(folder, 'config.json'), 'utf8')) as LlamaConfig;
+    const weights = readOnnxWeights(new Uint8Array(readFileSync(join(folder, 'onnx', 'model.onnx'))));
+    const a = TEST_ADAPTERS[1];
+    const out = generate(
+      ...['--dtype', 'fp32', '--lora', join(folder, 'adapters', a.name)],
+      '--prompt',
+      PROMPT,
+      ...['--max-tokens', '12', '--temperature', '0', '--json'],
+    );
+    expect(out.status, out.stderr).toBe(0);
+    const { prompt_ids: prompt, token_ids: tokens } = JSON.parse(out.stdout) as {
+      prompt_ids: number[];
+      token_ids: number[];
+    };
+    expect(tokens).toEqual(new LlamaReference(config, merged(weights, config, a)).greedy(prompt, 12));
+    const bad = generate('--lora', join(folder, 'adapters', 'broken-rank'), '--prompt', 'x');
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/--lora: .*adapter_config\.json has rank r = 128, over the limit of 64/);
   });
 });
