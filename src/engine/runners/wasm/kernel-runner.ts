@@ -175,6 +175,16 @@ export class KernelRunner implements ModelRunner {
     }
     const { offsets: logitStart, total: logitRows } = packedOffsets(want);
 
+    // Adapters are placed before the pass's views are made: placing one may grow the memory.
+    const { hiddenSize, numHeads, numKvHeads } = this.config;
+    const widest = Math.max(hiddenSize, numHeads * headDim, numKvHeads * headDim, this.weights.intermediateSize);
+    const adapters = PassAdapters.of(
+      rows.map((r) => r.variant),
+      counts,
+      this.memory,
+      this.kernels,
+      widest,
+    );
     const epoch = this.model.arena.begin();
     const mem = this.memory;
     const scoreRow = Math.max(...rows.map((_r, i) => Math.min(CHUNK, counts[i]) * (starts[i] + counts[i] + 8)));
@@ -206,11 +216,6 @@ export class KernelRunner implements ModelRunner {
     }
     for (const [r, row] of rows.entries())
       mem.i32(scratch.tables + tableStart[r] * 4, row.blocks.length).set(row.blocks);
-    const adapters = PassAdapters.of(
-      rows.map((r) => r.variant),
-      counts,
-      mem,
-    );
     return {
       rows,
       counts,
