@@ -127,7 +127,7 @@ async function measure(folder: string, runs: number, steps: number, dtypes: Mode
 export function loraTable(b: LoraBench): string {
   const kib = (n: number) => `${(n / 1024).toFixed(0)} KiB`;
   return [
-    'LoRA adapters on the kernels, bench-135m: decode passes of adapter rows against base rows (TypeScript deltas), median of runs',
+    "LoRA adapters on the kernels, bench-135m: decode passes of adapter rows against base rows (deltas as the kernels' float32 products), median of runs",
     '',
     '| weights | adapter rows | batch | base tok/s | adapter tok/s | adapter cost (runs) |',
     '|---|---|---|---|---|---|',

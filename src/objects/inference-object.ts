@@ -238,11 +238,15 @@ export class InferenceObject extends DurableObject<Env> {
 
   /** The LoRA adapters the model's folder lists (adapters/index.json) for GET /v1/models; [] where unreadable. */
   async adapters(): Promise<string[]> {
-    return this.declaredModel().then(
+    this.adapterNames ??= this.declaredModel().then(
       ({ source }) => listAdapters(source),
       () => [],
     );
+    return this.adapterNames;
   }
+
+  /** The adapters' names, read once an object (a deploy that changes the folder's index restarts it). */
+  private adapterNames: Promise<string[]> | undefined;
 
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */
   async pool(): Promise<PoolView> {

@@ -25,15 +25,18 @@ const FOREIGN_MODULES = [
   'dense',
 ];
 
-/** One projection's low-rank update: out += scale · B (A x), A (r, in) and B (out, r) row-major, as PEFT stores them. */
+/**
+ * One projection's low-rank update: out += scale · B (A x), A (r, in) and B (out, r) row-major, as PEFT stores them.
+ * Emptied once a runner has copied them where it computes (KernelRunner: its linear memory), so they are held once.
+ */
 export interface LoraDelta {
-  rank: number;
+  readonly rank: number;
   /** (rank, in) */
   a: Float32Array;
   /** (out, rank) */
   b: Float32Array;
-  in: number;
-  out: number;
+  readonly in: number;
+  readonly out: number;
 }
 
 /**

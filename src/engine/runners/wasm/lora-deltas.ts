@@ -35,11 +35,15 @@ class AdapterPlaces {
     const at = adapter.deltas.map((layer) =>
       layer.map((d) => {
         if (!d) return undefined;
+        if (d.a.length === 0) throw new Error(`adapter ${adapter.name} is placed in another model's memory already`);
         const a = offset;
         this.memory.f32(a, d.a.length).set(d.a);
         const b = a + d.a.byteLength;
         this.memory.f32(b, d.b.length).set(d.b);
         offset = b + d.b.byteLength;
+        // Held once: the memory's copy is the one passes read (an adapter serves one model's memory).
+        d.a = new Float32Array(0);
+        d.b = new Float32Array(0);
         return { a, b };
       }),
     );
