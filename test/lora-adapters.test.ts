@@ -330,3 +330,27 @@ describe('npm run generate -- --lora DIR', () => {
     expect(bad.stderr).toMatch(/--lora: .*adapter_config\.json has rank r = 128, over the limit of 64/);
   });
 });
+
+describe('sessions', () => {
+  it("a session's kept cache continues only a turn with the same adapter", async () => {
+    const engine = await kernels(modelDir('tiny-lora'));
+    try {
+      const qv = await engine.loadAdapter('qv-r8');
+      const turn = async (prompt: string, adapter?: LoraAdapter) => {
+        const request = { prompt, max_tokens: 6, temperature: 0, ignore_eos: true };
+        for await (const e of engine.generate(request, { session: 's', adapter }))
+          if (e.type === 'done') return { tokens: e.tokenIds, cached: e.metrics.cachedTokens };
+        throw new Error('no done event');
+      };
+      const first = 'a first turn, long enough to keep a block or two of its cache for the next';
+      await turn(first);
+      const next = `${first} and a second`;
+      const withAdapter = await turn(next, qv);
+      expect(withAdapter.cached).toBe(0);
+      expect(withAdapter.tokens).toEqual(await greedy(engine, next, 6, qv));
+      expect((await turn(`${next} and a third`, qv)).cached).toBeGreaterThan(0);
+    } finally {
+      await engine.runner.release();
+    }
+  });
+});

@@ -109,7 +109,7 @@ export class Engine {
       this.kv,
       { maxBatchSize: limits.maxBatchSize, maxTokensPerStep: limits.maxTokensPerStep, lanes },
       () => this.sessions.releaseOldest(),
-      (seq) => (seq.session === undefined ? undefined : this.sessions.take(seq.session, seq.tokens)),
+      (seq) => (seq.session === undefined ? undefined : this.sessions.take(seq.session, seq.tokens, seq.kv.root)),
       {
         lookahead: (seq) => seq.group.mode.lookahead(seq),
         cohort: (seq) => seq.group.mode.cohort(seq),
