@@ -33,6 +33,7 @@ import type { EdgeMemoryBench } from './bench/edge-memory.js';
 import type { StagesBench } from './bench/stages.js';
 import type { StructuredBench } from './bench/structured.js';
 import type { EmbeddingsBench } from './bench/embeddings.js';
+import { type LoraBench, loraTable } from './bench/lora.js';
 import { type GpuBench, gpuBenchTable, parseGpuBenchArgs } from './bench/gpu.js';
 import { decodePlotSvg } from './bench/svg-plot.js';
 import { answerHelp } from './lib/help.js';
@@ -47,8 +48,8 @@ Measures the engine (decode, prefill, peers, the service over HTTP...) and write
 <out>/decode.svg and Markdown tables. Each flag can also be given as BENCH_<NAME> (BENCH_QUICK=1).
 --quick: a few minutes' run for checking a change.`);
 const options = parseBenchOptions(process.argv.slice(2));
-// The wllama, kernels, stages, architectures, gpu and embeddings sections make the models they need themselves.
-const SELF_MADE: readonly string[] = ['wllama', 'kernels', 'stages', 'architectures', 'gpu', 'embeddings'];
+// The wllama, kernels, stages, architectures, lora, gpu and embeddings sections make the models they need themselves.
+const SELF_MADE: readonly string[] = ['wllama', 'kernels', 'stages', 'architectures', 'lora', 'gpu', 'embeddings'];
 if (options.sections.some((s) => !SELF_MADE.includes(s))) ensureBenchModels(options.variants);
 const outDir = resolvePath(ROOT, options.out);
 mkdirSync(outDir, { recursive: true });
@@ -196,6 +197,11 @@ if (options.sections.includes('architectures'))
     '--runs',
     String(options.runs),
   ]);
+if (options.sections.includes('lora')) {
+  // Adapter rows against base rows on bench-135m q4 and int8, batch 1 and 16 across 4 adapters; memory per adapter.
+  results.lora = await runScriptChild<LoraBench>([], 'scripts/bench/lora.ts', ['--runs', String(options.runs)]);
+  console.log(`\n${loraTable(results.lora)}\n`);
+}
 if (options.sections.includes('gpu')) {
   // WGSL pass, onnxruntime-web's WebGPU path and the kernels side by side (lavapipe's rows labelled as such).
   const quick = process.argv.includes('--quick') || process.env.BENCH_QUICK === '1';
@@ -231,6 +237,7 @@ if (options.append && existsSync(join(outDir, 'results.json'))) {
   results.edgeMemory ??= earlier.edgeMemory;
   results.stages ??= earlier.stages;
   results.architectures ??= earlier.architectures;
+  results.lora ??= earlier.lora;
   results.gpu ??= earlier.gpu;
   results.parts = [
     ...(earlier.parts ?? [{ machine: earlier.machine, options: earlier.options }]),

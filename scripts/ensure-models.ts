@@ -7,6 +7,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { makeModel } from './model-make.js';
 import { importSafetensors } from './model-import.js';
 import { writeModelFolder } from './import/model-folder.js';
+import { writeBrokenAdapter, writeTestAdapters } from './model/lora-adapters.js';
 import type { PresetName } from './model/presets.js';
 import type { Dtype } from './model/weight-ops.js';
 import { answerHelp } from './lib/help.js';
@@ -21,6 +22,9 @@ const WANTED: { preset: PresetName; dtypes: readonly Dtype[] }[] = [
   { preset: 'tiny-draft', dtypes: ['fp32'] },
   { preset: 'tiny-copy', dtypes: ['fp32'] },
 ];
+
+/** `tiny` again with LoRA adapters under it (scripts/model/lora-adapters.ts): the adapters' tests and e2e serve it. */
+const WITH_ADAPTERS = { name: 'tiny-lora', preset: 'tiny', dtypes: ['fp32', 'int8', 'q4'] } as const;
 
 /**
  * Trained models committed in pretrained/ (Hugging Face folders, fp16 safetensors), imported through our
@@ -48,12 +52,13 @@ function generatorStamp(): string {
     ...filesUnder(join(ROOT, 'scripts/model')),
     ...filesUnder(join(ROOT, 'scripts/tokenizer')),
     ...filesUnder(join(ROOT, 'scripts/import')),
+    join(ROOT, 'src/engine/adapters/safetensors.ts'),
     ...PRETRAINED.flatMap(({ name }) =>
       existsSync(join(PRETRAINED_DIR, name)) ? filesUnder(join(PRETRAINED_DIR, name)) : [],
     ),
   ];
   for (const file of sources) hash.update(relative(ROOT, file)).update(readFileSync(file));
-  hash.update(JSON.stringify([WANTED, PRETRAINED]));
+  hash.update(JSON.stringify([WANTED, PRETRAINED, WITH_ADAPTERS]));
   return hash.digest('hex');
 }
 
@@ -66,6 +71,11 @@ export function ensureModels(): void {
     rmSync(outDir, { recursive: true, force: true });
     makeModel({ preset, outDir, dtypes });
   }
+  const loraDir = join(MODELS_DIR, WITH_ADAPTERS.name);
+  rmSync(loraDir, { recursive: true, force: true });
+  makeModel({ preset: WITH_ADAPTERS.preset, outDir: loraDir, dtypes: WITH_ADAPTERS.dtypes });
+  writeTestAdapters(loraDir, WITH_ADAPTERS.name);
+  writeBrokenAdapter(loraDir, WITH_ADAPTERS.name);
   for (const { name, dtypes } of PRETRAINED) {
     const from = join(PRETRAINED_DIR, name);
     if (!existsSync(from)) continue; // before its first training run

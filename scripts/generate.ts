@@ -1,11 +1,13 @@
 // Generates text from a model folder on disk, streaming it to stdout (or one JSON object with --json).
 // npm run generate -- --model <dir> (--prompt TEXT | --prompt-ids 1,2,3 | --messages FILE.json) [options]
 import { readFileSync } from 'node:fs';
+import { basename, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Engine } from '../src/engine/engine.js';
 import { InvalidRequestError } from '../src/engine/errors.js';
 import type { GenerationRequest } from '../src/engine/request.js';
 import { directorySource } from '../src/sources/directory-source.js';
+import { loadLoraAdapter, type LoraAdapter } from '../src/engine/adapters/lora-adapter.js';
 import { folderWeights } from './lib/model-weights.js';
 import { isNodeBackend, nodeRuntime, NODE_BACKENDS } from './lib/runtimes.js';
 import { answerHelp } from './lib/help.js';
@@ -15,7 +17,9 @@ const USAGE = `Usage: npm run generate -- --model <dir> (--prompt TEXT | --promp
   [--frequency-penalty F] [--presence-penalty F] [--repetition-penalty R]
   [--speculative ngram|draft] [--num-speculative-tokens N] [--draft-model <dir>]
   [--beam-width K] [--length-penalty A] [--early-stopping true|false|never] [--n N]
-  [--dtype fp32|fp16|int8|q4|gguf|...] [--backend auto|cpu|wasm|kernels|ort-wasm|webgpu] [--json]
+  [--dtype fp32|fp16|int8|q4|gguf|...] [--backend auto|cpu|wasm|kernels|ort-wasm|webgpu] [--lora DIR] [--json]
+  --lora runs a LoRA adapter (a PEFT folder: adapter_config.json + adapter_model.safetensors) on the base model,
+  on our kernels (--backend auto picks them);
   --dtype defaults to the folder's only weights, else its GGUF, else fp32 (as the server's MODEL_DTYPE does);
   --backend auto runs quantised and GGUF weights on our kernels, float ones on onnxruntime-node (WebGPU
   instead where a hardware GPU adapter exists).`;
@@ -45,6 +49,7 @@ const { values: args } = parseArgs({
     'early-stopping': { type: 'string' },
     n: { type: 'string' },
     dtype: { type: 'string' },
+    lora: { type: 'string' },
     backend: { type: 'string', default: 'auto' },
     json: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
@@ -90,6 +95,16 @@ if (args.messages !== undefined) request.messages = JSON.parse(readFileSync(args
 for (const key of Object.keys(request) as (keyof GenerationRequest)[])
   if (request[key] === undefined) delete request[key];
 
+/** The PEFT folder `dir` as an adapter of `engine`'s model (read as its adapters/<folder name>/ would be). */
+async function loadAdapterFolder(engine: Engine, dir: string): Promise<LoraAdapter> {
+  if (!engine.runner.rowAdapters) await engine.loadAdapter(basename(resolve(dir))); // refuses, naming the runner
+  const name = basename(resolve(dir));
+  const files = directorySource(resolve(dir, '..'));
+  const prefix = 'adapters/';
+  const source = { read: (path: string) => (path.startsWith(prefix) ? files.read(path.slice(prefix.length)) : null) };
+  return loadLoraAdapter(source as never, name, engine.config);
+}
+
 try {
   if (!isNodeBackend(args.backend))
     throw new InvalidRequestError(
@@ -98,10 +113,13 @@ try {
     );
   // The rule the server follows too: the folder's only weights, else its GGUF, else fp32 (default-weights.ts).
   const { dtype } = await folderWeights(args.model, args.dtype);
-  const runtime = await nodeRuntime(args.backend, dtype);
+  // Adapters run on the kernels: auto picks them for an adapter whatever the dtype.
+  const backend = args.lora !== undefined && args.backend === 'auto' ? 'kernels' : args.backend;
+  const runtime = await nodeRuntime(backend, dtype);
   const draft = args['draft-model'] === undefined ? undefined : { source: directorySource(args['draft-model']) };
   const engine = await Engine.load(runtime, directorySource(args.model), { dtype, draft });
-  for await (const event of engine.generate(request)) {
+  const adapter = args.lora === undefined ? undefined : await loadAdapterFolder(engine, args.lora);
+  for await (const event of engine.generate(request, { adapter })) {
     if (event.type === 'token') {
       if (!args.json) process.stdout.write(event.text);
       continue;
@@ -134,6 +152,10 @@ try {
   }
 } catch (err) {
   if (err instanceof InvalidRequestError) {
+    if (err.param === 'model' && args.lora !== undefined) {
+      console.error(`error: --lora: ${err.message}`);
+      process.exit(2);
+    }
     console.error(`error: ${err.param}: ${err.message}`);
     process.exit(2);
   }

@@ -33,6 +33,8 @@ export interface Env {
   MODEL_URL?: string;
   MEMORY_BUDGET_MB?: string;
   KV_CACHE_MB?: string;
+  /** MiB kept for LoRA adapters (an LRU within MEMORY_BUDGET_MB); unset: 16 where the model lists adapters, 0 turns them off. */
+  ADAPTER_CACHE_MB?: string;
   /** The KV cache's element type: fp32 (default) or fp16 (twice the tokens in KV_CACHE_MB; edge kernels only). */
   KV_DTYPE?: string;
   /** Storage for full KV blocks in each object's SQLite, so sessions survive restarts; 0 turns it off. */
@@ -178,6 +180,13 @@ export function intVar(env: Env, name: IntVar): number {
   const raw = env[name];
   const value = raw === undefined || raw.trim() === '' ? NaN : Number(raw);
   return Number.isSafeInteger(value) && value >= 1 ? value : DEFAULTS[name];
+}
+
+/** ADAPTER_CACHE_MB in bytes; undefined when unset or not a number ≥ 0 (the engine's default then). */
+export function adapterCacheVar(env: Env): number | undefined {
+  const raw = env.ADAPTER_CACHE_MB?.trim();
+  const value = raw ? Number(raw) : NaN;
+  return Number.isFinite(value) && value >= 0 ? Math.floor(value * 2 ** 20) : undefined;
 }
 
 export function modelName(env: Env): string {

@@ -25,6 +25,7 @@ export const SECTIONS = [
   'edge-memory',
   'stages',
   'architectures',
+  'lora',
   'gpu',
 ] as const;
 export type Section = (typeof SECTIONS)[number];

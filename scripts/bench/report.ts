@@ -5,6 +5,7 @@ import { edgeMemoryTable, edgeTable } from './edge-table.js';
 import { kernelsTable } from './kernels-table.js';
 import { stagesTables } from './stages-table.js';
 import { architecturesTable } from './architectures-table.js';
+import { loraTable } from './lora.js';
 // Markdown tables of a results object: what the bench prints, and what docs/benchmarks.md shows.
 import type { BenchResults, VariantResult } from './results.js';
 import type { Sampled } from './stats.js';
@@ -284,5 +285,6 @@ export function markdownReport(r: BenchResults): string {
   if (r.edgeMemory) out.push(`\n${edgeMemoryTable(r.edgeMemory)}`);
   if (r.stages) out.push(`\n${stagesTables(r.stages)}`);
   if (r.architectures) out.push(`\n${architecturesTable(r.architectures)}`);
+  if (r.lora) out.push(`\n${loraTable(r.lora)}`);
   return `${out.join('\n')}\n`;
 }

@@ -9,6 +9,7 @@ import type { EdgeBench } from './edge.js';
 import type { EdgeMemoryBench } from './edge-memory.js';
 import type { StagesBench } from './stages.js';
 import type { ArchitectureBenchRow } from './architectures-table.js';
+import type { LoraBench } from './lora.js';
 // The shape of bench/results.json.
 import type { Sampled } from './stats.js';
 import type { ServiceResult } from './service.js';
@@ -134,6 +135,8 @@ export interface BenchResults {
   stages?: StagesBench;
   /** Qwen2, Qwen3 and Gemma 3 shapes on the kernels against llama.cpp (scripts/bench/architectures.ts). */
   architectures?: ArchitectureBenchRow[];
+  /** LoRA adapter rows against base rows on the kernels (scripts/bench/lora.ts). */
+  lora?: LoraBench;
   /** When the run was made in parts (--append): each part's machine and options. */
   parts?: { machine: Machine; options: BenchOptions }[];
 }

@@ -1,3 +1,4 @@
+import type { LoraAdapter } from './adapters/lora-adapter.js';
 import type { EngineLimits } from './defaults.js';
 import type { KvBlockStore } from './kv/block-store.js';
 import type { KvDtype } from './kv/kv-dtype.js';
@@ -16,6 +17,12 @@ export interface EngineOptions
   dtypeOption?: string;
   /** Name the model is served under; also part of every prefix-cache block hash. */
   modelId?: string;
+  /**
+   * Bytes of LoRA adapters kept loaded (least recently used out past it), counted in the memory budget
+   * (ADAPTER_CACHE_MB). Unset: ADAPTER_CACHE_DEFAULT_BYTES where the folder lists adapters (adapters/index.json),
+   * else none; 0 turns adapters off.
+   */
+  adapterCacheBytes?: number;
   /** The KV cache's element type: fp32 (default), or fp16 for twice the tokens per byte (edge kernels only). */
   kvDtype?: KvDtype;
   /** A chat template instead of tokenizer_config.json's (CHAT_TEMPLATE): a base model has none of its own. */
@@ -60,4 +67,6 @@ export interface GenerateOptions {
   fairnessGroup?: string;
   /** Salts its KV blocks' hashes (vLLM's cache_salt): it shares cached prefixes only with requests of the same salt. */
   cacheSalt?: string;
+  /** A LoRA adapter the request runs with (Engine.loadAdapter); its blocks are cached apart from the base's. */
+  adapter?: LoraAdapter;
 }

@@ -1,3 +1,5 @@
+import type { AdapterCache } from './adapters/adapter-cache.js';
+import type { LoraAdapter } from './adapters/lora-adapter.js';
 import { Batch } from './batch.js';
 import { ConstraintCompiler } from './constraints/compiler.js';
 import { loadEngineParts, type EngineParts } from './engine-load.js';
@@ -64,6 +66,8 @@ export class Engine {
   private readonly kvBytesPerToken: number;
   private readonly stepHistory = new StepHistory();
   private readonly counters = newStepCounters();
+  /** The model's LoRA adapters (shared with the isolate's other engines of this model). */
+  readonly adapters: AdapterCache;
 
   private constructor(
     parts: EngineParts,
@@ -78,6 +82,7 @@ export class Engine {
     this.chatTemplate = model.chat;
     this.pooling = model.pooling;
     this.runner = runner;
+    this.adapters = model.adapters;
     this.speculator = speculator;
     const { config, tokenizer } = this;
     this.constraints = new ConstraintCompiler(
@@ -108,7 +113,7 @@ export class Engine {
       this.kv,
       { maxBatchSize: limits.maxBatchSize, maxTokensPerStep: limits.maxTokensPerStep, lanes },
       () => this.sessions.releaseOldest(),
-      (seq) => (seq.session === undefined ? undefined : this.sessions.take(seq.session, seq.tokens)),
+      (seq) => (seq.session === undefined ? undefined : this.sessions.take(seq.session, seq.tokens, seq.kv.root)),
       {
         lookahead: (seq) => seq.group.mode.lookahead(seq),
         cohort: (seq) => seq.group.mode.cohort(seq),
@@ -143,6 +148,23 @@ export class Engine {
     const engine = new Engine(parts, runtime.name, options, runtime.grammar);
     parts.hold(engine);
     return engine;
+  }
+
+  /**
+   * LoRA adapter `name` of this model (its folder's adapters/<name>/), loaded now or held already, for
+   * GenerateOptions.adapter. Refused (InvalidRequestError, param `model`) when it is missing (`model_not_found`),
+   * bad (`invalid_adapter`, naming the file and why) or the runner cannot run adapters (`unsupported_model`).
+   */
+  loadAdapter(name: string): Promise<LoraAdapter> {
+    if (!this.runner.rowAdapters)
+      return Promise.reject(
+        new InvalidRequestError(
+          'model',
+          `'${name}' is a LoRA adapter, and adapters run on the kernels runner only; this model runs on ${this.runner.stats().stages ? 'pipeline stages' : this.runner.stats().host ? 'a GPU host' : this.runner.name}, where they are not supported yet`,
+          'unsupported_model',
+        ),
+      );
+    return this.adapters.load(name);
   }
 
   /** Token ids the model can be asked to generate: those both the model and the tokenizer know. */
@@ -225,7 +247,7 @@ export class Engine {
       return {
         id: this.batch.newId(),
         tokens: [...resolved.promptIds],
-        kv: this.kv.create(options.cacheSalt),
+        kv: this.kv.create(options.cacheSalt, options.adapter),
         output: new SequenceOutput(own, this.tokenizer, this.samplableVocab, index, onDevice),
         group,
         admitted: false,

@@ -1,3 +1,4 @@
+import { AdapterCache, listAdapters } from './adapters/adapter-cache.js';
 import type { EngineLimits } from './defaults.js';
 import type { ModelConfig } from './model/config.js';
 import { chooseWeights } from './model/default-weights.js';
@@ -21,6 +22,8 @@ export interface ModelLoadOptions extends Omit<RunnerOptions, keyof EngineLimits
   chatTemplate?: string;
   /** Digest the weights file as it loads (a durable KV store names its blocks by it). */
   digest?: boolean;
+  /** EngineOptions.adapterCacheBytes. */
+  adapterCacheBytes?: number;
   /** RunnerOptions.isolateBudget, told the tokenizer's vocabulary too (what the isolate's JS part grows with). */
   isolateBudget?: (
     config: ModelConfig,
@@ -50,6 +53,8 @@ export interface LoadedModel {
   shared(): FootprintPart[];
   /** Bytes each engine's runner holds besides its KV pool. */
   perRunner: readonly FootprintPart[];
+  /** The model's LoRA adapters, loaded on first use within their share of the budget (part of shared()). */
+  adapters: AdapterCache;
   /**
    * A runner for one more engine: the one the load built first, then others over the same weights. Over
    * pipeline stages, the first only for the engine whose stages it was built with (`links`).
@@ -69,9 +74,12 @@ export async function loadModel(
   const digesting = options.digest ? digestingSource(source, weightsFile) : undefined;
   const tokenizer = TextTokenizer.fromJson(files.tokenizerJson, files.tokenizerConfig);
   const { isolateBudget } = options;
+  const adapterBytes =
+    options.adapterCacheBytes ?? ((await listAdapters(source)).length > 0 ? ADAPTER_CACHE_DEFAULT_BYTES : 0);
   const loaded = await loadRunner(runtime, digesting?.source ?? source, dtype, weightsFile, files.config, {
     ...options,
     ...limits,
+    adapterCacheBytes: adapterBytes,
     isolateBudget: isolateBudget && ((config) => isolateBudget(config, tokenizer.vocabSize)),
   });
   // A base model has none: it loads and serves completions; only chat requests are refused (Engine.resolve).
@@ -86,10 +94,19 @@ export async function loadModel(
     pooling: await readPooling(source),
     digest: digesting ? (loaded.digest ?? (await digesting.digest())) : '',
     weightBytes: loaded.weightBytes,
-    shared: loaded.shared,
+    shared: () => [...loaded.shared(), ...adapterPart(adapterBytes)],
     perRunner: loaded.perRunner,
+    adapters: new AdapterCache(source, files.config, adapterBytes),
     takeRunner: firstThenAnother(loaded, options.pipeline?.links),
   };
+}
+
+/** The adapters' share of the memory budget where a model folder lists some and ADAPTER_CACHE_MB is unset. */
+export const ADAPTER_CACHE_DEFAULT_BYTES = 16 * 2 ** 20;
+
+/** The adapters' share as a part of the budget's sum (none where adapters are off). */
+export function adapterPart(bytes: number | undefined): FootprintPart[] {
+  return bytes ? [{ label: 'LoRA adapters (ADAPTER_CACHE_MB)', bytes }] : [];
 }
 
 function firstThenAnother(

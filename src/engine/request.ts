@@ -24,6 +24,11 @@ export interface ChatMessage {
  * Exactly one of `prompt`, `prompt_ids` and `messages` is given.
  */
 export interface GenerationRequest {
+  /**
+   * A LoRA adapter of the model, by name (the service's `model` naming one): the host loads it
+   * (Engine.loadAdapter) and passes it as GenerateOptions.adapter; the engine itself reads only that option.
+   */
+  adapter?: string;
   prompt?: string;
   /** Token ids, fed as they are (no template, no BOS added). */
   prompt_ids?: readonly number[];

@@ -1,4 +1,6 @@
+import type { LoraAdapter } from '../engine/adapters/lora-adapter.js';
 import type { Engine, GenerateOptions } from '../engine/engine.js';
+import { InvalidRequestError } from '../engine/errors.js';
 import type { GenerationRequest } from '../engine/request.js';
 import type { DoneEvent, FinishReason, GenerationEvent, TopLogprob } from '../engine/sequence-output.js';
 import type { RequestMetrics } from '../engine/request-metrics.js';
@@ -166,6 +168,20 @@ class SinkWriter {
 }
 
 /**
+ * The LoRA adapter the requests name (one call's requests come from one HTTP request, so one model), loaded
+ * now; undefined for the base model. Refused as Engine.loadAdapter refuses it (404 for a name it has not).
+ */
+export async function loadRequestsAdapter(
+  engine: Engine,
+  requests: readonly GenerationRequest[],
+): Promise<LoraAdapter | undefined> {
+  const names = new Set(requests.map((r) => r.adapter));
+  if (names.size > 1) throw new InvalidRequestError('model', 'requests of one call must name one model');
+  const [name] = names;
+  return name === undefined ? undefined : engine.loadAdapter(name);
+}
+
+/**
  * Starts every request at once (they batch together in the engine) and pushes their events to `sink`,
  * indexed across requests (request r's completion i is r × n + i). Throws the engine's InvalidRequestError
  * synchronously, with nothing left running, if any request is bad. Call it inside the RPC method that
@@ -191,6 +207,7 @@ export function runGeneration(
           session: options.session,
           fairnessGroup: options.account?.fairnessGroup,
           cacheSalt: options.account?.cacheSalt,
+          adapter: options.adapter,
         }),
       );
   } catch (err) {

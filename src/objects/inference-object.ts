@@ -1,3 +1,4 @@
+import { listAdapters } from '../engine/adapters/adapter-cache.js';
 import { DurableObject } from 'cloudflare:workers';
 import type { Engine } from '../engine/engine.js';
 import { isolateModels } from '../engine/runners/isolate-models.js';
@@ -9,7 +10,7 @@ import type { KvBlockStore } from '../engine/kv/block-store.js';
 import { SqlKvBlockStore } from './kv-block-store.js';
 import { loadShardEngine } from './engine-load.js';
 import { GenerationAdmission, type Started } from './generation-admission.js';
-import { runGeneration, type Account, type EventSink } from './generation-run.js';
+import { loadRequestsAdapter, runGeneration, type Account, type EventSink } from './generation-run.js';
 import {
   declaredContext,
   gpuHostView,
@@ -132,7 +133,8 @@ export class InferenceObject extends DurableObject<Env> {
     return this.admission.generation(await this.engineOrUnavailable(), caller, sequences, async (engine, onSettled) => {
       try {
         const account = this.accountOf(caller.tenant.owner, caller.tenant.name);
-        const generation = runGeneration(engine, requests, this.metrics, sink, { account });
+        const adapter = await loadRequestsAdapter(engine, requests);
+        const generation = runGeneration(engine, requests, this.metrics, sink, { account, adapter });
         void generation.finished.then(
           ({ completionTokens }) => onSettled(completionTokens),
           () => onSettled(0),
@@ -247,6 +249,18 @@ export class InferenceObject extends DurableObject<Env> {
     if (this.loaded) return this.loaded.config.maxPositionEmbeddings;
     return this.declaredModel().then(declaredContext, () => null);
   }
+
+  /** The LoRA adapters the model's folder lists (adapters/index.json) for GET /v1/models; [] where unreadable. */
+  async adapters(): Promise<string[]> {
+    this.adapterNames ??= this.declaredModel().then(
+      ({ source }) => listAdapters(source),
+      () => [],
+    );
+    return this.adapterNames;
+  }
+
+  /** The adapters' names, read once an object (a deploy that changes the folder's index restarts it). */
+  private adapterNames: Promise<string[]> | undefined;
 
   /** The KV block pool for GET /v1/pool/{shard} (the playground). Like stats(), it never loads the engine. */
   async pool(): Promise<PoolView> {

@@ -34,7 +34,10 @@ export function invalidRequest(
 
 /** Engine validation errors become 400s naming the parameter; anything else is a bug and is rethrown. */
 export function fromEngineError(err: unknown): ServiceError {
-  if (err instanceof InvalidRequestError) return invalidRequest(err.message, err.param, err.code);
+  if (err instanceof InvalidRequestError)
+    return err.code === 'model_not_found'
+      ? { ...invalidRequest(err.message, err.param, err.code), status: 404 }
+      : invalidRequest(err.message, err.param, err.code);
   throw err;
 }
 

@@ -1,3 +1,4 @@
+import { isAdapterName } from '../engine/adapters/lora-adapter.js';
 import type { ChatMessage, GenerationRequest } from '../engine/request.js';
 import { intVar, modelName, type Env } from '../env.js';
 import { validateMessages } from '../tokenizer/chat-messages.js';
@@ -91,6 +92,18 @@ export function checkModel(body: JsonObject, env: Env): string {
     );
   }
   return served;
+}
+
+/**
+ * The model field of a generation: the served model (`adapter` undefined), or another name, which the shard
+ * looks up among the model's LoRA adapters (adapters/<name>/; a 404 there when it has none of that name).
+ */
+export function checkModelOrAdapter(body: JsonObject, env: Env): { model: string; adapter?: string } {
+  const served = modelName(env);
+  const asked = optString(body, 'model');
+  if (asked === undefined || asked === served) return { model: served };
+  if (!isAdapterName(asked)) checkModel(body, env);
+  return { model: asked, adapter: asked };
 }
 
 /**

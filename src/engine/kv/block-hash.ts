@@ -27,6 +27,15 @@ export function saltedRoot(salt: string): string {
 }
 
 /**
+ * The hash before the first block of a chain whose rows run with a weights variant (a LoRA adapter) named by
+ * `identity`, after `root` (the unsalted or a salted root): its blocks' bytes are that variant's, so they are
+ * shared only with requests of the same variant and salt. A SHA-256 of its own domain, as saltedRoot's.
+ */
+export function variantRoot(root: string, identity: string): string {
+  return sha256Hex(new TextEncoder().encode(`edge-infer weights variant\u0000${root}\u0000${identity}`));
+}
+
+/**
  * Name of a session's partial last block, the `tokens.length` (< block size) tokens after `parentHash`:
  * hashed apart from full blocks and salted with the session, so only that session's next turn finds it
  * (full blocks are shared by content; a session's latest tokens are not), with its token count after a

@@ -1,6 +1,14 @@
 import type { BlockPool } from './block-pool.js';
 import type { KvTransfer } from './kv-memory.js';
-import { blockHash, ROOT_HASH, saltedRoot, tailHash } from './block-hash.js';
+import { blockHash, ROOT_HASH, saltedRoot, tailHash, variantRoot } from './block-hash.js';
+
+/**
+ * What a sequence's passes compute with besides the base weights (a LoRA adapter): the runner reads it per row,
+ * and its identity joins the sequence's hash chain, so its blocks are shared only with the same weights.
+ */
+export interface WeightsVariant {
+  readonly identity: string;
+}
 
 /**
  * Where matchPrefix finds blocks the pool has lost (the durable block store, read by BlockRestorer): full ones,
@@ -28,6 +36,8 @@ export class PagedSequenceKv {
     private readonly pool: BlockPool,
     /** The hash its chain starts from: ROOT_HASH, or a salted root (its blocks are shared only within the salt). */
     readonly root: string = ROOT_HASH,
+    /** The weights its rows run with besides the base's (an adapter); undefined: the base alone. */
+    readonly variant?: WeightsVariant,
   ) {}
 
   /** Marks `count` written tokens (in every layer) as stored. */
@@ -87,9 +97,13 @@ export class KvCacheManager {
     return this.pool.blockSize;
   }
 
-  /** A new, empty sequence; with `salt`, its blocks hash apart from every other salt's (saltedRoot). */
-  create(salt?: string): PagedSequenceKv {
-    return new PagedSequenceKv(this.pool, salt === undefined ? ROOT_HASH : saltedRoot(salt));
+  /**
+   * A new, empty sequence; with `salt`, its blocks hash apart from every other salt's (saltedRoot), and with
+   * `variant` (an adapter) apart from every other variant's and the base's (variantRoot).
+   */
+  create(salt?: string, variant?: WeightsVariant): PagedSequenceKv {
+    const root = salt === undefined ? ROOT_HASH : saltedRoot(salt);
+    return new PagedSequenceKv(this.pool, variant ? variantRoot(root, variant.identity) : root, variant);
   }
 
   /** Blocks a sequence of `tokens` tokens needs. */
@@ -213,7 +227,7 @@ export class KvCacheManager {
 
   /** A second sequence sharing every block of `kv`; the first write into a shared partial block copies it. */
   fork(kv: PagedSequenceKv): PagedSequenceKv {
-    const child = new PagedSequenceKv(this.pool, kv.root);
+    const child = new PagedSequenceKv(this.pool, kv.root, kv.variant);
     for (const block of kv.blocks) this.pool.retain(block);
     child.blocks.push(...kv.blocks);
     child.hashes.push(...kv.hashes);

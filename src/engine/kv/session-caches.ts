@@ -26,11 +26,13 @@ export class SessionCaches {
   }
 
   /** The session's cache, if it holds a strict prefix of `tokens`; otherwise it is released. */
-  take(session: string, tokens: readonly number[]): PagedSequenceKv | undefined {
+  take(session: string, tokens: readonly number[], root?: string): PagedSequenceKv | undefined {
     const pin = this.pinned.get(session);
     if (!pin) return undefined;
     this.pinned.delete(session);
-    if (pin.tokens.length < tokens.length && pin.tokens.every((t, i) => t === tokens[i])) return pin.kv;
+    // Only a cache computed as this turn computes (the same salt and adapter: its chain's root) continues it.
+    const same = root === undefined || pin.kv.root === root;
+    if (same && pin.tokens.length < tokens.length && pin.tokens.every((t, i) => t === tokens[i])) return pin.kv;
     this.kv.free(pin.kv);
     return undefined;
   }

@@ -42,8 +42,12 @@ export async function loadRunner(
   if (options.gpuHost) return remoteRunner(config, dtype, options.gpuHost, options);
   // On wasm the budget stands for a Workers isolate, which also holds the tokenizer, streams and grammars.
   const shared = options.isolateBudget?.(config);
-  const besides =
-    shared?.besides ?? (runtime.name === 'wasm' ? [isolateFootprint(config.vocabSize, options.maxBatchSize)] : []);
+  const besides = [
+    ...(shared?.besides ?? (runtime.name === 'wasm' ? [isolateFootprint(config.vocabSize, options.maxBatchSize)] : [])),
+    ...(options.adapterCacheBytes
+      ? [{ label: 'LoRA adapters (ADAPTER_CACHE_MB)', bytes: options.adapterCacheBytes }]
+      : []),
+  ];
   const budget = new MemoryBudget(config, shared?.kvBytes ?? options.kvCacheBytes, options.memoryBudgetBytes, besides);
   const choice = runtime.runner ?? 'auto';
   const gpu = isGpuRuntime(runtime);

@@ -123,6 +123,11 @@ export interface ModelRunner {
   /** Whether its passes give the final-normed hidden states (StepLogits.hidden) that embeddings pool. */
   readonly givesHiddenStates?: boolean;
   /**
+   * True where each row may run with a LoRA adapter of its own (its sequence's `kv.variant`): the kernels.
+   * Absent: adapters are refused when loaded (onnxruntime, pipeline stages and the GPU pass do not run them yet).
+   */
+  readonly rowAdapters?: boolean;
+  /**
    * The memory of the engine's block pool (once): where the runner reads and writes keys and values, block
    * ids being the pool's. Refuses (InvalidRequestError) a KV dtype it cannot compute with.
    */

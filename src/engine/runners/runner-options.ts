@@ -54,6 +54,8 @@ export interface RunnerOptions extends EngineLimits {
   pipeline?: PipelineOptions;
   /** The whole model on a GPU host: its weights and KV bytes there, none here. */
   gpuHost?: GpuHostOptions;
+  /** Bytes kept for LoRA adapters, which every budget check counts (EngineOptions.adapterCacheBytes). */
+  adapterCacheBytes?: number;
 }
 
 /**

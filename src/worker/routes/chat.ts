@@ -13,7 +13,7 @@ import { collectedAnswer, readGenerationBody, startOnPromptShard, streamedAnswer
 const chat = new Hono<AppEnv>();
 
 chat.post('/', async (c) => {
-  const { body, model } = await readGenerationBody(c, ['functions', 'function_call', 'audio', 'prediction']);
+  const { body, model, adapter } = await readGenerationBody(c, ['functions', 'function_call', 'audio', 'prediction']);
   const tools = toolUse(body);
 
   const messages = chatMessages(body);
@@ -47,7 +47,9 @@ chat.post('/', async (c) => {
     ...(kwargs ? { chat_template_kwargs: kwargs as Record<string, JsonValue> } : {}),
   };
   // n completions of one prompt: the engine prefills it once and forks the cache (seeds seed, seed + 1, ...).
-  const generation = await startOnPromptShard(c, routingText(messages), [{ ...request, n }]);
+  const generation = await startOnPromptShard(c, routingText(messages), [
+    { ...request, n, ...(adapter ? { adapter } : {}) },
+  ]);
   const meta = responseMeta('chatcmpl', model);
 
   if (stream)

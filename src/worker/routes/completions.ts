@@ -28,7 +28,7 @@ import { collectedAnswer, readGenerationBody, startOnPromptShard, streamedAnswer
 const completions = new Hono<AppEnv>();
 
 completions.post('/', async (c) => {
-  const { body, model } = await readGenerationBody(c, ['suffix']);
+  const { body, model, adapter } = await readGenerationBody(c, ['suffix']);
   if (optBoolean(body, 'echo'))
     throw badParam('echo', 'echo is not supported by this service', 'unsupported_parameter');
 
@@ -48,6 +48,7 @@ completions.post('/', async (c) => {
       ...p,
       ...sampling,
       n,
+      ...(adapter ? { adapter } : {}),
       ...(logprobs !== undefined ? { logprobs: true, top_logprobs: logprobs } : {}),
       ...(promptLogprobs !== undefined && promptLogprobs !== null ? { prompt_logprobs: promptLogprobs as number } : {}),
     }),

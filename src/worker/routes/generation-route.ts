@@ -4,7 +4,7 @@ import type { AppEnv } from '../app-env.js';
 import { type JsonObject, readJsonObject } from '../body.js';
 import { type Collected, collect, type Generation, startGeneration } from '../generation-stream.js';
 import { rateLimitHeaders, withRateLimitHeaders } from '../rate-limit-headers.js';
-import { checkModel, refuseUnsupported } from '../request-params.js';
+import { checkModelOrAdapter, refuseUnsupported } from '../request-params.js';
 import { shardForPrompt } from '../routing.js';
 import { type SseFraming, sseResponse } from '../sse.js';
 
@@ -17,8 +17,10 @@ export type GenerationContext = Context<AppEnv>;
 
 export interface GenerationBody {
   body: JsonObject;
-  /** The served model's name, as the response reports it. */
+  /** The model's name as asked (the served model's, or one of its adapters'), as the response reports it. */
   model: string;
+  /** The LoRA adapter `model` names, where it is not the served model (the shard checks it exists). */
+  adapter?: string;
 }
 
 /**
@@ -27,9 +29,9 @@ export interface GenerationBody {
  */
 export async function readGenerationBody(c: GenerationContext, unsupported: string[] = []): Promise<GenerationBody> {
   const body = await readJsonObject(c);
-  const model = checkModel(body, c.env);
+  const { model, adapter } = checkModelOrAdapter(body, c.env);
   refuseUnsupported(body, unsupported);
-  return { body, model };
+  return { body, model, adapter };
 }
 
 /**

@@ -75,13 +75,31 @@ async function gpuHost(env: Env): Promise<GpuHostView | null> {
   return all.find((h) => h?.connected) ?? all.find((h) => h !== null) ?? null;
 }
 
-models.get('/', async (c) => c.json({ object: 'list', data: [await card(modelName(c.env), c.env)] }));
+/**
+ * A LoRA adapter of the served model, as vLLM lists one (`parent` the base model's id, `root` its own): the
+ * names the model folder's adapters/index.json lists, asked of shard 0 (which reads the folder, loads nothing).
+ */
+const adapterCard = (id: string, base: string) => ({
+  id,
+  object: 'model' as const,
+  created: Math.floor(Date.now() / 1000),
+  owned_by: 'edge-infer',
+  root: id,
+  parent: base,
+});
+
+models.get('/', async (c) => {
+  const base = modelName(c.env);
+  const [card0, adapters] = await Promise.all([card(base, c.env), shardStub(c.env, 0).adapters()]);
+  return c.json({ object: 'list', data: [card0, ...adapters.map((a) => adapterCard(a, base))] });
+});
 
 models.get('/:id', async (c) => {
   const id = c.req.param('id');
-  if (id !== modelName(c.env))
-    throw new ApiError(404, `the model '${id}' does not exist`, 'invalid_request_error', 'model', 'model_not_found');
-  return c.json(await card(id, c.env));
+  const base = modelName(c.env);
+  if (id === base) return c.json(await card(id, c.env));
+  if ((await shardStub(c.env, 0).adapters()).includes(id)) return c.json(adapterCard(id, base));
+  throw new ApiError(404, `the model '${id}' does not exist`, 'invalid_request_error', 'model', 'model_not_found');
 });
 
 export default models;

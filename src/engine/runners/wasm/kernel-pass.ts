@@ -1,4 +1,5 @@
 import type { StepRow } from '../model-runner.js';
+import type { PassAdapters } from './lora-deltas.js';
 import type { PassLayout } from './scratch-layout.js';
 
 /** Pointers of one pass's scratch buffers (scratch-layout.ts has their shapes). */
@@ -18,6 +19,8 @@ export interface KernelRow {
   count: number;
   /** Last positions to compute logits for (StepRow.logits). */
   logits?: number;
+  /** The weights its tokens run with besides the base's (its sequence's adapter; PagedSequenceKv.variant). */
+  variant?: unknown;
 }
 
 /** A product's input (KernelRunner.input): x, and where its quantised rows are in scratch for quantised weights. */
@@ -42,10 +45,18 @@ export interface Pass {
   logitRows: number;
   epoch: number;
   scratch: Scratch;
+  /** The rows' LoRA adapters, where any row has one. */
+  adapters: PassAdapters | undefined;
 }
 
 export function kernelRows(rows: readonly StepRow[]): KernelRow[] {
-  return rows.map(({ kv, tokens, logits }) => ({ blocks: kv.blocks, start: kv.length, count: tokens.length, logits }));
+  return rows.map(({ kv, tokens, logits }) => ({
+    blocks: kv.blocks,
+    start: kv.length,
+    count: tokens.length,
+    logits,
+    variant: kv.variant,
+  }));
 }
 
 /** Where each of `sizes` starts when they are laid end to end, and the length of them all. */

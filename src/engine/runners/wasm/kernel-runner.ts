@@ -7,6 +7,7 @@ import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../model-run
 import type { KernelExports } from './edge-kernels.js';
 import type { KernelModel } from './kernel-model.js';
 import { align, type LinearMemory } from './linear-memory.js';
+import { PassAdapters } from './lora-deltas.js';
 import { CHUNK, LOGIT_ROWS, passLayout, scratchBytes } from './scratch-layout.js';
 import { vocabRows, type LlamaWeights } from './weights/llama-weights.js';
 import type { Matrix } from './weights/matrix.js';
@@ -55,6 +56,8 @@ export class KernelRunner implements ModelRunner {
   readonly kvIdentity = 'kernels';
   readonly deviceSampling = undefined;
   readonly givesHiddenStates = true;
+  /** Rows may run with a LoRA adapter each (lora-deltas.ts). */
+  readonly rowAdapters = true;
 
   readonly config: ModelConfig;
   readonly memory: LinearMemory;
@@ -173,6 +176,16 @@ export class KernelRunner implements ModelRunner {
     }
     const { offsets: logitStart, total: logitRows } = packedOffsets(want);
 
+    // Adapters are placed before the pass's views are made: placing one may grow the memory.
+    const { hiddenSize, numHeads, numKvHeads } = this.config;
+    const widest = Math.max(hiddenSize, numHeads * headDim, numKvHeads * headDim, this.weights.intermediateSize);
+    const adapters = PassAdapters.of(
+      rows.map((r) => r.variant),
+      counts,
+      this.memory,
+      this.kernels,
+      widest,
+    );
     const epoch = this.model.arena.begin();
     const mem = this.memory;
     const scoreRow = Math.max(...rows.map((_r, i) => Math.min(CHUNK, counts[i]) * (starts[i] + counts[i] + 8)));
@@ -204,7 +217,20 @@ export class KernelRunner implements ModelRunner {
     }
     for (const [r, row] of rows.entries())
       mem.i32(scratch.tables + tableStart[r] * 4, row.blocks.length).set(row.blocks);
-    return { rows, counts, starts, firstToken, tableStart, tokens: M, want, logitStart, logitRows, epoch, scratch };
+    return {
+      rows,
+      counts,
+      starts,
+      firstToken,
+      tableStart,
+      tokens: M,
+      want,
+      logitStart,
+      logitRows,
+      epoch,
+      scratch,
+      adapters,
+    };
   }
 
   protected embedTokens(pass: Pass, ids: readonly number[]): void {
@@ -248,6 +274,10 @@ export class KernelRunner implements ModelRunner {
         this.linear(s.q, attnIn, w.q);
         this.linear(s.k, attnIn, w.k);
         this.linear(s.v, attnIn, w.v);
+        const lora = pass.adapters;
+        lora?.add('q_proj', layer, s.q, s.h, c0, n);
+        lora?.add('k_proj', layer, s.k, s.h, c0, n);
+        lora?.add('v_proj', layer, s.v, s.h, c0, n);
         if (w.bias) {
           // Row by row: the same float additions whatever the chunk, so batch invariance holds.
           for (let r = 0; r < n; r++) {
@@ -302,14 +332,18 @@ export class KernelRunner implements ModelRunner {
           t += run;
         }
         this.linear(s.out, this.input(s.ctx, n, w.o), w.o);
+        lora?.add('o_proj', layer, s.out, s.ctx, c0, n);
         if (w.postNorm) k.rmsnorm(s.out, s.out, w.postNorm.attn, n, H, eps);
         k.add_inplace(x, s.out, n * H);
         k.rmsnorm(s.h, x, w.mlpNorm, n, H, eps);
         const mlpIn = this.input(s.h, n, w.gate, w.up);
         this.linear(s.gate, mlpIn, w.gate);
         this.linear(s.up, mlpIn, w.up);
+        lora?.add('gate_proj', layer, s.gate, s.h, c0, n);
+        lora?.add('up_proj', layer, s.up, s.h, c0, n);
         act(s.gate, s.up, align(n * I, 4));
         this.linear(s.out, this.input(s.gate, n, w.down), w.down);
+        lora?.add('down_proj', layer, s.out, s.gate, c0, n);
         if (w.postNorm) k.rmsnorm(s.out, s.out, w.postNorm.mlp, n, H, eps);
         k.add_inplace(x, s.out, n * H);
       }

@@ -1,0 +1,84 @@
+// LoRA adapters over HTTP in workerd (`wrangler dev`, MODEL=tiny-lora, q4 on the kernels): /v1/models lists
+// the folder's adapters with the base as their parent; a base request and an adapter request sent together
+// (one batch) each give the greedy text the engine gives in Node for that model alone; unknown and bad
+// adapters answer 404 and 400 in OpenAI's schema, naming the file, and the service serves on.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { nodeRuntime } from '../../scripts/lib/runtimes.js';
+import { Engine } from '../../src/engine/engine.js';
+import { directorySource } from '../../src/sources/directory-source.js';
+import { modelDir } from '../helpers/engines.js';
+import { startDevServer, type DevServer } from './helpers/wrangler.js';
+
+const BASE = 'tiny-lora';
+let server: DevServer;
+
+beforeAll(async () => {
+  server = await startDevServer({ MODEL: BASE, MODEL_DTYPE: 'q4', SHARD_COUNT: '1' });
+});
+afterAll(async () => {
+  await server?.stop();
+});
+
+const completion = (model: string, prompt: string) =>
+  fetch(`${server.url}/v1/completions`, {
+    method: 'POST',
+    body: JSON.stringify({ model, prompt, max_tokens: 16, temperature: 0, ignore_eos: true }),
+  });
+
+it('/v1/models lists the adapters with the base model as their parent', async () => {
+  const res = await fetch(`${server.url}/v1/models`);
+  const body = (await res.json()) as { data: { id: string; parent?: string }[] };
+  expect(body.data[0].id).toBe(BASE);
+  expect(body.data.slice(1).map((m) => ({ id: m.id, parent: m.parent }))).toEqual(
+    ['qv-r8', 'attn-r12', 'mlp-r4-rs', 'all-r16'].map((id) => ({ id, parent: BASE })),
+  );
+  expect(((await (await fetch(`${server.url}/v1/models/all-r16`)).json()) as { parent: string }).parent).toBe(BASE);
+});
+
+it('a base and an adapter request in one batch each give what the engine gives in Node', async () => {
+  const prompt = 'served by name';
+  const [base, adapter] = await Promise.all([completion(BASE, prompt), completion('all-r16', prompt)]);
+  expect(base.status, await base.clone().text()).toBe(200);
+  expect(adapter.status, await adapter.clone().text()).toBe(200);
+  const baseBody = (await base.json()) as { model: string; choices: { text: string }[] };
+  const adapterBody = (await adapter.json()) as { model: string; choices: { text: string }[] };
+  expect(adapterBody.model).toBe('all-r16');
+
+  const engine = await Engine.load(await nodeRuntime('kernels'), directorySource(modelDir(BASE)), { dtype: 'q4' });
+  try {
+    const run = async (a?: string) => {
+      const options = a ? { adapter: await engine.loadAdapter(a) } : {};
+      const req = { prompt, max_tokens: 16, temperature: 0, ignore_eos: true };
+      for await (const e of engine.generate(req, options)) if (e.type === 'done') return e.text;
+      return '';
+    };
+    expect(baseBody.choices[0].text).toBe(await run());
+    expect(adapterBody.choices[0].text).toBe(await run('all-r16'));
+    expect(adapterBody.choices[0].text).not.toBe(baseBody.choices[0].text);
+  } finally {
+    await engine.runner.release();
+  }
+  // Chat names an adapter the same way.
+  const chat = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST',
+    body: JSON.stringify({ model: 'qv-r8', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+  });
+  expect(chat.status, await chat.clone().text()).toBe(200);
+});
+
+it('an unknown adapter is 404 and a bad one 400, naming the file; the service serves on', async () => {
+  const missing = await completion('no-such-adapter', 'x');
+  expect(missing.status).toBe(404);
+  const m = (await missing.json()) as { error: { param: string; code: string; message: string } };
+  expect(m.error).toMatchObject({ param: 'model', code: 'model_not_found' });
+  expect(m.error.message).toContain('adapters/no-such-adapter/adapter_config.json');
+
+  const broken = await completion('broken-rank', 'x');
+  expect(broken.status).toBe(400);
+  const b = (await broken.json()) as { error: { type: string; param: string; code: string; message: string } };
+  expect(b.error).toMatchObject({ type: 'invalid_request_error', param: 'model', code: 'invalid_adapter' });
+  expect(b.error.message).toMatch(/adapters\/broken-rank\/adapter_config\.json has rank r = 128, over the limit of 64/);
+
+  expect((await completion('bad name!', 'x')).status).toBe(404);
+  expect((await completion('qv-r8', 'still served')).status).toBe(200);
+});
