@@ -9,7 +9,7 @@
 import type { Engine } from '../engine/engine.js';
 import type { GenerationRequest } from '../engine/request.js';
 import type { DoneEvent } from '../engine/sequence-output.js';
-import { runGeneration, type Account, type EventSink } from './generation-run.js';
+import { loadRequestsAdapter, runGeneration, type Account, type EventSink } from './generation-run.js';
 import { fail, fromEngineError, ok, type RpcResult, type ServiceError } from './rpc-error.js';
 import { replyIds, turnFormat, userTurnIds } from './session-turns.js';
 import type { ShardContext } from './shard-context.js';
@@ -104,7 +104,7 @@ export class SessionStore {
       id,
       tenant.owner,
       tenant.name,
-      this.shard.model,
+      init.defaults?.adapter ?? this.shard.model,
       init.system ?? null,
       JSON.stringify(init.defaults ?? {}),
       JSON.stringify(messages),
@@ -181,8 +181,10 @@ export class SessionStore {
         ...overrides,
         prompt_ids: [...log, ...turn],
       };
+      const adapter = await loadRequestsAdapter(engine, [request]);
       const generation = runGeneration(engine, [request], this.shard.metrics, sink, {
         session: id,
+        adapter,
         account: run.account,
         onDone: (_index, done) => {
           this.recordTurn(engine, id, request, content, done);

@@ -7,6 +7,8 @@ import { nodeRuntime } from '../../scripts/lib/runtimes.js';
 import { Engine } from '../../src/engine/engine.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { modelDir } from '../helpers/engines.js';
+import { startWebhookReceiver } from '../helpers/webhook-receiver.js';
+import { hookSecret, inbox, sendEvent } from './helpers/service-client.js';
 import { startDevServer, type DevServer } from './helpers/wrangler.js';
 
 const BASE = 'tiny-lora';
@@ -81,4 +83,73 @@ it('an unknown adapter is 404 and a bad one 400, naming the file; the service se
 
   expect((await completion('bad name!', 'x')).status).toBe(404);
   expect((await completion('qv-r8', 'still served')).status).toBe(200);
+});
+
+it('a session may name an adapter: every turn runs on it; an unknown one is 404 at creation', async () => {
+  const post = (path: string, body: unknown) =>
+    fetch(`${server.url}${path}`, { method: 'POST', body: JSON.stringify(body) });
+  const open = async (model: string) => {
+    const res = await post('/v1/sessions', { model, defaults: { temperature: 0, max_tokens: 12, ignore_eos: true } });
+    expect(res.status, await res.clone().text()).toBe(201);
+    return (await res.json()) as { id: string; model: string };
+  };
+  const reply = async (id: string, content: string) => {
+    const res = await post(`/v1/sessions/${id}/messages`, { content });
+    expect(res.status, await res.clone().text()).toBe(200);
+    return ((await res.json()) as { message: { content: string } }).message.content;
+  };
+  const onAdapter = await open('all-r16');
+  const onBase = await open(BASE);
+  expect(onAdapter.model).toBe('all-r16');
+  for (const content of ['first turn', 'second turn']) {
+    const [a, b] = await Promise.all([reply(onAdapter.id, content), reply(onBase.id, content)]);
+    expect(a).not.toBe(b);
+  }
+  const unknown = await post('/v1/sessions', { model: 'no-such-adapter' });
+  expect(unknown.status).toBe(404);
+  expect(((await unknown.json()) as { error: { code: string } }).error.code).toBe('model_not_found');
+});
+
+it("a hook may name an adapter: its jobs give that adapter's completion; an unknown one is 404 at PUT", async () => {
+  const receiver = await startWebhookReceiver();
+  try {
+    const put = (name: string, config: Record<string, unknown>) =>
+      fetch(`${server.url}/v1/hooks/${name}`, { method: 'PUT', body: JSON.stringify(config) });
+    const params = { max_tokens: 8, temperature: 0 };
+    const texts: Record<string, string> = {};
+    for (const model of ['qv-r8', BASE]) {
+      const secret = hookSecret();
+      const box = await inbox(receiver.url, `lora-${model}`, secret);
+      const hook = `say-${model}`;
+      const res = await put(hook, {
+        template: 'Say: {{ event.text }}',
+        callback_url: box.url,
+        secret,
+        params,
+        model,
+        mode: 'completion',
+      });
+      expect(res.status, await res.clone().text()).toBe(201);
+      expect((await sendEvent(server.url, hook, secret, { text: 'hello' })).status).toBe(202);
+      for (let i = 0; i < 300 && (await box.deliveries()).length === 0; i++)
+        await new Promise((r) => setTimeout(r, 100));
+      const [delivery] = await box.deliveries();
+      texts[model] = (JSON.parse(delivery.body) as { output: { text: string } }).output.text;
+      const direct = await fetch(`${server.url}/v1/completions`, {
+        method: 'POST',
+        body: JSON.stringify({ model, prompt: 'Say: hello', ...params }),
+      });
+      expect(texts[model]).toBe(((await direct.json()) as { choices: { text: string }[] }).choices[0].text);
+    }
+    expect(texts['qv-r8']).not.toBe(texts[BASE]);
+    const unknown = await put('say-nothing', {
+      template: 'x',
+      callback_url: `${receiver.url}/nowhere`,
+      secret: hookSecret(),
+      model: 'no-such-adapter',
+    });
+    expect(unknown.status).toBe(404);
+  } finally {
+    await receiver.close();
+  }
 });

@@ -19,6 +19,7 @@ import type { HookStore } from './hooks.js';
 import { WebhookSigner } from './standard-webhooks.js';
 import { deliverySecret } from './delivery-key.js';
 import { constrainAfterReasoning } from '../template-reasoning.js';
+import { loadRequestsAdapter } from '../generation-run.js';
 import type { KeyIsLive } from '../tenancy/live-keys.js';
 
 /** How long a generation may look stalled before the alarm assumes its object stopped and reruns it. */
@@ -113,7 +114,9 @@ export class WebhookDispatcher {
     try {
       const engine = await this.shard.engine();
       // Jobs queue among their owner's other requests, fairly against other owners'.
+      const adapter = await loadRequestsAdapter(engine, [request]);
       for await (const event of engine.generate(constrainAfterReasoning(engine, request), {
+        adapter,
         fairnessGroup: job.owner,
         cacheSalt: this.shard.cacheSalt(job.owner),
       }))

@@ -14,6 +14,7 @@ import { shardForHook, shardStub } from '../routing.js';
 import { issuedShard, issueId } from '../shard-ids.js';
 import { soleTenant } from '../../objects/tenancy/api-keys.js';
 import { SAMPLING_FIELDS, sessionSampling } from './sessions.js';
+import { checkModelOrAdapter } from '../request-params.js';
 
 /**
  * Webhook-triggered generation. PUT|GET|DELETE /v1/hooks/:name configure a hook (API key; names are per
@@ -65,7 +66,7 @@ hooks.put('/:name', async (c) => {
     );
   if (name.startsWith(ID_PREFIX))
     throw badParam('name', `hook names may not start with '${ID_PREFIX}' (hook ids do)`, 'invalid_value');
-  const input = hookInput(await readJsonObject(c));
+  const input = hookInput(await readJsonObject(c), c.env);
   const tenant = c.get('tenant');
   const [own, ...others] = homes(c.env, tenant, name);
   // The service's own host, so a callback_url cannot deliver into the service itself.
@@ -153,9 +154,9 @@ async function addressed(env: Env, ref: string): Promise<{ shard: number; addres
 }
 
 /** The hook configuration's JSON types; values (secret, URL, template, params) are checked by the object. */
-function hookInput(body: JsonObject): HookInput {
+function hookInput(body: JsonObject, env: Env): HookInput {
   for (const key of Object.keys(body)) {
-    if (!['template', 'callback_url', 'secret', 'params', 'mode'].includes(key))
+    if (!['template', 'callback_url', 'secret', 'params', 'mode', 'model'].includes(key))
       throw badParam(key, `unknown parameter '${key}'`, 'unknown_parameter');
   }
   for (const key of ['template', 'callback_url', 'secret']) {
@@ -167,11 +168,14 @@ function hookInput(body: JsonObject): HookInput {
   const mode = body.mode ?? 'chat';
   if (mode !== 'chat' && mode !== 'completion')
     throw badParam('mode', "mode must be 'chat' or 'completion'", 'invalid_value');
+  // `model` may name one of the model's LoRA adapters: the hook's jobs run on it.
+  const { adapter } = checkModelOrAdapter(body, env);
+  const sampling = sessionSampling(params as JsonObject, SAMPLING_FIELDS, 'params.');
   return {
     template: body.template as string,
     callback_url: body.callback_url as string,
     secret: body.secret as string,
-    params: sessionSampling(params as JsonObject, SAMPLING_FIELDS, 'params.'),
+    params: adapter ? { ...sampling, adapter } : sampling,
     mode,
   };
 }

@@ -8,7 +8,14 @@ import { chatChunks, chatLogprobs, finishReason, responseMeta, usage } from '../
 import { shardLimits } from '../limits.js';
 import { logprobParams } from '../logprob-params.js';
 import type { TokenWire } from '../generation-stream.js';
-import { checkModel, optInteger, optString, samplingParams, streamOptions } from '../request-params.js';
+import {
+  checkModel,
+  checkModelOrAdapter,
+  optInteger,
+  optString,
+  samplingParams,
+  streamOptions,
+} from '../request-params.js';
 import { hash32, shardCount, shardStub } from '../routing.js';
 import { issuedShard, issueId } from '../shard-ids.js';
 import { openGeneration } from '../generation-stream.js';
@@ -81,12 +88,14 @@ sessions.post('/', async (c) => {
     if (!['system', 'model', 'defaults'].includes(key))
       throw badParam(key, `unknown parameter '${key}'`, 'unknown_parameter');
   }
-  checkModel(body, c.env);
+  // `model` may name one of the model's LoRA adapters: every turn of the session runs on it.
+  const { adapter } = checkModelOrAdapter(body, c.env);
   const system = optString(body, 'system');
   const given = body.defaults ?? {};
   if (typeof given !== 'object' || given === null || Array.isArray(given))
     throw badParam('defaults', 'defaults must be an object of sampling parameters');
-  const defaults = sessionSampling(given as JsonObject, SAMPLING_FIELDS, 'defaults.');
+  const sampling = sessionSampling(given as JsonObject, SAMPLING_FIELDS, 'defaults.');
+  const defaults = adapter ? { ...sampling, adapter } : sampling;
   // Sessions with the same system prompt share a shard, and so its cached blocks; the rest spread out.
   const shard =
     system !== undefined
