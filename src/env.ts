@@ -96,6 +96,8 @@ export interface Env {
   PIPELINE_HEAD?: string;
   /** Micro-batches a pass over stages is split into (default 1: each pass whole). */
   PIPELINE_MICROBATCHES?: string;
+  /** Milliseconds a stage that stops answering is waited for (a restart) before its requests fail; default 30000. */
+  PIPELINE_STAGE_WAIT_MS?: string;
   /** Passes the head keeps in flight over its stages (default: one per stage, so stages compute at once; 1: one). */
   PIPELINE_IN_FLIGHT?: string;
   /** Where a pipeline's embedding and output projection live: `head`, `stages` (split by rows), or `auto` (default). */
@@ -104,6 +106,11 @@ export interface Env {
   GPU_HOST_URL?: string;
   /** The GPU host's shared secret (a secret, not a var: `wrangler secret put GPU_HOST_SECRET`). */
   GPU_HOST_SECRET?: string;
+}
+
+/** PIPELINE_STAGE_WAIT_MS: a whole number of milliseconds >= 1, or undefined (30 s) when unset or not one. */
+export function stageWaitVar(env: Env): number | undefined {
+  return wholeVar(env.PIPELINE_STAGE_WAIT_MS);
 }
 
 /** PIPELINE_MICROBATCHES: a whole number >= 1, or undefined (1) when unset or not one. */

@@ -12,6 +12,7 @@ import {
   intVar,
   kvDtypeVar,
   microBatchesVar,
+  stageWaitVar,
   modelLocations,
   modelName,
   pipelineStagesVar,
@@ -81,6 +82,7 @@ async function loadEngine(
         links: stageLinks(env, stages, holder),
         kvDtype,
         microBatches: microBatchesVar(env),
+        stageWaitMs: stageWaitVar(env),
         inFlight: inFlightVar(env),
         vocab: pipelineVocabVar(env),
       }

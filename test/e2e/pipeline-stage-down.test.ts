@@ -26,7 +26,10 @@ const startStage2 = () => startConfiguredServer({}, undefined, { configs: [files
 beforeAll(async () => {
   files = writePipelineConfigs(ROOT, readFileSync(join(ROOT, 'wrangler.toml'), 'utf8'), 2, VARS, TAG);
   stage2 = await startStage2();
-  head = await startConfiguredServer({ ...VARS, PIPELINE_STAGES: '2' }, undefined, { configs: [files[0], files[1]] });
+  // A stage is waited for 5 s (not the default 30) before its requests fail: the test's wait.
+  head = await startConfiguredServer({ ...VARS, PIPELINE_STAGES: '2', PIPELINE_STAGE_WAIT_MS: '5000' }, undefined, {
+    configs: [files[0], files[1]],
+  });
   const engine = await loadEngine('kernels', 'tiny', { dtype: 'q4' });
   reference = (await collect(engine, { prompt: PROMPT, max_tokens: 24, temperature: 0, ignore_eos: true })).done.text;
   await engine.runner.release();

@@ -113,7 +113,7 @@ export async function loadRunner(
               // Only the limits: the options hold what a message cannot carry (the links themselves).
               limits: resolveEngineLimits(limits),
             },
-            { microBatches: pipeline.microBatches, inFlight: pipeline.inFlight },
+            { microBatches: pipeline.microBatches, inFlight: pipeline.inFlight, stageWaitMs: pipeline.stageWaitMs },
           );
         return {
           runner: await staged(options, pipeline.links),

@@ -20,6 +20,8 @@ export interface PipelineOptions {
   kvDtype: KvDtype;
   /** Micro-batches a pass is split into (GPipe's; default 1: each pass whole). */
   microBatches?: number;
+  /** How long a stage that stops answering is waited for before its requests fail (PIPELINE_STAGE_WAIT_MS; default 30 s). */
+  stageWaitMs?: number;
   /** Passes the head keeps in flight, each on another stage at a time (default: one per stage; 1: one at a time). */
   inFlight?: number;
   /**

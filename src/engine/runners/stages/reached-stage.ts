@@ -12,7 +12,7 @@ export type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omi
 /** Restarts in a row (no pass through in between) after which the pass's requests fail instead of being recomputed. */
 export const MAX_LOSSES_IN_A_ROW = 3;
 
-/** How long a stage that does not answer is waited for before the pass fails. */
+/** How long a stage that does not answer is waited for before the pass fails, unless the head says (PIPELINE_STAGE_WAIT_MS). */
 export const STAGE_WAIT_MS = 30_000;
 
 /** How long one call may take before it counts as failed: a hung stage must not hold the engine loop for ever. */
@@ -50,6 +50,7 @@ export class Stage implements KvStage {
   constructor(
     readonly link: StageLink,
     readonly open: StageOpen,
+    private readonly waitMs = STAGE_WAIT_MS,
   ) {
     this.stats = {
       layers: { from: open.span.from, to: open.span.to },
@@ -199,11 +200,11 @@ export class Stage implements KvStage {
    */
   async answer(err: unknown): Promise<string | undefined> {
     // A stage already found away is asked once: each request does not wait out the restart window again.
-    const waitMs = this.away ? 0 : STAGE_WAIT_MS;
+    const waitMs = this.away ? 0 : this.waitMs;
     const deadline = performance.now() + waitMs;
     for (let wait = 100; ; wait = Math.min(2 * wait, 1000)) {
       try {
-        const epoch = await withDeadline(this.link.epoch(), STAGE_WAIT_MS, this.what);
+        const epoch = await withDeadline(this.link.epoch(), this.waitMs, this.what);
         this.away = false;
         return epoch;
       } catch {

@@ -57,10 +57,10 @@ export class StagedRunner implements ModelRunner {
     links: readonly StageLink[],
     spans: readonly LayerSpan[],
     open: Omit<StageOpen, 'span'>,
-    flow: { microBatches?: number; inFlight?: number } = {},
+    flow: { microBatches?: number; inFlight?: number; stageWaitMs?: number } = {},
   ): Promise<StagedRunner> {
     if (links.length !== spans.length) throw new Error(`${spans.length} stages planned, ${links.length} links given`);
-    const stages = spans.map((span, i) => new Stage(links[i], { ...open, span }));
+    const stages = spans.map((span, i) => new Stage(links[i], { ...open, span }, flow.stageWaitMs));
     await Promise.all(stages.map((stage) => stage.connect()));
     // By default one pass in flight per stage, each whole: every stage busy with no pipeline bubble per step.
     const inFlight = Math.max(1, flow.inFlight ?? spans.length);
