@@ -4,6 +4,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeSafetensors, type SafeTensor } from '../../src/engine/adapters/safetensors.js';
+import { mulberry32 } from '../lib/mulberry32.js';
 
 export type TargetModule = 'q_proj' | 'k_proj' | 'v_proj' | 'o_proj' | 'gate_proj' | 'up_proj' | 'down_proj';
 
@@ -30,18 +31,6 @@ export const TEST_ADAPTERS: readonly TestAdapter[] = [
   },
 ];
 
-/** mulberry32: the same numbers on every machine. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** Each module's (in, out) from a config.json. */
 export function moduleDims(config: Record<string, number>): Record<TargetModule, [number, number]> {
   const H = config.hidden_size;
@@ -66,7 +55,7 @@ export function moduleDims(config: Record<string, number>): Record<TargetModule,
  */
 export function adapterTensors(config: Record<string, number>, a: TestAdapter): Map<string, SafeTensor> {
   const dims = moduleDims(config);
-  const next = prng(a.seed);
+  const next = mulberry32(a.seed);
   const uniform = (n: number, bound: number): Float32Array =>
     Float32Array.from({ length: n }, () => (next() * 2 - 1) * bound);
   const out = new Map<string, SafeTensor>();
