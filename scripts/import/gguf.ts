@@ -6,6 +6,7 @@
 //   generation_config.json   bos / eos (llama.cpp's end-of-generation tokens), max_length = context length
 //   tokenizer.json           from tokenizer.ggml.* (gguf-tokenizer.ts)
 //   tokenizer_config.json    bos / eos / add_bos, chat_template from tokenizer.chat_template
+//   modules.json, 1_Pooling/config.json   an embedding model's <arch>.pooling_type, as sentence-transformers declares it
 import { copyFileSync, createReadStream, mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseGgufHeader, type GgufHeader } from '../../src/engine/formats/gguf/gguf-header.js';
@@ -32,6 +33,33 @@ export interface GgufFolderFiles {
   generationConfig: Record<string, unknown>;
   tokenizerJson: Record<string, unknown>;
   tokenizerConfig: Record<string, unknown>;
+  /** sentence-transformers' declaration of the GGUF's `<arch>.pooling_type` (an embedding model's), if it has one. */
+  pooling?: { modules: Record<string, unknown>[]; config: Record<string, unknown> };
+}
+
+/**
+ * llama.cpp's pooling types (LLAMA_POOLING_TYPE_MEAN 1, CLS 2, LAST 3) as sentence-transformers declares them,
+ * with its Normalize module: llama.cpp's server and llama-embedding L2-normalise embeddings by default.
+ * NONE (0) and RANK (4, rerankers) declare nothing: the decoder default (last token, normalised) applies.
+ */
+const POOLING_KEYS: Record<number, string> = {
+  1: 'pooling_mode_mean_tokens',
+  2: 'pooling_mode_cls_token',
+  3: 'pooling_mode_lasttoken',
+};
+
+function ggufPooling(header: GgufHeader, hiddenSize: number): GgufFolderFiles['pooling'] {
+  const arch = header.metadata.str('general.architecture');
+  const key = POOLING_KEYS[header.metadata.u32(`${arch}.pooling_type`, 0)];
+  if (!key) return undefined;
+  return {
+    modules: [
+      { idx: 0, name: '0', path: '', type: 'sentence_transformers.models.Transformer' },
+      { idx: 1, name: '1', path: '1_Pooling', type: 'sentence_transformers.models.Pooling' },
+      { idx: 2, name: '2', path: '2_Normalize', type: 'sentence_transformers.models.Normalize' },
+    ],
+    config: { word_embedding_dimension: hiddenSize, [key]: true },
+  };
 }
 
 /** The folder's JSON files from a GGUF header; throws naming what the engine cannot serve. */
@@ -49,6 +77,7 @@ export function ggufFolderFiles(header: GgufHeader): GgufFolderFiles {
     },
     tokenizerJson: tok.tokenizerJson,
     tokenizerConfig: tok.tokenizerConfig,
+    pooling: ggufPooling(header, shape.hiddenSize),
   };
 }
 
@@ -65,7 +94,17 @@ export function writeGgufFolderFiles(outDir: string, files: GgufFolderFiles): { 
     put('generation_config.json', files.generationConfig),
     put('tokenizer.json', files.tokenizerJson),
     put('tokenizer_config.json', files.tokenizerConfig),
+    ...(files.pooling ? writePooling(outDir, files.pooling, put) : []),
   ];
+}
+
+function writePooling(
+  outDir: string,
+  pooling: NonNullable<GgufFolderFiles['pooling']>,
+  put: (file: string, value: unknown) => { file: string; bytes: number },
+): { file: string; bytes: number }[] {
+  mkdirSync(join(outDir, '1_Pooling'), { recursive: true });
+  return [put('modules.json', pooling.modules), put('1_Pooling/config.json', pooling.config)];
 }
 
 /** Writes the folder; returns the files written with their sizes. Nothing is written for a refused file. */
