@@ -7,6 +7,7 @@
  * Continuing an older response starts a new chain from its log: the prefix blocks the two share are the
  * same blocks (named by their hashes), and the other branch is left as it was.
  */
+import type { LoraAdapter } from '../engine/adapters/lora-adapter.js';
 import type { Engine } from '../engine/engine.js';
 import type { ChatMessage, GenerationRequest } from '../engine/request.js';
 import type { DoneEvent } from '../engine/sequence-output.js';
@@ -115,8 +116,11 @@ export class ResponseStore {
     let request: GenerationRequest;
     let format: ReasoningFormat | undefined;
     let history: ChatMessage[];
+    let adapter: LoraAdapter | undefined;
     try {
       engine = await this.shard.engine();
+      // `model` naming one of the model's LoRA adapters (the route lets any name through; 404 here for an unknown one).
+      adapter = spec.model !== this.shard.model ? await engine.loadAdapter(spec.model) : undefined;
       history = conversation?.messages ?? (previous ? (JSON.parse(previous.messages) as ChatMessage[]) : []);
       const promptIds = this.promptIds(engine, spec, conversation ?? previous, history);
       request = {
@@ -144,6 +148,7 @@ export class ResponseStore {
     try {
       const generation = runGeneration(engine, [request], this.shard.metrics, sink, {
         session,
+        adapter,
         account: run.account,
         onDone: (_index, done) => {
           const view = this.finish(engine, spec, request, format, done);

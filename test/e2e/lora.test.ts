@@ -153,3 +153,32 @@ it("a hook may name an adapter: its jobs give that adapter's completion; an unkn
     await receiver.close();
   }
 });
+
+it("a response may name an adapter: the chat completion's answer, continued on it; an unknown one is 404", async () => {
+  const post = (path: string, body: unknown) =>
+    fetch(`${server.url}${path}`, { method: 'POST', body: JSON.stringify(body) });
+  const res = await post('/v1/responses', { model: 'qv-r8', input: 'hi there', max_output_tokens: 8, temperature: 0 });
+  expect(res.status, await res.clone().text()).toBe(200);
+  const response = (await res.json()) as { id: string; model: string; output_text?: string; output: unknown[] };
+  expect(response.model).toBe('qv-r8');
+  const chat = await post('/v1/chat/completions', {
+    model: 'qv-r8',
+    messages: [{ role: 'user', content: 'hi there' }],
+    max_tokens: 8,
+    temperature: 0,
+  });
+  const text = ((await chat.json()) as { choices: { message: { content: string } }[] }).choices[0].message.content;
+  const output = (response.output as { type: string; content?: { text: string }[] }[]).find(
+    (o) => o.type === 'message',
+  );
+  expect(output?.content?.[0].text).toBe(text);
+  const next = await post('/v1/responses', {
+    model: 'qv-r8',
+    input: 'and again',
+    previous_response_id: response.id,
+    max_output_tokens: 4,
+  });
+  expect(next.status, await next.clone().text()).toBe(200);
+  const unknown = await post('/v1/responses', { model: 'no-such-adapter', input: 'x' });
+  expect(unknown.status).toBe(404);
+});

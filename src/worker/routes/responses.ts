@@ -35,15 +35,8 @@ async function shardOf(env: Env, id: string, param: string | null = null): Promi
 }
 
 responses.post('/', async (c) => {
-  const { body, model, adapter } = await readGenerationBody(c);
-  if (adapter)
-    throw new ApiError(
-      400,
-      `'${adapter}' is not the served model: LoRA adapters are served on /v1/chat/completions and /v1/completions, not yet on the Responses API`,
-      'invalid_request_error',
-      'model',
-      'unsupported_model',
-    );
+  // `model` may name a LoRA adapter: the shard loads it (404 for one the model has not).
+  const { body, model } = await readGenerationBody(c);
   const { stream, ...request } = responseRequest(body, model);
   // A chain stays on its first response's shard; a new one goes where its instructions' blocks are cached.
   // A response in a conversation runs on the conversation's shard, beside its items and cache.
