@@ -320,11 +320,17 @@ export class InferenceObject extends DurableObject<Env> {
       const engine = loaded.value;
       try {
         engine.resolve({ ...init.defaults, prompt: 'defaults check' });
-        // A session on a LoRA adapter: a name the model has not (or a bad adapter) is refused now, not at its first turn.
-        if (init.defaults.adapter !== undefined) await engine.loadAdapter(init.defaults.adapter);
       } catch (err) {
         const error = fromEngineError(err);
         return fail({ ...error, param: `defaults.${error.param ?? ''}`.replace(/\.$/, '') });
+      }
+      // A session on a LoRA adapter (its `model`): a name the model has not, or a bad adapter, is refused now.
+      if (init.defaults.adapter !== undefined) {
+        try {
+          await engine.loadAdapter(init.defaults.adapter);
+        } catch (err) {
+          return fail({ ...fromEngineError(err), param: 'model' });
+        }
       }
     }
     const after = full();
