@@ -10,6 +10,7 @@ import { HEAD_SPAN, layerCosts, planStages } from '../src/engine/runners/stages/
 import { microBatches } from '../src/engine/runners/stages/micro-batches.js';
 import { LocalStageLink } from '../src/engine/runners/stages/local-stage-link.js';
 import { StageServer, type StageModel } from '../src/engine/runners/stages/stage-server.js';
+import type { ModelSource } from '../src/engine/model/model-files.js';
 import { directorySource } from '../src/sources/directory-source.js';
 import { collect, modelDir } from './helpers/engines.js';
 import { parseModelConfig } from '../src/engine/model/config.js';
@@ -492,5 +493,93 @@ describe('a model on pipeline stages', () => {
     await expect(collect(engine, r)).rejects.toThrow(/restarted 3 passes in a row/);
     expect(engine.stats().kv.used).toBe(0);
     expect((await collect(engine, r)).done.tokenIds).toEqual(expected);
+  });
+});
+
+describe('LoRA adapters on pipeline stages', () => {
+  const LORA = 'tiny-lora';
+  const loraOptions: EngineOptions = { ...base, adapterCacheBytes: MiB };
+
+  /** Two stages of tiny-lora; `stageSource` is what the stages read (the head's folder unless given). */
+  async function loraStages(stageSource = () => directorySource(modelDir(LORA))) {
+    const runtime = await nodeRuntime('kernels');
+    const models = new IsolateModels<StageModel>();
+    const links = [0, 1].map(
+      (i) =>
+        new LocalStageLink(
+          new StageServer({
+            runtime,
+            source: stageSource(),
+            model: LORA,
+            memoryBudgetBytes: undefined,
+            isolate: { models, holder: `stage-${i}` },
+          }),
+        ),
+    );
+    const engine = await Engine.load(runtime, directorySource(modelDir(LORA)), {
+      ...loraOptions,
+      pipeline: { stages: 2, model: LORA, links, kvDtype: 'fp32' },
+    });
+    return { engine, links };
+  }
+
+  /** Each request's tokens and logprobs, all sent at once (one batch), row i with adapters[i] (none: the base). */
+  async function batch(engine: Engine, adapters: (string | undefined)[]) {
+    const runs = adapters.map(async (name, i) => {
+      const adapter = name ? await engine.loadAdapter(name) : undefined;
+      const request = { ...requests[i % requests.length], logprobs: true };
+      const tokens: number[] = [];
+      const logprobs: number[] = [];
+      for await (const e of engine.generate(request, { adapter })) {
+        if (e.type === 'token') logprobs.push(e.logprob!);
+        else tokens.push(...e.tokenIds);
+      }
+      return { tokens, logprobs };
+    });
+    return Promise.all(runs);
+  }
+
+  it("mixed with base rows in one batch: each row's tokens and logprobs are one process's, to the bit", async () => {
+    const names = [undefined, 'all-r16', 'qv-r8', undefined, 'mlp-r4-rs', 'all-r16'];
+    const alone = await Engine.load(await nodeRuntime('kernels'), directorySource(modelDir(LORA)), loraOptions);
+    const expected = await batch(alone, names);
+    const { engine, links } = await loraStages();
+    const got = await batch(engine, names);
+    expect(got).toEqual(expected);
+    // The adapters moved their rows: the same request on the base gives other tokens.
+    expect(got[1].logprobs).not.toEqual((await batch(alone, [undefined, undefined]))[1].logprobs);
+    // Each stage holds its layer's part of an adapter: together what the head holds, no more.
+    const all = await engine.loadAdapter('all-r16');
+    const held = links.map((l) => l.server.adapters!);
+    expect(held.every((h) => h.loaded === 3 && h.bytes > 0)).toBe(true);
+    expect(held[0].bytes + held[1].bytes).toBe(
+      all.bytes + (await engine.loadAdapter('qv-r8')).bytes + (await engine.loadAdapter('mlp-r4-rs')).bytes,
+    );
+  });
+
+  it("a stage whose adapter files are not the head's refuses the pass, naming it; base requests go on", async () => {
+    const altered = (): ModelSource => {
+      const folder = directorySource(modelDir(LORA));
+      return {
+        ...folder,
+        read: async (path) => {
+          const bytes = await folder.read(path);
+          // The same adapter, one byte more: another SHA-256, as a rollout half done would give.
+          return bytes && path === 'adapters/qv-r8/adapter_config.json' ? new Uint8Array([...bytes, 0x20]) : bytes;
+        },
+        stream: folder.stream?.bind(folder),
+        exists: folder.exists?.bind(folder),
+      };
+    };
+    const { engine } = await loraStages(altered);
+    const adapter = await engine.loadAdapter('qv-r8');
+    const stream = engine.generate({ ...requests[0], max_tokens: 4 }, { adapter });
+    await expect(
+      (async () => {
+        for await (const _event of stream);
+      })(),
+    ).rejects.toThrow(/adapter 'qv-r8': the stage's adapters\/qv-r8\/ is not the head's/);
+    expect(engine.stats().kv.used).toBe(0);
+    expect((await collect(engine, requests[0])).done.tokenIds).toHaveLength(24);
   });
 });

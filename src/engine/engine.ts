@@ -160,7 +160,7 @@ export class Engine {
       return Promise.reject(
         new InvalidRequestError(
           'model',
-          `'${name}' is a LoRA adapter, and adapters run on the kernels runner only; this model runs on ${this.runner.stats().stages ? 'pipeline stages' : this.runner.stats().host ? 'a GPU host' : this.runner.name}, where they are not supported yet`,
+          `'${name}' is a LoRA adapter, and adapters run on the kernels (whole or on pipeline stages) only; this model runs on ${this.runner.stats().host ? 'a GPU host' : this.runner.name}, where they are not supported yet`,
           'unsupported_model',
         ),
       );

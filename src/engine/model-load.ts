@@ -1,4 +1,4 @@
-import { AdapterCache, listAdapters } from './adapters/adapter-cache.js';
+import { AdapterCache, adapterPart, listAdapters } from './adapters/adapter-cache.js';
 import type { EngineLimits } from './defaults.js';
 import type { ModelConfig } from './model/config.js';
 import { chooseWeights } from './model/default-weights.js';
@@ -103,11 +103,6 @@ export async function loadModel(
 
 /** The adapters' share of the memory budget where a model folder lists some and ADAPTER_CACHE_MB is unset. */
 export const ADAPTER_CACHE_DEFAULT_BYTES = 16 * 2 ** 20;
-
-/** The adapters' share as a part of the budget's sum (none where adapters are off). */
-export function adapterPart(bytes: number | undefined): FootprintPart[] {
-  return bytes ? [{ label: 'LoRA adapters (ADAPTER_CACHE_MB)', bytes }] : [];
-}
 
 function firstThenAnother(
   loaded: LoadedRunner,

@@ -48,8 +48,8 @@ export class StageObject extends DurableObject<Env> {
     return this.server.open(open);
   }
 
-  step(step: StageStep): StageReply {
-    return this.server?.step(step) ?? { lost: true, epoch: undefined };
+  async step(step: StageStep): Promise<StageReply> {
+    return (await this.server?.step(step)) ?? { lost: true, epoch: undefined };
   }
 
   read(read: StageRead): StageReadReply {

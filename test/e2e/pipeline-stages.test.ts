@@ -2,7 +2,9 @@
 // embedding and output projection) and two stage Workers, each its own script and isolate, stage 2 in a
 // `wrangler dev` process of its own (the dev registry connects them). Greedy text equals the one-process
 // Node engine's on the same folder; killing stage 2's process mid-stream and bringing it back loses its KV,
-// and the head recomputes: the stream goes on with the same tokens and nothing leaks.
+// and the head recomputes: the stream goes on with the same tokens and nothing leaks. The folder is tiny-lora
+// (the tiny preset with LoRA adapters): an adapter request batched with base ones gives the Node engine's text
+// for that adapter, each stage applying its layers' part.
 import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,7 +15,9 @@ import { collect, loadEngine } from '../helpers/engines.js';
 import { startConfiguredServer, type DevServer } from './helpers/wrangler.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const VARS = { MODEL: 'tiny', MODEL_DTYPE: 'q4' };
+const MODEL = 'tiny-lora';
+const ADAPTER = 'all-r16';
+const VARS = { MODEL, MODEL_DTYPE: 'q4' };
 const prompts = ['Once upon a time', 'The sea was calm', 'A dog and a cat'];
 const LONG = 1500;
 
@@ -32,12 +36,20 @@ beforeAll(async () => {
   head = await startConfiguredServer({ ...VARS, PIPELINE_STAGES: '2' }, undefined, {
     configs: [files[0], files[1]],
   });
-  const engine = await loadEngine('kernels', 'tiny', { dtype: 'q4' });
+  const engine = await loadEngine('kernels', MODEL, { dtype: 'q4' });
   for (const prompt of prompts)
     reference.set(
       prompt,
       (await collect(engine, { prompt, max_tokens: 48, temperature: 0, ignore_eos: true })).done.text,
     );
+  const adapter = await engine.loadAdapter(ADAPTER);
+  let adapted = '';
+  for await (const e of engine.generate(
+    { prompt: prompts[0], max_tokens: 48, temperature: 0, ignore_eos: true },
+    { adapter },
+  ))
+    if (e.type === 'done') adapted = e.text;
+  reference.set(ADAPTER, adapted);
   // Long enough that stage 2 is killed while it runs.
   const long = { prompt: prompts[0], max_tokens: LONG, temperature: 0, ignore_eos: true };
   reference.set('long', (await collect(engine, long)).done.text);
@@ -50,11 +62,11 @@ afterAll(async () => {
   for (const file of files) rmSync(join(ROOT, file), { force: true });
 });
 
-async function complete(prompt: string): Promise<string> {
+async function complete(prompt: string, model = MODEL): Promise<string> {
   const res = await fetch(`${head.url}/v1/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'tiny', prompt, max_tokens: 48, temperature: 0, ignore_eos: true }),
+    body: JSON.stringify({ model, prompt, max_tokens: 48, temperature: 0, ignore_eos: true }),
   });
   const body = (await res.json()) as { choices: { text: string }[] };
   expect(res.status, JSON.stringify(body)).toBe(200);
@@ -68,9 +80,11 @@ async function metric(name: string, labels: string): Promise<number> {
 }
 
 describe('a model on pipeline stages in workerd', () => {
-  it('answers with the one-process engine text, batched, and shows each stage', async () => {
-    const texts = await Promise.all(prompts.map(complete));
+  it('answers with the one-process engine text, batched with an adapter request, and shows each stage', async () => {
+    const [adapted, ...texts] = await Promise.all([complete(prompts[0], ADAPTER), ...prompts.map((p) => complete(p))]);
     expect(texts).toEqual(prompts.map((p) => reference.get(p)));
+    expect(adapted).toBe(reference.get(ADAPTER));
+    expect(adapted).not.toBe(texts[0]);
     const models = (await (await fetch(`${head.url}/v1/models`)).json()) as {
       data: { stages: { layers: number[]; isolate_bytes: number }[] }[];
     };
@@ -88,7 +102,7 @@ describe('a model on pipeline stages in workerd', () => {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({
-        model: 'tiny',
+        model: MODEL,
         prompt: prompts[0],
         max_tokens: LONG,
         temperature: 0,

@@ -1,8 +1,13 @@
 import { InvalidRequestError } from '../errors.js';
 import type { ModelConfig } from '../model/config.js';
 import type { ModelSource } from '../model/model-files.js';
-import { mib } from '../runners/memory-budget.js';
+import { mib, type FootprintPart } from '../runners/memory-budget.js';
 import { isAdapterName, loadLoraAdapter, type LoraAdapter } from './lora-adapter.js';
+
+/** The adapters' share as a part of a memory budget's sum (none where adapters are off). */
+export function adapterPart(bytes: number | undefined): FootprintPart[] {
+  return bytes ? [{ label: 'LoRA adapters (ADAPTER_CACHE_MB)', bytes }] : [];
+}
 
 /** Where a base model's folder lists its adapters (a source such as static assets or a URL cannot list a folder). */
 export const ADAPTER_INDEX = 'adapters/index.json';
@@ -32,6 +37,8 @@ export class AdapterCache {
     private readonly source: ModelSource,
     private readonly config: ModelConfig,
     readonly capacityBytes: number,
+    /** Layers [from, to) only (a pipeline stage's): what it holds of each adapter. */
+    private readonly layers?: { from: number; to: number },
   ) {}
 
   /** Adapter `name`, from the cache or read now; refused (InvalidRequestError) as loadLoraAdapter refuses it. */
@@ -57,7 +64,8 @@ export class AdapterCache {
   }
 
   private async read(name: string): Promise<LoraAdapter> {
-    const adapter = await loadLoraAdapter(this.source, name, this.config);
+    const read = await loadLoraAdapter(this.source, name, this.config);
+    const adapter = this.layers ? read.forLayers(this.layers.from, this.layers.to) : read;
     if (adapter.bytes > this.capacityBytes)
       throw new InvalidRequestError(
         'model',

@@ -57,6 +57,16 @@ export class LoraAdapter {
     readonly bytes: number,
   ) {}
 
+  /**
+   * The same adapter with only layers [from, to) (a pipeline stage's): the others' deltas dropped, so a stage
+   * holds its layers' part. Its identity stays the files': the head checks a stage read the same adapter.
+   */
+  forLayers(from: number, to: number): LoraAdapter {
+    const deltas = this.deltas.map((layer, l) => (l >= from && l < to ? layer : layer.map(() => undefined)));
+    const bytes = deltas.flat().reduce((n, d) => n + (d ? d.a.byteLength + d.b.byteLength : 0), 0);
+    return new LoraAdapter(this.name, this.identity, this.scale, this.rank, this.baseModel, deltas, bytes);
+  }
+
   /** The modules it changes (for listings and messages). */
   get modules(): LoraModule[] {
     return LORA_MODULES.filter((_m, i) => this.deltas.some((layer) => layer[i] !== undefined));

@@ -1,3 +1,4 @@
+import { adapterPart } from '../adapters/adapter-cache.js';
 import { InvalidRequestError } from '../errors.js';
 import { resolveEngineLimits, type EngineLimits } from '../defaults.js';
 import { isGpuRuntime } from './webgpu/gpu-runtime.js';
@@ -44,9 +45,7 @@ export async function loadRunner(
   const shared = options.isolateBudget?.(config);
   const besides = [
     ...(shared?.besides ?? (runtime.name === 'wasm' ? [isolateFootprint(config.vocabSize, options.maxBatchSize)] : [])),
-    ...(options.adapterCacheBytes
-      ? [{ label: 'LoRA adapters (ADAPTER_CACHE_MB)', bytes: options.adapterCacheBytes }]
-      : []),
+    ...adapterPart(options.adapterCacheBytes),
   ];
   const budget = new MemoryBudget(config, shared?.kvBytes ?? options.kvCacheBytes, options.memoryBudgetBytes, besides);
   const choice = runtime.runner ?? 'auto';
@@ -112,6 +111,7 @@ export async function loadRunner(
               kvDtype: pipeline.kvDtype,
               // Only the limits: the options hold what a message cannot carry (the links themselves).
               limits: resolveEngineLimits(limits),
+              adapterCacheBytes: options.adapterCacheBytes,
             },
             { microBatches: pipeline.microBatches, inFlight: pipeline.inFlight, stageWaitMs: pipeline.stageWaitMs },
           );

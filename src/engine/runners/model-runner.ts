@@ -123,8 +123,8 @@ export interface ModelRunner {
   /** Whether its passes give the final-normed hidden states (StepLogits.hidden) that embeddings pool. */
   readonly givesHiddenStates?: boolean;
   /**
-   * True where each row may run with a LoRA adapter of its own (its sequence's `kv.variant`): the kernels.
-   * Absent: adapters are refused when loaded (onnxruntime, pipeline stages and the GPU pass do not run them yet).
+   * True where each row may run with a LoRA adapter of its own (its sequence's `kv.variant`): the kernels, whole or on stages.
+   * Absent: adapters are refused when loaded (onnxruntime and the GPU pass do not run them yet).
    */
   readonly rowAdapters?: boolean;
   /**

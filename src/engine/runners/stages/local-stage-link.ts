@@ -24,7 +24,7 @@ export class LocalStageLink implements StageLink {
   }
 
   async step(step: StageStep): Promise<StageReply> {
-    return structuredClone(this.server.step(structuredClone(step)));
+    return structuredClone(await this.server.step(structuredClone(step)));
   }
 
   async epoch(): Promise<string | undefined> {

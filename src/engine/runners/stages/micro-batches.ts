@@ -1,7 +1,11 @@
+import { LoraAdapter } from '../../adapters/lora-adapter.js';
 import type { KernelRow } from '../wasm/kernel-pass.js';
 import type { StageStep } from './stage-protocol.js';
 
-/** A micro-batch: a run of the pass's rows, where its tokens start among the pass's, and what a stage is sent. */
+/**
+ * A micro-batch: a run of the pass's rows, where its tokens start among the pass's, and what a stage is sent (a row's
+ * adapter by name and identity: the stage holds its own layers' part).
+ */
 export interface MicroBatch {
   firstToken: number;
   tokens: number;
@@ -28,7 +32,12 @@ export function microBatches(rows: readonly KernelRow[], count: number): MicroBa
     out.push({
       firstToken,
       tokens: token - firstToken,
-      wire: rows.slice(first, r).map(({ blocks, start, count: n }) => ({ blocks: [...blocks], start, count: n })),
+      wire: rows.slice(first, r).map(({ blocks, start, count: n, variant }) => ({
+        blocks: [...blocks],
+        start,
+        count: n,
+        ...(variant instanceof LoraAdapter ? { adapter: { name: variant.name, identity: variant.identity } } : {}),
+      })),
     });
   }
   return out;

@@ -23,6 +23,17 @@ export interface StageOpen {
   kvDtype: KvDtype;
   /** What sizes the stage's scratch (the largest pass the head will send). */
   limits: EngineLimits;
+  /**
+   * The head's share for LoRA adapters (ADAPTER_CACHE_MB; 0 or absent: none): the stage keeps its layers' part
+   * of each adapter a row names within it, read from its own model folder.
+   */
+  adapterCacheBytes?: number;
+}
+
+/** A row's LoRA adapter as the head names it: the stage reads it by name and checks it is the head's (its files' hash). */
+export interface StageAdapter {
+  name: string;
+  identity: string;
 }
 
 /** A stage's answer to open: who it is now (a new epoch per load) and what it holds. */
@@ -48,7 +59,7 @@ export interface StageCommands {
 export interface StageStep extends StageCommands {
   /** The stage's epoch the head knows: a stage that is not that one (restarted) answers `lost`. */
   epoch: string;
-  rows: { blocks: number[]; start: number; count: number }[];
+  rows: { blocks: number[]; start: number; count: number; adapter?: StageAdapter }[];
   /** (tokens, hidden) float32: every row's tokens end to end, entering the stage's first layer. */
   hidden: Float32Array;
 }

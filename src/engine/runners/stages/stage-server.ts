@@ -1,3 +1,5 @@
+import { AdapterCache, adapterPart, type AdapterCacheStats } from '../../adapters/adapter-cache.js';
+import type { LoraAdapter } from '../../adapters/lora-adapter.js';
 import { InvalidRequestError } from '../../errors.js';
 import { KernelModel } from '../wasm/kernel-model.js';
 import { KernelStageRunner } from '../wasm/kernel-stage-runner.js';
@@ -23,6 +25,8 @@ import type {
 /** A stage's layers of a model, loaded once per isolate and shared by its stage objects (one per head shard). */
 export interface StageModel {
   kernels: KernelModel;
+  /** Its layers' part of the LoRA adapters rows name, read from the stage's own folder (none without a share). */
+  adapters: AdapterCache | undefined;
   shared(): FootprintPart[];
 }
 
@@ -52,7 +56,17 @@ export function stageKvBytes(
  * lost its pool) is told so, and nothing is computed.
  */
 export class StageServer {
-  private state: { epoch: string; runner: KernelStageRunner; memory: ArrayKvMemory; info: StageInfo } | undefined;
+  private state:
+    | {
+        epoch: string;
+        runner: KernelStageRunner;
+        memory: ArrayKvMemory;
+        info: StageInfo;
+        adapters: AdapterCache | undefined;
+      }
+    | undefined;
+  /** The last step queued: steps run in the order they came, a step waiting on an adapter's read included. */
+  private lastStep: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly host: StageHost) {}
 
@@ -62,6 +76,11 @@ export class StageServer {
 
   get info(): StageInfo | undefined {
     return this.state?.info;
+  }
+
+  /** Its adapters' cache (its layers' part of each), where the head gave the stage a share for them. */
+  get adapters(): AdapterCacheStats | undefined {
+    return this.state?.adapters?.stats();
   }
 
   async open(open: StageOpen): Promise<StageInfo> {
@@ -91,8 +110,10 @@ export class StageServer {
           'unsupported_model',
         );
       const others = models.counted(holder);
+      const adapterBytes = open.adapterCacheBytes ?? 0;
       const besides = [
         stageIsolateFootprint(),
+        ...adapterPart(adapterBytes),
         ...(others.length
           ? [{ label: 'held by the isolate already', bytes: others.reduce((n, p) => n + p.bytes, 0) }]
           : []),
@@ -113,10 +134,12 @@ export class StageServer {
       });
       return {
         kernels,
+        adapters: adapterBytes > 0 ? new AdapterCache(host.source, config, adapterBytes, open.span) : undefined,
         shared: () => [
           stageIsolateFootprint(),
           { label: `layers ${open.span.from}..${open.span.to - 1}`, bytes: kernels.weights.bytes },
           { label: 'scratch', bytes: kernels.arena.bytes },
+          ...adapterPart(adapterBytes),
         ],
       };
     });
@@ -141,17 +164,30 @@ export class StageServer {
       kvBytes,
       isolateBytes: models.countedBytes(),
     };
-    this.state = { epoch, runner, memory, info };
+    this.state = { epoch, runner, memory, info, adapters: model.adapters };
     return info;
   }
 
-  /** One pass over the stage's layers (synchronous: the shared scratch is this pass's until it returns). */
-  step(step: StageStep): StageReply {
+  /**
+   * One pass over the stage's layers, after the steps sent before it. Its rows' adapters are read first where the
+   * stage holds them not (the only wait); the pass itself is synchronous: the shared scratch is its until it returns.
+   */
+  step(step: StageStep): Promise<StageReply> {
+    const run = this.lastStep.then(() => this.stepInTurn(step));
+    this.lastStep = run.catch(() => undefined);
+    return run;
+  }
+
+  private async stepInTurn(step: StageStep): Promise<StageReply> {
+    const opened = this.current(step.epoch);
+    const variants = opened && (await this.rowAdapters(opened.adapters, step.rows));
+    // Closed or reopened while an adapter was read: the head's epoch is gone.
     const state = this.current(step.epoch);
-    if (!state) return { lost: true, epoch: this.state?.epoch };
+    if (!state || !variants) return { lost: true, epoch: this.state?.epoch };
     const t0 = performance.now();
     this.apply(state.memory, step);
-    const hidden = state.runner.forwardHidden(step.rows, step.hidden);
+    const rows = step.rows.map((row, i) => ({ ...row, variant: variants[i] }));
+    const hidden = state.runner.forwardHidden(rows, step.hidden);
     const computeMs = performance.now() - t0;
     return {
       lost: false,
@@ -184,6 +220,35 @@ export class StageServer {
     if (!this.state || (epoch !== undefined && epoch !== this.state.epoch)) return;
     this.host.isolate.models.release(this.host.isolate.holder);
     this.state = undefined;
+  }
+
+  /**
+   * Each row's adapter as this stage holds it (its layers' part), read from the stage's folder on first use; one
+   * whose files are not the head's (a rollout half done) is refused, naming it.
+   */
+  private async rowAdapters(
+    cache: AdapterCache | undefined,
+    rows: StageStep['rows'],
+  ): Promise<(LoraAdapter | undefined)[]> {
+    return Promise.all(
+      rows.map(async ({ adapter }) => {
+        if (!adapter) return undefined;
+        if (!cache)
+          throw new InvalidRequestError(
+            'model',
+            `a row runs with adapter '${adapter.name}' but the stage was opened with no share for adapters`,
+            'invalid_adapter',
+          );
+        const held = await cache.load(adapter.name);
+        if (held.identity !== adapter.identity)
+          throw new InvalidRequestError(
+            'model',
+            `adapter '${adapter.name}': the stage's adapters/${adapter.name}/ is not the head's (another SHA-256 of its files): deploy the stages and the head with the same adapter files`,
+            'invalid_adapter',
+          );
+        return held;
+      }),
+    );
   }
 
   private current(epoch: string) {

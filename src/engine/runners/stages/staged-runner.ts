@@ -25,6 +25,8 @@ export class StagedRunner implements ModelRunner {
   /** The blocks' bytes are the one-process kernels' bytes: stored blocks restore across both. */
   readonly kvIdentity = 'kernels';
   readonly deviceSampling = undefined;
+  /** A row's adapter changes only layers, which the stages hold: each applies its layers' part (StageStep rows). */
+  readonly rowAdapters = true;
   private readonly stages: Stage[];
   private released = false;
 
@@ -88,10 +90,12 @@ export class StagedRunner implements ModelRunner {
     if (this.released) throw new Error('this runner was released');
     for (const { kv, tokens } of rows) kv.checkWritable(tokens.length);
     const passRows = kernelRows(rows);
+    // The head's kernels run the ends, which no adapter changes: its rows carry none (nothing placed in its memory).
+    const headRows = passRows.map(({ variant: _adapter, ...row }) => row);
     const H = this.config.hiddenSize;
     const lost: LostStages = new Map();
     const ids = rows.flatMap((r) => r.tokens);
-    const hidden = this.head ? this.head.forwardHidden(passRows, ids) : await this.embed(ids, lost);
+    const hidden = this.head ? this.head.forwardHidden(headRows, ids) : await this.embed(ids, lost);
     if (lost.size) return this.passLost(lost);
     const groups: (MicroBatch & { hidden: Float32Array })[] = microBatches(
       passRows,
@@ -126,9 +130,9 @@ export class StagedRunner implements ModelRunner {
     if (this.head) {
       for (const stage of this.stages) stage.lossesInARow = 0;
       for (const { kv, tokens } of rows) kv.advance(tokens.length);
-      return this.headLogits(passRows, out);
+      return this.headLogits(headRows, out);
     }
-    const logits = await this.vocabLogits(passRows, out, lost);
+    const logits = await this.vocabLogits(headRows, out, lost);
     if (lost.size) return this.passLost(lost);
     for (const stage of this.stages) stage.lossesInARow = 0;
     for (const { kv, tokens } of rows) kv.advance(tokens.length);
