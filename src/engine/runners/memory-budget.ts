@@ -92,11 +92,13 @@ export function engineIsolateFootprint(vocabSize: number, maxStreams: number): F
  * JS heap with a 512-entry vocabulary after streams and a grammar (test/e2e/model-url.test.ts), up from under
  * 4.7 once the tokenizer kept the decoder's text of added tokens and the compact tables' code; 2026-12-05, 6.0
  * once the Responses and Conversations APIs, tenancy and the GPU host's client joined the service (the WebGPU
- * runners, which a Workers isolate cannot run, left its bundle: webgpu/device-runners.ts). 190 B an entry still
- * covers bench-135m's 13.3 MiB with a grammar (15.9 counted) and keeps its part under 16 MiB.
+ * runners, which a Workers isolate cannot run, left its bundle: webgpu/device-runners.ts); 2026-12-06, 6.5 (7.3
+ * besides the kernels, with xgrammar's two memories) once embeddings, LoRA adapters and reasoning joined it. With
+ * that base, 180 B an entry (190 before) still covers bench-135m's 13.3 MiB with a grammar (15.9 counted) and
+ * keeps its part under 16 MiB.
  */
-const ISOLATE_BASE_BYTES = 5.5 * MiB;
-const ISOLATE_BYTES_PER_VOCAB_ENTRY = 190;
+const ISOLATE_BASE_BYTES = 6 * MiB;
+const ISOLATE_BYTES_PER_VOCAB_ENTRY = 180;
 const ISOLATE_BYTES_PER_STREAM = 96 * 1024;
 /** Each further engine of an isolate (an object's state, SQLite, sampler, its own xgrammar tables). */
 const ENGINE_BASE_BYTES = MiB;
