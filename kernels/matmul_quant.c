@@ -14,11 +14,12 @@ typedef int i32x4 __attribute__((vector_size(16)));
 
 // ---- 32 weights of one column as the dot product takes them -------------------------------------------
 #ifdef RELAXED
-// Values u in 0..63 as bytes: the i7 operand of relaxed_dot_i8x16_i7x16, exact for any host (V8: int16 lanes).
+// Values u in 0..63 as bytes: the i7 operand of relaxed_dot_i8x16_i7x16, exact on any host (V8: int16 lanes).
 typedef struct { v128_t v[4]; } wblock;
 
-static inline v128_t rdot(v128_t acc, v128_t a, v128_t u) {
-  return (v128_t)__builtin_wasm_relaxed_dot_i8x16_i7x16_add_s_i32x4((i8x16)a, (i8x16)u, (i32x4)acc);
+/** Pairs of products u * a as int16 lanes (x64: one pmaddubsw): exact for u in 0..127 and a int8 (no pair reaches 2^15). */
+static inline v128_t rdot16(v128_t a, v128_t u) {
+  return (v128_t)__builtin_wasm_relaxed_dot_i8x16_i7x16_s_i16x8((i8x16)a, (i8x16)u);
 }
 #else
 // Values u as int16, for i32x4.dot_i16x8_s against int16 activations.
@@ -59,8 +60,9 @@ AI void block_bytes(const qmat *w, const int kind, size_t col, int blocks, int b
 AI wblock decode(const qmat *w, const int KIND, size_t col, int blocks, int b) {
   wblock out;
   if (KIND == QV8_ZP) {
-    // u = q + 128 reaches 255: past relaxed SIMD's exact range, so both builds take V8 as int16 lanes.
     const unsigned char *p = w->q + (col * (size_t)blocks + b) * 32;
+    // u = q + 128 reaches 255: past relaxed SIMD's exact range, so both builds take V8 as int16 lanes (a relaxed
+    // path with the activations split into 7-bit halves, a = a+ - a-, measured slower past one row: kernels.md).
     v128_t u0 = wasm_v128_xor(wasm_v128_load(p), wasm_i8x16_splat((char)0x80));
     v128_t u1 = wasm_v128_xor(wasm_v128_load(p + 16), wasm_i8x16_splat((char)0x80));
     out.v[0] = wasm_u16x8_extend_low_u8x16(u0);
@@ -117,11 +119,12 @@ AI void block_dot(const int KIND, const wblock *wb, const ablock *a, v128_t *h0,
   const int halves = KIND == QV6_K16;
 #ifdef RELAXED
   if (KIND != QV8_ZP) {
+    // Two halves' pairs added as int16 before one widening: |sum| <= 4 * 63 * 127 = 32004 for u <= 63, exact.
     if (halves) {
-      *h0 = rdot(z, a->v[0], wb->v[0]);
-      *h1 = rdot(z, a->v[1], wb->v[1]);
+      *h0 = wasm_i32x4_extadd_pairwise_i16x8(rdot16(a->v[0], wb->v[0]));
+      *h1 = wasm_i32x4_extadd_pairwise_i16x8(rdot16(a->v[1], wb->v[1]));
     } else {
-      *h0 = rdot(rdot(z, a->v[0], wb->v[0]), a->v[1], wb->v[1]);
+      *h0 = wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_add(rdot16(a->v[0], wb->v[0]), rdot16(a->v[1], wb->v[1])));
       *h1 = z;
     }
     return;
@@ -334,7 +337,7 @@ void EXPORT(dequantize_column)(float *out, const qmat *w, int col, int blocks) {
  */
 int EXPORT(probe_dot)(const signed char *a, const unsigned char *u) {
 #ifdef RELAXED
-  v128_t s = rdot(wasm_i32x4_splat(0), wasm_v128_load(a), wasm_v128_load(u));
+  v128_t s = wasm_i32x4_extadd_pairwise_i16x8(rdot16(wasm_v128_load(a), wasm_v128_load(u)));
 #else
   v128_t av = wasm_v128_load(a), uv = wasm_v128_load(u);
   v128_t s = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_extend_low_i8x16(av), wasm_u16x8_extend_low_u8x16(uv)),

@@ -1,0 +1,155 @@
+// One quantised matrix product, measured alone: GMAC/s and weight GB/s of `matmul_q` on bench-135m's shapes
+// (SmolLM2-135M: 576 × 576, 576 × 1536, 1536 × 576; 30 layers of each), at 1, 4 and 16 rows, for 4-bit blocks
+// (QV4_ZP, the relaxed build, what q4 runs) and 8-bit blocks (QV8_ZP, the baseline build, what int8 runs), with
+// random planes (the speed does not depend on the values). One process, `process.cpuUsage`, the least of `reps`
+// timings of enough calls to pass ~30 ms each, builds interleaved. A streaming read of 1 GiB in the same process
+// gives the bandwidth roofline: what the weight bytes a product reads would allow at that rate.
+//
+// With --variant FILE (another relaxed build, an attempt), its 4-bit rows are measured beside the committed build's.
+//
+//   tsx scripts/bench/products.ts [--reps N] [--rows 1,4,16] [--variant FILE] [--json FILE]
+import { readFileSync, writeFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import v8 from 'node:v8';
+import { edgeKernelsModule } from '../../src/backends/edge-kernels-node.js';
+import { instantiateKernels, type KernelExports } from '../../src/engine/runners/wasm/edge-kernels.js';
+import type { LinearMemory } from '../../src/engine/runners/wasm/linear-memory.js';
+import { createBandwidthMeter } from './roofline.js';
+
+/** kernels/quant.h's forms. */
+const FORMS = {
+  q4: { kind: 0, bytesPerBlock: 16, build: 'relaxed', actBytes: 1 },
+  int8: { kind: 7, bytesPerBlock: 32, build: 'baseline', actBytes: 2 },
+  'int8 relaxed': { kind: 7, bytesPerBlock: 32, build: 'relaxed', actBytes: 1 },
+} as const;
+type Form = keyof typeof FORMS;
+/** (K, N) of bench-135m's products: q/o, k/v, gate/up, down. */
+const SHAPES: [number, number][] = [
+  [576, 576],
+  [576, 192],
+  [576, 1536],
+  [1536, 576],
+];
+
+export interface ProductRow {
+  form: Form | `${Form} variant`;
+  k: number;
+  n: number;
+  rows: number;
+  gmacs: number;
+  /** Weight bytes read a second (planes and side information). */
+  weightGBs: number;
+}
+
+interface Built {
+  kernels: KernelExports;
+  memory: LinearMemory;
+}
+
+function build(which: 'relaxed' | 'baseline'): Promise<Built> {
+  return instantiateKernels(edgeKernelsModule(which));
+}
+
+/** Another relaxed build from `file`, compiled as edgeKernelsModule compiles the relaxed one (TurboFan, no lazy tiers). */
+function buildFile(file: string): Promise<Built> {
+  edgeKernelsModule('relaxed'); // sets the flag that lets V8 read relaxed SIMD
+  v8.setFlagsFromString('--no-liftoff');
+  v8.setFlagsFromString('--no-wasm-lazy-compilation');
+  try {
+    return instantiateKernels(new WebAssembly.Module(readFileSync(file)));
+  } finally {
+    v8.setFlagsFromString('--liftoff');
+    v8.setFlagsFromString('--wasm-lazy-compilation');
+  }
+}
+
+/** A random matrix of `form` in memory: its qmat header, and its bytes. */
+function matrix(b: Built, form: Form, k: number, n: number): { header: number; bytes: number } {
+  const f = FORMS[form];
+  const blocks = k / 32;
+  const groups = Math.ceil(n / 4);
+  const q = b.memory.alloc(n * blocks * f.bytesPerBlock);
+  const s = b.memory.alloc(groups * blocks * 4 * 4);
+  const z = b.memory.alloc(groups * blocks * 4);
+  const u8 = b.memory.u8(q, n * blocks * f.bytesPerBlock);
+  for (let i = 0; i < u8.length; i++) u8[i] = (i * 2654435761) >>> 24;
+  b.memory.f32(s, groups * blocks * 4).fill(0.01);
+  b.memory.u8(z, groups * blocks * 4).fill(form === 'q4' ? 8 : 0);
+  const header = b.memory.alloc(36);
+  b.memory.i32(header, 9).set([f.kind, 0, q, 0, s, 0, z, 0, 0]);
+  return { header, bytes: n * blocks * f.bytesPerBlock + groups * blocks * 4 * 5 };
+}
+
+function cpuMs(): number {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+}
+
+function measure(b: Built, form: Form, k: number, n: number, rows: number, reps: number): ProductRow {
+  const blocks = k / 32;
+  const { header, bytes } = matrix(b, form, k, n);
+  const x = b.memory.alloc(rows * k * 4);
+  const xq = b.memory.alloc(rows * k * FORMS[form].actBytes);
+  const xs = b.memory.alloc(rows * blocks * 4);
+  const xsum = b.memory.alloc(rows * blocks * 8);
+  const y = b.memory.alloc(rows * n * 4);
+  const xv = b.memory.f32(x, rows * k);
+  for (let i = 0; i < xv.length; i++) xv[i] = Math.sin(i);
+  b.kernels.quantize_rows(xq, xs, xsum, x, rows, k, blocks);
+  const call = () => b.kernels.matmul_q(y, xq, xs, xsum, header, rows, blocks, n);
+  // Calls per timing: enough for ~30 ms.
+  let calls = 1;
+  for (;;) {
+    const t0 = cpuMs();
+    for (let i = 0; i < calls; i++) call();
+    if (cpuMs() - t0 > 30) break;
+    calls *= 2;
+  }
+  let best = Number.POSITIVE_INFINITY;
+  for (let r = 0; r < reps; r++) {
+    const t0 = cpuMs();
+    for (let i = 0; i < calls; i++) call();
+    best = Math.min(best, (cpuMs() - t0) / calls);
+  }
+  const seconds = best / 1000;
+  return { form, k, n, rows, gmacs: (rows * k * n) / seconds / 1e9, weightGBs: bytes / seconds / 1e9 };
+}
+
+export async function benchProducts(rowCounts: number[], reps: number, log: (s: string) => void, variant?: string) {
+  const builds = { relaxed: await build('relaxed'), baseline: await build('baseline') };
+  const other = variant ? await buildFile(variant) : undefined;
+  const out: ProductRow[] = [];
+  const report = (row: ProductRow) => {
+    out.push(row);
+    log(
+      `${row.form.padEnd(10)} ${row.k}x${row.n} rows ${row.rows}: ${row.gmacs.toFixed(1)} GMAC/s, ${row.weightGBs.toFixed(1)} GB/s of weights`,
+    );
+  };
+  for (const rows of rowCounts)
+    for (const [k, n] of SHAPES)
+      for (const form of Object.keys(FORMS) as Form[]) {
+        report(measure(builds[FORMS[form].build], form, k, n, rows, reps));
+        if (other && FORMS[form].build === 'relaxed')
+          report({ ...measure(other, form, k, n, rows, reps), form: `${form} variant` });
+      }
+  const meter = createBandwidthMeter();
+  meter.measure();
+  const readGBs = Math.max(meter.measure(), meter.measure(), meter.measure()) / 1e9;
+  log(`streaming read: ${readGBs.toFixed(1)} GB/s`);
+  return { rows: out, readGBs };
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const { values } = parseArgs({
+    options: {
+      reps: { type: 'string', default: '5' },
+      rows: { type: 'string', default: '1,4,16' },
+      variant: { type: 'string' },
+      json: { type: 'string' },
+    },
+  });
+  const rowCounts = values.rows!.split(',').map(Number);
+  const result = await benchProducts(rowCounts, Number(values.reps), console.log, values.variant);
+  if (values.json) writeFileSync(values.json, JSON.stringify(result, null, 2));
+}
