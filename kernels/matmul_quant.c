@@ -57,12 +57,30 @@ AI void block_bytes(const qmat *w, const int kind, size_t col, int blocks, int b
   }
 }
 
+/**
+ * V8 at one row in the relaxed build: q as stored (int8) is the i8 operand, against the activation's 7-bit halves
+ * a+ = max(a, 0) and a- = a+ - a (|a| <= 127), so no weight is widened; the same integers as QV8_ZP's. Past one
+ * row the widened weights serve every row, and the int16 path is the faster (docs/kernels.md).
+ */
+enum { QV8_ONE_ROW = 8 };
+#ifdef RELAXED
+#define TILE_KIND(KIND, R) ((KIND) == QV8_ZP && (R) == 1 ? QV8_ONE_ROW : (KIND))
+#else
+#define TILE_KIND(KIND, R) (KIND)
+#endif
+
 AI wblock decode(const qmat *w, const int KIND, size_t col, int blocks, int b) {
   wblock out;
+  if (KIND == QV8_ONE_ROW) {
+    const unsigned char *p = w->q + (col * (size_t)blocks + b) * 32;
+    out.v[0] = wasm_v128_load(p);
+    out.v[1] = wasm_v128_load(p + 16);
+    out.v[2] = out.v[3] = out.v[0];
+    return out;
+  }
   if (KIND == QV8_ZP) {
     const unsigned char *p = w->q + (col * (size_t)blocks + b) * 32;
-    // u = q + 128 reaches 255: past relaxed SIMD's exact range, so both builds take V8 as int16 lanes (a relaxed
-    // path with the activations split into 7-bit halves, a = a+ - a-, measured slower past one row: kernels.md).
+    // u = q + 128 reaches 255: past relaxed SIMD's exact range, so both builds take V8 as int16 lanes here.
     v128_t u0 = wasm_v128_xor(wasm_v128_load(p), wasm_i8x16_splat((char)0x80));
     v128_t u1 = wasm_v128_xor(wasm_v128_load(p + 16), wasm_i8x16_splat((char)0x80));
     out.v[0] = wasm_u16x8_extend_low_u8x16(u0);
@@ -92,7 +110,13 @@ AI ablock load_acts(const int KIND, const act_t *x) {
   ablock a;
 #ifdef RELAXED
   v128_t a0 = wasm_v128_load(x), a1 = wasm_v128_load(x + 16);
-  if (KIND == QV8_ZP) {
+  if (KIND == QV8_ONE_ROW) {
+    v128_t z = wasm_i8x16_splat(0);
+    a.v[0] = wasm_i8x16_max(a0, z);
+    a.v[1] = wasm_i8x16_sub(a.v[0], a0);
+    a.v[2] = wasm_i8x16_max(a1, z);
+    a.v[3] = wasm_i8x16_sub(a.v[2], a1);
+  } else if (KIND == QV8_ZP) {
     a.v[0] = wasm_i16x8_extend_low_i8x16(a0);
     a.v[1] = wasm_i16x8_extend_high_i8x16(a0);
     a.v[2] = wasm_i16x8_extend_low_i8x16(a1);
@@ -118,6 +142,15 @@ AI void block_dot(const int KIND, const wblock *wb, const ablock *a, v128_t *h0,
   v128_t z = wasm_i32x4_splat(0);
   const int halves = KIND == QV6_K16;
 #ifdef RELAXED
+  if (KIND == QV8_ONE_ROW) {
+    // Per lane pair q·a+ - q·a- = q·a, exact in int16 (|q0 a0 + q1 a1| <= 2 * 128 * 127): the wrapping subtraction
+    // of two unsaturated pair sums is that value. Widened before the halves are added.
+    v128_t d0 = wasm_i16x8_sub(rdot16(wb->v[0], a->v[0]), rdot16(wb->v[0], a->v[1]));
+    v128_t d1 = wasm_i16x8_sub(rdot16(wb->v[1], a->v[2]), rdot16(wb->v[1], a->v[3]));
+    *h0 = wasm_i32x4_add(wasm_i32x4_extadd_pairwise_i16x8(d0), wasm_i32x4_extadd_pairwise_i16x8(d1));
+    *h1 = z;
+    return;
+  }
   if (KIND != QV8_ZP) {
     // Two halves' pairs added as int16 before one widening: |sum| <= 4 * 63 * 127 = 32004 for u <= 63, exact.
     if (halves) {
@@ -181,6 +214,9 @@ AI sideinfo load_side(const qmat *w, const int KIND, size_t g, int blocks, int b
   } else if (KIND == QV4_KMIN || KIND == QV5_KMIN) { // d * sc and dmin * mn: exact products (a half and a 6-bit integer)
     si.s = wasm_f32x4_mul(wasm_v128_load(w->s + super), wasm_f32x4_convert_i32x4(u8x4(w->sc + at)));
     si.m = wasm_f32x4_mul(wasm_v128_load(w->m + super), wasm_f32x4_convert_i32x4(u8x4(w->mn + at)));
+  } else if (KIND == QV8_ONE_ROW) { // q itself against the activations: the stored zero point
+    si.s = wasm_v128_load(w->s + at);
+    si.zp = w->z ? i8x4(w->z + at) : wasm_i32x4_splat(w->zp_const);
   } else { // ZP forms: V8's u carries +128 in its zero point
     si.s = wasm_v128_load(w->s + at);
     if (w->z) si.zp = KIND == QV8_ZP ? wasm_i32x4_add(i8x4(w->z + at), wasm_i32x4_splat(128)) : u8x4(w->z + at);
@@ -214,8 +250,9 @@ AI v128_t block_step(const int KIND, const sideinfo *si, v128_t acc, v128_t t0, 
  * Rows [m0, m0 + R) x the 4 columns of group g. xq (M, blocks * 32), xs (M, blocks), xsum (M, blocks, 2).
  * KIND and R are constants where this is inlined, so each (form, tile) is its own straight-line code.
  */
-AI void tile(const int KIND, const int R, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int m0,
+AI void tile(const int FORM, const int R, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int m0,
              size_t g, int N, int blocks) {
+  const int KIND = TILE_KIND(FORM, R);
   size_t cols[4];
   for (int c = 0; c < 4; c++) cols[c] = g * 4 + c < (size_t)N ? g * 4 + c : (size_t)N - 1;
   v128_t acc[4];
