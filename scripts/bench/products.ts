@@ -30,6 +30,8 @@ const SHAPES: [number, number][] = [
   [576, 192],
   [576, 1536],
   [1536, 576],
+  // The output projection (8-bit in a q4 model): 28 MB, far past the caches, as every layer's weights are in a pass.
+  [576, 49152],
 ];
 
 export interface ProductRow {
