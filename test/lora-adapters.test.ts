@@ -297,7 +297,9 @@ describe('bad adapters are refused at load, naming the file and the reason', () 
     try {
       const err = (await ort.loadAdapter('qv-r8').catch((e: unknown) => e)) as InvalidRequestError;
       expect(err.code).toBe('unsupported_model');
-      expect(err.message).toMatch(/run on the kernels \(whole or on pipeline stages\) only; this model runs on onnxruntime/);
+      expect(err.message).toMatch(
+        /run on the kernels \(whole or on pipeline stages\) only; this model runs on onnxruntime/,
+      );
     } finally {
       await ort.runner.release();
     }
