@@ -4,8 +4,7 @@
 //
 //   tsx scripts/bench/builds-ab.ts A.wasm B.wasm      (env DTYPE=q4|int8, N=7)
 import { readFileSync } from 'node:fs';
-import v8 from 'node:v8';
-import { edgeKernelsModule } from '../../src/backends/edge-kernels-node.js';
+import { compileRelaxed } from '../../src/backends/edge-kernels-node.js';
 import { Engine } from '../../src/engine/engine.js';
 import type { ModelDtype } from '../../src/engine/model/model-files.js';
 import { directorySource } from '../../src/sources/directory-source.js';
@@ -20,18 +19,11 @@ if (!a || !b) {
 const dtype = (process.env.DTYPE ?? 'q4') as ModelDtype;
 const pairs = Number(process.env.N ?? 7);
 ensureBenchModels([{ model: 'bench-135m', dtype }]);
-edgeKernelsModule('relaxed'); // sets the flag under which V8 reads relaxed SIMD
-
-/** Compiled as edgeKernelsModule compiles the relaxed build: optimised at once (Node 20's Liftoff gets it wrong). */
+/** Compiled as the committed relaxed build is: TurboFan at once (Node 20's Liftoff gets it wrong). */
 function compile(file: string): WebAssembly.Module {
-  v8.setFlagsFromString('--no-liftoff');
-  v8.setFlagsFromString('--no-wasm-lazy-compilation');
-  try {
-    return new WebAssembly.Module(readFileSync(file));
-  } finally {
-    v8.setFlagsFromString('--liftoff');
-    v8.setFlagsFromString('--wasm-lazy-compilation');
-  }
+  const module = compileRelaxed(new Uint8Array(readFileSync(file)));
+  if (!module) throw new Error(`${file} is not a relaxed build this Node runs`);
+  return module;
 }
 
 const runtime = await nodeRuntime('kernels');

@@ -11,8 +11,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import v8 from 'node:v8';
-import { edgeKernelsModule } from '../../src/backends/edge-kernels-node.js';
+import { compileRelaxed, edgeKernelsModule } from '../../src/backends/edge-kernels-node.js';
 import { instantiateKernels, type KernelExports } from '../../src/engine/runners/wasm/edge-kernels.js';
 import type { LinearMemory } from '../../src/engine/runners/wasm/linear-memory.js';
 import { createBandwidthMeter } from './roofline.js';
@@ -53,17 +52,11 @@ function build(which: 'relaxed' | 'baseline'): Promise<Built> {
   return instantiateKernels(edgeKernelsModule(which));
 }
 
-/** Another relaxed build from `file`, compiled as edgeKernelsModule compiles the relaxed one (TurboFan, no lazy tiers). */
+/** Another relaxed build from `file`, compiled as the committed one is (TurboFan at once). */
 function buildFile(file: string): Promise<Built> {
-  edgeKernelsModule('relaxed'); // sets the flag that lets V8 read relaxed SIMD
-  v8.setFlagsFromString('--no-liftoff');
-  v8.setFlagsFromString('--no-wasm-lazy-compilation');
-  try {
-    return instantiateKernels(new WebAssembly.Module(readFileSync(file)));
-  } finally {
-    v8.setFlagsFromString('--liftoff');
-    v8.setFlagsFromString('--wasm-lazy-compilation');
-  }
+  const module = compileRelaxed(new Uint8Array(readFileSync(file)));
+  if (!module) throw new Error(`${file} is not a relaxed build this Node runs`);
+  return instantiateKernels(module);
 }
 
 /** A random matrix of `form` in memory: its qmat header, and its bytes. */
