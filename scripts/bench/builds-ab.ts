@@ -3,13 +3,13 @@
 // (default 7). Prints each build's best tok/s and the median of B ÷ A by pair; A against itself is the control.
 //
 //   tsx scripts/bench/builds-ab.ts A.wasm B.wasm      (env DTYPE=q4|int8, N=7)
-import { readFileSync } from 'node:fs';
-import { compileRelaxed } from '../../src/backends/edge-kernels-node.js';
 import { Engine } from '../../src/engine/engine.js';
 import type { ModelDtype } from '../../src/engine/model/model-files.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { nodeRuntime } from '../lib/runtimes.js';
 import { ensureBenchModels, modelDir } from './models.js';
+import { relaxedBuildFile } from './products.js';
+import { cpuSeconds } from './stats.js';
 
 const [a, b] = process.argv.slice(2);
 if (!a || !b) {
@@ -19,27 +19,17 @@ if (!a || !b) {
 const dtype = (process.env.DTYPE ?? 'q4') as ModelDtype;
 const pairs = Number(process.env.N ?? 7);
 ensureBenchModels([{ model: 'bench-135m', dtype }]);
-/** Compiled as the committed relaxed build is: TurboFan at once (Node 20's Liftoff gets it wrong). */
-function compile(file: string): WebAssembly.Module {
-  const module = compileRelaxed(new Uint8Array(readFileSync(file)));
-  if (!module) throw new Error(`${file} is not a relaxed build this Node runs`);
-  return module;
-}
 
 const runtime = await nodeRuntime('kernels');
 const engines = await Promise.all(
   [a, b].map((file) =>
     Engine.load(
-      { ...runtime, kernels: compile(file), kernels8Bit: undefined },
+      { ...runtime, kernels: relaxedBuildFile(file), kernels8Bit: undefined },
       directorySource(modelDir('bench-135m')),
       { dtype, kvCacheBytes: 64 * 2 ** 20 },
     ),
   ),
 );
-const cpuSeconds = () => {
-  const u = process.cpuUsage();
-  return (u.user + u.system) / 1e6;
-};
 async function tokensPerSecond(engine: Engine, n: number): Promise<number> {
   const t0 = cpuSeconds();
   let tokens = 0;

@@ -5,7 +5,7 @@
 // timings of enough calls to pass ~30 ms each, builds interleaved. A streaming read of 1 GiB in the same process
 // gives the bandwidth roofline: what the weight bytes a product reads would allow at that rate.
 //
-// With --variant FILE (another relaxed build, an attempt), its 4-bit rows are measured beside the committed build's.
+// With --variant FILE (another relaxed build, an attempt), its relaxed-build rows are measured beside the committed ones.
 //
 //   tsx scripts/bench/products.ts [--reps N] [--rows 1,4,16] [--variant FILE] [--json FILE]
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -15,6 +15,7 @@ import { compileRelaxed, edgeKernelsModule } from '../../src/backends/edge-kerne
 import { instantiateKernels, type KernelExports } from '../../src/engine/runners/wasm/edge-kernels.js';
 import type { LinearMemory } from '../../src/engine/runners/wasm/linear-memory.js';
 import { createBandwidthMeter } from './roofline.js';
+import { cpuSeconds } from './stats.js';
 
 /** kernels/quant.h's forms. */
 const FORMS = {
@@ -53,10 +54,10 @@ function build(which: 'relaxed' | 'baseline'): Promise<Built> {
 }
 
 /** Another relaxed build from `file`, compiled as the committed one is (TurboFan at once). */
-function buildFile(file: string): Promise<Built> {
+export function relaxedBuildFile(file: string): WebAssembly.Module {
   const module = compileRelaxed(new Uint8Array(readFileSync(file)));
   if (!module) throw new Error(`${file} is not a relaxed build this Node runs`);
-  return instantiateKernels(module);
+  return module;
 }
 
 /** A random matrix of `form` in memory: its qmat header, and its bytes. */
@@ -76,11 +77,6 @@ function matrix(b: Built, form: Form, k: number, n: number): { header: number; b
   return { header, bytes: n * blocks * f.bytesPerBlock + groups * blocks * 4 * 5 };
 }
 
-function cpuMs(): number {
-  const u = process.cpuUsage();
-  return (u.user + u.system) / 1000;
-}
-
 function measure(b: Built, form: Form, k: number, n: number, rows: number, reps: number): ProductRow {
   const blocks = k / 32;
   const { header, bytes } = matrix(b, form, k, n);
@@ -96,24 +92,23 @@ function measure(b: Built, form: Form, k: number, n: number, rows: number, reps:
   // Calls per timing: enough for ~30 ms.
   let calls = 1;
   for (;;) {
-    const t0 = cpuMs();
+    const t0 = cpuSeconds();
     for (let i = 0; i < calls; i++) call();
-    if (cpuMs() - t0 > 30) break;
+    if (cpuSeconds() - t0 > 0.03) break;
     calls *= 2;
   }
-  let best = Number.POSITIVE_INFINITY;
+  let seconds = Number.POSITIVE_INFINITY;
   for (let r = 0; r < reps; r++) {
-    const t0 = cpuMs();
+    const t0 = cpuSeconds();
     for (let i = 0; i < calls; i++) call();
-    best = Math.min(best, (cpuMs() - t0) / calls);
+    seconds = Math.min(seconds, (cpuSeconds() - t0) / calls);
   }
-  const seconds = best / 1000;
   return { form, k, n, rows, gmacs: (rows * k * n) / seconds / 1e9, weightGBs: bytes / seconds / 1e9 };
 }
 
 export async function benchProducts(rowCounts: number[], reps: number, log: (s: string) => void, variant?: string) {
   const builds = { relaxed: await build('relaxed'), baseline: await build('baseline') };
-  const other = variant ? await buildFile(variant) : undefined;
+  const other = variant ? await instantiateKernels(relaxedBuildFile(variant)) : undefined;
   const out: ProductRow[] = [];
   const report = (row: ProductRow) => {
     out.push(row);

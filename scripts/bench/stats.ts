@@ -39,3 +39,9 @@ export class Samples {
 }
 
 export const round = (x: number, digits = 2): number => (Number.isFinite(x) ? Number(x.toFixed(digits)) : x);
+
+/** This process's CPU seconds so far (user and system): a shared VM's steal is not counted, as wall time would. */
+export function cpuSeconds(): number {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1e6;
+}

@@ -91,7 +91,9 @@ export class StagedRunner implements ModelRunner {
     for (const { kv, tokens } of rows) kv.checkWritable(tokens.length);
     const passRows = kernelRows(rows);
     // The head's kernels run the ends, which no adapter changes: its rows carry none (nothing placed in its memory).
-    const headRows = passRows.map(({ variant: _adapter, ...row }) => row);
+    const headRows = passRows.some((r) => r.variant !== undefined)
+      ? passRows.map(({ variant: _adapter, ...row }) => row)
+      : passRows;
     const H = this.config.hiddenSize;
     const lost: LostStages = new Map();
     const ids = rows.flatMap((r) => r.tokens);
