@@ -16,6 +16,7 @@ import { answerHelp } from './lib/help.js';
 const USAGE = `usage: npm run gpu-host -- --model <folder> [--port 8790] [--hostname 127.0.0.1] [--name <model id>]
   [--backend auto|cpu|wasm|kernels|ort-wasm|webgpu] [--dtype fp32|q4|gguf|...] [--max-batch 16] [--max-tokens-per-step 512]
   [--secret S] (or GPU_HOST_SECRET in the environment: every call must carry it)
+  [--adapter-cache-mb N] (LoRA adapters under the folder's adapters/ kept at once; default 16 where it has any)
   --model is a folder, or a name under ./models; objects reach the host as GPU_HOST_URL with GPU_HOST_SECRET.`;
 
 answerHelp(USAGE);
@@ -31,6 +32,7 @@ const { values: args } = parseArgs({
     secret: { type: 'string' },
     'max-batch': { type: 'string', default: '16' },
     'max-tokens-per-step': { type: 'string', default: '512' },
+    'adapter-cache-mb': { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -48,6 +50,11 @@ if (!isNodeBackend(args.backend)) {
 }
 const models = fileURLToPath(new URL('../models', import.meta.url));
 const folder = existsSync(args.model) ? resolve(args.model) : join(models, args.model);
+const adapterMb = args['adapter-cache-mb'] === undefined ? undefined : Number(args['adapter-cache-mb']);
+if (adapterMb !== undefined && !(Number.isFinite(adapterMb) && adapterMb >= 0)) {
+  console.error(`gpu-host: --adapter-cache-mb must be a number of MiB >= 0, got ${args['adapter-cache-mb']}`);
+  process.exit(2);
+}
 const limits = resolveEngineLimits({
   maxBatchSize: Number(args['max-batch']),
   maxTokensPerStep: Number(args['max-tokens-per-step']),
@@ -58,11 +65,12 @@ try {
     name: args.name,
     dtype: args.dtype as ModelDtype | undefined,
     limits,
+    adapterCacheBytes: adapterMb === undefined ? undefined : Math.round(adapterMb * 2 ** 20),
   });
   const running = await serveGpuHost(model, { secret, port: Number(args.port), hostname: args.hostname });
   const { info } = model;
   console.error(
-    `gpu-host: serving ${info.model} (${model.dtype}) on ${running.url}: runner ${info.runner} on ${info.backend}${info.adapter ? `, adapter ${info.adapter}` : ''}`,
+    `gpu-host: serving ${info.model} (${model.dtype}) on ${running.url}: runner ${info.runner} on ${info.backend}${info.adapter ? `, adapter ${info.adapter}` : ''}${model.adapters?.capacityBytes ? `, LoRA adapters within ${model.adapters.capacityBytes / 2 ** 20} MiB` : ''}`,
   );
   for (const signal of ['SIGINT', 'SIGTERM'] as const)
     process.on(signal, () => void running.close().finally(() => process.exit(0)));

@@ -14,13 +14,7 @@ import { nodeRuntime } from '../scripts/lib/runtimes.js';
 import { parseImportArgs, runImportAsync } from '../scripts/model-import.js';
 import { DEFAULT_SEED } from '../scripts/model-make.js';
 import { presetGgufInput, writeLlamaGguf } from '../scripts/model/gguf-writer.js';
-import {
-  adapterConfig,
-  adapterTensors,
-  TEST_ADAPTERS,
-  writeTestAdapters,
-  type TestAdapter,
-} from '../scripts/model/lora-adapters.js';
+import { adapterConfig, adapterTensors, TEST_ADAPTERS, writeTestAdapters } from '../scripts/model/lora-adapters.js';
 import { PRESETS } from '../scripts/model/presets.js';
 import { writeSafetensors } from '../src/engine/adapters/safetensors.js';
 import type { LoraAdapter } from '../src/engine/adapters/lora-adapter.js';
@@ -31,42 +25,8 @@ import { directorySource } from '../src/sources/directory-source.js';
 import { modelDir } from './helpers/engines.js';
 import { ggufWeights } from './helpers/gguf-weights.js';
 import { LlamaReference, type LlamaConfig } from './reference/llama-reference.js';
-import { readOnnxWeights, type Tensor } from './reference/onnx-weights.js';
-
-const MODULE_WEIGHT: Record<string, string> = {
-  q_proj: 'self_attn.q_proj',
-  k_proj: 'self_attn.k_proj',
-  v_proj: 'self_attn.v_proj',
-  o_proj: 'self_attn.o_proj',
-  gate_proj: 'mlp.gate_proj',
-  up_proj: 'mlp.up_proj',
-  down_proj: 'mlp.down_proj',
-};
-
-/** The base weights (HF names, (in, out) as the reference reads them) with the adapter merged in, in float64 rounded once. */
-function merged(weights: Map<string, Tensor>, config: LlamaConfig, a: TestAdapter): Map<string, Tensor> {
-  const out = new Map(weights);
-  const tensors = adapterTensors(config as unknown as Record<string, number>, a);
-  const scale = a.rslora ? a.alpha / Math.sqrt(a.rank) : a.alpha / a.rank;
-  for (let layer = 0; layer < config.num_hidden_layers; layer++)
-    for (const m of a.modules) {
-      const name = `model.layers.${layer}.${MODULE_WEIGHT[m]}.weight`;
-      const w = weights.get(name)!;
-      const [K, N] = w.dims;
-      const key = `base_model.model.model.layers.${layer}.${MODULE_WEIGHT[m]}`;
-      const A = tensors.get(`${key}.lora_A.weight`)!.data; // (r, K)
-      const B = tensors.get(`${key}.lora_B.weight`)!.data; // (N, r)
-      const data = new Float32Array(w.data.length);
-      for (let i = 0; i < K; i++)
-        for (let o = 0; o < N; o++) {
-          let d = 0;
-          for (let j = 0; j < a.rank; j++) d += B[o * a.rank + j] * A[j * K + i];
-          data[i * N + o] = w.data[i * N + o] + scale * d;
-        }
-      out.set(name, { dims: w.dims, data });
-    }
-  return out;
-}
+import { readOnnxWeights } from './reference/onnx-weights.js';
+import { adapterPassLogits as passLogits, merged } from './helpers/lora-merge.js';
 
 const kernels = async (folder: string, options = {}) =>
   Engine.load(await nodeRuntime('kernels'), directorySource(folder), { kvCacheBytes: 2 << 20, ...options });
@@ -75,19 +35,6 @@ async function greedy(engine: Engine, prompt: string, steps: number, adapter?: L
   const stream = engine.generate({ prompt, max_tokens: steps, temperature: 0, ignore_eos: true }, { adapter });
   for await (const e of stream) if (e.type === 'done') return e.tokenIds;
   throw new Error('no done event');
-}
-
-/** Each row's last logits in one pass (row i with adapters[i]). */
-async function passLogits(engine: Engine, rows: { tokens: number[]; adapter?: LoraAdapter }[]): Promise<number[][]> {
-  const step = rows.map(({ tokens, adapter }) => {
-    const kv = engine.kv.create(undefined, adapter);
-    engine.kv.reserve(kv, tokens.length);
-    return { kv, tokens };
-  });
-  const logits = await engine.runner.forward(step);
-  const out = step.map((_r, i) => Array.from(logits.last(i)));
-  for (const r of step) engine.kv.free(r.kv);
-  return out;
 }
 
 const PROMPT = 'the adapter changes what follows';
@@ -298,7 +245,7 @@ describe('bad adapters are refused at load, naming the file and the reason', () 
       const err = (await ort.loadAdapter('qv-r8').catch((e: unknown) => e)) as InvalidRequestError;
       expect(err.code).toBe('unsupported_model');
       expect(err.message).toMatch(
-        /run on the kernels \(whole or on pipeline stages\) only; this model runs on onnxruntime/,
+        /run on the kernels \(whole or on pipeline stages\), the WGSL pass, and GPU hosts .*; this model runs on onnxruntime$/,
       );
     } finally {
       await ort.runner.release();

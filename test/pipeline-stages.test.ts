@@ -4,6 +4,7 @@
 // forks and restores; a stage that restarts loses its KV and the head recomputes, losing nothing else.
 import { describe, expect, it } from 'vitest';
 import { nodeRuntime } from '../scripts/lib/runtimes.js';
+import { InvalidRequestError } from '../src/engine/errors.js';
 import { Engine, type EngineOptions } from '../src/engine/engine.js';
 import { IsolateModels } from '../src/engine/runners/isolate-models.js';
 import { HEAD_SPAN, layerCosts, planStages } from '../src/engine/runners/stages/stage-plan.js';
@@ -557,7 +558,7 @@ describe('LoRA adapters on pipeline stages', () => {
     );
   });
 
-  it("a stage whose adapter files are not the head's refuses the pass, naming it; base requests go on", async () => {
+  it("a stage whose adapter files are not the head's refuses it when a request names it; the rest goes on", async () => {
     const altered = (): ModelSource => {
       const folder = directorySource(modelDir(LORA));
       return {
@@ -572,13 +573,17 @@ describe('LoRA adapters on pipeline stages', () => {
       };
     };
     const { engine } = await loraStages(altered);
-    const adapter = await engine.loadAdapter('qv-r8');
-    const stream = engine.generate({ ...requests[0], max_tokens: 4 }, { adapter });
-    await expect(
-      (async () => {
-        for await (const _event of stream);
-      })(),
-    ).rejects.toThrow(/adapter 'qv-r8': the stage's adapters\/qv-r8\/ is not the head's/);
+    // Refused when a request names it (each stage reads it then), before any pass carries it.
+    const refused = await engine.loadAdapter('qv-r8').catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(InvalidRequestError);
+    expect(refused).toMatchObject({ code: 'invalid_adapter', param: 'model' });
+    expect((refused as Error).message).toMatch(/adapter 'qv-r8': the stage's adapters\/qv-r8\/ is not the head's/);
+    // An adapter whose files are the same on every stage loads and runs.
+    const same = await engine.loadAdapter('attn-r12');
+    let done: number[] = [];
+    for await (const e of engine.generate({ ...requests[0], max_tokens: 4 }, { adapter: same }))
+      if (e.type === 'done') done = e.tokenIds;
+    expect(done).toHaveLength(4);
     expect(engine.stats().kv.used).toBe(0);
     expect((await collect(engine, requests[0])).done.tokenIds).toHaveLength(24);
   });

@@ -160,11 +160,15 @@ export class Engine {
       return Promise.reject(
         new InvalidRequestError(
           'model',
-          `'${name}' is a LoRA adapter, and adapters run on the kernels (whole or on pipeline stages) only; this model runs on ${this.runner.stats().host ? 'a GPU host' : this.runner.name}, where they are not supported yet`,
+          `'${name}' is a LoRA adapter, and adapters run on the kernels (whole or on pipeline stages), the WGSL pass, and GPU hosts running either with the adapter in their folder; this model runs on ${this.runner.stats().host ? `a GPU host (${this.runner.name}) that does not run them` : this.runner.name}`,
           'unsupported_model',
         ),
       );
-    return this.adapters.load(name);
+    return this.adapters.load(name).then(async (adapter) => {
+      // Its name and identity only: what crosses to a host or a stage (the arrays stay here).
+      await this.runner.prepareAdapter?.({ name: adapter.name, identity: adapter.identity });
+      return adapter;
+    });
   }
 
   /** Token ids the model can be asked to generate: those both the model and the tokenizer know. */

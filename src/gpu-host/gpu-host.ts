@@ -1,3 +1,5 @@
+import { heldAdapters, type AdapterCache } from '../engine/adapters/adapter-cache.js';
+import type { LoraAdapter } from '../engine/adapters/lora-adapter.js';
 import { resolveEngineLimits, type EngineLimits } from '../engine/defaults.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import { kvBytesPerToken, type ModelConfig } from '../engine/model/config.js';
@@ -13,6 +15,7 @@ import {
   HOST_PATHS,
   HOST_PROTOCOL,
   sameSecret,
+  type HostAdapter,
   type HostClose,
   type HostError,
   type HostInfo,
@@ -34,6 +37,11 @@ export interface HostModel {
   limits: EngineLimits;
   /** A runner for one more session, with a KV pool of its own. */
   runner(limits: EngineLimits): Promise<ModelRunner>;
+  /**
+   * The LoRA adapters of the model's folder (adapters/), read on first use: where the host's runner runs them and
+   * the host keeps a share for them (sessions then say they run adapters).
+   */
+  adapters?: AdapterCache;
 }
 
 export interface GpuHostOptions {
@@ -53,6 +61,8 @@ interface Session {
   lastUsed: number;
   maxBatchSize: number;
   maxTokensPerStep: number;
+  /** Whether its rows may name adapters: the runner runs them and the host keeps them (HostSession.adapters). */
+  adapters: boolean;
 }
 
 /** What the HTTP server sends back: a status and a frame, or an error in OpenAI's schema. */
@@ -63,11 +73,12 @@ export interface HostAnswer {
 }
 
 /** A sequence's view of its blocks as the object sent it: a runner reads blocks, length and writes after it. */
-function wireKv(blocks: number[], start: number): PagedSequenceKv {
+function wireKv(blocks: number[], start: number, variant: LoraAdapter | undefined): PagedSequenceKv {
   // The object's pool checked writability (it owns the bookkeeping); here there is nothing more to know.
   const kv = {
     length: start,
     blocks,
+    variant,
     hashes: [],
     advance(n: number) {
       kv.length += n;
@@ -76,6 +87,9 @@ function wireKv(blocks: number[], start: number): PagedSequenceKv {
   };
   return kv as unknown as PagedSequenceKv;
 }
+
+/** How the host's adapter refusals name both sides. */
+const ADAPTER_PARTS = { here: 'the GPU host', sender: 'the object', deploy: 'the host and the service' };
 
 class HostRefusal extends Error {
   constructor(
@@ -127,6 +141,9 @@ export class GpuHost {
           return ok(await this.pass(frame.header as HostPass, frame.parts));
         case HOST_PATHS.read:
           return ok(await this.read(frame.header as HostRead));
+        case HOST_PATHS.adapter:
+          await this.adapter(frame.header as HostAdapter);
+          return ok(encodeFrame({}));
         case HOST_PATHS.close:
           await this.close((frame.header as HostClose).epoch);
           return ok(encodeFrame({}));
@@ -184,6 +201,7 @@ export class GpuHost {
       throw err;
     }
     const epoch = crypto.randomUUID();
+    const adapters = model.adapters !== undefined;
     this.sessions.set(epoch, {
       epoch,
       runner,
@@ -192,6 +210,7 @@ export class GpuHost {
       lastUsed: Date.now(),
       maxBatchSize: limits.maxBatchSize,
       maxTokensPerStep: limits.maxTokensPerStep,
+      adapters,
     });
     const kvBytes = open.numBlocks * open.blockSize * kvBytesPerToken(model.config, open.kvDtype);
     return {
@@ -203,6 +222,7 @@ export class GpuHost {
       weightBytes: model.weightBytes,
       kvBytes,
       ...(runner.noPromptLogprobs ? { noPromptLogprobs: runner.noPromptLogprobs } : {}),
+      ...(adapters ? { adapters } : {}),
     };
   }
 
@@ -218,13 +238,20 @@ export class GpuHost {
     const tokens = asInt32(parts[0] ?? new Uint8Array());
     const { vocabSize: V } = this.model.config;
     checkPass(pass, tokens, parts, session, V);
+    // Read before the block commands apply: a refused adapter leaves the session's pool as it was.
+    const variants = await heldAdapters(
+      session.adapters ? this.model.adapters : undefined,
+      pass.rows.map((r) => r.adapter),
+      ADAPTER_PARTS,
+    );
+    if (!this.sessions.has(session.epoch)) return encodeFrame({ lost: true });
     for (const op of pass.ops)
       if (op.op === 'copy') session.memory.copyBlock(op.from, op.to);
       else session.memory.writeBlock(op.block, parts[op.part]);
     let at = 0;
-    const rows: StepRow[] = pass.rows.map((r) => {
+    const rows: StepRow[] = pass.rows.map((r, i) => {
       const row = {
-        kv: wireKv(r.blocks, r.start),
+        kv: wireKv(r.blocks, r.start, variants[i]),
         tokens: Array.from(tokens.subarray(at, at + r.count)),
         logits: r.logits,
       };
@@ -241,6 +268,12 @@ export class GpuHost {
         for (let j = r.count - r.logits; j < r.count; j++) out.set(logits.at(i, j), slot++ * V);
     });
     return encodeFrame({ lost: false, computeMs: performance.now() - t0 }, [out]);
+  }
+
+  private async adapter({ adapter }: HostAdapter): Promise<void> {
+    if (!(typeof adapter?.name === 'string' && typeof adapter.identity === 'string'))
+      throw new HostRefusal(400, 'an adapter is a name and an identity', 'invalid_value');
+    await heldAdapters(this.model.adapters, [adapter], ADAPTER_PARTS);
   }
 
   private async read(read: HostRead): Promise<Uint8Array> {
@@ -292,6 +325,8 @@ function checkPass(pass: HostPass, tokens: Int32Array, parts: Uint8Array[], s: S
       bad('a row needs a start >= 0 and a count >= 1');
     if (!Number.isSafeInteger(r.logits) || r.logits < 1 || r.logits > r.count) bad('a row asks for 1..count logits');
     if (!Array.isArray(r.blocks) || !r.blocks.every(block)) bad('a row names a block outside the pool');
+    if (r.adapter !== undefined && !(typeof r.adapter?.name === 'string' && typeof r.adapter.identity === 'string'))
+      bad("a row's adapter is a name and an identity");
     total += r.count;
   }
   if (total > s.maxTokensPerStep) bad(`a pass feeds at most ${s.maxTokensPerStep} tokens`);

@@ -16,12 +16,18 @@ import type { HostModel } from './gpu-host.js';
 export async function loadHostModel(
   runtime: EngineRuntime,
   folder: string,
-  options: { name?: string; dtype?: ModelDtype; limits: EngineLimits },
+  options: {
+    name?: string;
+    dtype?: ModelDtype;
+    limits: EngineLimits;
+    /** Bytes kept for the folder's LoRA adapters (default: ADAPTER_CACHE_DEFAULT_BYTES where it has any). */
+    adapterCacheBytes?: number;
+  },
 ): Promise<HostModel> {
   const loaded = await loadModel(
     runtime,
     directorySource(folder),
-    { dtype: options.dtype, dtypeOption: '--dtype', digest: true },
+    { dtype: options.dtype, dtypeOption: '--dtype', digest: true, adapterCacheBytes: options.adapterCacheBytes },
     options.limits,
   );
   const first = await loaded.takeRunner(options.limits);
@@ -39,6 +45,7 @@ export async function loadHostModel(
     digest: loaded.digest,
     weightBytes: loaded.weightBytes,
     limits: options.limits,
+    adapters: first.rowAdapters && loaded.adapters.capacityBytes > 0 ? loaded.adapters : undefined,
     runner: async (limits) => {
       const runner = spare ?? (await loaded.takeRunner(limits));
       spare = undefined;

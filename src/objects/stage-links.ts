@@ -1,4 +1,4 @@
-import type { StageLink } from '../engine/runners/stages/stage-protocol.js';
+import type { StageInfo, StageLink } from '../engine/runners/stages/stage-protocol.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import { modelName, type Env } from '../env.js';
 import type { StageObject } from './stage-object.js';
@@ -31,18 +31,19 @@ export function stageLinks(env: Env, stages: number, shard: string): StageLink[]
         'unsupported_model',
       );
     const stub = () => namespace.get(namespace.idFromName(name));
+    const refused = (r: { param: string; message: string; code: string }, what: string): never => {
+      throw new InvalidRequestError(r.param, `pipeline stage ${i + 1}${what}: ${r.message}`, r.code);
+    };
     return {
       open: async (open) => {
         const opened = await stub().open(open);
-        if ('refused' in opened) {
-          const { param, message, code } = opened.refused;
-          throw new InvalidRequestError(
-            param,
-            `pipeline stage ${i + 1} (layers ${open.span.from}..${open.span.to - 1}): ${message}`,
-            code,
-          );
-        }
-        return opened;
+        if ('refused' in opened) refused(opened.refused, ` (layers ${open.span.from}..${open.span.to - 1})`);
+        return opened as StageInfo;
+      },
+      adapter: async (read) => {
+        const reply = await stub().adapter(read);
+        if ('refused' in reply) refused(reply.refused, '');
+        return reply as { lost: boolean };
       },
       step: (step) => stub().step(step),
       read: (read) => stub().read(read),

@@ -2,6 +2,7 @@ import { DurableObject } from 'cloudflare:workers';
 import { isolateStages } from '../engine/runners/stages/isolate-stages.js';
 import { StageServer } from '../engine/runners/stages/stage-server.js';
 import type {
+  StageAdapterRead,
   StageEnds,
   StageEndsReply,
   StageInfo,
@@ -58,6 +59,19 @@ export class StageObject extends DurableObject<Env> {
 
   ends(ends: StageEnds): StageEndsReply {
     return this.server?.ends(ends) ?? { lost: true, epoch: undefined };
+  }
+
+  /** Reads an adapter for the head's request, or says why it cannot (as open does, a refusal crosses as data). */
+  async adapter(
+    read: StageAdapterRead,
+  ): Promise<{ lost: boolean } | { refused: { param: string; message: string; code: string } }> {
+    if (!this.server) return { lost: true };
+    try {
+      return await this.server.adapter(read);
+    } catch (err) {
+      if (!(err instanceof InvalidRequestError)) throw err;
+      return { refused: { param: err.param, message: err.message, code: err.code } };
+    }
   }
 
   epoch(): string | undefined {

@@ -2,7 +2,7 @@ import { InvalidRequestError } from '../errors.js';
 import type { ModelConfig } from '../model/config.js';
 import type { ModelSource } from '../model/model-files.js';
 import { mib, type FootprintPart } from '../runners/memory-budget.js';
-import { isAdapterName, loadLoraAdapter, type LoraAdapter } from './lora-adapter.js';
+import { isAdapterName, LoraAdapter, loadLoraAdapter } from './lora-adapter.js';
 
 /** The adapters' share as a part of a memory budget's sum (none where adapters are off). */
 export function adapterPart(bytes: number | undefined): FootprintPart[] {
@@ -121,4 +121,48 @@ export async function listAdapters(source: ModelSource): Promise<string[]> {
   } catch {
     return [];
   }
+}
+
+/**
+ * A row's adapter as the engine names it to what computes its pass elsewhere (a pipeline stage, a GPU host):
+ * that side reads it by name from its own folder and checks it is the same files (their SHA-256).
+ */
+export interface NamedAdapter {
+  name: string;
+  identity: string;
+}
+
+/** A row's `kv.variant` on the wire: its adapter's name and identity, or nothing for the base. */
+export function namedAdapter(variant: unknown): { adapter?: NamedAdapter } {
+  return variant instanceof LoraAdapter ? { adapter: { name: variant.name, identity: variant.identity } } : {};
+}
+
+/**
+ * Each row's adapter as `cache` holds it, read on first use; refused (InvalidRequestError) where this side keeps
+ * no adapters, or its files are not the sender's (a rollout half done). `parts` names both sides in the messages.
+ */
+export function heldAdapters(
+  cache: AdapterCache | undefined,
+  named: readonly (NamedAdapter | undefined)[],
+  parts: { here: string; sender: string; deploy: string },
+): Promise<(LoraAdapter | undefined)[]> {
+  return Promise.all(
+    named.map(async (adapter) => {
+      if (!adapter) return undefined;
+      if (!cache)
+        throw new InvalidRequestError(
+          'model',
+          `a row runs with adapter '${adapter.name}' but ${parts.here} keeps no adapters`,
+          'invalid_adapter',
+        );
+      const held = await cache.load(adapter.name);
+      if (held.identity !== adapter.identity)
+        throw new InvalidRequestError(
+          'model',
+          `adapter '${adapter.name}': ${parts.here}'s adapters/${adapter.name}/ is not ${parts.sender}'s (another SHA-256 of its files): deploy ${parts.deploy} with the same adapter files`,
+          'invalid_adapter',
+        );
+      return held;
+    }),
+  );
 }

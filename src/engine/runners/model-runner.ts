@@ -1,3 +1,4 @@
+import type { NamedAdapter } from '../adapters/adapter-cache.js';
 import type { KvDtype, KvShape } from '../kv/block-pool.js';
 import type { KvMemory } from '../kv/kv-memory.js';
 import type { PagedSequenceKv } from '../kv/paged-kv.js';
@@ -123,10 +124,17 @@ export interface ModelRunner {
   /** Whether its passes give the final-normed hidden states (StepLogits.hidden) that embeddings pool. */
   readonly givesHiddenStates?: boolean;
   /**
-   * True where each row may run with a LoRA adapter of its own (its sequence's `kv.variant`): the kernels, whole or on stages.
-   * Absent: adapters are refused when loaded (onnxruntime and the GPU pass do not run them yet).
+   * True where each row may run with a LoRA adapter of its own (its sequence's `kv.variant`): the kernels, whole or on
+   * stages, the WGSL pass, and a GPU host that says it runs them. Absent: adapters are refused when loaded
+   * (onnxruntime does not run them).
    */
   readonly rowAdapters?: boolean;
+  /**
+   * Where the passes run elsewhere (a GPU host, pipeline stages): has that side read `adapter` from its own folder
+   * now, so a refusal (missing, or not the same files) fails the request that names it, at load, instead of a later
+   * pass and every row in it. Absent where the runner computes here.
+   */
+  prepareAdapter?(adapter: NamedAdapter): Promise<void>;
   /**
    * The memory of the engine's block pool (once): where the runner reads and writes keys and values, block
    * ids being the pool's. Refuses (InvalidRequestError) a KV dtype it cannot compute with.

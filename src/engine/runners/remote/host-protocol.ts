@@ -1,3 +1,4 @@
+import type { NamedAdapter } from '../../adapters/adapter-cache.js';
 import type { EngineLimits } from '../../defaults.js';
 import type { KvDtype } from '../../kv/kv-dtype.js';
 import type { ModelDtype } from '../../model/model-files.js';
@@ -21,6 +22,7 @@ export const HOST_PATHS = {
   pass: '/v1/host/pass',
   read: '/v1/host/read',
   close: '/v1/host/close',
+  adapter: '/v1/host/adapter',
 } as const;
 
 /** The header carrying the shared secret (GPU_HOST_SECRET / --secret): `authorization: Bearer <secret>`. */
@@ -62,15 +64,23 @@ export interface HostSession extends HostInfo {
   kvBytes: number;
   /** Why the host's runner gives no logits at every position (prompt logprobs), where it cannot. */
   noPromptLogprobs?: string;
+  /**
+   * Whether a row may name a LoRA adapter: the host's runner runs them and the host reads them from its model
+   * folder's adapters/ (its own cache). Absent from a host that cannot: the object refuses adapters by name.
+   */
+  adapters?: boolean;
 }
 
 /** A block operation the object's pool made: a copy-on-write copy, or a restored block's bytes (`part`: its index among the frame's parts). */
 export type HostOp = { op: 'copy'; from: number; to: number } | { op: 'write'; block: number; part: number };
 
-/** One pass: each row's block table, start, token count and the logits it wants; the tokens are part 0. */
+/**
+ * One pass: each row's block table, start, token count, the logits it wants and its adapter (by name and the
+ * SHA-256 of its files: the host reads it from its own folder); the tokens are part 0.
+ */
 export interface HostPass {
   epoch: string;
-  rows: { blocks: number[]; start: number; count: number; logits: number }[];
+  rows: { blocks: number[]; start: number; count: number; logits: number; adapter?: NamedAdapter }[];
   ops: HostOp[];
 }
 
@@ -79,6 +89,11 @@ export interface HostPass {
  * when the host does not know the epoch (it restarted, or dropped an idle session): its KV is gone.
  */
 export type HostPassReply = { lost: false; computeMs: number } | { lost: true };
+
+/** Read a LoRA adapter now (before a pass names it), by name, checked to be the object's files. */
+export interface HostAdapter {
+  adapter: NamedAdapter;
+}
 
 /** A block's bytes for the durable store (part 0 of the answer), or `lost`. */
 export interface HostRead {

@@ -1,3 +1,5 @@
+import { namedAdapter, type NamedAdapter } from '../../adapters/adapter-cache.js';
+import { InvalidRequestError } from '../../errors.js';
 import type { KvDtype, KvShape } from '../../kv/block-pool.js';
 import { storedBlockBytes, type KvMemory } from '../../kv/kv-memory.js';
 import type { ModelConfig } from '../../model/config.js';
@@ -18,6 +20,7 @@ import {
   HOST_PATHS,
   HOST_PROTOCOL,
   wantedLogits,
+  type HostAdapter,
   type HostInfo,
   type HostOp,
   type HostOpen,
@@ -79,6 +82,21 @@ export class RemoteRunner implements ModelRunner {
     return new RemoteRunner(config, link, full, await openSession(link, full));
   }
 
+  /** Rows may run with a LoRA adapter each where the host said it runs them (HostSession.adapters). */
+  get rowAdapters(): boolean {
+    return this.session?.adapters === true;
+  }
+
+  /** Has the host read the adapter now: one it cannot run is refused at load, naming it, not in a later pass. */
+  async prepareAdapter(adapter: NamedAdapter): Promise<void> {
+    try {
+      await this.link.post(HOST_PATHS.adapter, encodeFrame({ adapter } satisfies HostAdapter));
+    } catch (err) {
+      if (!(err instanceof InvalidRequestError)) throw err;
+      throw new InvalidRequestError('model', `adapter '${adapter.name}': ${err.message}`, 'invalid_adapter');
+    }
+  }
+
   /** The host's figures at open: the weights' digest (the durable KV store's identity) and the bytes it holds. */
   get opened(): HostSession | undefined {
     return this.session;
@@ -113,6 +131,7 @@ export class RemoteRunner implements ModelRunner {
       start: kv.length,
       count: tokens.length,
       logits: wantedLogits({ count: tokens.length, logits }),
+      ...namedAdapter(kv.variant),
     }));
     const tokens = Int32Array.from(rows.flatMap((r) => r.tokens));
     // The queued block commands go with this pass; any queued while it is out go with the next.

@@ -1,5 +1,6 @@
 import type { StageServer } from './stage-server.js';
 import type {
+  StageAdapterRead,
   StageEnds,
   StageEndsReply,
   StageInfo,
@@ -37,6 +38,10 @@ export class LocalStageLink implements StageLink {
 
   async ends(ends: StageEnds): Promise<StageEndsReply> {
     return structuredClone(this.server.ends(structuredClone(ends)));
+  }
+
+  async adapter(read: StageAdapterRead): Promise<{ lost: boolean }> {
+    return structuredClone(await this.server.adapter(structuredClone(read)));
   }
 
   async close(epoch: string): Promise<void> {

@@ -1,4 +1,4 @@
-import { LoraAdapter } from '../../adapters/lora-adapter.js';
+import { namedAdapter } from '../../adapters/adapter-cache.js';
 import type { KernelRow } from '../wasm/kernel-pass.js';
 import type { StageStep } from './stage-protocol.js';
 
@@ -36,7 +36,7 @@ export function microBatches(rows: readonly KernelRow[], count: number): MicroBa
         blocks: [...blocks],
         start,
         count: n,
-        ...(variant instanceof LoraAdapter ? { adapter: { name: variant.name, identity: variant.identity } } : {}),
+        ...namedAdapter(variant),
       })),
     });
   }

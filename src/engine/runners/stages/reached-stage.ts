@@ -1,5 +1,6 @@
 // The head's side of one pipeline stage: reaching it (connect, reconnect), the epoch it was opened at, deadlines on
 // every call, and telling a restarted stage (its KV gone) from a failed call. The staged runner drives the stages.
+import type { NamedAdapter } from '../../adapters/adapter-cache.js';
 import { InvalidRequestError } from '../../errors.js';
 import type { StageStats } from '../model-runner.js';
 import { RunnerUnavailableError } from '../runner-unavailable.js';
@@ -159,6 +160,12 @@ export class Stage implements KvStage {
     const epoch = await this.currentEpoch();
     const reply = await this.call(epoch, () => this.link.ends({ ...ends, epoch }));
     return reply.lost ? { lost: epoch } : reply.values;
+  }
+
+  /** Has the stage read `adapter` (its layers' part); a stage found restarted reads it with the pass that reloads it. */
+  async adapter(adapter: NamedAdapter): Promise<void> {
+    const epoch = await this.currentEpoch();
+    await this.call(epoch, () => this.link.adapter({ epoch, adapter }));
   }
 
   /**

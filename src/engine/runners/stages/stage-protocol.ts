@@ -1,4 +1,5 @@
 import type { EngineLimits } from '../../defaults.js';
+import type { NamedAdapter } from '../../adapters/adapter-cache.js';
 import type { KvDtype } from '../../kv/block-pool.js';
 import type { LayerSpan } from '../wasm/weights/llama-weights.js';
 import type { ModelDtype } from '../../model/model-files.js';
@@ -30,10 +31,10 @@ export interface StageOpen {
   adapterCacheBytes?: number;
 }
 
-/** A row's LoRA adapter as the head names it: the stage reads it by name and checks it is the head's (its files' hash). */
-export interface StageAdapter {
-  name: string;
-  identity: string;
+/** An adapter for the stage to read now, as the head's engine loads it for a request. */
+export interface StageAdapterRead {
+  epoch: string;
+  adapter: NamedAdapter;
 }
 
 /** A stage's answer to open: who it is now (a new epoch per load) and what it holds. */
@@ -59,7 +60,7 @@ export interface StageCommands {
 export interface StageStep extends StageCommands {
   /** The stage's epoch the head knows: a stage that is not that one (restarted) answers `lost`. */
   epoch: string;
-  rows: { blocks: number[]; start: number; count: number; adapter?: StageAdapter }[];
+  rows: { blocks: number[]; start: number; count: number; adapter?: NamedAdapter }[];
   /** (tokens, hidden) float32: every row's tokens end to end, entering the stage's first layer. */
   hidden: Float32Array;
 }
@@ -98,6 +99,11 @@ export interface StageLink {
   step(step: StageStep): Promise<StageReply>;
   read(read: StageRead): Promise<StageReadReply>;
   ends(ends: StageEnds): Promise<StageEndsReply>;
+  /**
+   * Has the stage read a row's adapter now (its layers' part), before a pass names it: `lost` where the stage is
+   * not `epoch`; refused (InvalidRequestError) where it keeps no adapters or its files are not the head's.
+   */
+  adapter(read: StageAdapterRead): Promise<{ lost: boolean }>;
   /** Who the stage is now (undefined: not open): after a failed call, whether it restarted or only failed. */
   epoch(): Promise<string | undefined>;
   /**

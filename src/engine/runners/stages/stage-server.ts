@@ -1,5 +1,4 @@
-import { AdapterCache, adapterPart, type AdapterCacheStats } from '../../adapters/adapter-cache.js';
-import type { LoraAdapter } from '../../adapters/lora-adapter.js';
+import { AdapterCache, adapterPart, heldAdapters, type AdapterCacheStats } from '../../adapters/adapter-cache.js';
 import { InvalidRequestError } from '../../errors.js';
 import { KernelModel } from '../wasm/kernel-model.js';
 import { KernelStageRunner } from '../wasm/kernel-stage-runner.js';
@@ -16,11 +15,15 @@ import type {
   StageEndsReply,
   StageInfo,
   StageOpen,
+  StageAdapterRead,
   StageRead,
   StageReadReply,
   StageReply,
   StageStep,
 } from './stage-protocol.js';
+
+/** How a stage's adapter refusals name both sides. */
+const ADAPTER_PARTS = { here: 'the stage', sender: 'the head', deploy: 'the stages and the head' };
 
 /** A stage's layers of a model, loaded once per isolate and shared by its stage objects (one per head shard). */
 export interface StageModel {
@@ -180,7 +183,13 @@ export class StageServer {
 
   private async stepInTurn(step: StageStep): Promise<StageReply> {
     const opened = this.current(step.epoch);
-    const variants = opened && (await this.rowAdapters(opened.adapters, step.rows));
+    const variants =
+      opened &&
+      (await heldAdapters(
+        opened.adapters,
+        step.rows.map((r) => r.adapter),
+        ADAPTER_PARTS,
+      ));
     // Closed or reopened while an adapter was read: the head's epoch is gone.
     const state = this.current(step.epoch);
     if (!state || !variants) return { lost: true, epoch: this.state?.epoch };
@@ -196,6 +205,18 @@ export class StageServer {
       computeMs,
       isolateBytes: this.host.isolate.models.countedBytes(),
     };
+  }
+
+  /** Reads an adapter's part for the head's request (a refusal is the request's), after the steps sent before. */
+  adapter(read: StageAdapterRead): Promise<{ lost: boolean }> {
+    const run = this.lastStep.then(async () => {
+      const opened = this.current(read.epoch);
+      if (!opened) return { lost: true };
+      await heldAdapters(opened.adapters, [read.adapter], ADAPTER_PARTS);
+      return { lost: false };
+    });
+    this.lastStep = run.catch(() => undefined);
+    return run;
   }
 
   read(read: StageRead): StageReadReply {
@@ -220,35 +241,6 @@ export class StageServer {
     if (!this.state || (epoch !== undefined && epoch !== this.state.epoch)) return;
     this.host.isolate.models.release(this.host.isolate.holder);
     this.state = undefined;
-  }
-
-  /**
-   * Each row's adapter as this stage holds it (its layers' part), read from the stage's folder on first use; one
-   * whose files are not the head's (a rollout half done) is refused, naming it.
-   */
-  private async rowAdapters(
-    cache: AdapterCache | undefined,
-    rows: StageStep['rows'],
-  ): Promise<(LoraAdapter | undefined)[]> {
-    return Promise.all(
-      rows.map(async ({ adapter }) => {
-        if (!adapter) return undefined;
-        if (!cache)
-          throw new InvalidRequestError(
-            'model',
-            `a row runs with adapter '${adapter.name}' but the stage was opened with no share for adapters`,
-            'invalid_adapter',
-          );
-        const held = await cache.load(adapter.name);
-        if (held.identity !== adapter.identity)
-          throw new InvalidRequestError(
-            'model',
-            `adapter '${adapter.name}': the stage's adapters/${adapter.name}/ is not the head's (another SHA-256 of its files): deploy the stages and the head with the same adapter files`,
-            'invalid_adapter',
-          );
-        return held;
-      }),
-    );
   }
 
   private current(epoch: string) {

@@ -1,3 +1,4 @@
+import type { NamedAdapter } from '../../adapters/adapter-cache.js';
 import type { KvDtype, KvShape } from '../../kv/block-pool.js';
 import { kernelRows, StaleLogitsError, type KernelRow } from '../wasm/kernel-pass.js';
 import type { KernelStageRunner } from '../wasm/kernel-stage-runner.js';
@@ -27,6 +28,11 @@ export class StagedRunner implements ModelRunner {
   readonly deviceSampling = undefined;
   /** A row's adapter changes only layers, which the stages hold: each applies its layers' part (StageStep rows). */
   readonly rowAdapters = true;
+
+  /** Has every stage read the adapter (its layers' part): a stage that cannot refuses the request naming it. */
+  async prepareAdapter(adapter: NamedAdapter): Promise<void> {
+    await Promise.all(this.stages.map((s) => s.adapter(adapter)));
+  }
   private readonly stages: Stage[];
   private released = false;
 

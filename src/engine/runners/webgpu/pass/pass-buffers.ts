@@ -1,3 +1,4 @@
+import { MAX_LORA_RANK } from '../../../adapters/lora-adapter.js';
 import type { ModelConfig } from '../../../model/config.js';
 import { BufferUsage } from '../usage.js';
 import { TOKEN_WORDS } from './wgsl-ops.js';
@@ -7,6 +8,18 @@ export interface PassCapacity {
   tokens: number;
   logitRows: number;
   tableEntries: number;
+  /** Whether it holds LoRA's buffers (made once a pass has adapter rows). */
+  lora: boolean;
+}
+
+/** Where a pass's LoRA updates are computed (wgsl-lora.ts): made only for a runner that has served an adapter. */
+export interface LoraBuffers {
+  /** (tokens, MAX_LORA_RANK): each token's x Aᵀ. */
+  u: GPUBuffer;
+  /** (tokens, widest projection): each token's delta of the projection about to run. */
+  d: GPUBuffer;
+  /** Each token's slot (0: the base), then per slot its adapter's id and a mask of its modules per layer. */
+  index: GPUBuffer;
 }
 
 /**
@@ -37,6 +50,7 @@ export class PassBuffers {
   readonly readback: GPUBuffer;
   /** Bound where a kernel's optional input is absent. */
   readonly dummy: GPUBuffer;
+  readonly lora: LoraBuffers | undefined;
   private readonly all: GPUBuffer[] = [];
 
   constructor(
@@ -72,12 +86,25 @@ export class PassBuffers {
     this.logits = make('logits', L * V);
     this.readback = make('logits readback', L * V, BufferUsage.MAP_READ | BufferUsage.COPY_DST);
     this.dummy = make('absent input', 4);
+    const widest = Math.max(numHeads * headDim, H, 2 * intermediateSize);
+    this.lora = capacity.lora
+      ? {
+          u: make('lora x A', M * MAX_LORA_RANK),
+          d: make('lora delta', M * widest),
+          index: make('lora index', M + L * (config.numLayers + 1)),
+        }
+      : undefined;
   }
 
   /** Whether a pass of this size fits. */
   holds(need: PassCapacity): boolean {
     const c = this.capacity;
-    return need.tokens <= c.tokens && need.logitRows <= c.logitRows && need.tableEntries <= c.tableEntries;
+    return (
+      need.tokens <= c.tokens &&
+      need.logitRows <= c.logitRows &&
+      need.tableEntries <= c.tableEntries &&
+      (c.lora || !need.lora)
+    );
   }
 
   destroy(): void {

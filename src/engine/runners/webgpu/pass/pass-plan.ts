@@ -1,3 +1,4 @@
+import { LORA_MODULES, type LoraModule } from '../../../adapters/lora-adapter.js';
 import type { ModelConfig } from '../../../model/config.js';
 import type { GpuKvPool } from '../gpu-kv-pool.js';
 import { BufferUsage } from '../usage.js';
@@ -7,12 +8,24 @@ import type { PassPipelines } from './pipelines.js';
 import { EPILOGUE, MATMUL_ROWS } from './wgsl-matmul.js';
 import { MAT_WORDS } from './wgsl-weights.js';
 
+/**
+ * A product LoRA may change: its layer, its input, and for each projection it computes (gate and up where they
+ * are stacked) the module's index in LORA_MODULES and where its delta lies in D's rows (stride, first column).
+ */
+export interface LoraSite {
+  layer: number;
+  x: GPUBuffer;
+  modules: { module: number; ldD: number; colOff: number; n: number; k: number }[];
+}
+
 /** One dispatch of a recorded pass: its grid from the pass's token count M and logit rows L. */
 export interface PlannedDispatch {
   label: string;
   pipeline: GPUComputePipeline;
   bindGroup: GPUBindGroup;
   grid(M: number, L: number): [number, number, number];
+  /** The adapters' updates to record before it (gpu-adapters.ts), where the pass has adapter rows. */
+  lora?: LoraSite;
 }
 
 /** Bytes between two dispatches' parameters in the uniform buffer (minUniformBufferOffsetAlignment at most). */
@@ -47,6 +60,7 @@ export function planPass(
     slot: number;
     buffers: GPUBuffer[];
     grid: PlannedDispatch['grid'];
+    lora?: LoraSite;
   }[] = [];
   const add = (
     label: string,
@@ -54,8 +68,9 @@ export function planPass(
     slotIndex: number,
     buffers: GPUBuffer[],
     grid: PlannedDispatch['grid'],
+    lora?: LoraSite,
   ): void => {
-    pending.push({ label, pipeline, slot: slotIndex, buffers, grid });
+    pending.push({ label, pipeline, slot: slotIndex, buffers, grid, lora });
   };
   const split = (n: number): [number, number] => {
     const x = Math.min(n, 65535);
@@ -71,20 +86,42 @@ export function planPass(
     aux?: GPUBuffer,
     rows: 'tokens' | 'logits' = 'tokens',
     stacked = false,
+    lora?: { layer: number; module: LoraModule },
   ): void => {
+    const first = lora ? LORA_MODULES.indexOf(lora.module) : -1;
     const s = slot((u) => {
       u.set(m.mat);
       u[MAT_WORDS] = mode;
       u[MAT_WORDS + 1] = mode === EPILOGUE.store && aux ? 1 : 0;
       u[MAT_WORDS + 2] = rows === 'logits' ? 1 : 0;
       u[MAT_WORDS + 3] = stacked ? 1 : 0;
+      u[MAT_WORDS + 4] = first + 1;
+      u[MAT_WORDS + 5] = lora?.layer ?? 0;
+      u[MAT_WORDS + 6] = config.numLayers;
     });
-    const [gx, gy] = split(stacked ? m.n / 2 : m.n);
-    add(label, p.matmul, s, [m.buffer, x, y, aux ?? b.dummy, b.step], (M, L) => [
-      gx,
-      gy,
-      Math.ceil((rows === 'logits' ? L : M) / MATMUL_ROWS),
-    ]);
+    const width = stacked ? m.n / 2 : m.n;
+    const [gx, gy] = split(width);
+    const site: LoraSite | undefined = lora && {
+      layer: lora.layer,
+      x,
+      modules: (stacked ? [0, 1] : [0]).map((c) => ({
+        module: first + c,
+        ldD: m.n,
+        colOff: c * width,
+        n: width,
+        k: m.k,
+      })),
+    };
+    const d = b.lora?.d ?? b.dummy;
+    const index = b.lora?.index ?? b.dummy;
+    add(
+      label,
+      p.matmul,
+      s,
+      [m.buffer, x, y, aux ?? b.dummy, b.step, d, index],
+      (M, L) => [gx, gy, Math.ceil((rows === 'logits' ? L : M) / MATMUL_ROWS)],
+      site,
+    );
   };
   const norm = (
     label: string,
@@ -128,9 +165,10 @@ export function planPass(
       u[5] = sliding ? slidingWindow!.size : 0;
     });
     norm(`${i} attn norm`, l.attnNorm, b.residual, b.h, H);
-    matmul(`${i} q`, l.q, b.h, b.q, EPILOGUE.store, l.bias?.q);
-    matmul(`${i} k`, l.k, b.h, b.k, EPILOGUE.store, l.bias?.k);
-    matmul(`${i} v`, l.v, b.h, b.v, EPILOGUE.store, l.bias?.v);
+    const site = (module: LoraModule) => ({ layer: i, module });
+    matmul(`${i} q`, l.q, b.h, b.q, EPILOGUE.store, l.bias?.q, 'tokens', false, site('q_proj'));
+    matmul(`${i} k`, l.k, b.h, b.k, EPILOGUE.store, l.bias?.k, 'tokens', false, site('k_proj'));
+    matmul(`${i} v`, l.v, b.h, b.v, EPILOGUE.store, l.bias?.v, 'tokens', false, site('v_proj'));
     if (l.qkNorm) {
       normInPlace(`${i} q norm`, l.qkNorm.q, b.q, numHeads);
       normInPlace(`${i} k norm`, l.qkNorm.k, b.k, numKvHeads);
@@ -150,19 +188,30 @@ export function planPass(
       (M) => [numHeads, M, 1],
     );
     if (l.postNorm) {
-      matmul(`${i} o`, l.o, b.ctx, b.out, EPILOGUE.store);
+      matmul(`${i} o`, l.o, b.ctx, b.out, EPILOGUE.store, undefined, 'tokens', false, site('o_proj'));
       norm(`${i} post-attention norm`, l.postNorm.attn, b.out, b.residual, H, { accumulate: true });
-    } else matmul(`${i} o`, l.o, b.ctx, b.residual, EPILOGUE.accumulate);
+    } else matmul(`${i} o`, l.o, b.ctx, b.residual, EPILOGUE.accumulate, undefined, 'tokens', false, site('o_proj'));
     norm(`${i} mlp norm`, l.mlpNorm, b.residual, b.h, H);
-    if (l.gateUp) matmul(`${i} gate and up`, l.gateUp, b.h, b.act, act, undefined, 'tokens', true);
+    if (l.gateUp) matmul(`${i} gate and up`, l.gateUp, b.h, b.act, act, undefined, 'tokens', true, site('gate_proj'));
     else if (l.gate && l.up) {
-      matmul(`${i} gate`, l.gate, b.h, b.gate, EPILOGUE.store);
-      matmul(`${i} up`, l.up, b.h, b.act, act, b.gate);
+      matmul(`${i} gate`, l.gate, b.h, b.gate, EPILOGUE.store, undefined, 'tokens', false, site('gate_proj'));
+      matmul(`${i} up`, l.up, b.h, b.act, act, b.gate, 'tokens', false, site('up_proj'));
     }
     if (l.postNorm) {
-      matmul(`${i} down`, l.down, b.act, b.out, EPILOGUE.store);
+      matmul(`${i} down`, l.down, b.act, b.out, EPILOGUE.store, undefined, 'tokens', false, site('down_proj'));
       norm(`${i} post-mlp norm`, l.postNorm.mlp, b.out, b.residual, H, { accumulate: true });
-    } else matmul(`${i} down`, l.down, b.act, b.residual, EPILOGUE.accumulate);
+    } else
+      matmul(
+        `${i} down`,
+        l.down,
+        b.act,
+        b.residual,
+        EPILOGUE.accumulate,
+        undefined,
+        'tokens',
+        false,
+        site('down_proj'),
+      );
   }
   norm('final norm', w.norm, b.residual, b.lastRows, H, { gather: true });
   matmul('lm head', w.lmHead, b.lastRows, b.logits, EPILOGUE.store, undefined, 'logits');
@@ -176,10 +225,11 @@ export function planPass(
   const all = new Uint8Array(uniforms.getMappedRange());
   for (const [i, s] of slots.entries()) all.set(new Uint8Array(s), i * SLOT);
   uniforms.unmap();
-  const dispatches = pending.map(({ label, pipeline, slot: s, buffers, grid }) => ({
+  const dispatches = pending.map(({ label, pipeline, slot: s, buffers, grid, lora }) => ({
     label,
     pipeline,
     grid,
+    lora,
     bindGroup: device.createBindGroup({
       label,
       layout: pipeline.getBindGroupLayout(0),

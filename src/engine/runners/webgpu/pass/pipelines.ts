@@ -1,4 +1,5 @@
 import { attentionWgsl } from './wgsl-attention.js';
+import { LORA_WGSL } from './wgsl-lora.js';
 import { matmulWgsl } from './wgsl-matmul.js';
 import { EMBED_WGSL, RMSNORM_WGSL, ropeKvWgsl } from './wgsl-ops.js';
 
@@ -12,6 +13,8 @@ export interface PassPipelines {
   embed: GPUComputePipeline;
   attention: GPUComputePipeline;
   attentionF16: GPUComputePipeline;
+  loraA: GPUComputePipeline;
+  loraB: GPUComputePipeline;
 }
 
 const sources = (subgroups: boolean) =>
@@ -24,6 +27,8 @@ const sources = (subgroups: boolean) =>
     embed: [EMBED_WGSL, 'main'],
     attention: [attentionWgsl(false), 'main'],
     attentionF16: [attentionWgsl(true), 'main'],
+    loraA: [LORA_WGSL, 'lora_a'],
+    loraB: [LORA_WGSL, 'lora_b'],
   }) satisfies Record<keyof PassPipelines, readonly [string, string]>;
 
 /**

@@ -50,6 +50,9 @@ const SUBGROUP_SUM = /* wgsl */ `
  * The epilogue fuses what follows a product in the kernels (kernel-runner.ts), in their float order:
  * + bias (Qwen2), the residual's += (o and down), act(gate) * up (SwiGLU and GeGLU): from the gate's
  * stored product, or, where W is [gate; up] stacked (`stacked`), from the workgroup's own two columns.
+ * LoRA (wgsl-lora.ts): where the pass has adapter rows (`S.loraSlots`), a token whose adapter changes this
+ * projection (`P.lora`, its module's index + 1, in `P.layer`) has its delta D added to the dot product before the
+ * epilogue, as the merged weights would have it; a base token's dot product is untouched.
  */
 export function matmulWgsl(subgroups: boolean): string {
   return /* wgsl */ `${subgroups ? 'enable subgroups;' : ''}
@@ -57,8 +60,9 @@ ${WEIGHT_WGSL}
 struct Params {
   mat: Mat,
   mode: u32, bias: u32, rows: u32, stacked: u32,
+  lora: u32, layer: u32, layers: u32,
 }
-struct Step { tokens: u32, logitRows: u32, _a: u32, _b: u32 }
+struct Step { tokens: u32, logitRows: u32, loraSlots: u32, _b: u32 }
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> W: array<u32>;
@@ -66,6 +70,8 @@ struct Step { tokens: u32, logitRows: u32, _a: u32, _b: u32 }
 @group(0) @binding(3) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(4) var<storage, read> A: array<f32>;
 @group(0) @binding(5) var<storage, read> S: Step;
+@group(0) @binding(6) var<storage, read> D: array<f32>;
+@group(0) @binding(7) var<storage, read> LI: array<u32>;
 
 const T: u32 = ${MATMUL_THREADS}u;
 const R: u32 = ${MATMUL_ROWS}u;
@@ -107,10 +113,19 @@ fn main(
   }
 ${subgroups ? SUBGROUP_SUM : TREE_SUM}
   for (var r = 0u; r < live; r++) {
-    let dot = red[r * T];
+    var dot = red[r * T];
+    var up = red[(R + r) * T];
     let at = (m0 + r) * N + n;
+    if (P.lora != 0u && S.loraSlots != 0u) {
+      let t = m0 + r;
+      let slot = LI[t];
+      if (slot != 0u) {
+        let mask = LI[S.tokens + (slot - 1u) * (P.layers + 1u) + 1u + P.layer];
+        if (((mask >> (P.lora - 1u)) & 1u) != 0u) { dot = dot + D[t * M.N + n]; }
+        if (P.stacked == 1u && ((mask >> P.lora) & 1u) != 0u) { up = up + D[t * M.N + n + N]; }
+      }
+    }
     if (P.stacked == 1u) {
-      let up = red[(R + r) * T];
       if (P.mode == 3u) {
         let u = (dot + 0.044715 * (dot * (dot * dot))) * (-2.0 * 0.7978845608028654);
         Y[at] = (dot / (1.0 + exp(u))) * up;

@@ -4,6 +4,7 @@ import type { ByteStream } from '../../../model/model-files.js';
 import type { MemoryBudget } from '../../memory-budget.js';
 import { KernelModel } from '../../wasm/kernel-model.js';
 import type { WgslKernels } from '../wgsl-kernels.js';
+import { GpuAdapterStore } from './gpu-adapters.js';
 import { uploadWeights, weightBuffers, type GpuWeights } from './gpu-weights.js';
 import { createPassPipelines, type PassPipelines } from './pipelines.js';
 
@@ -12,6 +13,9 @@ import { createPassPipelines, type PassPipelines } from './pipelines.js';
  * the pass's compiled kernels. Shared by every engine serving the model (a WgslRunner each, its own KV pool).
  */
 export class WgslModel {
+  /** LoRA adapters uploaded to the device, each once for every runner of the model. */
+  readonly adapters: GpuAdapterStore;
+
   private constructor(
     readonly device: GPUDevice,
     readonly config: ModelConfig,
@@ -19,7 +23,9 @@ export class WgslModel {
     readonly pipelines: PassPipelines,
     /** The sampling kernels (greedy.wgsl, sample.wgsl), where tokens are drawn on the device. */
     readonly sampling: WgslKernels | undefined,
-  ) {}
+  ) {
+    this.adapters = new GpuAdapterStore(device);
+  }
 
   /**
    * Reads a weights file with the kernels' loaders (GGUF's blocks repacked losslessly into kernels/quant.h's
@@ -47,5 +53,6 @@ export class WgslModel {
 
   destroy(): void {
     for (const b of weightBuffers(this.weights)) b.destroy();
+    this.adapters.destroy();
   }
 }

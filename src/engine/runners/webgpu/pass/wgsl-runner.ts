@@ -7,10 +7,14 @@ import type { DeviceDraw, DeviceSampling, ModelRunner, RunnerStats, StepLogits, 
 import { DeviceSampler } from '../device-sampler.js';
 import { GpuKvPool } from '../gpu-kv-pool.js';
 import { MAP_MODE_READ } from '../usage.js';
+import { RunnerAdapters } from './gpu-adapters.js';
 import { PassBuffers, type PassCapacity } from './pass-buffers.js';
 import { planPass, type PlannedDispatch } from './pass-plan.js';
 import { ropeTable, stepInputs, type StepInputs } from './step-inputs.js';
 import type { WgslModel } from './wgsl-model.js';
+
+/** The most workgroups along a grid's dimension every device allows (a LoRA kernel's tokens lie along one). */
+const MAX_GRID = 65535;
 
 /**
  * The model runner on our own WGSL forward pass (the GPU twin of kernels/: kernel-runner.ts computes the
@@ -21,13 +25,19 @@ import type { WgslModel } from './wgsl-model.js';
  *
  * Batch invariance: every kernel computes a token's values from that token's inputs alone, in a fixed
  * order (no reduction spans tokens), so a row's logits are the same bits alone or in any batch.
+ *
+ * LoRA: each row may run with an adapter of its own (its sequence's `kv.variant`); each adapter's update of a
+ * product is recorded just before it, over that adapter's tokens (gpu-adapters.ts, wgsl-lora.ts), and the
+ * product adds it to those tokens only: a base row's logits are the same bits beside adapter rows.
  */
 export class WgslRunner implements ModelRunner, DeviceSampling {
   readonly name = 'wgsl';
   /** The pool's bytes are what this pass wrote: not the kernels' (other float order), nor onnxruntime's. */
   readonly kvIdentity = 'wgsl';
   readonly noPromptLogprobs = 'the WGSL pass computes logits only for the positions a pass asks for';
+  readonly rowAdapters = true;
   readonly config: ModelConfig;
+  private readonly adapters: RunnerAdapters;
 
   private kv: GpuKvPool | undefined;
   private buffers: PassBuffers | undefined;
@@ -42,6 +52,7 @@ export class WgslRunner implements ModelRunner, DeviceSampling {
     private readonly limits: EngineLimits,
   ) {
     this.config = model.config;
+    this.adapters = new RunnerAdapters(model.device, model.adapters, model.pipelines, model.config.numLayers);
   }
 
   get deviceSampling(): DeviceSampling | undefined {
@@ -114,10 +125,17 @@ export class WgslRunner implements ModelRunner, DeviceSampling {
     for (const { kv: seq, tokens } of rows) seq.checkWritable(tokens.length);
     const { config } = this;
     const inputs = stepInputs(rows, config.vocabSize);
-    const b = this.ensure(inputs);
+    const lora = this.adapters.pass(
+      rows.map((r) => r.kv.variant),
+      inputs.counts,
+    );
+    if (lora && inputs.tokens > MAX_GRID)
+      throw new RangeError(`a pass with adapter rows feeds at most ${MAX_GRID} tokens, not ${inputs.tokens}`);
+    const b = this.ensure(inputs, lora !== undefined);
     const q = this.model.device.queue;
     const w = this.model.weights;
-    q.writeBuffer(b.step, 0, new Uint32Array([inputs.tokens, inputs.logitRows, 0, 0]));
+    q.writeBuffer(b.step, 0, new Uint32Array([inputs.tokens, inputs.logitRows, lora?.adapters.length ?? 0, 0]));
+    if (lora) q.writeBuffer(b.lora!.index, 0, lora.index);
     q.writeBuffer(b.tok, 0, inputs.tok);
     q.writeBuffer(b.tables, 0, inputs.tables);
     if (inputs.logitRows) q.writeBuffer(b.rowmap, 0, inputs.rowmap);
@@ -131,6 +149,14 @@ export class WgslRunner implements ModelRunner, DeviceSampling {
     let pipeline: GPUComputePipeline | undefined;
     const { dispatches } = this.plan!;
     for (const d of dispatches) {
+      if (lora && d.lora)
+        for (const u of this.adapters.before(d, lora.adapters, dispatches, b.lora!, b.step)) {
+          pass.setPipeline(u.pipeline);
+          pipeline = u.pipeline;
+          pass.setBindGroup(0, u.bindGroup);
+          const [x, y, z] = u.grid(inputs.tokens);
+          pass.dispatchWorkgroups(x, y, z);
+        }
       if (d.pipeline !== pipeline) {
         pipeline = d.pipeline;
         pass.setPipeline(pipeline);
@@ -179,11 +205,12 @@ export class WgslRunner implements ModelRunner, DeviceSampling {
   }
 
   /** Pass buffers that hold this step (made anew, larger, with the plan's bind groups, when they do not). */
-  private ensure(inputs: StepInputs): PassBuffers {
+  private ensure(inputs: StepInputs, lora: boolean): PassBuffers {
     const need: PassCapacity = {
       tokens: inputs.tokens,
       logitRows: inputs.logitRows,
       tableEntries: inputs.tableEntries,
+      lora,
     };
     if (this.buffers?.holds(need)) return this.buffers;
     const old = this.buffers?.capacity;
@@ -192,6 +219,8 @@ export class WgslRunner implements ModelRunner, DeviceSampling {
       tokens: grow(need.tokens, old?.tokens, Math.min(this.limits.maxTokensPerStep, 64)),
       logitRows: grow(need.logitRows, old?.logitRows, Math.min(this.limits.maxBatchSize, 16)),
       tableEntries: grow(need.tableEntries, old?.tableEntries, 256),
+      // Once a runner has served an adapter it keeps LoRA's buffers (binding them anew remakes the plan).
+      lora: lora || old?.lora === true,
     };
     this.buffers?.destroy();
     this.plan?.uniforms.destroy();
