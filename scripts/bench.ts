@@ -164,11 +164,18 @@ if (options.sections.includes('structured')) {
   ]);
 }
 if (options.sections.includes('embeddings')) {
-  // Vectors per second at batch 1 and 32 (edge kernels, one thread), 32-token inputs.
+  // Vectors per second at batch 1 and 32 (edge kernels, one thread), 32-token inputs: bench-135m beside transformers.js
+  // and onnxruntime-web at fp32, and Qwen3-Embedding-0.6B's shapes (GGUF Q8_0, as it is published).
   results.embeddings = [];
-  for (const dtype of ['fp32', 'q4'])
+  for (const [model, dtype] of [
+    ['bench-135m', 'fp32'],
+    ['bench-135m', 'q4'],
+    ['bench-qwen3-0.6b', 'Q8_0'],
+  ])
     results.embeddings.push(
       await runScriptChild<EmbeddingsBench>([], 'scripts/bench/embeddings.ts', [
+        '--model',
+        model,
         '--dtype',
         dtype,
         '--runs',

@@ -13,6 +13,7 @@ import { directorySource } from '../src/sources/directory-source.js';
 import { loadReference } from './reference/load-reference.js';
 import type { LlamaReference } from './reference/llama-reference.js';
 import { collect, loadEngine, modelDir, randomIds } from './helpers/engines.js';
+import { cosine } from '../scripts/bench/stats.js';
 
 const loadFolder = async (dir: string, options: EngineOptions = {}): Promise<Engine> =>
   Engine.load(await nodeRuntime('kernels'), directorySource(dir), options);
@@ -35,18 +36,6 @@ function referenceVector(ref: LlamaReference, ids: number[], mode: PoolingMode, 
   if (!normalize) return out;
   const norm = Math.sqrt(out.reduce((a, x) => a + x * x, 0));
   return out.map((x) => x / norm);
-}
-
-function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let ab = 0;
-  let aa = 0;
-  let bb = 0;
-  for (let i = 0; i < a.length; i++) {
-    ab += a[i] * b[i];
-    aa += a[i] * a[i];
-    bb += b[i] * b[i];
-  }
-  return ab / Math.sqrt(aa * bb);
 }
 
 /** A copy of models/tiny declaring sentence-transformers pooling (`mode`), with or without a Normalize module. */

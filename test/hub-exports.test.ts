@@ -19,6 +19,8 @@ import { DataType, encodeModel, toBytes, type ModelDef, type TensorData } from '
 import { llamaConfigJson, PRESETS, type PresetName } from '../scripts/model/presets.js';
 import { makeWeights, type WeightMap } from '../scripts/model/weights.js';
 import { nodeRuntime } from '../scripts/lib/runtimes.js';
+import { cosine } from '../scripts/bench/stats.js';
+import { embed } from '../src/engine/embeddings/embed.js';
 import { Engine } from '../src/engine/engine.js';
 import { fromHalf } from '../src/engine/model/half.js';
 import type { OnnxRunner } from '../src/engine/runners/ort/onnx-runner.js';
@@ -435,6 +437,45 @@ describe('model:make --export-style hub', () => {
     expect(
       readFileSync(join(a, 'onnx/model_quantized.onnx')).equals(readFileSync(join(a, 'onnx/model_int8.onnx'))),
     ).toBe(true);
+  });
+
+  it("task feature-extraction: last_hidden_state and no LM head, whose last position is our engine's embedding", async () => {
+    const ours = join(dir, 'features-ours');
+    const hub = join(dir, 'features-hub');
+    makeModel({ preset: 'tiny', outDir: ours });
+    makeModel({ preset: 'tiny', outDir: hub, hub: { dtypes: [], flavour: { task: 'feature-extraction' } } });
+    const ort = await import('onnxruntime-node');
+    const session = await ort.InferenceSession.create(join(hub, 'onnx/model.onnx'));
+    expect(session.outputNames.filter((n) => !n.startsWith('present.'))).toEqual(['last_hidden_state']);
+    const engine = await Engine.load(await nodeRuntime('kernels'), directorySource(ours), { dtype: 'fp32' });
+    try {
+      const ids = engine.tokenizer.encode('the vectors of one model, two ways');
+      const { numKvHeads, headDim, numLayers, hiddenSize: H } = engine.config;
+      const feeds: Record<string, InstanceType<typeof ort.Tensor>> = {
+        input_ids: new ort.Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]),
+        attention_mask: new ort.Tensor('int64', new BigInt64Array(ids.length).fill(1n), [1, ids.length]),
+        position_ids: new ort.Tensor(
+          'int64',
+          BigInt64Array.from(ids, (_id, i) => BigInt(i)),
+          [1, ids.length],
+        ),
+      };
+      for (let l = 0; l < numLayers; l++)
+        for (const kind of ['key', 'value'])
+          feeds[`past_key_values.${l}.${kind}`] = new ort.Tensor('float32', new Float32Array(0), [
+            1,
+            numKvHeads,
+            0,
+            headDim,
+          ]);
+      const states = (await session.run(feeds)).last_hidden_state.data as Float32Array;
+      const last = states.slice((ids.length - 1) * H, ids.length * H);
+      const mine = (await embed(engine, { prompt_ids: ids }, undefined)).embedding;
+      // onnxruntime's float32 sums in its own order: a cosine, not bits.
+      expect(cosine(mine, last)).toBeGreaterThan(0.99999);
+    } finally {
+      await engine.runner.release();
+    }
   });
 
   it('refuses hub options without --export-style hub, and bad settings, saying why', () => {

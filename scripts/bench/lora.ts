@@ -136,7 +136,7 @@ export function loraTable(b: LoraBench): string {
         `| ${r.dtype} | ${r.case} | ${r.batch} | ${r.base.median} | ${r.adapters.median} | ${r.costRatio.median.toFixed(2)}× (${r.costRatio.runs.map((x) => x.toFixed(2)).join(', ')}) |`,
     ),
     '',
-    '| adapter | rank | modules | memory (float32 A and B) |',
+    '| adapter | rank | modules | memory (A and B as float32, what ADAPTER_CACHE_MB counts) |',
     '|---|---|---|---|',
     ...b.memory.map((m) => `| ${m.name} | ${m.rank} | ${m.modules} | ${kib(m.bytes)} |`),
   ].join('\n');

@@ -245,14 +245,19 @@ export function markdownReport(r: BenchResults): string {
   if (r.embeddings?.length) {
     const e = r.embeddings[0];
     out.push(
-      `\n**Embeddings** (${e.model} on the ${e.runner} runner, one thread, ${e.tokens}-token inputs; vectors per second, median of ${e.perSecond['1'].runs.length} runs)\n`,
+      `\n**Embeddings** (our kernels, one thread, ${e.tokens}-token inputs; vectors per second, median of ${e.perSecond['1'].runs.length} runs; peers on the same weights and texts, ours ÷ theirs per run)\n`,
     );
-    out.push(
-      table(
-        ['dtype', 'batch 1', 'batch 32'],
-        r.embeddings.map((b) => [b.dtype, f(b.perSecond['1'].median, 1), f(b.perSecond['32'].median, 1)]),
-      ),
-    );
+    const rows = r.embeddings.flatMap((b) => [
+      [`${b.model} ${b.dtype}`, 'ours', f(b.perSecond['1'].median, 1), f(b.perSecond['32'].median, 1), ''],
+      ...(b.peers ?? []).map((p) => [
+        `${b.model} ${b.dtype}`,
+        p.name,
+        `${f(p.perSecond['1'].median, 1)} (${f(p.ratio['1'].median, 2)}×)`,
+        `${f(p.perSecond['32'].median, 1)} (${f(p.ratio['32'].median, 2)}×)`,
+        f(p.minCosine, 6),
+      ]),
+    ]);
+    out.push(table(['model', 'engine', 'batch 1', 'batch 32', 'least cosine to ours'], rows));
   }
   if (r.structured) {
     const st = r.structured;

@@ -45,3 +45,16 @@ export function cpuSeconds(): number {
   const u = process.cpuUsage();
   return (u.user + u.system) / 1e6;
 }
+
+/** The cosine of the angle between two vectors. */
+export function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let ab = 0;
+  let aa = 0;
+  let bb = 0;
+  for (let i = 0; i < a.length; i++) {
+    ab += a[i] * b[i];
+    aa += a[i] * a[i];
+    bb += b[i] * b[i];
+  }
+  return ab / Math.sqrt(aa * bb);
+}

@@ -3,7 +3,7 @@
 // the e2e and the bench serve (docs/models.md, "LoRA adapters").
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { writeSafetensors, type SafeTensor } from '../../src/engine/adapters/safetensors.js';
+import { roundTo, writeSafetensors, type SafeDtype, type SafeTensor } from '../../src/engine/adapters/safetensors.js';
 import { mulberry32 } from '../lib/mulberry32.js';
 
 export type TargetModule = 'q_proj' | 'k_proj' | 'v_proj' | 'o_proj' | 'gate_proj' | 'up_proj' | 'down_proj';
@@ -15,13 +15,23 @@ export interface TestAdapter {
   modules: readonly TargetModule[];
   rslora?: boolean;
   seed: number;
+  /** The file's element type (default F32); its values are the generator's rounded to it. */
+  dtype?: SafeDtype;
 }
 
-/** The adapters every `npm run models` base with adapters gets: ranks 4 to 16, attention, MLP, all, rsLoRA. */
+/** The adapters every `npm run models` base with adapters gets: ranks 4 to 16, attention, MLP, all, rsLoRA; F32, F16, BF16. */
 export const TEST_ADAPTERS: readonly TestAdapter[] = [
   { name: 'qv-r8', rank: 8, alpha: 16, modules: ['q_proj', 'v_proj'], seed: 11 },
-  { name: 'attn-r12', rank: 12, alpha: 12, modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj'], seed: 12 },
-  { name: 'mlp-r4-rs', rank: 4, alpha: 8, modules: ['gate_proj', 'up_proj', 'down_proj'], rslora: true, seed: 13 },
+  { name: 'attn-r12', rank: 12, alpha: 12, modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj'], seed: 12, dtype: 'F16' },
+  {
+    name: 'mlp-r4-rs',
+    rank: 4,
+    alpha: 8,
+    modules: ['gate_proj', 'up_proj', 'down_proj'],
+    rslora: true,
+    seed: 13,
+    dtype: 'BF16',
+  },
   {
     name: 'all-r16',
     rank: 16,
@@ -57,7 +67,10 @@ export function adapterTensors(config: Record<string, number>, a: TestAdapter): 
   const dims = moduleDims(config);
   const next = mulberry32(a.seed);
   const uniform = (n: number, bound: number): Float32Array =>
-    Float32Array.from({ length: n }, () => (next() * 2 - 1) * bound);
+    roundTo(
+      Float32Array.from({ length: n }, () => (next() * 2 - 1) * bound),
+      a.dtype ?? 'F32',
+    );
   const out = new Map<string, SafeTensor>();
   for (let layer = 0; layer < config.num_hidden_layers; layer++)
     for (const m of a.modules) {
@@ -94,7 +107,7 @@ export function writeTestAdapters(baseDir: string, baseModel: string, adapters =
     const dir = join(baseDir, 'adapters', a.name);
     mkdirSync(dir, { recursive: true });
     writeFileSync(join(dir, 'adapter_config.json'), `${JSON.stringify(adapterConfig(a, baseModel), null, 2)}\n`);
-    writeFileSync(join(dir, 'adapter_model.safetensors'), writeSafetensors(adapterTensors(config, a)));
+    writeFileSync(join(dir, 'adapter_model.safetensors'), writeSafetensors(adapterTensors(config, a), a.dtype));
   }
   writeFileSync(join(baseDir, 'adapters', 'index.json'), `${JSON.stringify(adapters.map((a) => a.name))}\n`);
 }

@@ -3,6 +3,7 @@
 // (test/webgpu/wgsl-lora.test.ts) compare against.
 import { adapterTensors, type TestAdapter } from '../../scripts/model/lora-adapters.js';
 import type { LoraAdapter } from '../../src/engine/adapters/lora-adapter.js';
+import { expect } from 'vitest';
 import type { Engine } from '../../src/engine/engine.js';
 import type { LlamaConfig } from '../reference/llama-reference.js';
 import type { Tensor } from '../reference/onnx-weights.js';
@@ -56,4 +57,32 @@ export async function adapterPassLogits(
   const out = step.map((_r, i) => Array.from(logits.last(i)));
   for (const r of step) engine.kv.free(r.kv);
   return out;
+}
+
+/**
+ * The mixed batch both runners are held to: base rows and rows of each adapter (`adapters`: rank 8 on q/v, attention,
+ * MLP, all seven) in one pass, each row's logits the same bits as the row alone; and an adapter moves its row.
+ */
+export async function expectMixedBatchExact(engine: Engine, adapters: readonly LoraAdapter[]): Promise<void> {
+  const [qv, attn, mlp, all] = adapters;
+  const p = (text: string) => engine.tokenizer.encode(text);
+  const rows = [
+    { tokens: p('a base row first') },
+    { tokens: p('an adapter row, longer than the first one'), adapter: qv },
+    { tokens: p('another adapter'), adapter: all },
+    { tokens: p('a base row again, last but one') },
+    { tokens: p('the same adapter as row two'), adapter: qv },
+    { tokens: p('attention and mlp'), adapter: attn },
+    { tokens: p('mlp only, rsLoRA'), adapter: mlp },
+  ];
+  const batched = await adapterPassLogits(engine, rows);
+  for (const [i, row] of rows.entries()) {
+    const [alone] = await adapterPassLogits(engine, [row]);
+    expect(batched[i], `row ${i}`).toEqual(alone);
+  }
+  // The adapter moved its rows: the same tokens without it give other logits.
+  for (const i of [1, 2]) {
+    const [bare] = await adapterPassLogits(engine, [{ tokens: rows[i].tokens }]);
+    expect(bare).not.toEqual(batched[i]);
+  }
 }

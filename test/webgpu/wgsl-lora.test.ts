@@ -28,7 +28,7 @@ import { directorySource } from '../../src/sources/directory-source.js';
 import type { EngineRuntime } from '../../src/engine/model/runtime.js';
 import { modelDir, relError } from '../helpers/engines.js';
 import { ggufWeights } from '../helpers/gguf-weights.js';
-import { adapterPassLogits, merged } from '../helpers/lora-merge.js';
+import { adapterPassLogits, expectMixedBatchExact, merged } from '../helpers/lora-merge.js';
 import { LlamaReference, type LlamaConfig } from '../reference/llama-reference.js';
 import { readOnnxWeights, type Tensor } from '../reference/onnx-weights.js';
 import { gpu, skipNote } from './gpu.js';
@@ -125,24 +125,7 @@ describe.skipIf(!gpu)(`LoRA adapters on the WGSL pass against the float64 refere
           expect(err).toBeLessThan(LOGIT_BOUND);
         }
 
-        const [qv, attn, mlp, all] = loaded;
-        const p = (text: string) => engine.tokenizer.encode(text);
-        const rows = [
-          { tokens: p('a base row first') },
-          { tokens: p('an adapter row, longer than the first one'), adapter: qv },
-          { tokens: p('another adapter'), adapter: all },
-          { tokens: p('a base row again, last but one') },
-          { tokens: p('the same adapter as row two'), adapter: qv },
-          { tokens: p('attention and mlp'), adapter: attn },
-          { tokens: p('mlp only, rsLoRA'), adapter: mlp },
-        ];
-        const batched = await adapterPassLogits(engine, rows);
-        for (const [i, row] of rows.entries()) {
-          const [alone] = await adapterPassLogits(engine, [row]);
-          expect(batched[i], `row ${i}`).toEqual(alone);
-        }
-        const [bare] = await adapterPassLogits(engine, [{ tokens: rows[2].tokens }]);
-        expect(bare).not.toEqual(batched[2]);
+        await expectMixedBatchExact(engine, loaded);
       } finally {
         await engine.runner.release();
       }

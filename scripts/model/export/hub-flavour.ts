@@ -37,6 +37,11 @@ export interface HubFlavour {
   rsqrt: 'div' | 'reciprocal';
   /** Norm weights under their parameter names, or folded as onnx::Mul_<n>. */
   normNames: 'param' | 'folded';
+  /**
+   * What the export is for: `text-generation` (LlamaForCausalLM: logits), or `feature-extraction` (LlamaModel, as
+   * optimum exports an embedding model: the final norm's output as `last_hidden_state`, no LM head).
+   */
+  task: 'text-generation' | 'feature-extraction';
 }
 
 export function hubFlavour(dtype: HubDtype, o: Partial<Omit<HubFlavour, 'dtype'>> = {}): HubFlavour {
@@ -50,6 +55,7 @@ export function hubFlavour(dtype: HubDtype, o: Partial<Omit<HubFlavour, 'dtype'>
     rope: 'folded',
     rsqrt: 'div',
     normNames: 'param',
+    task: 'text-generation',
     ...o,
   };
   if (![16, 32, 64, 128].includes(f.blockSize))

@@ -14,7 +14,8 @@
 //               it: MatMul(Mul(q, √scale), Mul(Transpose(k), √scale)), Add(mask), Softmax, MatMul(·, v);
 //               Transpose, Reshape (b, s, hidden), o_proj; Add(residual, ·)
 //   MLP         gate -> Sigmoid, Mul (SiLU) -> Mul(·, up) -> down; Add(residual, ·)
-//   output      final RMSNorm, lm_head MatMul over its own (hidden, vocab) copy -> logits
+//   output      final RMSNorm, lm_head MatMul over its own (hidden, vocab) copy -> logits; for feature-extraction
+//               (LlamaModel) the final RMSNorm's output as last_hidden_state, no lm_head
 // docs/models.md, "The hub's ONNX exports", says per dtype which node feeds which.
 import { int, ints } from '../graph-builder.js';
 import { DataType, type Dim, type ModelDef } from '../onnx-proto-writer.js';
@@ -98,7 +99,13 @@ export function buildHubLlamaModel(p: LlamaShape, w: WeightMap, flavour: HubFlav
   }
   const hf = rmsNorm(ctx, x, 'model.norm.weight', '/model/norm');
   const logitsShape: Dim[] = ['batch_size', 'sequence_length', p.vocabSize];
-  if (io === act) {
+  if (flavour.task === 'feature-extraction') {
+    const hiddenShape: Dim[] = ['batch_size', 'sequence_length', p.hiddenSize];
+    if (io === act) {
+      g.op('Identity', [hf], '/model', { out: 'last_hidden_state' });
+      g.output({ name: 'last_hidden_state', elemType: io, shape: hiddenShape });
+    } else graphOutput(hf, 'last_hidden_state', hiddenShape);
+  } else if (io === act) {
     ctx.ops.linear(hf, 'lm_head.weight', '/lm_head', 'logits');
     g.output({ name: 'logits', elemType: io, shape: logitsShape });
   } else graphOutput(ctx.ops.linear(hf, 'lm_head.weight', '/lm_head'), 'logits', logitsShape);

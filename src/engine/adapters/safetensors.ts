@@ -1,6 +1,9 @@
-import { fromHalf } from '../model/half.js';
+import { fromHalf, halfBits } from '../model/half.js';
 
-/** One tensor of a safetensors file, widened to float32 (F32, F16 and BF16 are what adapters are published in). */
+/** The element types adapters are published in. */
+export type SafeDtype = 'F32' | 'F16' | 'BF16';
+
+/** One tensor of a safetensors file, widened to float32 (exactly: F32, F16 and BF16 are what adapters are published in). */
 export interface SafeTensor {
   dims: number[];
   data: Float32Array;
@@ -63,13 +66,17 @@ function bf16(src: Uint16Array): Float32Array {
   return new Float32Array(bits.buffer);
 }
 
-/** Writes float32 tensors as a safetensors file (the test adapters' generator, and tests that break one). */
-export function writeSafetensors(tensors: ReadonlyMap<string, SafeTensor>, dtype: 'F32' = 'F32'): Uint8Array {
+/**
+ * Writes tensors as a safetensors file, each value rounded to `dtype` (the test adapters' generator, and tests that
+ * break one): F16 rounds to nearest even, BF16 truncates a value already representable (the generator's are).
+ */
+export function writeSafetensors(tensors: ReadonlyMap<string, SafeTensor>, dtype: SafeDtype = 'F32'): Uint8Array {
+  const size = BYTES[dtype];
   const header: Record<string, unknown> = {};
   let offset = 0;
   for (const [name, t] of tensors) {
-    header[name] = { dtype, shape: t.dims, data_offsets: [offset, offset + t.data.length * 4] };
-    offset += t.data.length * 4;
+    header[name] = { dtype, shape: t.dims, data_offsets: [offset, offset + t.data.length * size] };
+    offset += t.data.length * size;
   }
   let json = JSON.stringify(header);
   // Data aligned to 8 bytes, as the format's writers pad the header with spaces.
@@ -80,8 +87,21 @@ export function writeSafetensors(tensors: ReadonlyMap<string, SafeTensor>, dtype
   out.set(head, 8);
   let at = 8 + head.length;
   for (const t of tensors.values()) {
-    out.set(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength), at);
-    at += t.data.byteLength;
+    out.set(new Uint8Array(encode(t.data, dtype).buffer), at);
+    at += t.data.length * size;
   }
   return out;
+}
+
+function encode(data: Float32Array, dtype: SafeDtype): Float32Array | Uint16Array {
+  if (dtype === 'F32') return data.slice();
+  if (dtype === 'F16') return Uint16Array.from(data, halfBits);
+  return Uint16Array.from(new Uint32Array(data.slice().buffer), (bits) => bits >>> 16);
+}
+
+/** `data` as `dtype` stores it: what a reader of the written file gets back. */
+export function roundTo(data: Float32Array, dtype: SafeDtype): Float32Array {
+  if (dtype === 'F32') return data;
+  if (dtype === 'F16') return fromHalf(Uint16Array.from(data, halfBits));
+  return bf16(Uint16Array.from(new Uint32Array(data.slice().buffer), (bits) => bits >>> 16));
 }

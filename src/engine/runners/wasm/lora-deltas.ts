@@ -3,7 +3,7 @@ import type { KernelExports } from './edge-kernels.js';
 import type { LinearMemory } from './linear-memory.js';
 import { CHUNK } from './scratch-layout.js';
 
-/** An adapter's A and B placed in a model's linear memory: byte offsets per [layer][module], float32. */
+/** An adapter's A (rank, in) and Bᵀ (rank, out) placed in a model's linear memory: byte offsets per [layer][module], float32. */
 interface Placed {
   region: number;
   at: ({ a: number; b: number } | undefined)[][];
@@ -39,7 +39,9 @@ class AdapterPlaces {
         const a = offset;
         this.memory.f32(a, d.a.length).set(d.a);
         const b = a + d.a.byteLength;
-        this.memory.f32(b, d.b.length).set(d.b);
+        // B transposed, (rank, out): the second product streams along out (matmul_kn_f32), not rank-long dots.
+        const bt = this.memory.f32(b, d.b.length);
+        for (let o = 0; o < d.out; o++) for (let j = 0; j < d.rank; j++) bt[j * d.out + o] = d.b[o * d.rank + j];
         offset = b + d.b.byteLength;
         // Held once: the memory's copy is the one passes read (an adapter serves one model's memory).
         d.a = new Float32Array(0);
@@ -60,8 +62,8 @@ const places = new WeakMap<LinearMemory, AdapterPlaces>();
  * The LoRA updates of one kernels pass: each token's adapter (its row's, or none), and for a projection of a
  * chunk of tokens, `out += scale · (x Aᵀ) Bᵀ` for every token whose row runs with an adapter that changes it,
  * tokens grouped per adapter (Punica's and S-LoRA's grouping): each group's inputs gathered, then two float32
- * products on the kernels (matmul_nk_f32, whose every element is the same sum whatever the rows: batch invariant),
- * scaled, and each token's delta added to its row. A base row's output is never touched, so its logits are the same
+ * float32 products on the kernels (x Aᵀ with matmul_nk_f32, then with Bᵀ matmul_kn_f32: each element of both is
+ * the same sum whatever the rows, batch invariant), scaled, and each token's delta added to its row. A base row's output is never touched, so its logits are the same
  * bits alone and beside adapter rows; an adapter row's are the same alone and batched.
  */
 export class PassAdapters {
@@ -124,12 +126,17 @@ export class PassAdapters {
       const { rank, in: K, out: N } = adapter.deltas[layer][m]!;
       const { a, b } = this.placed.get(adapter)!.at[layer][m]!;
       const rows = tokens.length;
-      for (const [g, local] of tokens.entries())
-        bytes.copyWithin(s.x + g * K * 4, x + local * K * 4, x + (local + 1) * K * 4);
-      k.matmul_nk_f32(s.u, s.x, a, rows, K, rank); // (rows, rank) = x Aᵀ
+      // A run of consecutive tokens (a row's, or the whole pass at batch 1) is read and added to in place.
+      const first = tokens[0];
+      const run = tokens[rows - 1] === first + rows - 1;
+      if (!run)
+        for (const [g, local] of tokens.entries())
+          bytes.copyWithin(s.x + g * K * 4, x + local * K * 4, x + (local + 1) * K * 4);
+      k.matmul_nk_f32(s.u, run ? x + first * K * 4 : s.x, a, rows, K, rank); // (rows, rank) = x Aᵀ
       k.scale_inplace(s.u, adapter.scale, rows * rank);
-      k.matmul_nk_f32(s.d, s.u, b, rows, rank, N); // (rows, out) = u Bᵀ
-      for (const [g, local] of tokens.entries()) k.add_inplace(out + local * N * 4, s.d + g * N * 4, N);
+      k.matmul_kn_f32(s.d, s.u, b, rows, rank, N); // (rows, out) = u Bᵀ, B held as (rank, out)
+      if (run) k.add_inplace(out + first * N * 4, s.d, rows * N);
+      else for (const [g, local] of tokens.entries()) k.add_inplace(out + local * N * 4, s.d + g * N * 4, N);
     }
   }
 }
