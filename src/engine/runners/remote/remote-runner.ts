@@ -60,6 +60,8 @@ export class RemoteRunner implements ModelRunner {
   private writes: Uint8Array[] = [];
   private lossesInARow = 0;
   private released = false;
+  /** Adapters the host has read (by identity): asked once, not on every request that names one. */
+  private readonly prepared = new Set<string>();
   private readonly counters = { passes: 0, passMs: 0, computeMs: 0, reconnects: 0, failures: 0 };
 
   private constructor(
@@ -89,12 +91,14 @@ export class RemoteRunner implements ModelRunner {
 
   /** Has the host read the adapter now: one it cannot run is refused at load, naming it, not in a later pass. */
   async prepareAdapter(adapter: NamedAdapter): Promise<void> {
+    if (this.prepared.has(adapter.identity)) return;
     try {
       await this.link.post(HOST_PATHS.adapter, encodeFrame({ adapter } satisfies HostAdapter));
     } catch (err) {
       if (!(err instanceof InvalidRequestError)) throw err;
       throw new InvalidRequestError('model', `adapter '${adapter.name}': ${err.message}`, 'invalid_adapter');
     }
+    this.prepared.add(adapter.identity);
   }
 
   /** The host's figures at open: the weights' digest (the durable KV store's identity) and the bytes it holds. */

@@ -29,16 +29,22 @@ export class StagedRunner implements ModelRunner {
   /** A row's adapter changes only layers, which the stages hold: each applies its layers' part (StageStep rows). */
   readonly rowAdapters = true;
 
-  /** Has every stage read the adapter (its layers' part): a stage that cannot refuses the request naming it. */
-  async prepareAdapter(adapter: NamedAdapter): Promise<void> {
-    await Promise.all(this.stages.map((s) => s.adapter(adapter)));
-  }
+  /** Adapters every stage has read (by identity): asked once, not on every request that names one. */
+  private readonly prepared = new Set<string>();
+
   private readonly stages: Stage[];
   private released = false;
 
   /** The stages holding rows of the vocabulary, where the head holds none. */
   private readonly vocabStages: Stage[];
   readonly noPromptLogprobs?: string;
+
+  /** Has every stage read the adapter (its layers' part): a stage that cannot refuses the request naming it. */
+  async prepareAdapter(adapter: NamedAdapter): Promise<void> {
+    if (this.prepared.has(adapter.identity)) return;
+    await Promise.all(this.stages.map((s) => s.adapter(adapter)));
+    this.prepared.add(adapter.identity);
+  }
 
   private constructor(
     readonly config: ModelConfig,

@@ -1,7 +1,7 @@
 import { LORA_MODULES, LoraAdapter } from '../../../adapters/lora-adapter.js';
 import { BufferUsage } from '../usage.js';
 import type { LoraBuffers } from './pass-buffers.js';
-import type { LoraSite, PlannedDispatch } from './pass-plan.js';
+import { SLOT, type LoraSite, type PlannedDispatch } from './pass-plan.js';
 import type { PassPipelines } from './pipelines.js';
 import { LORA_PARAM_WORDS, LORA_THREADS } from './wgsl-lora.js';
 
@@ -100,7 +100,6 @@ class AdapterDispatches {
     for (const dispatch of plan)
       for (const m of dispatch.lora?.modules ?? [])
         if (adapter.deltas[dispatch.lora!.layer]?.[m.module]) sites.push({ dispatch, site: dispatch.lora!, m });
-    const SLOT = 256;
     this.uniforms = device.createBuffer({
       label: `lora ${adapter.name} params`,
       size: Math.max(1, sites.length) * SLOT,

@@ -28,8 +28,8 @@ export interface PlannedDispatch {
   lora?: LoraSite;
 }
 
-/** Bytes between two dispatches' parameters in the uniform buffer (minUniformBufferOffsetAlignment at most). */
-const SLOT = 256;
+/** Bytes between two dispatches' parameters in a uniform buffer (minUniformBufferOffsetAlignment at most). */
+export const SLOT = 256;
 
 /**
  * A model's whole step as a fixed list of dispatches over fixed buffers: every bind group and every
