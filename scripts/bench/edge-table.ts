@@ -1,5 +1,5 @@
 import { describeIsolateMemory } from '../lib/isolate-memory.js';
-import type { EdgeBench } from './edge.js';
+import type { EdgeBench, EdgeFigures } from './edge.js';
 import type { EdgeMemoryBench } from './edge-memory.js';
 
 // The edge sections' tables, apart from the benches themselves (which start wrangler dev).
@@ -7,15 +7,25 @@ import type { EdgeMemoryBench } from './edge-memory.js';
 export function edgeTable(e: EdgeBench): string {
   const f = (x: number, d = 1): string => x.toFixed(d);
   const runs = (xs: readonly number[], d = 1): string => xs.map((x) => x.toFixed(d)).join(', ');
+  const rows = (r: EdgeFigures, when: string) => [
+    `| batch 1, decode tok/s${when} | ${f(r.batch1.service.median)} | ${f(r.batch1.node.median)} | ${f(r.batch1.ratio.median, 2)}× | ${runs(r.batch1.ratio.runs, 2)} |`,
+    `| batch 1, time to first token (ms)${when} | ${f(r.batch1.serviceTtftMs.median, 0)} | ${f(r.batch1.nodeTtftMs.median, 0)} | | |`,
+    `| ${r.streams.count} streams, aggregate tok/s${when} | ${f(r.streams.service.median)} | ${f(r.streams.node.median)} | ${f(r.streams.ratio.median, 2)}× | ${runs(r.streams.ratio.runs, 2)} |`,
+    `| ${r.streams.count} streams over HTTP ÷ Node batch 1${when} | | | ${f(r.streams.serviceVsNodeBatch1.median, 2)}× | ${runs(r.streams.serviceVsNodeBatch1.runs, 2)} |`,
+  ];
   return [
     `**The edge** (${e.model}; wrangler dev over HTTP against the same engine in Node, run by run)`,
     '',
     '| | workerd over HTTP | Node | ratio (median of runs) | runs (ratio) |',
     '|---|---:|---:|---:|---|',
-    `| batch 1, decode tok/s | ${f(e.batch1.service.median)} | ${f(e.batch1.node.median)} | ${f(e.batch1.ratio.median, 2)}× | ${runs(e.batch1.ratio.runs, 2)} |`,
-    `| batch 1, time to first token (ms) | ${f(e.batch1.serviceTtftMs.median, 0)} | ${f(e.batch1.nodeTtftMs.median, 0)} | | |`,
-    `| ${e.streams.count} streams, aggregate tok/s | ${f(e.streams.service.median)} | ${f(e.streams.node.median)} | ${f(e.streams.ratio.median, 2)}× | ${runs(e.streams.ratio.runs, 2)} |`,
-    `| ${e.streams.count} streams over HTTP ÷ Node batch 1 | | | ${f(e.streams.serviceVsNodeBatch1.median, 2)}× | ${runs(e.streams.serviceVsNodeBatch1.runs, 2)} |`,
+    ...rows(e, ''),
+    ...(e.busy ? rows(e.busy, ', other core busy') : []),
+    ...(e.busy
+      ? [
+          '',
+          `Other core busy: a second process streaming 512 MiB over and over (${f(e.busy.neighbourGBps.median)} GB/s meanwhile).`,
+        ]
+      : []),
   ].join('\n');
 }
 

@@ -3,6 +3,7 @@
 // same engine in this Node process (what `npm run generate` runs). Every ratio is taken run by run.
 //   batch 1:   one stream of `long` tokens: decode tok/s and time to first token
 //   streams:   `streams` concurrent streams of `short` tokens: aggregate tok/s
+// Each run measures both twice: on an idle machine, then with the other core streaming memory.
 //
 //   tsx scripts/bench/edge.ts [--runs N] [--json FILE]   (npm run bench: section edge)
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -12,19 +13,26 @@ import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Engine } from '../../src/engine/engine.js';
 import { directorySource } from '../../src/sources/directory-source.js';
+import { edgeTable } from './edge-table.js';
 import { startDevServer } from '../lib/dev-server.js';
 import { nodeRuntime } from '../lib/runtimes.js';
 import { uploadModel } from '../model-upload.js';
 import { promptIds } from './engine-runs.js';
 import { ensureBenchModels, modelDir } from './models.js';
 import { clients, streamOnce, type ClientRun } from './service.js';
-import { ratioByRun, sampled, type Sampled } from './stats.js';
+import { startBusyCore } from './busy-core.js';
+import { ratioByRun, Samples, sampled, type Sampled } from './stats.js';
 
-export interface EdgeBench {
-  model: string;
-  settings: Record<string, string>;
+export interface EdgeFigures {
   batch1: { service: Sampled; node: Sampled; ratio: Sampled; serviceTtftMs: Sampled; nodeTtftMs: Sampled };
   streams: { count: number; service: Sampled; node: Sampled; ratio: Sampled; serviceVsNodeBatch1: Sampled };
+}
+
+export interface EdgeBench extends EdgeFigures {
+  model: string;
+  settings: Record<string, string>;
+  /** The same runs with the other core streaming memory (busy-core.ts), and the GB/s it read meanwhile. */
+  busy?: EdgeFigures & { neighbourGBps: Sampled };
 }
 
 const SETTINGS = {
@@ -67,47 +75,41 @@ export async function runEdge(
       if (e.type === 'token' && completionTokens++ === 0) ttftMs = performance.now() - t0;
     return { ttftMs, completionTokens };
   };
-  const samples = new Map<string, number[]>();
-  const add = (k: string, v: number) => samples.set(k, [...(samples.get(k) ?? []), v]);
-  const get = (k: string) => samples.get(k) ?? [];
-  try {
-    // Run -1 warms both up (V8 tiers the kernels up on first use; workerd loads the model on the first request).
-    for (let run = -1; run < runs; run++) {
-      const seed = 500 + run;
-      const sides: [string, () => Promise<void>][] = [
-        [
-          'service',
-          async () => {
-            const one = await clients(1, () => streamOnce(server.url, promptIds(32, seed, 0, vocab), long));
-            const many = await clients(streams, (i) => streamOnce(server.url, promptIds(32, seed, i, vocab), short));
-            record('service', one, many);
-          },
-        ],
-        [
-          'node',
-          async () => {
-            const one = await clients(1, () => viaNode(promptIds(32, seed + 1, 0, vocab), long));
-            const many = await clients(streams, (i) => viaNode(promptIds(32, seed + 1, i, vocab), short));
-            record('node', one, many);
-          },
-        ],
-      ];
-      const record = (side: string, one: ClientRun, many: ClientRun) => {
-        if (run < 0) return;
-        add(`${side}:1`, one.tokPerS);
-        add(`${side}:ttft`, one.ttftMs);
-        add(`${side}:n`, many.tokPerS);
-      };
-      for (const [, f] of run % 2 ? [...sides].reverse() : sides) await f();
-      if (run >= 0)
-        log(
-          `edge: run ${run + 1}/${runs}: batch 1 ${get('service:1').at(-1)!.toFixed(1)} tok/s over HTTP, ${get('node:1').at(-1)!.toFixed(1)} in Node; ` +
-            `${streams} streams ${get('service:n').at(-1)!.toFixed(1)} (Node ${get('node:n').at(-1)!.toFixed(1)})`,
-        );
+  const samples = new Samples();
+  const busyCoreGBps: number[] = [];
+  /** Both sides of one run (in alternating order), their samples under `at` ('' idle, 'busy:'). */
+  const measureRun = async (run: number, at: string) => {
+    const seed = 500 + run;
+    const record = (side: string, one: ClientRun, many: ClientRun) => {
+      if (run < 0) return;
+      samples.add(`${at}${side}:1`, one.tokPerS);
+      samples.add(`${at}${side}:ttft`, one.ttftMs);
+      samples.add(`${at}${side}:n`, many.tokPerS);
+    };
+    const sides: (() => Promise<void>)[] = [
+      async () => {
+        const one = await clients(1, () => streamOnce(server.url, promptIds(32, seed, 0, vocab), long));
+        const many = await clients(streams, (i) => streamOnce(server.url, promptIds(32, seed, i, vocab), short));
+        record('service', one, many);
+      },
+      async () => {
+        const one = await clients(1, () => viaNode(promptIds(32, seed + 1, 0, vocab), long));
+        const many = await clients(streams, (i) => viaNode(promptIds(32, seed + 1, i, vocab), short));
+        record('node', one, many);
+      },
+    ];
+    for (const f of run % 2 ? [...sides].reverse() : sides) await f();
+    if (run >= 0) {
+      const last = (k: string) => samples.get(`${at}${k}`).at(-1)!.toFixed(1);
+      log(
+        `edge: run ${run + 1}/${runs}${at ? ', other core busy' : ''}: batch 1 ${last('service:1')} tok/s over HTTP, ${last('node:1')} in Node; ` +
+          `${streams} streams ${last('service:n')} (Node ${last('node:n')})`,
+      );
     }
+  };
+  const figures = (at: string): EdgeFigures => {
+    const get = (k: string) => samples.get(`${at}${k}`);
     return {
-      model: 'bench-135m q4, kernels, KV fp16',
-      settings: SETTINGS,
       batch1: {
         service: sampled(get('service:1')),
         node: sampled(get('node:1')),
@@ -123,6 +125,25 @@ export async function runEdge(
         serviceVsNodeBatch1: ratioByRun(get('service:n'), get('node:1')),
       },
     };
+  };
+  try {
+    // Run -1 warms both up (V8 tiers the kernels up on first use; workerd loads the model on the first request).
+    for (let run = -1; run < runs; run++) {
+      await measureRun(run, '');
+      if (run < 0) continue;
+      const neighbour = await startBusyCore();
+      try {
+        await measureRun(run, 'busy:');
+      } finally {
+        busyCoreGBps.push(await neighbour.stop());
+      }
+    }
+    return {
+      model: 'bench-135m q4, kernels, KV fp16',
+      settings: SETTINGS,
+      ...figures(''),
+      busy: { ...figures('busy:'), neighbourGBps: sampled(busyCoreGBps) },
+    };
   } finally {
     await server.stop();
     await engine.runner.release();
@@ -132,9 +153,6 @@ export async function runEdge(
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const { values } = parseArgs({ options: { runs: { type: 'string', default: '3' }, json: { type: 'string' } } });
   const result = await runEdge(Number(values.runs), (s) => console.error(s));
-  console.log(
-    `edge (${result.model}): batch 1 over HTTP ${result.batch1.service.median.toFixed(1)} tok/s = ${result.batch1.ratio.median.toFixed(2)}x Node; ` +
-      `${result.streams.count} streams ${result.streams.service.median.toFixed(1)} tok/s = ${result.streams.serviceVsNodeBatch1.median.toFixed(2)}x Node batch 1`,
-  );
+  console.log(edgeTable(result));
   if (values.json) writeFileSync(values.json, JSON.stringify(result, null, 2));
 }

@@ -20,6 +20,8 @@ export interface KernelsBench {
     kernelsQ4?: Sampled;
     q4VsOwnBatch1?: Sampled;
   };
+  /** The same decode rows with the other core streaming memory (busy-core.ts), and the GB/s it read meanwhile. */
+  busy?: Pick<KernelsBench, 'decode' | 'batch16'> & { neighbourGBps: Sampled };
   prefill512: Record<string, { tokPerS: Sampled; vsOrtFp32: Sampled }>;
   /** int8 weights: KV_DTYPE int8 (runs since its integer attention) and, in fp32Kv, the default float32 pool. */
   session: { history: number; cachedTurnS: Sampled; freshTurnS: Sampled; ratio: Sampled; fp32Kv?: SessionFigures };
@@ -40,24 +42,57 @@ function sessionLines(s: KernelsBench['session']): string[] {
   ];
 }
 
+const times = (s: Sampled | undefined): string => (s ? `${f(s.median, 2)}×` : '');
+
+function decodeLines(k: KernelsBench): string[] {
+  const b = k.busy;
+  const head = b
+    ? [
+        '| Batch-1 decode | tok/s | × onnxruntime-web fp32 | × onnxruntime-node fp32 (two threads) | other core busy: tok/s | × onnxruntime-web fp32 | × onnxruntime-node fp32 |',
+        '|---|---:|---:|---:|---:|---:|---:|',
+      ]
+    : [
+        '| Batch-1 decode | tok/s | × onnxruntime-web fp32 | × onnxruntime-node fp32 (two threads) |',
+        '|---|---:|---:|---:|',
+      ];
+  return [
+    ...head,
+    ...Object.entries(k.decode).map(([name, r]) => {
+      const other = b?.decode[name];
+      const busyCells = b
+        ? ` ${other ? f(other.tokPerS.median) : ''} | ${times(other?.vsOrtFp32)} | ${times(other?.vsOrtNodeFp32)} |`
+        : '';
+      return `| ${name} | ${f(r.tokPerS.median)} | ${times(r.vsOrtFp32)} | ${times(r.vsOrtNodeFp32)} |${busyCells}`;
+    }),
+  ];
+}
+
+function streamLines(s: KernelsBench['batch16'], when: string): string[] {
+  return [
+    `| kernels int8${when} | ${f(s.kernelsInt8.median)} | ${f(s.vsOwnBatch1.median, 2)}× its batch 1, ${f(s.vsOrtFp32.median, 2)}× onnxruntime-web fp32 at 16 |`,
+    ...(s.kernelsQ4 && s.q4VsOwnBatch1
+      ? [`| kernels q4${when} | ${f(s.kernelsQ4.median)} | ${f(s.q4VsOwnBatch1.median, 2)}× its batch 1 |`]
+      : []),
+    `| onnxruntime-web fp32${when} | ${f(s.ortFp32.median)} | |`,
+  ];
+}
+
 export function kernelsTable(k: KernelsBench): string {
   const lines = [
     `Edge kernels vs onnxruntime-web (bench-135m, one thread, median of ${k.runs} runs; ratios taken run by run)`,
     '',
-    '| Batch-1 decode | tok/s | × onnxruntime-web fp32 | × onnxruntime-node fp32 (two threads) |',
-    '|---|---:|---:|---:|',
-    ...Object.entries(k.decode).map(
-      ([name, r]) =>
-        `| ${name} | ${f(r.tokPerS.median)} | ${f(r.vsOrtFp32.median, 2)}× | ${r.vsOrtNodeFp32 ? `${f(r.vsOrtNodeFp32.median, 2)}×` : ''} |`,
-    ),
+    ...decodeLines(k),
+    ...(k.busy
+      ? [
+          '',
+          `Other core busy: a second process streaming 512 MiB over and over (${f(k.busy.neighbourGBps.median)} GB/s meanwhile).`,
+        ]
+      : []),
     '',
     '| 16 streams | aggregate tok/s | × |',
     '|---|---:|---:|',
-    `| kernels int8 | ${f(k.batch16.kernelsInt8.median)} | ${f(k.batch16.vsOwnBatch1.median, 2)}× its batch 1, ${f(k.batch16.vsOrtFp32.median, 2)}× onnxruntime-web fp32 at 16 |`,
-    ...(k.batch16.kernelsQ4 && k.batch16.q4VsOwnBatch1
-      ? [`| kernels q4 | ${f(k.batch16.kernelsQ4.median)} | ${f(k.batch16.q4VsOwnBatch1.median, 2)}× its batch 1 |`]
-      : []),
-    `| onnxruntime-web fp32 | ${f(k.batch16.ortFp32.median)} | |`,
+    ...streamLines(k.batch16, ''),
+    ...(k.busy ? streamLines(k.busy.batch16, ', other core busy') : []),
     '',
     '| Prefill 512 tokens | tok/s | × onnxruntime-web fp32 |',
     '|---|---:|---:|',

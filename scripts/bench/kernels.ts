@@ -3,6 +3,7 @@
 //   decode:   batch-1 decode steps/s: kernels fp32, int8, q4 against onnxruntime-web fp32 and onnxruntime-node
 //             fp32 (its native CPU backend, two threads: what `--backend auto` would otherwise run)
 //   batch 16: aggregate decode tok/s of 16 streams (kernels int8 and q4; onnxruntime-web fp32)
+//             (both decode rows twice per run: on an idle machine, then with the other core streaming memory)
 //   prefill:  512-token prompt tokens/s (kernels fp32 and int8; onnxruntime-web fp32)
 //   session:  TTFT of a 20-token turn after 4096 cached tokens against a fresh 20-token prompt (kernels int8,
 //             KV int8 with its integer attention, and the default float32 KV)
@@ -22,7 +23,8 @@ import { directorySource } from '../../src/sources/directory-source.js';
 import { nodeRuntime } from '../lib/runtimes.js';
 import { ensureBenchModels, modelDir } from './models.js';
 import { kernelsTable, type KernelsBench } from './kernels-table.js';
-import { ratioByRun, sampled } from './stats.js';
+import { startBusyCore } from './busy-core.js';
+import { ratioByRun, Samples, sampled } from './stats.js';
 
 export type { KernelsBench } from './kernels-table.js';
 
@@ -113,6 +115,44 @@ const sessionFigures = ({ cached, fresh }: TurnTimes) => ({
   ratio: ratioByRun(cached, fresh),
 });
 
+/** Batch-1 and 16-stream decode rates of one condition (idle, or the other core busy), one sample per run. */
+class DecodeSamples {
+  private readonly batch1 = new Samples();
+  private readonly batch16 = new Samples();
+  private readonly names: string[] = [];
+  add(name: string, tokPerS: number): void {
+    if (!this.batch1.has(name)) this.names.push(name);
+    this.batch1.add(name, tokPerS);
+  }
+  add16(name: string, tokPerS: number): void {
+    this.batch16.add(name, tokPerS);
+  }
+  figures(): Pick<KernelsBench, 'decode' | 'batch16'> {
+    const one = (k: string) => this.batch1.get(k);
+    const many = (k: string) => this.batch16.get(k);
+    return {
+      decode: Object.fromEntries(
+        this.names.map((k) => [
+          k,
+          {
+            tokPerS: sampled(one(k)),
+            vsOrtFp32: ratioByRun(one(k), one('ort-wasm fp32')),
+            vsOrtNodeFp32: ratioByRun(one(k), one('ort-node fp32')),
+          },
+        ]),
+      ),
+      batch16: {
+        kernelsInt8: sampled(many('kernels int8')),
+        ortFp32: sampled(many('ort-wasm fp32')),
+        vsOwnBatch1: ratioByRun(many('kernels int8'), one('kernels int8')),
+        vsOrtFp32: ratioByRun(many('kernels int8'), many('ort-wasm fp32')),
+        kernelsQ4: sampled(many('kernels q4')),
+        q4VsOwnBatch1: ratioByRun(many('kernels q4'), one('kernels q4')),
+      },
+    };
+  }
+}
+
 export async function benchKernels(runs: number, quick: boolean, log: (s: string) => void): Promise<KernelsBench> {
   ensureBenchModels((['fp32', 'int8', 'q4'] as const).map((dtype) => ({ model: MODEL, dtype })));
   const steps = quick ? 8 : 32;
@@ -123,21 +163,18 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
     int8: await load('kernels', 'int8'),
     q4: await load('kernels', 'q4'),
   };
-  const decode: Record<string, number[]> = {
-    'ort-node fp32': [],
-    'ort-wasm fp32': [],
-    'kernels fp32': [],
-    'kernels int8': [],
-    'kernels q4': [],
-  };
-  const batch16: Record<string, number[]> = {
-    'ort-wasm fp32': [],
-    'kernels int8': [],
-    'kernels int8 batch 1': [],
-    'kernels q4': [],
-    'kernels q4 batch 1': [],
-  };
+  const idle = new DecodeSamples();
+  const busy = new DecodeSamples();
+  const busyCoreGBps: number[] = [];
   const prefill: Record<string, number[]> = { 'ort-wasm fp32': [], 'kernels fp32': [], 'kernels int8': [] };
+  const decodeRows = async (into: DecodeSamples) => {
+    into.add('ort-node fp32', await decodeRate(ortNode, 1, steps));
+    into.add('ort-wasm fp32', await decodeRate(ort, 1, steps));
+    for (const d of ['fp32', 'int8', 'q4'] as const) into.add(`kernels ${d}`, await decodeRate(kernels[d], 1, steps));
+    into.add16('ort-wasm fp32', await decodeRate(ort, 16, steps / 4));
+    into.add16('kernels int8', await decodeRate(kernels.int8, 16, steps / 4));
+    into.add16('kernels q4', await decodeRate(kernels.q4, 16, steps / 4));
+  };
   // Run 0 warms up and is not kept: V8 runs WebAssembly on its baseline compiler until the hot functions
   // are tiered up, which takes a few passes (the first engine measured would otherwise pay for it).
   for (let run = 0; run <= runs; run++) {
@@ -148,15 +185,14 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
       await decodeRate(kernels.q4, 16, 2);
       continue;
     }
-    decode['ort-node fp32'].push(await decodeRate(ortNode, 1, steps));
-    decode['ort-wasm fp32'].push(await decodeRate(ort, 1, steps));
-    for (const d of ['fp32', 'int8', 'q4'] as const)
-      decode[`kernels ${d}`].push(await decodeRate(kernels[d], 1, steps));
-    batch16['ort-wasm fp32'].push(await decodeRate(ort, 16, steps / 4));
-    batch16['kernels int8'].push(await decodeRate(kernels.int8, 16, steps / 4));
-    batch16['kernels int8 batch 1'].push(decode['kernels int8'][run - 1]);
-    batch16['kernels q4'].push(await decodeRate(kernels.q4, 16, steps / 4));
-    batch16['kernels q4 batch 1'].push(decode['kernels q4'][run - 1]);
+    await decodeRows(idle);
+    // The same rows with the other core streaming memory (issue 48 asks for both conditions, run by run).
+    const neighbour = await startBusyCore();
+    try {
+      await decodeRows(busy);
+    } finally {
+      busyCoreGBps.push(await neighbour.stop());
+    }
     prefill['ort-wasm fp32'].push(await prefillRate(ort, 512));
     prefill['kernels fp32'].push(await prefillRate(kernels.fp32, 512));
     prefill['kernels int8'].push(await prefillRate(kernels.int8, 512));
@@ -199,24 +235,8 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
   const rate = (xs: number[]) => sampled(xs);
   return {
     runs,
-    decode: Object.fromEntries(
-      Object.entries(decode).map(([k, v]) => [
-        k,
-        {
-          tokPerS: rate(v),
-          vsOrtFp32: ratioByRun(v, decode['ort-wasm fp32']),
-          vsOrtNodeFp32: ratioByRun(v, decode['ort-node fp32']),
-        },
-      ]),
-    ),
-    batch16: {
-      kernelsInt8: rate(batch16['kernels int8']),
-      ortFp32: rate(batch16['ort-wasm fp32']),
-      vsOwnBatch1: ratioByRun(batch16['kernels int8'], batch16['kernels int8 batch 1']),
-      vsOrtFp32: ratioByRun(batch16['kernels int8'], batch16['ort-wasm fp32']),
-      kernelsQ4: rate(batch16['kernels q4']),
-      q4VsOwnBatch1: ratioByRun(batch16['kernels q4'], batch16['kernels q4 batch 1']),
-    },
+    ...idle.figures(),
+    busy: { ...busy.figures(), neighbourGBps: sampled(busyCoreGBps) },
     prefill512: Object.fromEntries(
       Object.entries(prefill).map(([k, v]) => [
         k,
