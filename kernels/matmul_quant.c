@@ -21,6 +21,16 @@ typedef struct { v128_t v[4]; } wblock;
 static inline v128_t rdot16(v128_t a, v128_t u) {
   return (v128_t)__builtin_wasm_relaxed_dot_i8x16_i7x16_s_i16x8((i8x16)a, (i8x16)u);
 }
+#ifdef DOT_ADD
+/**
+ * acc + the sums of each 4 products u * a as int32 lanes: one instruction (vpdpbusd) where V8 lowers it to VNNI,
+ * as workerd's does on a host that has it, three without (Node 20's V8 always: the int16 pairs above are its
+ * faster form). Exact for u in 0..127 and a int8.
+ */
+static inline v128_t rdot(v128_t acc, v128_t a, v128_t u) {
+  return (v128_t)__builtin_wasm_relaxed_dot_i8x16_i7x16_add_s_i32x4((i8x16)a, (i8x16)u, (i32x4)acc);
+}
+#endif
 #else
 // Values u as int16, for i32x4.dot_i16x8_s against int16 activations.
 typedef struct { v128_t v[4]; } wblock;
@@ -142,6 +152,24 @@ AI void block_dot(const int KIND, const wblock *wb, const ablock *a, v128_t *h0,
   v128_t z = wasm_i32x4_splat(0);
   const int halves = KIND == QV6_K16;
 #ifdef RELAXED
+#ifdef DOT_ADD
+  if (KIND == QV8_ONE_ROW) { // q·a+ - q·a- = q·a over each 4 lanes, in int32
+    v128_t pos = rdot(rdot(z, wb->v[0], a->v[0]), wb->v[1], a->v[2]);
+    *h0 = wasm_i32x4_sub(pos, rdot(rdot(z, wb->v[0], a->v[1]), wb->v[1], a->v[3]));
+    *h1 = z;
+    return;
+  }
+  if (KIND != QV8_ZP) {
+    if (halves) {
+      *h0 = rdot(z, a->v[0], wb->v[0]);
+      *h1 = rdot(z, a->v[1], wb->v[1]);
+    } else {
+      *h0 = rdot(rdot(z, a->v[0], wb->v[0]), a->v[1], wb->v[1]);
+      *h1 = z;
+    }
+    return;
+  }
+#endif
   if (KIND == QV8_ONE_ROW) {
     // Per lane pair q·a+ - q·a- = q·a, exact in int16 (|q0 a0 + q1 a1| <= 2 * 128 * 127): the wrapping subtraction
     // of two unsaturated pair sums is that value. Widened before the halves are added.
@@ -373,7 +401,9 @@ void EXPORT(dequantize_column)(float *out, const qmat *w, int col, int blocks) {
  * computes relaxed_dot_i8x16_i7x16 wrongly).
  */
 int EXPORT(probe_dot)(const signed char *a, const unsigned char *u) {
-#ifdef RELAXED
+#if defined(DOT_ADD)
+  v128_t s = rdot(wasm_i32x4_splat(0), wasm_v128_load(a), wasm_v128_load(u));
+#elif defined(RELAXED)
   v128_t s = wasm_i32x4_extadd_pairwise_i16x8(rdot16(wasm_v128_load(a), wasm_v128_load(u)));
 #else
   v128_t av = wasm_v128_load(a), uv = wasm_v128_load(u);

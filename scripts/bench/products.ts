@@ -12,18 +12,11 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { compileRelaxed, edgeKernelsModule } from '../../src/backends/edge-kernels-node.js';
-import { instantiateKernels, type KernelExports } from '../../src/engine/runners/wasm/edge-kernels.js';
-import type { LinearMemory } from '../../src/engine/runners/wasm/linear-memory.js';
+import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
+import { type Built, type Form, FORMS, productCall } from './product-setup.js';
 import { createBandwidthMeter } from './roofline.js';
 import { cpuSeconds } from './stats.js';
 
-/** kernels/quant.h's forms. */
-const FORMS = {
-  q4: { kind: 0, bytesPerBlock: 16, build: 'relaxed', actBytes: 1 },
-  int8: { kind: 7, bytesPerBlock: 32, build: 'baseline', actBytes: 2 },
-  'int8 relaxed': { kind: 7, bytesPerBlock: 32, build: 'relaxed', actBytes: 1 },
-} as const;
-type Form = keyof typeof FORMS;
 /** (K, N) of bench-135m's products: q/o, k/v, gate/up, down. */
 const SHAPES: [number, number][] = [
   [576, 576],
@@ -44,11 +37,6 @@ export interface ProductRow {
   weightGBs: number;
 }
 
-interface Built {
-  kernels: KernelExports;
-  memory: LinearMemory;
-}
-
 function build(which: 'relaxed' | 'baseline'): Promise<Built> {
   return instantiateKernels(edgeKernelsModule(which));
 }
@@ -60,35 +48,8 @@ export function relaxedBuildFile(file: string): WebAssembly.Module {
   return module;
 }
 
-/** A random matrix of `form` in memory: its qmat header, and its bytes. */
-function matrix(b: Built, form: Form, k: number, n: number): { header: number; bytes: number } {
-  const f = FORMS[form];
-  const blocks = k / 32;
-  const groups = Math.ceil(n / 4);
-  const q = b.memory.alloc(n * blocks * f.bytesPerBlock);
-  const s = b.memory.alloc(groups * blocks * 4 * 4);
-  const z = b.memory.alloc(groups * blocks * 4);
-  const u8 = b.memory.u8(q, n * blocks * f.bytesPerBlock);
-  for (let i = 0; i < u8.length; i++) u8[i] = (i * 2654435761) >>> 24;
-  b.memory.f32(s, groups * blocks * 4).fill(0.01);
-  b.memory.u8(z, groups * blocks * 4).fill(form === 'q4' ? 8 : 0);
-  const header = b.memory.alloc(36);
-  b.memory.i32(header, 9).set([f.kind, 0, q, 0, s, 0, z, 0, 0]);
-  return { header, bytes: n * blocks * f.bytesPerBlock + groups * blocks * 4 * 5 };
-}
-
 function measure(b: Built, form: Form, k: number, n: number, rows: number, reps: number): ProductRow {
-  const blocks = k / 32;
-  const { header, bytes } = matrix(b, form, k, n);
-  const x = b.memory.alloc(rows * k * 4);
-  const xq = b.memory.alloc(rows * k * FORMS[form].actBytes);
-  const xs = b.memory.alloc(rows * blocks * 4);
-  const xsum = b.memory.alloc(rows * blocks * 8);
-  const y = b.memory.alloc(rows * n * 4);
-  const xv = b.memory.f32(x, rows * k);
-  for (let i = 0; i < xv.length; i++) xv[i] = Math.sin(i);
-  b.kernels.quantize_rows(xq, xs, xsum, x, rows, k, blocks);
-  const call = () => b.kernels.matmul_q(y, xq, xs, xsum, header, rows, blocks, n);
+  const { call, weightBytes: bytes } = productCall(b, form, k, n, rows);
   // Calls per timing: enough for ~30 ms.
   let calls = 1;
   for (;;) {

@@ -2,8 +2,13 @@ import { readFileSync } from 'node:fs';
 import v8 from 'node:v8';
 import { KERNELS_MIN_PAGES } from '../engine/runners/wasm/edge-kernels.js';
 
-/** Which build of the kernels: relaxed SIMD's 8-bit dot product, or baseline SIMD. Both give the same bits. */
-export type KernelsBuild = 'relaxed' | 'baseline';
+/**
+ * The builds of the kernels (kernels/build.sh), all giving the same bits: baseline SIMD; relaxed SIMD's 8-bit
+ * dot product as int16 pairs (Node 20's fastest); and the same dot product accumulating in int32 (`dot-add`:
+ * one VNNI instruction where V8 lowers it so, as workerd's does; what the worker imports).
+ */
+export const KERNELS_BUILDS = ['baseline', 'relaxed', 'dot-add'] as const;
+export type KernelsBuild = (typeof KERNELS_BUILDS)[number];
 
 const compiled = new Map<KernelsBuild, WebAssembly.Module>();
 let relaxedWorks: boolean | undefined;
@@ -11,7 +16,7 @@ let relaxedWorks: boolean | undefined;
 const file = (build: KernelsBuild): Uint8Array<ArrayBuffer> =>
   new Uint8Array(
     readFileSync(
-      new URL(`../engine/runners/wasm/edge-kernels${build === 'relaxed' ? '-relaxed' : ''}.wasm`, import.meta.url),
+      new URL(`../engine/runners/wasm/edge-kernels${build === 'baseline' ? '' : `-${build}`}.wasm`, import.meta.url),
     ),
   );
 
@@ -54,14 +59,14 @@ export function dotProbePasses(module: WebAssembly.Module): boolean {
 
 /**
  * Our WebAssembly kernels for Node, compiled once per process: the relaxed build where this V8 runs it
- * exactly, else the baseline build. EDGE_KERNELS_BUILD=baseline|relaxed asks for one (the bench compares
+ * exactly, else the baseline build. EDGE_KERNELS_BUILD=baseline|relaxed|dot-add asks for one (the bench compares
  * them; tests check they agree bit for bit).
  */
 export function edgeKernelsModule(build = preferredBuild()): WebAssembly.Module {
   let module = compiled.get(build);
   if (module) return module;
-  if (build === 'relaxed') {
-    module = compileRelaxed();
+  if (build !== 'baseline') {
+    module = compileRelaxed(file(build));
     if (!module || !dotProbePasses(module)) throw new Error('relaxed SIMD is not usable in this Node');
   } else module = new WebAssembly.Module(file('baseline'));
   compiled.set(build, module);
@@ -71,7 +76,7 @@ export function edgeKernelsModule(build = preferredBuild()): WebAssembly.Module 
 /** The build edgeKernelsModule() gives by default here. */
 export function preferredBuild(): KernelsBuild {
   const asked = process.env.EDGE_KERNELS_BUILD;
-  if (asked === 'baseline' || asked === 'relaxed') return asked;
+  if (KERNELS_BUILDS.includes(asked as KernelsBuild)) return asked as KernelsBuild;
   if (relaxedWorks === undefined) {
     try {
       const module = compileRelaxed();

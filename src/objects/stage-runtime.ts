@@ -1,7 +1,7 @@
 import { absentOrt } from '../backends/onnxruntime-absent.js';
-// Precompiled by wrangler, like the head's (src/backends/ort-web-workerd.ts). The relaxed build only: a stage
-// runs every graph on it (StageServer reads `kernels`), and the baseline build gives the same bits.
-import edgeKernels from '../engine/runners/wasm/edge-kernels-relaxed.wasm';
+// Precompiled by wrangler, like the head's (src/backends/ort-web-workerd.ts). The dot-add build only: a stage
+// runs every graph on it (StageServer reads `kernels`), and the other builds give the same bits.
+import edgeKernels from '../engine/runners/wasm/edge-kernels-dot-add.wasm';
 import type { EngineRuntime } from '../engine/model/runtime.js';
 import { requireWasmBackend, runnerChoice, type Env } from '../env.js';
 

@@ -3,7 +3,7 @@
 import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { ensureModels, MODELS_DIR } from '../../scripts/ensure-models.js';
-import { edgeKernelsModule } from '../../src/backends/edge-kernels-node.js';
+import { edgeKernelsModule, KERNELS_BUILDS } from '../../src/backends/edge-kernels-node.js';
 import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
 import { collect, loadEngine } from '../helpers/engines.js';
 import { writeGgufFolder } from '../helpers/gguf-folder.js';
@@ -24,7 +24,7 @@ export default async function setup(project: TestProject): Promise<void> {
   project.provide('nodeInt8Kv', await int8KvInNode());
   project.provide('nodeGgufGreedy', await ggufGreedyInNode());
   const probes: Record<string, Record<string, number[]>> = {};
-  for (const build of ['baseline', 'relaxed'] as const) {
+  for (const build of KERNELS_BUILDS) {
     const { kernels, memory } = await instantiateKernels(edgeKernelsModule(build));
     probes[build] = quantProbe({ k: kernels, mem: memory });
   }

@@ -1,7 +1,9 @@
-// Both builds of our kernels inside workerd's V8: the relaxed-SIMD build (the one the worker imports) and the
-// baseline give the same bits for the block-quantised product in every form, and the same bits as in Node.
-// This is the check docs/platform.md's "relaxed SIMD is exact here" rests on, in the engine the product runs in.
+// Every build of our kernels inside workerd's V8: the dot-add build (the one the worker imports), the relaxed
+// build (Node's) and the baseline give the same bits for the block-quantised product in every form, and the same
+// bits as in Node. This is the check docs/platform.md's "relaxed SIMD is exact here" rests on, in the engine the
+// product runs in.
 import { describe, expect, inject, it } from 'vitest';
+import dotAdd from '../../src/engine/runners/wasm/edge-kernels-dot-add.wasm';
 import baseline from '../../src/engine/runners/wasm/edge-kernels.wasm';
 import relaxed from '../../src/engine/runners/wasm/edge-kernels-relaxed.wasm';
 import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
@@ -13,16 +15,19 @@ describe('kernel builds in workerd', () => {
     for (const [build, module] of [
       ['baseline', baseline],
       ['relaxed', relaxed],
+      ['dot-add', dotAdd],
     ] as const) {
       const { kernels, memory } = await instantiateKernels(module);
       inWorkerd[build] = quantProbe({ k: kernels, mem: memory });
     }
     const inNode = inject('nodeKernelProbe');
-    expect(Object.keys(inWorkerd.relaxed)).toHaveLength(8);
-    for (const format of Object.keys(inWorkerd.baseline)) {
-      expect(inWorkerd.relaxed[format], format).toEqual(inWorkerd.baseline[format]);
+    expect(Object.keys(inWorkerd.baseline)).toHaveLength(8);
+    for (const format of Object.keys(inWorkerd.baseline))
+      for (const build of ['relaxed', 'dot-add']) {
+        expect(inWorkerd[build][format], `${build} ${format}`).toEqual(inWorkerd.baseline[format]);
+        expect(inNode[build][format], `${build} ${format} in Node`).toEqual(inNode.baseline[format]);
+      }
+    for (const format of Object.keys(inWorkerd.baseline))
       expect(inWorkerd.baseline[format], format).toEqual(inNode.baseline[format]);
-      expect(inNode.relaxed[format], format).toEqual(inNode.baseline[format]);
-    }
   });
 });

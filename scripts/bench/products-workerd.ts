@@ -1,0 +1,102 @@
+// The quantised product alone inside workerd (`wrangler dev`, the V8 the service runs on), per build of the
+// kernels: GMAC/s of bench-135m's shapes at 1, 4 and 16 rows. workerd's clock does not advance while a request
+// computes, so each figure is timed from here: a request running the product `calls` times, less one running it
+// zero times, the least of 3, over enough calls for ~60 ms; builds interleaved, `rounds` rounds after a warm-up
+// round, the median.
+// Which build the worker imports is decided on these figures (docs/kernels.md: the two builds' dot products).
+//
+//   tsx scripts/bench/products-workerd.ts [--rounds N] [--rows 1,4,16] [--json FILE]
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { startDevServer } from '../lib/dev-server.js';
+import { median } from './stats.js';
+
+/** (form, build): 4-bit on both relaxed builds; 8-bit on all three (one row takes the relaxed builds' split path). */
+const CASES = [
+  ['q4', 'relaxed'],
+  ['q4', 'dot-add'],
+  ['int8', 'baseline'],
+  ['int8 relaxed', 'relaxed'],
+  ['int8 relaxed', 'dot-add'],
+] as const;
+const SHAPES: [number, number][] = [
+  [576, 1536],
+  [1536, 576],
+  [576, 49152],
+];
+
+export interface WorkerdProductRow {
+  form: string;
+  build: string;
+  k: number;
+  n: number;
+  rows: number;
+  /** The median over rounds. */
+  gmacs: number;
+  /** The dot-add build: the median of its GMAC/s ÷ the relaxed build's, round by round. */
+  vsRelaxed?: number;
+}
+
+export async function benchProductsInWorkerd(rowCounts: number[], rounds: number, log: (s: string) => void) {
+  const dir = mkdtempSync(join(tmpdir(), 'products-workerd-'));
+  const config = join(dir, 'wrangler.toml');
+  const main = fileURLToPath(new URL('./products-workerd-worker.ts', import.meta.url));
+  writeFileSync(config, `name = "products-workerd"\nmain = "${main}"\ncompatibility_date = "2025-01-01"\n`);
+  const server = await startDevServer({}, dir, { configs: [config] });
+  try {
+    const time = async (query: string, calls: number) => {
+      const t0 = performance.now();
+      const res = await fetch(`${server.url}/?${query}&calls=${calls}`);
+      if (!res.ok) throw new Error(`${query}: ${res.status} ${await res.text()}`);
+      await res.arrayBuffer();
+      return performance.now() - t0;
+    };
+    const samples = new Map<string, number[]>();
+    // Round -1 is a warm-up (workerd compiles lazily, and tiers up in the background): not kept.
+    for (let round = -1; round < rounds; round++)
+      for (const rows of rowCounts)
+        for (const [k, n] of SHAPES)
+          for (const [form, build] of CASES) {
+            const query = `build=${build}&form=${encodeURIComponent(form)}&k=${k}&n=${n}&rows=${rows}`;
+            await time(query, 100); // set up, and tiered up
+            let calls = 1;
+            while ((await time(query, calls)) < 60) calls *= 2;
+            let ms = Number.POSITIVE_INFINITY;
+            for (let r = 0; r < 3; r++)
+              ms = Math.min(ms, ((await time(query, calls)) - (await time(query, 0))) / calls);
+            if (round < 0) continue;
+            const key = JSON.stringify([form, build, k, n, rows]);
+            samples.set(key, [...(samples.get(key) ?? []), (rows * k * n) / (ms / 1000) / 1e9]);
+          }
+    const out: WorkerdProductRow[] = [];
+    for (const [key, values] of samples) {
+      const [form, build, k, n, rows] = JSON.parse(key) as [string, string, number, number, number];
+      // The dot-add build against the relaxed one round by round (the host's noise moves both alike).
+      const relaxed = build === 'dot-add' ? samples.get(JSON.stringify([form, 'relaxed', k, n, rows])) : undefined;
+      const ratios = relaxed?.map((r, i) => values[i] / r);
+      out.push({ form, build, k, n, rows, gmacs: median(values), ...(ratios && { vsRelaxed: median(ratios) }) });
+      log(
+        `${form.padEnd(12)} ${build.padEnd(8)} ${k}x${n} rows ${rows}: ${median(values).toFixed(1)} GMAC/s (${values.map((v) => v.toFixed(1)).join(' ')})` +
+          (ratios ? `; ${median(ratios).toFixed(2)}x relaxed (${ratios.map((v) => v.toFixed(2)).join(' ')})` : ''),
+      );
+    }
+    return out;
+  } finally {
+    await server.stop();
+  }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const { values } = parseArgs({
+    options: {
+      rounds: { type: 'string', default: '5' },
+      rows: { type: 'string', default: '1,4,16' },
+      json: { type: 'string' },
+    },
+  });
+  const rows = await benchProductsInWorkerd(values.rows!.split(',').map(Number), Number(values.rounds), console.log);
+  if (values.json) writeFileSync(values.json, JSON.stringify(rows, null, 2));
+}
