@@ -4,7 +4,7 @@
 #   edge-kernels-relaxed.wasm  the same sources with relaxed SIMD's i8 dot product as int16 pairs (-DRELAXED):
 #                              the same bits; Node 20's V8 runs it fastest
 #   edge-kernels-dot-add.wasm  relaxed, the dot product accumulating in int32 (-DDOT_ADD): the same bits; one
-#                              VNNI instruction in workerd's V8 on a host that has it (what the worker imports)
+#                              instruction in workerd's V8 on an AVX-VNNI host (the worker runs it there only)
 # The .wasm files are committed: `npm start` and `npm test` need no compiler; CI rebuilds them and fails if
 # a result differs from the committed file (test/kernels-build.test.ts).
 #   bash kernels/build.sh [out-dir]

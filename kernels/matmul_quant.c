@@ -17,15 +17,17 @@ typedef int i32x4 __attribute__((vector_size(16)));
 // Values u in 0..63 as bytes: the i7 operand of relaxed_dot_i8x16_i7x16, exact on any host (V8: int16 lanes).
 typedef struct { v128_t v[4]; } wblock;
 
+#ifndef DOT_ADD
 /** Pairs of products u * a as int16 lanes (x64: one pmaddubsw): exact for u in 0..127 and a int8 (no pair reaches 2^15). */
 static inline v128_t rdot16(v128_t a, v128_t u) {
   return (v128_t)__builtin_wasm_relaxed_dot_i8x16_i7x16_s_i16x8((i8x16)a, (i8x16)u);
 }
-#ifdef DOT_ADD
+#else
 /**
- * acc + the sums of each 4 products u * a as int32 lanes: one instruction (vpdpbusd) where V8 lowers it to VNNI,
- * as workerd's does on a host that has it, three without (Node 20's V8 always: the int16 pairs above are its
- * faster form). Exact for u in 0..127 and a int8.
+ * acc + the sums of each 4 products u * a as int32 lanes: one instruction (vpdpbusd) where V8 lowers it with
+ * AVX-VNNI, as workerd's does on a host that has it; without, five, and the relaxed build's int16 pairs are
+ * faster (the worker picks this build only where its V8 fuses: src/engine/runners/wasm/dot-lowering.ts).
+ * Exact for u in 0..127 and a int8.
  */
 static inline v128_t rdot(v128_t acc, v128_t a, v128_t u) {
   return (v128_t)__builtin_wasm_relaxed_dot_i8x16_i7x16_add_s_i32x4((i8x16)a, (i8x16)u, (i32x4)acc);
@@ -169,7 +171,7 @@ AI void block_dot(const int KIND, const wblock *wb, const ablock *a, v128_t *h0,
     }
     return;
   }
-#endif
+#else
   if (KIND == QV8_ONE_ROW) {
     // Per lane pair q·a+ - q·a- = q·a, exact in int16 (|q0 a0 + q1 a1| <= 2 * 128 * 127): the wrapping subtraction
     // of two unsaturated pair sums is that value. Widened before the halves are added.
@@ -190,6 +192,7 @@ AI void block_dot(const int KIND, const wblock *wb, const ablock *a, v128_t *h0,
     }
     return;
   }
+#endif
 #endif
   v128_t p0 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wb->v[0], a->v[0]), wasm_i32x4_dot_i16x8(wb->v[1], a->v[1]));
   v128_t p1 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wb->v[2], a->v[2]), wasm_i32x4_dot_i16x8(wb->v[3], a->v[3]));
@@ -397,8 +400,9 @@ void EXPORT(dequantize_column)(float *out, const qmat *w, int col, int blocks) {
 
 /**
  * The exact integer dot product of 16 activations (int8, |a| <= 127) and 16 values in 0..15, by this
- * build's instructions: hosts check it before trusting the relaxed build (Node 20's baseline compiler
- * computes relaxed_dot_i8x16_i7x16 wrongly).
+ * build's instructions: hosts check it before trusting a relaxed build (Node 20's baseline compiler
+ * computes relaxed_dot_i8x16_i7x16 wrongly). Given values past 127 it tells how V8 lowered the
+ * instruction (dot-lowering.ts).
  */
 int EXPORT(probe_dot)(const signed char *a, const unsigned char *u) {
 #if defined(DOT_ADD)

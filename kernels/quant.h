@@ -22,7 +22,7 @@
 // instructions (dot_i16x8 on baseline SIMD, relaxed_dot_i8x16_i7x16 where the host has it: u is in 0..127
 // there, so it is deterministic), and is reduced to one integer before any float operation. So every
 // output element gets the same float operations in the same order (one per block, block order) on both
-// paths, in any tile and any batch: the two builds give the same bits, and a row's bits do not depend
+// paths, in any tile and any batch: every build gives the same bits, and a row's bits do not depend
 // on its neighbours.
 #pragma once
 #include "kernels.h"

@@ -10,7 +10,7 @@ import { createBandwidthMeter } from './roofline.js';
 import { median } from './stats.js';
 
 export interface BusyCore {
-  /** Ends the child; the median GB/s it read while it ran (NaN if it finished no pass). */
+  /** Ends the child; the median GB/s it read while it ran. Rejects if it died meanwhile (the rows were idle). */
   stop(): Promise<number>;
 }
 
@@ -35,7 +35,18 @@ export function startBusyCore(bytes = 2 ** 29): Promise<BusyCore> {
       for (const line of lines) {
         if (line === READY && !ready) {
           ready = true;
-          resolve({ stop: () => stopChild(child).then(() => median(rates)) });
+          resolve({
+            stop: () => {
+              const died = child.exitCode !== null || child.signalCode !== null;
+              return stopChild(child).then(() => {
+                if (died || rates.length === 0)
+                  throw new Error('the busy-core child stopped before the measurement ended: its rows were not busy');
+                return median(rates);
+              });
+            },
+          });
+          // A bench that exits without stop() (process.exit, a crash) must not leave it spinning.
+          process.once('exit', () => child.kill('SIGKILL'));
         } else if (line) rates.push(Number(line));
       }
     });
@@ -50,11 +61,15 @@ function stopChild(child: ChildProcess): Promise<void> {
   });
 }
 
-/** The child: read `bytes` over and over, printing each pass's GB/s, until killed. */
+/**
+ * The child: read `bytes` over and over, printing each pass's GB/s, until killed, or until its parent is gone
+ * (killed itself, the parent's exit hook never ran): the loop never yields, so a closed pipe would not stop it.
+ */
 function spin(bytes: number): void {
   const meter = createBandwidthMeter(bytes);
+  const parent = process.ppid;
   process.stdout.write(`${READY}\n`);
-  for (;;) process.stdout.write(`${(meter.measure() / 1e9).toFixed(2)}\n`);
+  while (process.ppid === parent) process.stdout.write(`${(meter.measure() / 1e9).toFixed(2)}\n`);
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) spin(Number(process.argv[2]));

@@ -3,7 +3,8 @@
 // computes, so each figure is timed from here: a request running the product `calls` times, less one running it
 // zero times, the least of 3, over enough calls for ~60 ms; builds interleaved, `rounds` rounds after a warm-up
 // round, the median.
-// Which build the worker imports is decided on these figures (docs/kernels.md: the two builds' dot products).
+// The worker runs the dot-add build only where its V8 fuses the int32 dot product (dot-lowering.ts); these figures
+// are why (docs/kernels.md, "Inside workerd").
 //
 //   tsx scripts/bench/products-workerd.ts [--rounds N] [--rows 1,4,16] [--json FILE]
 import { mkdtempSync, writeFileSync } from 'node:fs';

@@ -25,7 +25,7 @@ const file = (build: KernelsBuild): Uint8Array<ArrayBuffer> =>
  * relaxed_dot_i8x16_i7x16 wrongly, while its optimising compiler is exact (docs/platform.md). So the relaxed build
  * is compiled with Liftoff and lazy compilation off (flags V8 reads while compiling; restored right after,
  * so nothing else, onnxruntime's 14 MB module included, pays for TurboFan up front), then checked on a
- * known dot product before it is trusted. `bytes`: another relaxed build (the benches compare attempts).
+ * known dot product before it is trusted. `bytes`: another relaxed build (dot-add, or an attempt a bench compares).
  */
 export function compileRelaxed(bytes: Uint8Array<ArrayBuffer> = file('relaxed')): WebAssembly.Module | undefined {
   v8.setFlagsFromString('--experimental-wasm-relaxed-simd');

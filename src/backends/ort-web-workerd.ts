@@ -3,14 +3,13 @@ import { absentOrt } from './onnxruntime-absent.js';
 // wrangler (and vitest-pool-workers) import a .wasm file as a compiled WebAssembly.Module: workerd
 // forbids compiling WebAssembly from bytes at run time, so the module must arrive precompiled.
 import ortWasmModule from 'onnxruntime-web/ort-wasm-simd-threaded.wasm';
-// workerd's V8 runs relaxed SIMD, exactly from the first call (docs/platform.md): the dot-add build, whose int32
-// relaxed dot product this V8 runs as one VNNI instruction where the host has it (faster here than the int16
-// pairs Node's relaxed build uses: docs/kernels.md), and the baseline one for 8-bit graphs, which runs their
-// batches faster (EngineRuntime.kernels8Bit; every build gives the same bits).
-import edgeKernels from '../engine/runners/wasm/edge-kernels-dot-add.wasm';
+// workerd's V8 runs relaxed SIMD, exactly from the first call (docs/platform.md): the relaxed build this host
+// runs faster (relaxed-kernels-workerd.ts), and the baseline one for 8-bit graphs, which runs their batches faster
+// (EngineRuntime.kernels8Bit; every build gives the same bits).
 import edgeKernels8Bit from '../engine/runners/wasm/edge-kernels.wasm';
 import xgrammarWasm from '../engine/constraints/xgrammar/xgrammar.wasm';
 import type { EngineRuntime, RunnerChoice } from '../engine/model/runtime.js';
+import { relaxedKernelsForThisHost } from './relaxed-kernels-workerd.js';
 
 /**
  * onnxruntime-web's WASM backend inside workerd (see docs/platform.md). ORT 1.30 cannot be handed a compiled
@@ -50,7 +49,7 @@ function hookInstantiate(): void {
  * (src/backends/onnxruntime-absent.ts, `npm run deploy:kernels-only`) has the kernels alone.
  */
 export function workerdWasmRuntime(runner: RunnerChoice = 'auto'): EngineRuntime {
-  const kernels = runner === 'onnxruntime' ? undefined : edgeKernels;
+  const kernels = runner === 'onnxruntime' ? undefined : relaxedKernelsForThisHost();
   const kernels8Bit = kernels && edgeKernels8Bit;
   if (ortWasmModule === undefined) return { ...absentOrt(), kernels, kernels8Bit, runner, grammar: xgrammarWasm };
   hookInstantiate();

@@ -1,7 +1,7 @@
 import { absentOrt } from '../backends/onnxruntime-absent.js';
-// Precompiled by wrangler, like the head's (src/backends/ort-web-workerd.ts). The dot-add build only: a stage
-// runs every graph on it (StageServer reads `kernels`), and the other builds give the same bits.
-import edgeKernels from '../engine/runners/wasm/edge-kernels-dot-add.wasm';
+// Precompiled by wrangler, like the head's (src/backends/ort-web-workerd.ts). A relaxed build only, the one this
+// host runs faster: a stage runs every graph on it (StageServer reads `kernels`), and every build gives the same bits.
+import { relaxedKernelsForThisHost } from '../backends/relaxed-kernels-workerd.js';
 import type { EngineRuntime } from '../engine/model/runtime.js';
 import { requireWasmBackend, runnerChoice, type Env } from '../env.js';
 
@@ -14,5 +14,5 @@ import { requireWasmBackend, runnerChoice, type Env } from '../env.js';
 export function stageRuntime(env: Env): EngineRuntime {
   requireWasmBackend(env);
   const runner = runnerChoice(env);
-  return { ...absentOrt(), kernels: runner === 'onnxruntime' ? undefined : edgeKernels, runner };
+  return { ...absentOrt(), kernels: runner === 'onnxruntime' ? undefined : relaxedKernelsForThisHost(), runner };
 }

@@ -1,11 +1,13 @@
-// Every build of our kernels inside workerd's V8: the dot-add build (the one the worker imports), the relaxed
-// build (Node's) and the baseline give the same bits for the block-quantised product in every form, and the same
+// Every build of our kernels inside workerd's V8: the two relaxed builds (the worker runs whichever this host
+// runs faster) and the baseline give the same bits for the block-quantised product in every form, and the same
 // bits as in Node. This is the check docs/platform.md's "relaxed SIMD is exact here" rests on, in the engine the
 // product runs in.
 import { describe, expect, inject, it } from 'vitest';
 import dotAdd from '../../src/engine/runners/wasm/edge-kernels-dot-add.wasm';
 import baseline from '../../src/engine/runners/wasm/edge-kernels.wasm';
 import relaxed from '../../src/engine/runners/wasm/edge-kernels-relaxed.wasm';
+import { relaxedKernelsForThisHost } from '../../src/backends/relaxed-kernels-workerd.js';
+import { probeDotLowering } from '../../src/engine/runners/wasm/dot-lowering.js';
 import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
 import { quantProbe } from '../helpers/quant-layout.js';
 
@@ -29,5 +31,10 @@ describe('kernel builds in workerd', () => {
       }
     for (const format of Object.keys(inWorkerd.baseline))
       expect(inWorkerd.baseline[format], format).toEqual(inNode.baseline[format]);
+  });
+
+  it('runs the dot-add build exactly where its V8 fuses the int32 dot product, else the relaxed one', () => {
+    const lowering = probeDotLowering(dotAdd);
+    expect(relaxedKernelsForThisHost()).toBe(lowering === 'fused-unsigned' ? dotAdd : relaxed);
   });
 });

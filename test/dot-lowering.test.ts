@@ -1,0 +1,21 @@
+// Which relaxed build a workerd isolate runs is read from how its V8 lowers the int32 dot product
+// (src/engine/runners/wasm/dot-lowering.ts): the probe's sums name the lowering, and in Node 20 (whose V8 has no
+// fused lowering) the dot-add build's probe reads as not fused, so the choice would be the relaxed build.
+import { describe, expect, it } from 'vitest';
+import { edgeKernelsModule } from '../src/backends/edge-kernels-node.js';
+import { dotLoweringOf, probeDotLowering } from '../src/engine/runners/wasm/dot-lowering.js';
+
+describe('the dot product lowering probe', () => {
+  it('names each lowering by its sum', () => {
+    expect(dotLoweringOf(518_160)).toBe('fused-unsigned');
+    expect(dotLoweringOf(262_136)).toBe('saturating');
+    expect(dotLoweringOf(-2_032)).toBe('other');
+    expect(dotLoweringOf(0)).toBe('other');
+  });
+
+  it("reads Node 20's V8 as not fused (x64: pmaddubsw's saturating pairs)", () => {
+    const lowering = probeDotLowering(edgeKernelsModule('dot-add'));
+    expect(lowering).not.toBe('fused-unsigned');
+    if (process.arch === 'x64') expect(lowering).toBe('saturating');
+  });
+});
