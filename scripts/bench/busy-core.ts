@@ -15,8 +15,14 @@ export interface BusyCore {
 }
 
 const READY = 'ready';
+const BYTES = 2 ** 29;
 
-export function startBusyCore(bytes = 2 ** 29): Promise<BusyCore> {
+/** The tables' line on the busy condition, with what the child read while the rows were measured. */
+export function busyCoreNote(gbps: number): string {
+  return `Other core busy: a second process streaming ${BYTES / 2 ** 20} MiB over and over (${gbps.toFixed(1)} GB/s meanwhile).`;
+}
+
+export function startBusyCore(bytes = BYTES): Promise<BusyCore> {
   const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), String(bytes)], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });

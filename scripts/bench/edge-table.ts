@@ -1,4 +1,5 @@
 import { describeIsolateMemory } from '../lib/isolate-memory.js';
+import { busyCoreNote } from './busy-core.js';
 import type { EdgeBench, EdgeFigures } from './edge.js';
 import type { EdgeMemoryBench } from './edge-memory.js';
 
@@ -20,12 +21,7 @@ export function edgeTable(e: EdgeBench): string {
     '|---|---:|---:|---:|---|',
     ...rows(e, ''),
     ...(e.busy ? rows(e.busy, ', other core busy') : []),
-    ...(e.busy
-      ? [
-          '',
-          `Other core busy: a second process streaming 512 MiB over and over (${f(e.busy.neighbourGBps.median)} GB/s meanwhile).`,
-        ]
-      : []),
+    ...(e.busy ? ['', busyCoreNote(e.busy.neighbourGBps.median)] : []),
   ].join('\n');
 }
 

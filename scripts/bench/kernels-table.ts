@@ -1,5 +1,6 @@
 // The kernels section's results and their Markdown table (kept light: the report imports it).
 import type { Sampled } from './stats.js';
+import { busyCoreNote } from './busy-core.js';
 
 interface SessionFigures {
   cachedTurnS: Sampled;
@@ -82,12 +83,7 @@ export function kernelsTable(k: KernelsBench): string {
     `Edge kernels vs onnxruntime-web (bench-135m, one thread, median of ${k.runs} runs; ratios taken run by run)`,
     '',
     ...decodeLines(k),
-    ...(k.busy
-      ? [
-          '',
-          `Other core busy: a second process streaming 512 MiB over and over (${f(k.busy.neighbourGBps.median)} GB/s meanwhile).`,
-        ]
-      : []),
+    ...(k.busy ? ['', busyCoreNote(k.busy.neighbourGBps.median)] : []),
     '',
     '| 16 streams | aggregate tok/s | × |',
     '|---|---:|---:|',

@@ -119,9 +119,7 @@ const sessionFigures = ({ cached, fresh }: TurnTimes) => ({
 class DecodeSamples {
   private readonly batch1 = new Samples();
   private readonly batch16 = new Samples();
-  private readonly names: string[] = [];
   add(name: string, tokPerS: number): void {
-    if (!this.batch1.has(name)) this.names.push(name);
     this.batch1.add(name, tokPerS);
   }
   add16(name: string, tokPerS: number): void {
@@ -132,7 +130,7 @@ class DecodeSamples {
     const many = (k: string) => this.batch16.get(k);
     return {
       decode: Object.fromEntries(
-        this.names.map((k) => [
+        this.batch1.keys().map((k) => [
           k,
           {
             tokPerS: sampled(one(k)),

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { startDevServer } from '../lib/dev-server.js';
-import { median } from './stats.js';
+import { median, Samples } from './stats.js';
 
 /** (form, build): 4-bit on both relaxed builds; 8-bit on all three (one row takes the relaxed builds' split path). */
 const CASES = [
@@ -55,7 +55,7 @@ export async function benchProductsInWorkerd(rowCounts: number[], rounds: number
       await res.arrayBuffer();
       return performance.now() - t0;
     };
-    const samples = new Map<string, number[]>();
+    const samples = new Samples();
     // Round -1 is a warm-up (workerd compiles lazily, and tiers up in the background): not kept.
     for (let round = -1; round < rounds; round++)
       for (const rows of rowCounts)
@@ -69,11 +69,11 @@ export async function benchProductsInWorkerd(rowCounts: number[], rounds: number
             for (let r = 0; r < 3; r++)
               ms = Math.min(ms, ((await time(query, calls)) - (await time(query, 0))) / calls);
             if (round < 0) continue;
-            const key = JSON.stringify([form, build, k, n, rows]);
-            samples.set(key, [...(samples.get(key) ?? []), (rows * k * n) / (ms / 1000) / 1e9]);
+            samples.add(JSON.stringify([form, build, k, n, rows]), (rows * k * n) / (ms / 1000) / 1e9);
           }
     const out: WorkerdProductRow[] = [];
-    for (const [key, values] of samples) {
+    for (const key of samples.keys()) {
+      const values = samples.get(key);
       const [form, build, k, n, rows] = JSON.parse(key) as [string, string, number, number, number];
       // The dot-add build against the relaxed one round by round (the host's noise moves both alike).
       const relaxed = build === 'dot-add' ? samples.get(JSON.stringify([form, 'relaxed', k, n, rows])) : undefined;

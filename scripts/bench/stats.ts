@@ -36,6 +36,10 @@ export class Samples {
   has(key: string): boolean {
     return this.map.has(key);
   }
+  /** The keys in the order each was first added. */
+  keys(): string[] {
+    return [...this.map.keys()];
+  }
 }
 
 export const round = (x: number, digits = 2): number => (Number.isFinite(x) ? Number(x.toFixed(digits)) : x);
