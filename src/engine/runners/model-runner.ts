@@ -19,7 +19,11 @@ export interface StepRow {
   logits?: number;
 }
 
-/** What a pass produced: next-token logits for every fed token of every row. */
+/**
+ * What a pass produced: next-token logits for every fed token of every row. An array returned may be a view of
+ * the runner's scratch, good until the next call (the kernels compute a chunk of rows as they are read): read it,
+ * or copy it, before asking for another.
+ */
 export interface StepLogits {
   /** Logits after row `row`'s token `index` (index into that row's `tokens`), vocab_size floats. */
   at(row: number, index: number): Float32Array;

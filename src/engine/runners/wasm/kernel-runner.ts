@@ -8,7 +8,7 @@ import type { KernelExports } from './edge-kernels.js';
 import type { KernelModel } from './kernel-model.js';
 import { align, type LinearMemory } from './linear-memory.js';
 import { PassAdapters } from './lora-deltas.js';
-import { CHUNK, LOGIT_ROWS, passLayout, scratchBytes } from './scratch-layout.js';
+import { CHUNK, LOGIT_ROWS, logitChunkRows, passLayout, scratchBytes } from './scratch-layout.js';
 import { vocabRows, type LlamaWeights } from './weights/llama-weights.js';
 import type { Matrix } from './weights/matrix.js';
 import {
@@ -76,6 +76,8 @@ export class KernelRunner implements ModelRunner {
   private scratch!: Scratch;
   /** Counts inputs made (input()): a product checks it is given the newest, whose quantised rows are in scratch. */
   private inputs = 0;
+  /** Which chunk of the last pass's logit rows the scratch's logits hold (-1: none). */
+  private inLogits = -1;
   /** The last pass's residual stream (M, hidden), each row's token offsets in it, and its arena epoch. */
   private last: { residual: number; firstToken: number[]; epoch: number } | undefined;
 
@@ -350,13 +352,16 @@ export class KernelRunner implements ModelRunner {
     }
   }
 
-  /** The final norm and output projection of each row's wanted positions; the rest on demand (`at`). */
+  /**
+   * The final norm and output projection of each row's wanted positions, a chunk of rows at a time as they are
+   * read (logitChunkRows: the scratch holds one chunk); any other position on demand (`at`). A returned array
+   * is a view of the scratch, good until the next read.
+   */
   protected outputLogits(pass: Pass): StepLogits {
     const { hiddenSize: H } = this.config;
     const ends = this.weights.ends!;
     // The output projection's rows: the whole vocabulary, or a vocabulary stage's part of it.
     const vocabSize = ends.lmHead.n;
-    const k = this.kernels;
     const s = pass.scratch;
     const { counts, firstToken, want, logitStart, logitRows, epoch } = pass;
     const mem = this.memory;
@@ -365,15 +370,17 @@ export class KernelRunner implements ModelRunner {
       const from = s.residual + (firstToken[r] + counts[r] - n) * H * 4;
       all.copyWithin(s.lastRows + logitStart[r] * H * 4, from, from + n * H * 4);
     }
-    for (let r0 = 0; r0 < logitRows; r0 += CHUNK) {
-      const n = Math.min(CHUNK, logitRows - r0);
-      k.rmsnorm(s.h, s.lastRows + r0 * H * 4, ends.norm, n, H, this.config.rmsNormEps);
-      this.linear(s.logits + r0 * vocabSize * 4, this.input(s.h, n, ends.lmHead), ends.lmHead);
-    }
     this.last = { residual: s.residual, firstToken, epoch };
+    const per = logitChunkRows(this.weights, logitRows);
+    this.inLogits = -1;
     const view = (slot: number): Float32Array => {
       this.checkCurrent(epoch);
-      return mem.f32(s.logits + slot * vocabSize * 4, vocabSize);
+      const chunk = Math.floor(slot / per);
+      if (this.inLogits !== chunk) {
+        this.projectRows(s.logits, s.lastRows + chunk * per * H * 4, Math.min(per, logitRows - chunk * per));
+        this.inLogits = chunk;
+      }
+      return mem.f32(s.logits + (slot - chunk * per) * vocabSize * 4, vocabSize);
     };
     return {
       last: (row) => view(logitStart[row] + want[row] - 1),
@@ -387,21 +394,29 @@ export class KernelRunner implements ModelRunner {
     };
   }
 
+  /** out (n, vocab rows) = the output projection of the final norm of n hidden rows at `rows`. */
+  private projectRows(out: number, rows: number, n: number): void {
+    const { hiddenSize: H, rmsNormEps: eps } = this.config;
+    const { norm, lmHead } = this.weights.ends!;
+    const vocabSize = lmHead.n;
+    for (let r0 = 0; r0 < n; r0 += CHUNK) {
+      const m = Math.min(CHUNK, n - r0);
+      this.kernels.rmsnorm(this.scratch.h, rows + r0 * H * 4, norm, m, H, eps);
+      this.linear(out + r0 * vocabSize * 4, this.input(this.scratch.h, m, lmHead), lmHead);
+    }
+  }
+
   /** A pass's logits are read before another pass over the shared scratch; anything else is a bug to say aloud. */
   private checkCurrent(epoch: number): void {
     if (!this.model.arena.current(epoch)) throw new StaleLogitsError();
   }
 
-  /** Logits after token `t` of the last pass (copied out: the next call reuses the buffer). */
+  /** Logits after token `t` of the last pass (copied out: they are computed where the rows' chunk lies). */
   private logitsAt(t: number): Float32Array {
-    const { hiddenSize: H } = this.config;
     this.checkCurrent(this.last!.epoch);
-    const s = this.scratch;
-    const ends = this.weights.ends!;
-    const vocabSize = ends.lmHead.n;
-    this.kernels.rmsnorm(s.h, this.last!.residual + t * H * 4, ends.norm, 1, H, this.config.rmsNormEps);
-    this.linear(s.lazyLogits, this.input(s.h, 1, ends.lmHead), ends.lmHead);
-    return this.memory.f32(s.lazyLogits, vocabSize).slice();
+    this.projectRows(this.scratch.logits, this.last!.residual + t * this.config.hiddenSize * 4, 1);
+    this.inLogits = -1;
+    return this.memory.f32(this.scratch.logits, this.weights.ends!.lmHead.n).slice();
   }
 
   /** The final norm of tokens [t0, t0 + n) of the last pass's residual stream, (n, hidden), copied out. */

@@ -50,8 +50,11 @@ export class KernelStageRunner extends KernelRunner {
       true,
     );
     this.setResidual(pass, hidden);
-    this.outputLogits(pass);
-    return this.memory.f32(pass.scratch.logits, count * this.weights.ends!.lmHead.n).slice();
+    const logits = this.outputLogits(pass);
+    const width = this.weights.ends!.lmHead.n;
+    const out = new Float32Array(count * width);
+    for (let i = 0; i < count; i++) out.set(logits.last(i), i * width);
+    return out;
   }
 
   /** The head's end of a pass over stages: the hidden states leaving the model's last layer, to logits. */

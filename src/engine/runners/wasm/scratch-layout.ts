@@ -6,6 +6,13 @@ import { vocabRows, type LayerSpan, type LlamaWeights } from './weights/llama-we
 export const CHUNK = 32;
 /** Logit rows computed in a pass beyond one per row (speculative verifications): bounds the logits' scratch. */
 export const LOGIT_ROWS = 8;
+/**
+ * Rows of logits a quantised output projection computes at a time, as they are read: matmul_q's row tile
+ * (kernels/matmul_quant.c streams the weights once per 4 rows whatever M), so it costs nothing over one
+ * call for every row, and the scratch holds 4 rows of vocabulary instead of a whole batch's (4.5 MiB at 16
+ * rows and SmolLM2's 49,152). A float head keeps every row: its kernels stream the weights once per call.
+ */
+export const QUANT_LOGIT_CHUNK = 4;
 /** Every scratch allocation starts on a 64-byte boundary (ScratchArena.alloc). */
 const ALIGN = 64;
 /** The kernels' own stack, below their heap: counted with the scratch. */
@@ -19,8 +26,13 @@ export interface PassShape {
   tableEntries: number;
   /** The most (tokens x keys) one attention call of the pass scores, per head of a KV group. */
   scoreRow: number;
-  /** Rows of logits computed together. */
+  /** Rows of logits a pass computes (each row's last position, and speculative verifications'). */
   logitRows: number;
+}
+
+/** Rows of logits computed at a time by `weights`' output projection (the scratch holds that many). */
+export function logitChunkRows(weights: LlamaWeights | undefined, logitRows: number): number {
+  return weights?.ends?.lmHead.kind === 'quant' ? Math.min(logitRows, QUANT_LOGIT_CHUNK) : logitRows;
 }
 
 /** The matrices' widths that size a layer's activations: the weights', or upper bounds before they are read. */
@@ -57,8 +69,8 @@ function widths(config: ModelConfig, weights?: LlamaWeights): Widths {
  *   h, out (CHUNK, hidden); q, ctx (CHUNK, heads * head_dim); k, v (CHUNK, kv_heads * head_dim);
  *   gate, up (CHUNK, intermediate); xq (CHUNK, widest quantised input) int8 or int16 (by build);
  *   xs (CHUNK, widest / 32) its block scales; xsum (CHUNK, widest / 32, 2) int32 its half-block sums;
- *   scores (heads / kv_heads, score row); lazyLogits (vocab); logits (logit rows, vocab);
- *   lastRows (logit rows, hidden).
+ *   scores (heads / kv_heads, score row); logits (logitChunkRows, vocab), which also takes any other
+ *   position's logits on demand; lastRows (logit rows, hidden).
  */
 export function passLayout(config: ModelConfig, pass: PassShape, weights?: LlamaWeights, span?: LayerSpan) {
   const { hiddenSize: H, numHeads, numKvHeads, headDim } = config;
@@ -88,8 +100,7 @@ export function passLayout(config: ModelConfig, pass: PassShape, weights?: Llama
     xs: f((CHUNK * widest) / 32),
     xsum: f((CHUNK * widest) / 16),
     scores: f((numHeads / numKvHeads) * pass.scoreRow),
-    lazyLogits: pass.logitRows > 0 ? f(vocabSize) : 0,
-    logits: f(pass.logitRows * vocabSize),
+    logits: f(logitChunkRows(weights, pass.logitRows) * vocabSize),
     lastRows: f(pass.logitRows * H),
   };
 }
