@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds the edge kernels (kernels/*.c) three times with Debian's clang-16 and lld-16, into src/engine/runners/wasm/:
+# Builds the edge kernels (kernels/*.c) four times with Debian's clang-16 and lld-16, into src/engine/runners/wasm/:
 #   edge-kernels.wasm          WebAssembly SIMD (simd128): runs everywhere
 #   edge-kernels-relaxed.wasm  the same sources with relaxed SIMD's i8 dot product as int16 pairs (-DRELAXED):
 #                              the same bits; Node 20's V8 runs it fastest
-#   edge-kernels-dot-add.wasm  relaxed, the dot product accumulating in int32 (-DDOT_ADD): the same bits; one
-#                              instruction in workerd's V8 on an AVX-VNNI host (the worker runs it there only)
+#   edge-kernels-relaxed-wide.wasm  relaxed, a single row's tile 16 columns wide (-DWIDE_ROWS): the same bits; fewer
+#                              loads, each bounds-checked in workerd's V8 (the worker runs it where it does not run dot-add)
+#   edge-kernels-dot-add.wasm  relaxed and wide, the dot product accumulating in int32 (-DDOT_ADD): the same bits;
+#                              one instruction in workerd's V8 on an AVX-VNNI host (the worker runs it there only)
 # The .wasm files are committed: `npm start` and `npm test` need no compiler; CI rebuilds them and fails if
 # a result differs from the committed file (test/kernels-build.test.ts).
 #   bash kernels/build.sh [out-dir]
@@ -12,7 +14,8 @@ set -euo pipefail
 for a in "$@"; do
   if [ "$a" = --help ] || [ "$a" = -h ]; then
     echo "Usage: npm run kernels:build [-- out-dir]"
-    echo "Builds kernels/*.c with clang-16 and lld-16 into edge-kernels.wasm, edge-kernels-relaxed.wasm and edge-kernels-dot-add.wasm"
+    echo "Builds kernels/*.c with clang-16 and lld-16 into edge-kernels.wasm, edge-kernels-relaxed.wasm,"
+    echo "edge-kernels-relaxed-wide.wasm and edge-kernels-dot-add.wasm"
     echo "(default out-dir: src/engine/runners/wasm). Needs: apt-get install clang-16 lld-16"
     exit 0
   fi
@@ -31,4 +34,5 @@ build() {
 }
 build -o "$out/edge-kernels.wasm"
 build -mrelaxed-simd -DRELAXED -o "$out/edge-kernels-relaxed.wasm"
-build -mrelaxed-simd -DRELAXED -DDOT_ADD -o "$out/edge-kernels-dot-add.wasm"
+build -mrelaxed-simd -DRELAXED -DWIDE_ROWS -o "$out/edge-kernels-relaxed-wide.wasm"
+build -mrelaxed-simd -DRELAXED -DWIDE_ROWS -DDOT_ADD -o "$out/edge-kernels-dot-add.wasm"

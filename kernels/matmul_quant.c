@@ -319,8 +319,8 @@ AI void tile(const int FORM, const int R, float *Y, const act_t *xq, const float
   }
 }
 
-#ifdef DOT_ADD
-/** Groups of 4 columns a single row's tile spans in the dot-add build (tile_row). */
+#ifdef WIDE_ROWS
+/** Groups of 4 columns a single row's tile spans in the builds for workerd (tile_row). */
 enum { ROW_GROUPS = 4 };
 
 /**
@@ -328,8 +328,8 @@ enum { ROW_GROUPS = 4 };
  * and scale are loaded once for all of them, not once per 4 columns. workerd runs V8 without its trap handler, so
  * every load carries a bounds check (docs/kernels.md, "Inside workerd"): measured there, 8 columns run 4-bit
  * products at one row 1.08-1.14x tile()'s 4, and 16 another 1.03x (the 8-bit output projection 1.06x, then
- * 1.09x). Node 20's V8 runs the 8-column form at 0.76x of decode (it spills), so only the dot-add build, which
- * the worker alone runs, has it. Each column's operations are tile()'s: the same bits.
+ * 1.09x). Node 20's V8 runs the 8-column form at 0.76x of decode (it spills), so only the builds the worker alone
+ * runs (-DWIDE_ROWS: relaxed-wide and dot-add) have it. Each column's operations are tile()'s: the same bits.
  */
 AI void tile_row(const int FORM, const int G, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w,
                  int m0, size_t g, int N, int blocks) {
@@ -379,7 +379,7 @@ AI void matmul_kind(const int KIND, float *Y, const act_t *xq, const float *xs, 
     for (size_t g = 0; g < groups; g++) tile(KIND, 2, Y, xq, xs, xsum, w, m, g, N, blocks);
   for (; m < M; m++) {
     size_t g = 0;
-#ifdef DOT_ADD
+#ifdef WIDE_ROWS
     for (; g + ROW_GROUPS <= groups; g += ROW_GROUPS) tile_row(KIND, ROW_GROUPS, Y, xq, xs, xsum, w, m, g, N, blocks);
 #endif
     for (; g < groups; g++) tile(KIND, 1, Y, xq, xs, xsum, w, m, g, N, blocks);

@@ -125,7 +125,7 @@ describe('npm run deploy', () => {
       const gzip = Number(/Total Upload: [\d.]+ KiB \/ gzip: ([\d.]+) KiB/.exec(log)?.[1]);
       const files = readdirSync(out);
       console.log(`deploy bundle --kernels-only: gzip ${gzip.toFixed(0)} KiB; modules: ${files.join(', ')}`);
-      for (const build of ['relaxed', 'dot-add'])
+      for (const build of ['relaxed-wide', 'dot-add'])
         expect(files.some((f) => f.endsWith(`edge-kernels-${build}.wasm`))).toBe(true);
       expect(files.some((f) => f.includes('ort-wasm'))).toBe(false);
       expect(gzip).toBeLessThan(FREE_PLAN_KIB);
@@ -157,7 +157,7 @@ describe('npm run deploy', () => {
           const gzip = gzipOf(part);
           console.log(`deploy bundle, stage ${i}: gzip ${gzip.toFixed(0)} KiB; modules: ${files.join(', ')}`);
           expect(files).toContain('index.js');
-          for (const build of ['relaxed', 'dot-add'])
+          for (const build of ['relaxed-wide', 'dot-add'])
             expect(files.some((f) => f.endsWith(`edge-kernels-${build}.wasm`))).toBe(true);
           // The stage entry imports the kernels alone (src/objects/stage-runtime.ts).
           expect(files.filter((f) => f.includes('ort-wasm') || f.includes('xgrammar'))).toEqual([]);

@@ -1,4 +1,4 @@
-// The committed edge-kernels.wasm, edge-kernels-relaxed.wasm and edge-kernels-dot-add.wasm are what kernels/*.c build to: CI (which installs
+// The committed edge-kernels*.wasm (all four builds) are what kernels/*.c build to: CI (which installs
 // clang-16 and lld-16 through .ci/system-packages) rebuilds them and fails on any difference, so the binaries
 // cannot drift from their source.
 // Elsewhere, without a compiler, the test says why it cannot run; `npm test` and `npm start` need none.
@@ -14,14 +14,19 @@ const hasCompiler = spawnSync('sh', ['-c', 'command -v clang-16 && test -x /usr/
 const required = Boolean(process.env.CI);
 const reason = 'clang-16 and lld-16 (Debian packages of those names) are not installed';
 
-describe(`edge-kernels.wasm, edge-kernels-relaxed.wasm and edge-kernels-dot-add.wasm${hasCompiler ? '' : ` (skipped: ${reason})`}`, () => {
+describe(`the four builds of edge-kernels*.wasm${hasCompiler ? '' : ` (skipped: ${reason})`}`, () => {
   if (!hasCompiler && required)
     it('needs its compiler in CI', () => expect.fail(`${reason}; .ci/system-packages installs them`));
   it.skipIf(!hasCompiler)('are exactly what kernels/build.sh makes of kernels/*.c', () => {
     const dir = mkdtempSync(join(tmpdir(), 'edge-kernels-'));
     try {
       execFileSync('bash', [join(ROOT, 'kernels/build.sh'), dir], { stdio: 'pipe' });
-      for (const name of ['edge-kernels.wasm', 'edge-kernels-relaxed.wasm', 'edge-kernels-dot-add.wasm']) {
+      for (const name of [
+        'edge-kernels.wasm',
+        'edge-kernels-relaxed.wasm',
+        'edge-kernels-relaxed-wide.wasm',
+        'edge-kernels-dot-add.wasm',
+      ]) {
         const built = readFileSync(join(dir, name));
         const committed = readFileSync(join(ROOT, 'src/engine/runners/wasm', name));
         expect(built.equals(committed), `run kernels/build.sh and commit src/engine/runners/wasm/${name}`).toBe(true);

@@ -5,9 +5,15 @@ import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.j
 import dotAdd from '../../src/engine/runners/wasm/edge-kernels-dot-add.wasm';
 import baseline from '../../src/engine/runners/wasm/edge-kernels.wasm';
 import relaxed from '../../src/engine/runners/wasm/edge-kernels-relaxed.wasm';
+import relaxedWide from '../../src/engine/runners/wasm/edge-kernels-relaxed-wide.wasm';
 import { type Form, FORMS, productCall } from './product-setup.js';
 
-const BUILDS: Record<string, WebAssembly.Module> = { baseline, relaxed, 'dot-add': dotAdd };
+const BUILDS: Record<string, WebAssembly.Module> = {
+  baseline,
+  relaxed,
+  'relaxed-wide': relaxedWide,
+  'dot-add': dotAdd,
+};
 const calls = new Map<string, () => void>();
 
 export default {

@@ -3,8 +3,8 @@
 // computes, so each figure is timed from here: a request running the product `calls` times, less one running it
 // zero times, the least of 3, over enough calls for ~60 ms; builds interleaved, `rounds` rounds after a warm-up
 // round, the median.
-// The worker runs the dot-add build only where its V8 fuses the int32 dot product (dot-lowering.ts); these figures
-// are why (docs/kernels.md, "Inside workerd").
+// The worker runs the dot-add build only where its V8 fuses the int32 dot product (dot-lowering.ts), else the
+// relaxed-wide one; these figures are why (docs/kernels.md, "Inside workerd"). Both against Node's relaxed build.
 //
 //   tsx scripts/bench/products-workerd.ts [--rounds N] [--rows 1,4,16] [--json FILE]
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -15,12 +15,14 @@ import { parseArgs } from 'node:util';
 import { startDevServer } from '../lib/dev-server.js';
 import { median, Samples } from './stats.js';
 
-/** (form, build): 4-bit on both relaxed builds; 8-bit on all three (one row takes the relaxed builds' split path). */
+/** (form, build): 4-bit on the relaxed builds; 8-bit on all four (one row takes the relaxed builds' split path). */
 const CASES = [
   ['q4', 'relaxed'],
+  ['q4', 'relaxed-wide'],
   ['q4', 'dot-add'],
   ['int8', 'baseline'],
   ['int8 relaxed', 'relaxed'],
+  ['int8 relaxed', 'relaxed-wide'],
   ['int8 relaxed', 'dot-add'],
 ] as const;
 const SHAPES: [number, number][] = [
@@ -37,7 +39,7 @@ export interface WorkerdProductRow {
   rows: number;
   /** The median over rounds. */
   gmacs: number;
-  /** The dot-add build: the median of its GMAC/s ÷ the relaxed build's, round by round. */
+  /** The worker's builds (relaxed-wide, dot-add): the median of their GMAC/s ÷ the relaxed build's, round by round. */
   vsRelaxed?: number;
 }
 
@@ -75,8 +77,11 @@ export async function benchProductsInWorkerd(rowCounts: number[], rounds: number
     for (const key of samples.keys()) {
       const values = samples.get(key);
       const [form, build, k, n, rows] = JSON.parse(key) as [string, string, number, number, number];
-      // The dot-add build against the relaxed one round by round (the host's noise moves both alike).
-      const relaxed = build === 'dot-add' ? samples.get(JSON.stringify([form, 'relaxed', k, n, rows])) : undefined;
+      // The worker's builds against Node's relaxed one round by round (the host's noise moves both alike).
+      const relaxed =
+        build === 'dot-add' || build === 'relaxed-wide'
+          ? samples.get(JSON.stringify([form, 'relaxed', k, n, rows]))
+          : undefined;
       const ratios = relaxed?.map((r, i) => values[i] / r);
       out.push({ form, build, k, n, rows, gmacs: median(values), ...(ratios && { vsRelaxed: median(ratios) }) });
       log(

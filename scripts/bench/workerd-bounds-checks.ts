@@ -35,7 +35,7 @@ const CASES: [string, string, number, number, number][] = [
   ['dot-add', 'int8 relaxed', 576, 49152, 1],
   ['dot-add', 'q4', 576, 1536, 16],
 ];
-const BUILDS = ['edge-kernels', 'edge-kernels-relaxed', 'edge-kernels-dot-add'];
+const BUILDS = ['edge-kernels', 'edge-kernels-relaxed', 'edge-kernels-relaxed-wide', 'edge-kernels-dot-add'];
 
 const freePort = () =>
   new Promise<number>((resolve) => {

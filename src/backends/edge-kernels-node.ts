@@ -4,10 +4,11 @@ import { KERNELS_MIN_PAGES } from '../engine/runners/wasm/edge-kernels.js';
 
 /**
  * The builds of the kernels (kernels/build.sh), all giving the same bits: baseline SIMD; relaxed SIMD's 8-bit
- * dot product as int16 pairs (Node 20's fastest); and the same dot product accumulating in int32 (`dot-add`:
- * one VNNI instruction where V8 lowers it so, as workerd's does; what the worker imports).
+ * dot product as int16 pairs (Node 20's fastest); the same with a single row's tile 16 columns wide
+ * (`relaxed-wide`: fewer loads, which workerd's V8 bounds-checks one by one); and that accumulating in int32
+ * (`dot-add`: one VNNI instruction where V8 lowers it so, as workerd's does). The worker imports the last two.
  */
-export const KERNELS_BUILDS = ['baseline', 'relaxed', 'dot-add'] as const;
+export const KERNELS_BUILDS = ['baseline', 'relaxed', 'relaxed-wide', 'dot-add'] as const;
 export type KernelsBuild = (typeof KERNELS_BUILDS)[number];
 
 const compiled = new Map<KernelsBuild, WebAssembly.Module>();
@@ -59,7 +60,7 @@ export function dotProbePasses(module: WebAssembly.Module): boolean {
 
 /**
  * Our WebAssembly kernels for Node, compiled once per process: the relaxed build where this V8 runs it
- * exactly, else the baseline build. EDGE_KERNELS_BUILD=baseline|relaxed|dot-add asks for one (the bench compares
+ * exactly, else the baseline build. EDGE_KERNELS_BUILD=baseline|relaxed|relaxed-wide|dot-add asks for one (the bench compares
  * them; tests check they agree bit for bit).
  */
 export function edgeKernelsModule(build = preferredBuild()): WebAssembly.Module {

@@ -1,4 +1,4 @@
-// Every build of our kernels inside workerd's V8: the two relaxed builds (the worker runs whichever this host
+// Every build of our kernels inside workerd's V8: the relaxed builds (the worker runs whichever of its two this host
 // runs faster) and the baseline give the same bits for the block-quantised product in every form, and the same
 // bits as in Node. This is the check docs/platform.md's "relaxed SIMD is exact here" rests on, in the engine the
 // product runs in.
@@ -6,6 +6,7 @@ import { describe, expect, inject, it } from 'vitest';
 import dotAdd from '../../src/engine/runners/wasm/edge-kernels-dot-add.wasm';
 import baseline from '../../src/engine/runners/wasm/edge-kernels.wasm';
 import relaxed from '../../src/engine/runners/wasm/edge-kernels-relaxed.wasm';
+import relaxedWide from '../../src/engine/runners/wasm/edge-kernels-relaxed-wide.wasm';
 import { relaxedKernelsForThisHost } from '../../src/backends/relaxed-kernels-workerd.js';
 import { probeDotLowering } from '../../src/engine/runners/wasm/dot-lowering.js';
 import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
@@ -17,6 +18,7 @@ describe('kernel builds in workerd', () => {
     for (const [build, module] of [
       ['baseline', baseline],
       ['relaxed', relaxed],
+      ['relaxed-wide', relaxedWide],
       ['dot-add', dotAdd],
     ] as const) {
       const { kernels, memory } = await instantiateKernels(module);
@@ -25,7 +27,7 @@ describe('kernel builds in workerd', () => {
     const inNode = inject('nodeKernelProbe');
     expect(Object.keys(inWorkerd.baseline)).toHaveLength(8);
     for (const format of Object.keys(inWorkerd.baseline))
-      for (const build of ['relaxed', 'dot-add']) {
+      for (const build of ['relaxed', 'relaxed-wide', 'dot-add']) {
         expect(inWorkerd[build][format], `${build} ${format}`).toEqual(inWorkerd.baseline[format]);
         expect(inNode[build][format], `${build} ${format} in Node`).toEqual(inNode.baseline[format]);
       }
@@ -33,8 +35,8 @@ describe('kernel builds in workerd', () => {
       expect(inWorkerd.baseline[format], format).toEqual(inNode.baseline[format]);
   });
 
-  it('runs the dot-add build exactly where its V8 fuses the int32 dot product, else the relaxed one', () => {
+  it('runs the dot-add build exactly where its V8 fuses the int32 dot product, else the wide relaxed one', () => {
     const lowering = probeDotLowering(dotAdd);
-    expect(relaxedKernelsForThisHost()).toBe(lowering === 'fused-unsigned' ? dotAdd : relaxed);
+    expect(relaxedKernelsForThisHost()).toBe(lowering === 'fused-unsigned' ? dotAdd : relaxedWide);
   });
 });
