@@ -87,10 +87,13 @@ describe('quantize_rows', () => {
 });
 
 describe('matmul_q over every form', () => {
+  // Column counts past 16 reach the builds' 16-column single-row tile (tile_row), whole and with a tail.
   const shapes: [number, number, number][] = [
     [1, 256, 7],
     [5, 512, 9],
     [9, 96, 4],
+    [1, 256, 19],
+    [3, 256, 30],
   ];
   for (const format of QUANT_FORMATS) {
     const kForm = format.endsWith('kmin') || format.endsWith('k16');

@@ -118,12 +118,13 @@ export const gaussian = (seed: number, n: number): Float32Array => {
 };
 
 /**
- * The product in every form over fixed random inputs (7 rows, so tiles of 4, 2 and 1 rows, K 256, 8 columns;
+ * The product in every form over fixed random inputs (7 rows, so tiles of 4, 2 and 1 rows, K 256, 30 columns;
  * zero points per block where the form has them): what the kernels must give, bit for bit, in every build and every engine that runs them.
  */
 export function quantProbe(kernels: Kernels): Record<string, number[]> {
   const out: Record<string, number[]> = {};
-  const [rows, k, n] = [7, 256, 8];
+  // 7 rows: tiles of 4, 2 and 1; 30 columns: two 16-column single-row tiles (tile_row), the second with a tail.
+  const [rows, k, n] = [7, 256, 30];
   const x = gaussian(11, rows * k);
   for (const [i, format] of QUANT_FORMATS.entries()) {
     const m = place(kernels, randomLogical(format, k, n, 1000 + i, format.endsWith('-zp')));
