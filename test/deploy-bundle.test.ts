@@ -28,7 +28,7 @@ const GZIP_BUDGET_KIB = 4608;
 /** The free plan's upload limit (3 MiB gzip). */
 const FREE_PLAN_KIB = 3072;
 /**
- * A pipeline stage's upload (gzip): its layers' code and the two relaxed kernels builds, ~100 KiB; onnxruntime-web's or
+ * A pipeline stage's upload (gzip): its layers' code and the worker's two relaxed kernels builds, ~130 KiB; onnxruntime-web's or
  * xgrammar's WebAssembly in it (a stage uses neither) would pass this at once.
  */
 const STAGE_GZIP_KIB = { min: 16, max: 256 };

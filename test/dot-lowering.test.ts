@@ -1,6 +1,6 @@
 // Which relaxed build a workerd isolate runs is read from how its V8 lowers the int32 dot product
 // (src/engine/runners/wasm/dot-lowering.ts): the probe's sums name the lowering, and in Node 20 (whose V8 has no
-// fused lowering) the dot-add build's probe reads as not fused, so the choice would be the relaxed build.
+// fused lowering) the dot-add build's probe reads as not fused, so the choice would be the relaxed-wide build.
 import { describe, expect, it } from 'vitest';
 import { edgeKernelsModule } from '../src/backends/edge-kernels-node.js';
 import { dotLoweringOf, probeDotLowering } from '../src/engine/runners/wasm/dot-lowering.js';

@@ -11,13 +11,14 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { copyFileSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 // Both come with wrangler (pinned by the lockfile): the bundler it uses and the runtime it starts.
 import { build } from 'esbuild';
+import { KERNELS_BUILDS, kernelsFileName } from '../../src/backends/edge-kernels-node.js';
+import { freePort } from '../lib/free-port.js';
 import { median, Samples } from './stats.js';
 
 /** The workerd binary wrangler runs (the package's CommonJS default export is its path). */
@@ -35,19 +36,12 @@ const CASES: [string, string, number, number, number][] = [
   ['dot-add', 'int8 relaxed', 576, 49152, 1],
   ['dot-add', 'q4', 576, 1536, 16],
 ];
-const BUILDS = ['edge-kernels', 'edge-kernels-relaxed', 'edge-kernels-relaxed-wide', 'edge-kernels-dot-add'];
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
+/** The wasm files the products worker imports: every build. */
+const FILES = KERNELS_BUILDS.map(kernelsFileName);
 
 async function start(dir: string, name: string, flags: string[]): Promise<{ url: string; child: ChildProcess }> {
   const port = await freePort();
-  const modules = BUILDS.map((b) => `(name = "${b}.wasm", wasm = embed "${b}.wasm")`).join(', ');
+  const modules = FILES.map((f) => `(name = "${f}", wasm = embed "${f}")`).join(', ');
   const config = join(dir, `${name.replaceAll(' ', '-')}.capnp`);
   writeFileSync(
     config,
@@ -87,9 +81,10 @@ export async function benchBoundsChecks(rounds: number, log: (s: string) => void
     platform: 'neutral',
   });
   let js = bundle.outputFiles[0].text;
-  for (const b of BUILDS) {
-    js = js.replaceAll(new RegExp(`"[./]*src/engine/runners/wasm/${b}\\.wasm"`, 'g'), `"./${b}.wasm"`);
-    copyFileSync(b === 'edge-kernels-dot-add' && dotAdd ? dotAdd : join(wasmDir, `${b}.wasm`), join(dir, `${b}.wasm`));
+  for (const build of KERNELS_BUILDS) {
+    const f = kernelsFileName(build);
+    js = js.replaceAll(`"../../src/engine/runners/wasm/${f}"`, `"./${f}"`);
+    copyFileSync(build === 'dot-add' && dotAdd ? dotAdd : join(wasmDir, f), join(dir, f));
   }
   writeFileSync(join(dir, 'worker.js'), js);
   const servers = await Promise.all(

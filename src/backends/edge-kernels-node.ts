@@ -14,12 +14,12 @@ export type KernelsBuild = (typeof KERNELS_BUILDS)[number];
 const compiled = new Map<KernelsBuild, WebAssembly.Module>();
 let relaxedWorks: boolean | undefined;
 
+/** The build's file in src/engine/runners/wasm/ (kernels/build.sh writes each there under this name). */
+export const kernelsFileName = (build: KernelsBuild): string =>
+  `edge-kernels${build === 'baseline' ? '' : `-${build}`}.wasm`;
+
 const file = (build: KernelsBuild): Uint8Array<ArrayBuffer> =>
-  new Uint8Array(
-    readFileSync(
-      new URL(`../engine/runners/wasm/edge-kernels${build === 'baseline' ? '' : `-${build}`}.wasm`, import.meta.url),
-    ),
-  );
+  new Uint8Array(readFileSync(new URL(`../engine/runners/wasm/${kernelsFileName(build)}`, import.meta.url)));
 
 /**
  * Node 20's V8 (11.3) has relaxed SIMD behind a flag, and its baseline compiler (Liftoff) computes

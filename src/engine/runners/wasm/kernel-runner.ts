@@ -76,8 +76,6 @@ export class KernelRunner implements ModelRunner {
   private scratch!: Scratch;
   /** Counts inputs made (input()): a product checks it is given the newest, whose quantised rows are in scratch. */
   private inputs = 0;
-  /** Which chunk of the last pass's logit rows the scratch's logits hold (-1: none). */
-  private inLogits = -1;
   /** The last pass's residual stream (M, hidden), each row's token offsets in it, and its arena epoch. */
   private last: { residual: number; firstToken: number[]; epoch: number } | undefined;
 
@@ -372,13 +370,14 @@ export class KernelRunner implements ModelRunner {
     }
     this.last = { residual: s.residual, firstToken, epoch };
     const per = logitChunkRows(this.weights, logitRows);
-    this.inLogits = -1;
+    /** Which chunk of this pass's logit rows the scratch's logits hold (-1: none, or another position's). */
+    let held = -1;
     const view = (slot: number): Float32Array => {
       this.checkCurrent(epoch);
       const chunk = Math.floor(slot / per);
-      if (this.inLogits !== chunk) {
+      if (held !== chunk) {
         this.projectRows(s.logits, s.lastRows + chunk * per * H * 4, Math.min(per, logitRows - chunk * per));
-        this.inLogits = chunk;
+        held = chunk;
       }
       return mem.f32(s.logits + (slot - chunk * per) * vocabSize * 4, vocabSize);
     };
@@ -386,9 +385,9 @@ export class KernelRunner implements ModelRunner {
       last: (row) => view(logitStart[row] + want[row] - 1),
       at: (row, index) => {
         const fromEnd = counts[row] - 1 - index;
-        return fromEnd < want[row]
-          ? view(logitStart[row] + want[row] - 1 - fromEnd)
-          : this.logitsAt(firstToken[row] + index);
+        if (fromEnd < want[row]) return view(logitStart[row] + want[row] - 1 - fromEnd);
+        held = -1; // logitsAt computes into the same buffer
+        return this.logitsAt(firstToken[row] + index);
       },
       hidden: (row) => this.hiddenStates(firstToken[row], counts[row]),
     };
@@ -415,7 +414,6 @@ export class KernelRunner implements ModelRunner {
   private logitsAt(t: number): Float32Array {
     this.checkCurrent(this.last!.epoch);
     this.projectRows(this.scratch.logits, this.last!.residual + t * this.config.hiddenSize * 4, 1);
-    this.inLogits = -1;
     return this.memory.f32(this.scratch.logits, this.weights.ends!.lmHead.n).slice();
   }
 
