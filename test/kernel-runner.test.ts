@@ -264,6 +264,36 @@ describe('loading the weights as a stream', () => {
     expect(logits[1]).toBe(logits[0]);
   });
 
+  it("sizes attention's scores by the pool it is given: a longer pool than its limits said still runs to its end", async () => {
+    // tiny: 512 B a token at fp32, 160 at int8. Limits of 32 KiB at fp32 bound a row at 80 tokens; the same
+    // bytes at int8 hold 192, and their last passes score 32 queries against ~190 keys.
+    const config = (await loadEngine('kernels', 'tiny', { autoRun: false })).config;
+    const file = new Uint8Array(readFileSync(join(modelDir('tiny'), 'onnx', 'model_int8.onnx')));
+    const run = async (kvDtype: 'fp32' | 'int8'): Promise<string> => {
+      const limits = resolveEngineLimits({ kvCacheBytes: 32 * 1024, kvDtype, maxTokensPerStep: 64, maxBatchSize: 1 });
+      const runner = KernelRunner.over(
+        await KernelModel.fromStream(edgeKernelsModule(), { chunks: oneChunk(file) }, config, {
+          limits,
+          budget: new MemoryBudget(config, limits.kvCacheBytes, undefined),
+        }),
+        limits,
+      );
+      runner.createKvMemory(config, 12, 16, 'int8');
+      const kv = new KvCacheManager(new BlockPool(config, 12, 16), 'pool-length-test');
+      const seq = kv.create();
+      const prompt = randomIds(11, 190, 3, 500);
+      let last = '';
+      for (let at = 0; at < prompt.length; at += 64) {
+        const tokens = prompt.slice(at, at + 64);
+        expect(kv.reserve(seq, tokens.length)).toBe(true);
+        last = bits((await runner.forward([{ kv: seq, tokens }])).last(0));
+      }
+      await runner.release();
+      return last;
+    };
+    expect(await run('fp32')).toBe(await run('int8'));
+  });
+
   it('streams a model folder over real HTTP (fetchSource) to the reference greedy tokens, holding no second copy', async () => {
     const server = createServer((req, res) => {
       const path = join(modelDir('tiny'), decodeURIComponent(new URL(req.url!, 'http://x').pathname));

@@ -393,6 +393,7 @@ describe('a model on pipeline stages', () => {
           blockSize: 16,
           maxBatchSize: 8,
           maxTokensPerStep: 512,
+          kvDtype: 'fp32',
           memoryBudgetBytes: undefined,
         },
       });

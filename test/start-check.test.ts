@@ -229,7 +229,7 @@ describe('the start check sees what the Worker will see, and names the setting t
   it('says the KV pool the budget leaves when it is less than KV_CACHE_MB, and in tokens', async () => {
     const places = shaped('squeezed', 'bench-1b', 20);
     const kv = (await check({ MODEL: 'squeezed', MEMORY_BUDGET_MB: '64' }, places)).find((l) => l.startsWith('kv'));
-    expect(kv).toMatch(/^kv +6\.0 MiB per shard at fp32, 96 tokens: not KV_CACHE_MB 16, .*KV_DTYPE=int8 holds 3\.76x/);
+    expect(kv).toMatch(/^kv +7\.0 MiB per shard at fp32, 112 tokens: not KV_CACHE_MB 16, .*KV_DTYPE=int8 holds 3\.76x/);
     const roomy = (await check({ MODEL: 'squeezed' }, places)).find((l) => l.startsWith('kv'));
     expect(roomy).toMatch(
       /^kv +\d+\.\d MiB per shard at fp32, \d+ tokens \(KV_CACHE_MB 16, in whole blocks of 16 tokens\)$/,

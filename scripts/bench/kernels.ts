@@ -14,6 +14,7 @@
 import { writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { ENGINE_DEFAULTS } from '../../src/engine/defaults.js';
 import { Engine } from '../../src/engine/engine.js';
 import type { KernelRunner } from '../../src/engine/runners/wasm/kernel-runner.js';
 import type { PagedSequenceKv } from '../../src/engine/kv/paged-kv.js';
@@ -222,7 +223,10 @@ export async function benchKernels(runs: number, quick: boolean, log: (s: string
   });
   const runner = q4.runner as KernelRunner;
   const kvQ4 = q4.kv.create();
-  await timed(q4, [{ kv: kvQ4, tokens: ids(q4.kv.pool.numBlocks * q4.kv.blockSize - 16, 5) }]); // fill the pool: scratch at a large pass
+  // Fill the pool, a step's budget (maxTokensPerStep) a pass: scratch at its largest pass and longest score rows.
+  const fill = ids(q4.kv.pool.numBlocks * q4.kv.blockSize - 16, 5);
+  for (let at = 0; at < fill.length; at += ENGINE_DEFAULTS.maxTokensPerStep)
+    await timed(q4, [{ kv: kvQ4, tokens: fill.slice(at, at + ENGINE_DEFAULTS.maxTokensPerStep) }]);
   const memory = {
     linearMemoryBytes: runner.memoryBytes,
     weightBytes: runner.weights.bytes,

@@ -126,7 +126,7 @@ export async function loadRunner(
             model
               ? [
                   { label: 'embedding and output projection', bytes: model.weights.bytes },
-                  { label: 'scratch', bytes: model.arena.bytes },
+                  { label: 'scratch', bytes: model.scratchBytes },
                 ]
               : [],
           perRunner: [],
@@ -139,7 +139,7 @@ export async function loadRunner(
         another: async (limits) => KernelRunner.over(model, limits),
         shared: () => [
           { label: 'weights', bytes: model.weights.bytes },
-          { label: 'scratch', bytes: model.arena.bytes },
+          { label: 'scratch', bytes: model.scratchBytes },
         ],
         perRunner: [],
       };

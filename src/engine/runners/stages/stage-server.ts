@@ -141,7 +141,7 @@ export class StageServer {
         shared: () => [
           stageIsolateFootprint(),
           { label: `layers ${open.span.from}..${open.span.to - 1}`, bytes: kernels.weights.bytes },
-          { label: 'scratch', bytes: kernels.arena.bytes },
+          { label: 'scratch', bytes: kernels.scratchBytes },
           ...adapterPart(adapterBytes),
         ],
       };

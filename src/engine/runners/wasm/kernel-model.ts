@@ -6,7 +6,7 @@ import { instantiateKernels, type KernelExports } from './edge-kernels.js';
 import { loadGgufWeights } from './weights/gguf/gguf-weights.js';
 import { ScratchArena, type LinearMemory } from './linear-memory.js';
 import { loadOnnxWeights } from './weights/onnx/onnx-weights.js';
-import { scratchBytes } from './scratch-layout.js';
+import { KERNELS_STACK, scratchBytes } from './scratch-layout.js';
 import { wholeModel, type LayerSpan, type LlamaWeights } from './weights/llama-weights.js';
 
 /**
@@ -25,6 +25,11 @@ export class KernelModel {
     readonly weights: LlamaWeights,
   ) {
     this.arena = new ScratchArena(memory);
+  }
+
+  /** What the footprint counts as scratch: the arena's, and the kernels' own stack below their heap. */
+  get scratchBytes(): number {
+    return this.arena.bytes + KERNELS_STACK;
   }
 
   /**

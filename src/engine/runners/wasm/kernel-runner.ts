@@ -2,13 +2,13 @@ import type { EngineLimits } from '../../defaults.js';
 import type { KvShape } from '../../kv/block-pool.js';
 import { kvRowBytes, type KvDtype } from '../../kv/kv-dtype.js';
 import { ArrayKvMemory, type KvArray } from '../array-kv-memory.js';
-import type { ModelConfig } from '../../model/config.js';
+import { kvBytesPerToken, type ModelConfig } from '../../model/config.js';
 import type { ModelRunner, RunnerStats, StepLogits, StepRow } from '../model-runner.js';
 import type { KernelExports } from './edge-kernels.js';
 import type { KernelModel } from './kernel-model.js';
 import { align, type LinearMemory } from './linear-memory.js';
 import { PassAdapters } from './lora-deltas.js';
-import { CHUNK, LOGIT_ROWS, logitChunkRows, passLayout, scratchBytes } from './scratch-layout.js';
+import { CHUNK, LOGIT_ROWS, logitChunkRows, passLayout, passScratchBytes } from './scratch-layout.js';
 import { vocabRows, type LlamaWeights } from './weights/llama-weights.js';
 import type { Matrix } from './weights/matrix.js';
 import {
@@ -70,6 +70,8 @@ export class KernelRunner implements ModelRunner {
   private blockSize = 0;
   /** The pool's element type: how attention reads it and which kv_write stores it. */
   private kvKernels: (typeof KV_KERNELS)[KvDtype] = KV_KERNELS.fp32;
+  /** What sized the scratch: the largest pass, and the pool that bounds its score rows. */
+  private readonly limits: EngineLimits;
   /** Set once released (or its pool taken back by the isolate): a later pass would write bytes it no longer owns. */
   private released = false;
   /** This pass's scratch, laid out anew each pass in the model's shared arena. */
@@ -88,7 +90,8 @@ export class KernelRunner implements ModelRunner {
     protected readonly model: KernelModel,
     limits: EngineLimits,
   ) {
-    model.arena.reserve(scratchBytes(model.config, limits, model.weights));
+    model.arena.reserve(passScratchBytes(model.config, limits, model.weights));
+    this.limits = limits;
     this.config = model.config;
     this.memory = model.memory;
     this.weights = model.weights;
@@ -111,6 +114,13 @@ export class KernelRunner implements ModelRunner {
    */
   createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): ArrayKvMemory {
     if (this.pool) throw new Error('the KV pool is already allocated');
+    // The pool bounds attention's score rows: one longer than the limits said (a stage or GPU host opened with
+    // another element type or more blocks) needs more scratch, found now rather than as a pass's refusal.
+    const poolBytes = numBlocks * blockSize * kvBytesPerToken(this.config, dtype);
+    if (dtype !== this.limits.kvDtype || poolBytes > this.limits.kvCacheBytes)
+      this.model.arena.reserve(
+        passScratchBytes(this.config, { ...this.limits, kvDtype: dtype, kvCacheBytes: poolBytes }, this.weights),
+      );
     const { from, to } = this.weights.span;
     const own = { ...shape, numLayers: to - from };
     const bytes = numBlocks * shape.numKvHeads * blockSize * kvRowBytes(shape.headDim, dtype);

@@ -15,8 +15,8 @@ export const LOGIT_ROWS = 8;
 export const QUANT_LOGIT_CHUNK = 4;
 /** Every scratch allocation starts on a 64-byte boundary (ScratchArena.alloc). */
 const ALIGN = 64;
-/** The kernels' own stack, below their heap: counted with the scratch. */
-const KERNELS_STACK = 131072;
+/** The kernels' own stack, below their heap (kernels/build.sh): counted with the scratch in the footprint. */
+export const KERNELS_STACK = 131072;
 
 /** What one pass lays out in scratch, by its size. */
 export interface PassShape {
@@ -107,15 +107,15 @@ export function passLayout(config: ModelConfig, pass: PassShape, weights?: Llama
 
 export type PassLayout = ReturnType<typeof passLayout>;
 
-type PassLimits = Pick<EngineLimits, 'maxTokensPerStep' | 'maxBatchSize' | 'blockSize' | 'kvCacheBytes'>;
+type PassLimits = Pick<EngineLimits, 'maxTokensPerStep' | 'maxBatchSize' | 'blockSize' | 'kvCacheBytes' | 'kvDtype'>;
 
 /**
  * The largest pass the limits allow. No row is longer than the model's context nor than the KV pool holds
- * (at int8, the most tokens a pool of kvCacheBytes can hold), which bounds attention's score rows.
+ * (the tokens kvCacheBytes holds at the pool's element type), which bounds attention's score rows.
  */
 function largestPass(config: ModelConfig, limits: PassLimits, logits: boolean): PassShape {
   const rows = limits.maxBatchSize;
-  const poolTokens = Math.floor(limits.kvCacheBytes / kvBytesPerToken(config, 'int8')) + limits.blockSize;
+  const poolTokens = Math.floor(limits.kvCacheBytes / kvBytesPerToken(config, limits.kvDtype)) + limits.blockSize;
   const context = Math.min(config.maxPositionEmbeddings, poolTokens);
   return {
     tokens: limits.maxTokensPerStep,
@@ -126,13 +126,12 @@ function largestPass(config: ModelConfig, limits: PassLimits, logits: boolean): 
 }
 
 /**
- * Scratch the largest pass the limits allow needs (forward()'s allocations, each aligned) and the kernels'
- * stack: what the
- * footprint adds to weights and KV pools, once per model however many engines share it. Before the
- * weights are read (the budget's first check) the layers' widths are upper bounds; with `weights`, exact.
- * A stage that holds layers only (`span` without ends) computes no logits.
+ * Scratch the largest pass the limits allow needs (forward()'s allocations, each aligned): what a model's
+ * arena reserves, once however many engines share it. Before the weights are read (the budget's first check)
+ * the layers' widths are upper bounds; with `weights`, exact. A stage that holds layers only (`span` without
+ * ends) computes no logits.
  */
-export function scratchBytes(
+export function passScratchBytes(
   config: ModelConfig,
   limits: PassLimits,
   weights?: LlamaWeights,
@@ -140,5 +139,18 @@ export function scratchBytes(
 ): number {
   const logits = (weights?.span ?? span)?.ends ?? true;
   const layout = passLayout(config, largestPass(config, limits, logits), weights, span);
-  return Object.values(layout).reduce((n, bytes) => n + Math.ceil(bytes / ALIGN) * ALIGN, KERNELS_STACK);
+  return Object.values(layout).reduce((n, bytes) => n + Math.ceil(bytes / ALIGN) * ALIGN, 0);
+}
+
+/**
+ * What the footprint adds to weights and KV pools for the kernels: the arena's scratch (passScratchBytes)
+ * and the kernels' own stack, which lies below their heap (the memory holds it before anything is placed).
+ */
+export function scratchBytes(
+  config: ModelConfig,
+  limits: PassLimits,
+  weights?: LlamaWeights,
+  span?: LayerSpan,
+): number {
+  return passScratchBytes(config, limits, weights, span) + KERNELS_STACK;
 }
