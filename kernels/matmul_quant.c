@@ -48,10 +48,28 @@ static inline void bits_to_bytes(const unsigned char *p, v128_t *lo, v128_t *hi)
   *hi = wasm_i8x16_eq(wasm_v128_and(b23, sel), sel);
 }
 
+/** The V4 forms without high bits: their value plane is interleaved by groups of 4 columns (quant.h). */
+#define V4_GROUPED(KIND) ((KIND) == QV4_ZP || (KIND) == QV4_MIN || (KIND) == QV4_KMIN)
+
+/** Group g's block b in an interleaved V4 plane: T_k, 16 bytes at 16 k, = the 4 columns' bytes 4k..4k+3. */
+AI const unsigned char *group_block(const qmat *w, size_t g, int blocks, int b) {
+  return w->q + (g * (size_t)blocks + b) * 64;
+}
+
+/** Column `col`'s 16 bytes of block b as V4 stores them, from wherever the form keeps them. */
+AI v128_t column_nibbles(const qmat *w, const int kind, size_t col, int blocks, int b) {
+  if (!V4_GROUPED(kind)) return wasm_v128_load(w->q + (col * (size_t)blocks + b) * 16);
+  const unsigned char *p = group_block(w, col / 4, blocks, b) + 4 * (col % 4);
+  v128_t nib = wasm_v128_load32_zero(p);
+  nib = wasm_v128_load32_lane(p + 16, nib, 1);
+  nib = wasm_v128_load32_lane(p + 32, nib, 2);
+  return wasm_v128_load32_lane(p + 48, nib, 3);
+}
+
 /** Elements 0..15 and 16..31 of block b of column `col`, as unsigned bytes (u fits 0..63). */
 AI void block_bytes(const qmat *w, const int kind, size_t col, int blocks, int b, v128_t *u0, v128_t *u1) {
   size_t at = col * (size_t)blocks + b;
-  v128_t nib = wasm_v128_load(w->q + at * 16);
+  v128_t nib = column_nibbles(w, kind, col, blocks, b);
   v128_t mask = wasm_i8x16_splat(0x0f);
   *u0 = wasm_v128_and(nib, mask);
   *u1 = wasm_u8x16_shr(nib, 4);
@@ -81,6 +99,22 @@ enum { QV8_ONE_ROW = 8 };
 #define TILE_KIND(KIND, R) (KIND)
 #endif
 
+/** A block's values u (elements 0..15 in u0, 16..31 in u1) as this build's dot product takes them. */
+AI wblock pack_bytes(v128_t u0, v128_t u1) {
+  wblock out;
+#ifdef RELAXED
+  out.v[0] = u0;
+  out.v[1] = u1;
+  out.v[2] = out.v[3] = u0;
+#else
+  out.v[0] = wasm_u16x8_extend_low_u8x16(u0);
+  out.v[1] = wasm_u16x8_extend_high_u8x16(u0);
+  out.v[2] = wasm_u16x8_extend_low_u8x16(u1);
+  out.v[3] = wasm_u16x8_extend_high_u8x16(u1);
+#endif
+  return out;
+}
+
 AI wblock decode(const qmat *w, const int KIND, size_t col, int blocks, int b) {
   wblock out;
   if (KIND == QV8_ONE_ROW) {
@@ -103,16 +137,23 @@ AI wblock decode(const qmat *w, const int KIND, size_t col, int blocks, int b) {
   }
   v128_t u0, u1;
   block_bytes(w, KIND, col, blocks, b, &u0, &u1);
-#ifdef RELAXED
-  out.v[0] = u0;
-  out.v[1] = u1;
-#else
-  out.v[0] = wasm_u16x8_extend_low_u8x16(u0);
-  out.v[1] = wasm_u16x8_extend_high_u8x16(u0);
-  out.v[2] = wasm_u16x8_extend_low_u8x16(u1);
-  out.v[3] = wasm_u16x8_extend_high_u8x16(u1);
-#endif
-  return out;
+  return pack_bytes(u0, u1);
+}
+
+/**
+ * The 4 columns of group g's block b of an interleaved V4 plane, as decode() gives them one by one: its four
+ * 16-byte rows transposed as 32-bit words (T_k's word c is column c's bytes 4k..4k+3) in 8 shuffles.
+ */
+AI void group_decode(const qmat *w, size_t g, int blocks, int b, wblock *wb) {
+  const unsigned char *p = group_block(w, g, blocks, b);
+  v128_t t0 = wasm_v128_load(p), t1 = wasm_v128_load(p + 16), t2 = wasm_v128_load(p + 32), t3 = wasm_v128_load(p + 48);
+  v128_t lo01 = wasm_i32x4_shuffle(t0, t1, 0, 4, 1, 5), hi01 = wasm_i32x4_shuffle(t0, t1, 2, 6, 3, 7);
+  v128_t lo23 = wasm_i32x4_shuffle(t2, t3, 0, 4, 1, 5), hi23 = wasm_i32x4_shuffle(t2, t3, 2, 6, 3, 7);
+  v128_t nib[4] = {wasm_i32x4_shuffle(lo01, lo23, 0, 1, 4, 5), wasm_i32x4_shuffle(lo01, lo23, 2, 3, 6, 7),
+                   wasm_i32x4_shuffle(hi01, hi23, 0, 1, 4, 5), wasm_i32x4_shuffle(hi01, hi23, 2, 3, 6, 7)};
+  v128_t mask = wasm_i8x16_splat(0x0f);
+#pragma clang loop unroll(full)
+  for (int c = 0; c < 4; c++) wb[c] = pack_bytes(wasm_v128_and(nib[c], mask), wasm_u8x16_shr(nib[c], 4));
 }
 
 /** One row's 32 activations of a block, loaded (and for int16 lanes widened) once for the tile's 4 columns. */
@@ -277,6 +318,18 @@ AI v128_t block_step(const int KIND, const sideinfo *si, v128_t acc, v128_t t0, 
   return wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_f32x4_convert_i32x4(t), wasm_f32x4_mul(si->s, x)));
 }
 
+/** Row r's 4 outputs of group g, of which only the real columns are stored (a tail group has fewer). */
+AI void store_group(float *Y, v128_t acc, size_t r, size_t g, int N) {
+  float *y = Y + r * N + g * 4;
+  int real = N - (int)(g * 4) < 4 ? N - (int)(g * 4) : 4;
+  if (real == 4) wasm_v128_store(y, acc);
+  else {
+    float lanes[4];
+    wasm_v128_store(lanes, acc);
+    for (int c = 0; c < real; c++) y[c] = lanes[c];
+  }
+}
+
 /**
  * Rows [m0, m0 + R) x the 4 columns of group g. xq (M, blocks * 32), xs (M, blocks), xsum (M, blocks, 2).
  * KIND and R are constants where this is inlined, so each (form, tile) is its own straight-line code.
@@ -291,8 +344,11 @@ AI void tile(const int FORM, const int R, float *Y, const act_t *xq, const float
   for (int b = 0; b < blocks; b++) {
     wblock wb[4];
     // Fully unrolled, so the decoded blocks stay in locals (clang otherwise may keep them on the stack).
+    if (V4_GROUPED(KIND)) group_decode(w, g, blocks, b, wb); // the padded plane: a tail's spare columns are zeros
+    else {
 #pragma clang loop unroll(full)
-    for (int c = 0; c < 4; c++) wb[c] = decode(w, KIND, cols[c], blocks, b);
+      for (int c = 0; c < 4; c++) wb[c] = decode(w, KIND, cols[c], blocks, b);
+    }
     sideinfo si = load_side(w, KIND, g, blocks, b);
 #pragma clang loop unroll(full)
     for (int r = 0; r < R; r++) {
@@ -307,16 +363,7 @@ AI void tile(const int FORM, const int R, float *Y, const act_t *xq, const float
       acc[r] = block_step(KIND, &si, acc[r], t0, t1, xsum[2 * row], xsum[2 * row + 1], xs[row]);
     }
   }
-  int real = N - (int)(g * 4) < 4 ? N - (int)(g * 4) : 4;
-  for (int r = 0; r < R; r++) {
-    float *y = Y + (size_t)(m0 + r) * N + g * 4;
-    if (real == 4) wasm_v128_store(y, acc[r]);
-    else {
-      float lanes[4];
-      wasm_v128_store(lanes, acc[r]);
-      for (int c = 0; c < real; c++) y[c] = lanes[c];
-    }
-  }
+  for (int r = 0; r < R; r++) store_group(Y, acc[r], (size_t)(m0 + r), g, N);
 }
 
 #ifdef WIDE_ROWS
@@ -357,20 +404,118 @@ AI void tile_row(const int FORM, const int G, float *Y, const act_t *xq, const f
       acc[h] = block_step(KIND, &si, acc[h], t0, t1, s0, s1, x);
     }
   }
-  for (int h = 0; h < G; h++) {
-    float *y = Y + (size_t)m0 * N + (g + h) * 4;
-    int real = N - (int)((g + h) * 4) < 4 ? N - (int)((g + h) * 4) : 4;
-    if (real == 4) wasm_v128_store(y, acc[h]);
-    else {
-      float lanes[4];
-      wasm_v128_store(lanes, acc[h]);
-      for (int c = 0; c < real; c++) y[c] = lanes[c];
+  for (int h = 0; h < G; h++) store_group(Y, acc[h], (size_t)m0, g + h, N);
+}
+#endif
+
+#ifdef RELAXED
+/** One row's block of activations as 8 splats: v[k] = a[4k..4k+3] in every lane (k < 4), v[4 + k] = a[16 + 4k..]. */
+typedef struct { v128_t v[8]; } splats;
+
+AI splats load_splats(const act_t *x) {
+  splats a;
+#pragma clang loop unroll(full)
+  for (int k = 0; k < 8; k++) a.v[k] = wasm_v128_load32_splat(x + 4 * k);
+  return a;
+}
+
+/**
+ * The exact integer totals of an interleaved V4 group's 4 columns over one block against a row's splats, lane c
+ * = column c: T_k's low nibbles are elements 4k..4k+3 of each column and its high ones 16 + 4k.., so every dot
+ * product's lanes are already the columns' partial sums and no reduction across lanes is needed (reduce4).
+ */
+AI v128_t group_dot(const unsigned char *p, const splats *a) {
+  const v128_t mask = wasm_i8x16_splat(0x0f);
+#ifdef DOT_ADD
+  // Two chains, so the dot products do not wait on one another's sums.
+  v128_t c0 = wasm_i32x4_splat(0), c1 = wasm_i32x4_splat(0);
+#pragma clang loop unroll(full)
+  for (int k = 0; k < 4; k++) {
+    v128_t t = wasm_v128_load(p + 16 * k);
+    c0 = rdot(c0, a->v[k], wasm_v128_and(t, mask));
+    c1 = rdot(c1, a->v[4 + k], wasm_u8x16_shr(t, 4));
+  }
+  return wasm_i32x4_add(c0, c1);
+#else
+  // Each lane pair is one column's; all 8 added as int16: |sum| <= 16 * 15 * 127 = 30480 for u <= 15, exact.
+  v128_t d[8];
+#pragma clang loop unroll(full)
+  for (int k = 0; k < 4; k++) {
+    v128_t t = wasm_v128_load(p + 16 * k);
+    d[k] = rdot16(a->v[k], wasm_v128_and(t, mask));
+    d[4 + k] = rdot16(a->v[4 + k], wasm_u8x16_shr(t, 4));
+  }
+  v128_t e0 = wasm_i16x8_add(wasm_i16x8_add(d[0], d[4]), wasm_i16x8_add(d[1], d[5]));
+  v128_t e1 = wasm_i16x8_add(wasm_i16x8_add(d[2], d[6]), wasm_i16x8_add(d[3], d[7]));
+  return wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_add(e0, e1));
+#endif
+}
+
+/** Rows [m0, m0 + R) x group g of an interleaved V4 form: tile()'s float steps on group_dot's totals. */
+AI void tile_v4(const int KIND, const int R, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w,
+                int m0, size_t g, int N, int blocks) {
+  v128_t acc[4];
+  for (int r = 0; r < R; r++) acc[r] = wasm_f32x4_splat(0);
+  for (int b = 0; b < blocks; b++) {
+    const unsigned char *p = group_block(w, g, blocks, b);
+    sideinfo si = load_side(w, KIND, g, blocks, b);
+#pragma clang loop unroll(full)
+    for (int r = 0; r < R; r++) {
+      size_t row = (size_t)(m0 + r) * blocks + b;
+      splats a = load_splats(xq + row * 32);
+      acc[r] = block_step(KIND, &si, acc[r], group_dot(p, &a), wasm_i32x4_splat(0), xsum[2 * row], xsum[2 * row + 1], xs[row]);
     }
+  }
+  for (int r = 0; r < R; r++) store_group(Y, acc[r], (size_t)(m0 + r), g, N);
+}
+
+#ifdef WIDE_ROWS
+/** One row x groups g .. g + ROW_GROUPS - 1 of an interleaved V4 form: the row's splats and sums loaded once a block. */
+AI void tile_row_v4(const int KIND, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int m0,
+                    size_t g, int N, int blocks) {
+  v128_t acc[ROW_GROUPS];
+  for (int h = 0; h < ROW_GROUPS; h++) acc[h] = wasm_f32x4_splat(0);
+  for (int b = 0; b < blocks; b++) {
+    size_t row = (size_t)m0 * blocks + b;
+    splats a = load_splats(xq + row * 32);
+    int s0 = xsum[2 * row], s1 = xsum[2 * row + 1];
+    float x = xs[row];
+#pragma clang loop unroll(full)
+    for (int h = 0; h < ROW_GROUPS; h++) {
+      sideinfo si = load_side(w, KIND, g + h, blocks, b);
+      acc[h] = block_step(KIND, &si, acc[h], group_dot(group_block(w, g + h, blocks, b), &a), wasm_i32x4_splat(0), s0, s1, x);
+    }
+  }
+  for (int h = 0; h < ROW_GROUPS; h++) store_group(Y, acc[h], (size_t)m0, g + h, N);
+}
+#endif
+
+/** matmul_kind for the interleaved V4 forms in the relaxed builds: the same tiles, the same float steps. */
+AI void matmul_v4_grouped(const int KIND, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int M,
+                          int blocks, int N) {
+  size_t groups = ((size_t)N + 3) / 4;
+  int m = 0;
+  for (; m + 4 <= M; m += 4)
+    for (size_t g = 0; g < groups; g++) tile_v4(KIND, 4, Y, xq, xs, xsum, w, m, g, N, blocks);
+  for (; m + 2 <= M; m += 2)
+    for (size_t g = 0; g < groups; g++) tile_v4(KIND, 2, Y, xq, xs, xsum, w, m, g, N, blocks);
+  for (; m < M; m++) {
+    size_t g = 0;
+#ifdef WIDE_ROWS
+    for (; g + ROW_GROUPS <= groups; g += ROW_GROUPS) tile_row_v4(KIND, Y, xq, xs, xsum, w, m, g, N, blocks);
+#endif
+    for (; g < groups; g++) tile_v4(KIND, 1, Y, xq, xs, xsum, w, m, g, N, blocks);
   }
 }
 #endif
 
 AI void matmul_kind(const int KIND, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int M, int blocks, int N) {
+#ifdef RELAXED
+  if (V4_GROUPED(KIND)) {
+    matmul_v4_grouped(KIND, Y, xq, xs, xsum, w, M, blocks, N);
+    return;
+  }
+#endif
   size_t groups = ((size_t)N + 3) / 4;
   int m = 0;
   for (; m + 4 <= M; m += 4)

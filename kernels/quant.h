@@ -6,7 +6,11 @@
 // whatever the file held (our exports, onnxruntime's MatMulNBits / MatMulInteger, ggml's blocks):
 //
 //   value planes, (N, K/32, bytes per block), column n contiguous:
-//     V4  16 B   byte j: low nibble = element j, high nibble = element j + 16 (ggml's order)
+//     V4  16 B   byte j: low nibble = element j, high nibble = element j + 16 (ggml's order); with no high bits
+//                (V4 forms) interleaved by groups of 4 columns instead: (ceil(N/4), K/32, 64 B), the group's
+//                block as 4 rows T_k of 16 B, T_k = bytes 4k..4k+3 of each of its 4 columns (a tail's spare
+//                columns zero), so (T_k & 15) holds elements 4k..4k+3 of the 4 columns side by side
+//                (ggml's 4x4 repacking); written column by column, then interleaved once (interleave_v4)
 //     V5  V4 + hi (N, K/32, 4): bit i = element i's fifth bit
 //     V6  V4 + hi (N, K/32, 8): bytes 0..3 element i's fifth bit, bytes 4..7 its sixth
 //     V8  32 B   byte i = element i as int8; u = q + 128

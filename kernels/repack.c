@@ -154,3 +154,22 @@ void EXPORT(repack_ggml)(int type, const unsigned char *src, int col0, int cols,
     }
   }
 }
+
+/**
+ * A V4 plane as written, (N, blocks, 16) with column n contiguous, into the form the products read (quant.h),
+ * in place: each group of 4 columns' blocks become 4 rows T_k of 16 bytes, T_k = the 4 columns' bytes 4k..4k+3.
+ * A group's columns lie together either way, so it goes through `tmp` (blocks * 64 bytes) a group at a time.
+ * The plane holds whole groups; a tail group's spare columns are zeroed.
+ */
+void EXPORT(interleave_v4)(unsigned char *q, int n, int blocks, unsigned char *tmp) {
+  size_t column = (size_t)blocks * 16;
+  for (int g = 0; 4 * g < n; g++) {
+    unsigned char *p = q + (size_t)g * 4 * column;
+    for (int c = 0; c < 4; c++)
+      for (size_t i = 0; i < column; i++) tmp[c * column + i] = 4 * g + c < n ? p[c * column + i] : 0;
+    for (int b = 0; b < blocks; b++)
+      for (int k = 0; k < 4; k++)
+        for (int c = 0; c < 4; c++)
+          for (int j = 0; j < 4; j++) p[((size_t)b * 4 + k) * 16 + 4 * c + j] = tmp[c * column + (size_t)b * 16 + 4 * k + j];
+  }
+}

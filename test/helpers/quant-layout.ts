@@ -4,6 +4,7 @@ import type { KernelExports } from '../../src/engine/runners/wasm/edge-kernels.j
 import type { LinearMemory } from '../../src/engine/runners/wasm/linear-memory.js';
 import {
   allocQuant,
+  groupedV4,
   QUANT_FORMATS,
   sideIndex,
   type QuantFormat,
@@ -70,8 +71,14 @@ export function place(kernels: Kernels, L: Logical): QuantMatrix {
         const q = mem.u8(m.planes.q + cell * 32, 32);
         for (let i = 0; i < 32; i++) q[i] = u(i) ^ 0x80; // int8 q = u - 128
       } else {
-        const q = mem.u8(m.planes.q + cell * 16, 16);
-        for (let j = 0; j < 16; j++) q[j] = (u(j) & 15) | ((u(j + 16) & 15) << 4);
+        // Byte j of the block: element j low, j + 16 high; the 4-bit forms without high bits keep each group of 4
+        // columns' blocks interleaved, T_k (16 bytes at 16 k) = the 4 columns' bytes 4k..4k+3.
+        const at = (j: number) =>
+          groupedV4(L.format)
+            ? (Math.floor(c / 4) * L.blocks + b) * 64 + Math.floor(j / 4) * 16 + (c % 4) * 4 + (j % 4)
+            : cell * 16 + j;
+        const q = mem.u8(m.planes.q, at(15) + 1);
+        for (let j = 0; j < 16; j++) q[at(j)] = (u(j) & 15) | ((u(j + 16) & 15) << 4);
         const planes = bits === 'v5' ? [4] : bits === 'v6' ? [4, 5] : [];
         planes.forEach((bit, p) => {
           const hi = mem.u8(m.planes.hi + cell * 4 * planes.length + 4 * p, 4);

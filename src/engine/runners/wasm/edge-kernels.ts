@@ -43,6 +43,8 @@ export interface KernelExports {
   matmul_q(y: number, xq: number, xs: number, xsum: number, header: number, m: number, blocks: number, n: number): void;
   dequantize_column(out: number, header: number, col: number, blocks: number): void;
   repack_ort_q4(q: number, blocks: number): void;
+  /** A V4 plane's groups of 4 columns interleaved in place, as the products read it (kernels/quant.h). */
+  interleave_v4(q: number, n: number, blocks: number, tmp: number): void;
   flip_sign(q: number, n: number): void;
   repack_ggml(type: number, src: number, col0: number, cols: number, blocks: number, header: number): void;
   kv_write: KvWrite;
@@ -90,6 +92,7 @@ const DECLARED: Record<keyof KernelExports, true> = {
   matmul_q: true,
   dequantize_column: true,
   repack_ort_q4: true,
+  interleave_v4: true,
   flip_sign: true,
   repack_ggml: true,
   kv_write: true,

@@ -11,6 +11,7 @@ import {
 } from '../../../formats/onnx/onnx-stream.js';
 import type { MatrixSource } from './onnx/llama-roles.js';
 import {
+  interleaveV4,
   quantPlaneBytes,
   sideIndex,
   writeQmat,
@@ -241,7 +242,10 @@ export class NBitsBuilder implements MatrixBuilder {
     const blob = (this.bs * this.bits) / 8;
     if (header.dataType !== ONNX_UINT8 || header.bytes !== this.n * this.kBlocks * blob)
       throw new UnsupportedByKernels(`${header.name} is not uint8 [${this.n}, ${this.kBlocks}, ${blob}]`);
-    this.q = this.ctx.memory.alloc(header.bytes);
+    // A 4-bit plane takes whole groups of 4 columns once interleaved (partDone).
+    this.q = this.ctx.memory.alloc(
+      this.bits === 4 ? quantPlaneBytes('v4-zp', this.n, this.blocks, false).q : header.bytes,
+    );
     const q = this.q;
     return (bytes, offset) => this.ctx.memory.write(q + offset, bytes);
   }
@@ -249,8 +253,10 @@ export class NBitsBuilder implements MatrixBuilder {
   partDone(part: string): void {
     if (part !== 'w') return;
     const cells = this.n * this.blocks;
-    if (this.bits === 4) this.ctx.kernels.repack_ort_q4(this.q, cells);
-    else this.ctx.kernels.flip_sign(this.q, cells * 32);
+    if (this.bits === 4) {
+      this.ctx.kernels.repack_ort_q4(this.q, cells);
+      interleaveV4(this.ctx.memory, this.ctx.kernels, this.q, this.n, this.blocks);
+    } else this.ctx.kernels.flip_sign(this.q, cells * 32);
   }
 
   finish(): Matrix {

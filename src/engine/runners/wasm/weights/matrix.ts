@@ -41,6 +41,28 @@ export interface QuantMatrix {
   header: number;
 }
 
+/**
+ * Whether `format`'s value plane is interleaved by groups of 4 columns (kernels/quant.h): the 4-bit forms without
+ * high bits, whose products then need no reduction across lanes. Written column by column like the others, then
+ * interleaved once (interleaveV4).
+ */
+export function groupedV4(format: QuantFormat): boolean {
+  return format === 'v4-zp' || format === 'v4-min' || format === 'v4-kmin';
+}
+
+/** A grouped V4 plane written column by column ((N, blocks, 16), room for whole groups) into the form the products read. */
+export function interleaveV4(
+  memory: LinearMemory,
+  kernels: { interleave_v4(q: number, n: number, blocks: number, tmp: number): void },
+  q: number,
+  n: number,
+  blocks: number,
+): void {
+  const tmp = memory.alloc(blocks * 64);
+  kernels.interleave_v4(q, n, blocks, tmp);
+  memory.free(tmp);
+}
+
 /** Bytes of each plane of a quantised (N, blocks * 32) matrix; side arrays hold columns in groups of 4. */
 export function quantPlaneBytes(format: QuantFormat, n: number, blocks: number, zpPerBlock: boolean): QuantPlanes {
   const cells = n * blocks;
@@ -49,7 +71,8 @@ export function quantPlaneBytes(format: QuantFormat, n: number, blocks: number, 
   const bits = format.slice(0, 2);
   const form = format.slice(3);
   return {
-    q: cells * (bits === 'v8' ? 32 : 16),
+    // A grouped V4 plane holds whole groups of 4 columns (a tail's spare columns zeros).
+    q: bits === 'v8' ? cells * 32 : groupedV4(format) ? side * 16 : cells * 16,
     hi: bits === 'v5' ? cells * 4 : bits === 'v6' ? cells * 8 : 0,
     s: 4 * (form === 'kmin' || form === 'k16' ? superSide : side),
     m: form === 'min' ? 4 * side : form === 'kmin' ? 4 * superSide : 0,

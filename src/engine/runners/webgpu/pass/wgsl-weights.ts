@@ -58,7 +58,12 @@ fn wquant(M: Mat, n: u32, b: u32, i: u32) -> f32 {
     if (M.z != NO_PLANE) { zp = sbyte(wbyte(M.z, at)); }
     return bitcast<f32>(W[M.s + at]) * f32(q - zp);
   }
-  let nib = wbyte(M.q, cell * 16u + (i & 15u));
+  // The 4-bit forms without high bits (0..2) keep a group of 4 columns' blocks interleaved: byte j of column n
+  // at 16 (j / 4) + 4 (n % 4) + j % 4 of the group's 64 (kernels/quant.h).
+  let j = i & 15u;
+  var byteAt = cell * 16u + j;
+  if (form < 3u) { byteAt = ((n >> 2u) * M.blocks + b) * 64u + (j >> 2u) * 16u + (n & 3u) * 4u + (j & 3u); }
+  let nib = wbyte(M.q, byteAt);
   var u = select(nib & 15u, nib >> 4u, i >= 16u);
   if (form == 3u || form == 4u || form == 5u) {
     u = u | (((W[M.hi + cell] >> i) & 1u) << 4u);

@@ -11,7 +11,7 @@ import {
   type LayerWeights,
   type LlamaWeights,
 } from '../llama-weights.js';
-import { allocQuant, matrixBytes, type Matrix, type QuantFormat } from '../matrix.js';
+import { allocQuant, groupedV4, interleaveV4, matrixBytes, type Matrix, type QuantFormat } from '../matrix.js';
 import { UnsupportedByKernels } from '../../../../formats/unsupported.js';
 
 /** How each ggml block type lands in the kernels' forms (kernels/quant.h), and its zero point. */
@@ -188,6 +188,7 @@ export async function loadGgufWeights(
       ctx.kernels.repack_ggml(t.type, staging, dest(row), rows, blocks, matrix.header);
     }
     mem.free(staging);
+    if (groupedV4(form.format)) interleaveV4(mem, ctx.kernels, matrix.planes.q, n, blocks);
     return matrix;
   }
 
