@@ -412,10 +412,31 @@ AI void tile_row(const int FORM, const int G, float *Y, const act_t *xq, const f
 /** One row's block of activations as 8 splats: v[k] = a[4k..4k+3] in every lane (k < 4), v[4 + k] = a[16 + 4k..]. */
 typedef struct { v128_t v[8]; } splats;
 
+#ifdef WIDE_ROWS
+/** By 8 splat loads: for the 16-column single-row tile, which loads them once for 4 groups. */
 AI splats load_splats(const act_t *x) {
   splats a;
 #pragma clang loop unroll(full)
   for (int k = 0; k < 8; k++) a.v[k] = wasm_v128_load32_splat(x + 4 * k);
+  return a;
+}
+#endif
+
+/**
+ * By 2 loads and 8 shuffles: for the 4-column tiles, which take a row's splats once per group; in workerd, where
+ * every load is bounds-checked, 1.08-1.17x the 8 loads at 4 and 16 rows with the weights in cache (dot-add build).
+ */
+AI splats shuffle_splats(const act_t *x) {
+  splats a;
+  v128_t a0 = wasm_v128_load(x), a1 = wasm_v128_load(x + 16);
+  a.v[0] = wasm_i32x4_shuffle(a0, a0, 0, 0, 0, 0);
+  a.v[1] = wasm_i32x4_shuffle(a0, a0, 1, 1, 1, 1);
+  a.v[2] = wasm_i32x4_shuffle(a0, a0, 2, 2, 2, 2);
+  a.v[3] = wasm_i32x4_shuffle(a0, a0, 3, 3, 3, 3);
+  a.v[4] = wasm_i32x4_shuffle(a1, a1, 0, 0, 0, 0);
+  a.v[5] = wasm_i32x4_shuffle(a1, a1, 1, 1, 1, 1);
+  a.v[6] = wasm_i32x4_shuffle(a1, a1, 2, 2, 2, 2);
+  a.v[7] = wasm_i32x4_shuffle(a1, a1, 3, 3, 3, 3);
   return a;
 }
 
@@ -462,7 +483,7 @@ AI void tile_v4(const int KIND, const int R, float *Y, const act_t *xq, const fl
 #pragma clang loop unroll(full)
     for (int r = 0; r < R; r++) {
       size_t row = (size_t)(m0 + r) * blocks + b;
-      splats a = load_splats(xq + row * 32);
+      splats a = shuffle_splats(xq + row * 32);
       acc[r] = block_step(KIND, &si, acc[r], group_dot(p, &a), wasm_i32x4_splat(0), xsum[2 * row], xsum[2 * row + 1], xs[row]);
     }
   }
