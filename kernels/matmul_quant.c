@@ -142,7 +142,8 @@ AI wblock decode(const qmat *w, const int KIND, size_t col, int blocks, int b) {
 
 /**
  * The 4 columns of group g's block b of an interleaved V4 plane, as decode() gives them one by one: its four
- * 16-byte rows transposed as 32-bit words (T_k's word c is column c's bytes 4k..4k+3) in 8 shuffles.
+ * 16-byte rows transposed as 32-bit words (T_k's word c is column c's bytes 4k..4k+3) in 8 shuffles. Only the
+ * baseline build's tile() reads them so; the relaxed builds read the groups as they lie (tile_v4).
  */
 AI void group_decode(const qmat *w, size_t g, int blocks, int b, wblock *wb) {
   const unsigned char *p = group_block(w, g, blocks, b);
@@ -511,22 +512,38 @@ AI void tile_row_v4(const int KIND, float *Y, const act_t *xq, const float *xs, 
 }
 #endif
 
-/** matmul_kind for the interleaved V4 forms in the relaxed builds: the same tiles, the same float steps. */
+#endif
+
+/**
+ * The row loop every form shares: 4-row tiles, then 2, then single rows (in the wide builds, 4 groups at a time
+ * first). A macro, not a function taking the tiles, so each form's code is what it was when measured.
+ */
+#define ROW_TILES(TILE, TILE_ROW)                                                                \
+  size_t groups = ((size_t)N + 3) / 4;                                                           \
+  int m = 0;                                                                                     \
+  for (; m + 4 <= M; m += 4)                                                                     \
+    for (size_t g = 0; g < groups; g++) TILE(KIND, 4, Y, xq, xs, xsum, w, m, g, N, blocks);      \
+  for (; m + 2 <= M; m += 2)                                                                     \
+    for (size_t g = 0; g < groups; g++) TILE(KIND, 2, Y, xq, xs, xsum, w, m, g, N, blocks);      \
+  for (; m < M; m++) {                                                                           \
+    size_t g = 0;                                                                                \
+    WIDE_ROW_GROUPS(TILE_ROW)                                                                    \
+    for (; g < groups; g++) TILE(KIND, 1, Y, xq, xs, xsum, w, m, g, N, blocks);                  \
+  }
+#ifdef WIDE_ROWS
+#define WIDE_ROW_GROUPS(TILE_ROW) \
+  for (; g + ROW_GROUPS <= groups; g += ROW_GROUPS) TILE_ROW(KIND, Y, xq, xs, xsum, w, m, g, N, blocks);
+/** tile_row over ROW_GROUPS groups, as tile_row_v4 is called. */
+#define TILE_ROW_GROUPS(KIND, ...) tile_row(KIND, ROW_GROUPS, __VA_ARGS__)
+#else
+#define WIDE_ROW_GROUPS(TILE_ROW)
+#endif
+
+#ifdef RELAXED
+/** matmul_kind for the interleaved V4 forms in the relaxed builds: the same row loop on their own tiles. */
 AI void matmul_v4_grouped(const int KIND, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int M,
                           int blocks, int N) {
-  size_t groups = ((size_t)N + 3) / 4;
-  int m = 0;
-  for (; m + 4 <= M; m += 4)
-    for (size_t g = 0; g < groups; g++) tile_v4(KIND, 4, Y, xq, xs, xsum, w, m, g, N, blocks);
-  for (; m + 2 <= M; m += 2)
-    for (size_t g = 0; g < groups; g++) tile_v4(KIND, 2, Y, xq, xs, xsum, w, m, g, N, blocks);
-  for (; m < M; m++) {
-    size_t g = 0;
-#ifdef WIDE_ROWS
-    for (; g + ROW_GROUPS <= groups; g += ROW_GROUPS) tile_row_v4(KIND, Y, xq, xs, xsum, w, m, g, N, blocks);
-#endif
-    for (; g < groups; g++) tile_v4(KIND, 1, Y, xq, xs, xsum, w, m, g, N, blocks);
-  }
+  ROW_TILES(tile_v4, tile_row_v4)
 }
 #endif
 
@@ -537,19 +554,7 @@ AI void matmul_kind(const int KIND, float *Y, const act_t *xq, const float *xs, 
     return;
   }
 #endif
-  size_t groups = ((size_t)N + 3) / 4;
-  int m = 0;
-  for (; m + 4 <= M; m += 4)
-    for (size_t g = 0; g < groups; g++) tile(KIND, 4, Y, xq, xs, xsum, w, m, g, N, blocks);
-  for (; m + 2 <= M; m += 2)
-    for (size_t g = 0; g < groups; g++) tile(KIND, 2, Y, xq, xs, xsum, w, m, g, N, blocks);
-  for (; m < M; m++) {
-    size_t g = 0;
-#ifdef WIDE_ROWS
-    for (; g + ROW_GROUPS <= groups; g += ROW_GROUPS) tile_row(KIND, ROW_GROUPS, Y, xq, xs, xsum, w, m, g, N, blocks);
-#endif
-    for (; g < groups; g++) tile(KIND, 1, Y, xq, xs, xsum, w, m, g, N, blocks);
-  }
+  ROW_TILES(tile, TILE_ROW_GROUPS)
 }
 
 #define KIND_KERNEL(KIND, name) \

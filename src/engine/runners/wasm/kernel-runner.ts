@@ -115,12 +115,12 @@ export class KernelRunner implements ModelRunner {
   createKvMemory(shape: KvShape, numBlocks: number, blockSize: number, dtype: KvDtype): ArrayKvMemory {
     if (this.pool) throw new Error('the KV pool is already allocated');
     // The pool bounds attention's score rows: one longer than the limits said (a stage or GPU host opened with
-    // another element type or more blocks) needs more scratch, found now rather than as a pass's refusal.
+    // another element type or more blocks) needs more scratch, found now rather than as a pass's refusal. The
+    // arena never shrinks, so a pool the limits already cover changes nothing.
     const poolBytes = numBlocks * blockSize * kvBytesPerToken(this.config, dtype);
-    if (dtype !== this.limits.kvDtype || poolBytes > this.limits.kvCacheBytes)
-      this.model.arena.reserve(
-        passScratchBytes(this.config, { ...this.limits, kvDtype: dtype, kvCacheBytes: poolBytes }, this.weights),
-      );
+    this.model.arena.reserve(
+      passScratchBytes(this.config, { ...this.limits, kvDtype: dtype, kvCacheBytes: poolBytes }, this.weights),
+    );
     const { from, to } = this.weights.span;
     const own = { ...shape, numLayers: to - from };
     const bytes = numBlocks * shape.numKvHeads * blockSize * kvRowBytes(shape.headDim, dtype);

@@ -1,4 +1,5 @@
 import type { LinearMemory } from '../linear-memory.js';
+import type { KernelExports } from '../edge-kernels.js';
 
 /**
  * Block-quantised forms the kernels multiply (kernels/quant.h has the layouts): a value plane of 4, 5, 6
@@ -53,7 +54,7 @@ export function groupedV4(format: QuantFormat): boolean {
 /** A grouped V4 plane written column by column ((N, blocks, 16), room for whole groups) into the form the products read. */
 export function interleaveV4(
   memory: LinearMemory,
-  kernels: { interleave_v4(q: number, n: number, blocks: number, tmp: number): void },
+  kernels: Pick<KernelExports, 'interleave_v4'>,
   q: number,
   n: number,
   blocks: number,
