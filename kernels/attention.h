@@ -39,13 +39,13 @@ static inline float row_scale_i8(const float *x, int head_dim) {
 }
 
 /**
- * x[0..8) / s rounded to nearest even as eight int16 lanes: an 8-bit row's values (saturating conversions
- * keep any input in range; s is 1 for a zero row, so nothing divides by zero).
+ * x[0..8) / s rounded to nearest even as eight int16 lanes: an 8-bit row's values (clamped to [-127, 127], so
+ * any input stays in range; s is 1 for a zero row, so nothing divides by zero).
  */
 static inline v128_t round_row8(const float *x, float scale) {
   v128_t s = wasm_f32x4_splat(scale > 0 ? scale : 1.0f);
-  v128_t a = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_div(wasm_v128_load(x), s)));
-  v128_t b = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_div(wasm_v128_load(x + 4), s)));
+  v128_t a = round_i8_lanes(wasm_f32x4_div(wasm_v128_load(x), s));
+  v128_t b = round_i8_lanes(wasm_f32x4_div(wasm_v128_load(x + 4), s));
   return wasm_i16x8_narrow_i32x4(a, b);
 }
 

@@ -127,18 +127,23 @@ void EXPORT(embed_bf16)(float *out, const unsigned short *table, int id, int n) 
  * here, once) for baseline SIMD's dot_i16x8: the same integers either way.
  */
 void EXPORT(quantize_rows)(act_t *xq, float *xs, int *xsum, const float *x, int rows, int k, int blocks) {
-  float block[32];
+  float padded[32];
   for (int r = 0; r < rows; r++) {
     for (int b = 0; b < blocks; b++) {
       const float *src = x + (size_t)r * k + b * 32;
       act_t *dst = xq + ((size_t)r * blocks + b) * 32;
       int n = k - b * 32 < 32 ? k - b * 32 : 32;
-      for (int i = 0; i < 32; i++) block[i] = i < n ? src[i] : 0.0f;
+      // A whole block is read where it lies; only a short last one is copied out and padded.
+      const float *block = src;
+      if (n < 32) {
+        for (int i = 0; i < 32; i++) padded[i] = i < n ? src[i] : 0.0f;
+        block = padded;
+      }
       float absmax = abs_max(block, 32);
       xs[(size_t)r * blocks + b] = absmax / 127.0f;
       v128_t inv = wasm_f32x4_splat(absmax == 0.0f ? 0.0f : 127.0f / absmax);
       v128_t q[8];
-      for (int i = 0; i < 8; i++) q[i] = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(block + 4 * i), inv)));
+      for (int i = 0; i < 8; i++) q[i] = round_i8_lanes(wasm_f32x4_mul(wasm_v128_load(block + 4 * i), inv));
       v128_t s0 = wasm_i32x4_add(wasm_i32x4_add(q[0], q[1]), wasm_i32x4_add(q[2], q[3]));
       v128_t s1 = wasm_i32x4_add(wasm_i32x4_add(q[4], q[5]), wasm_i32x4_add(q[6], q[7]));
       int *sums = xsum + ((size_t)r * blocks + b) * 2;

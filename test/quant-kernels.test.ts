@@ -84,6 +84,40 @@ describe('quantize_rows', () => {
         }
     }
   });
+
+  it('rounds ties to even, and keeps every value in [-127, 127] whatever the block holds', () => {
+    // Block 0: its absmax is 127, so x / s is x itself: ties. Block 1: magnitudes so small that 127 / absmax
+    // overflows to infinity (every x / s is then infinite). Block 2: a NaN (its scale is NaN, its values 0).
+    const ties = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -126.5, 127, -127];
+    const tiny = [1e-39, -1e-39, 2e-40, -3e-40, 0];
+    const x = new Float32Array(96);
+    x.set(ties, 0);
+    x.set(tiny, 32);
+    x.set([1, Number.NaN, -2], 64);
+    const want = [
+      [0, 2, 2, 0, -2, -2, 126, -126, 127, -127],
+      [127, -127, 127, -127, 0],
+      [0, 0, 0],
+    ];
+    for (const build of KERNELS_BUILDS) {
+      const { k, mem } = builds.get(build)!;
+      const xp = mem.alloc(x.byteLength);
+      mem.f32(xp, x.length).set(x);
+      const xq = mem.alloc(3 * 64);
+      const xs = mem.alloc(3 * 4);
+      const xsum = mem.alloc(3 * 8);
+      k.quantize_rows(xq, xs, xsum, xp, 1, 96, 3);
+      const values =
+        build !== 'baseline' ? new Int8Array(mem.memory.buffer, xq, 96) : new Int16Array(mem.memory.buffer, xq, 96);
+      const sums = mem.i32(xsum, 6);
+      for (const [b, w] of want.entries()) {
+        const block = Array.from(values.subarray(32 * b, 32 * b + 32));
+        expect(block, `${build}, block ${b}`).toEqual([...w, ...Array(32 - w.length).fill(0)]);
+        expect(sums[2 * b] + sums[2 * b + 1], `${build}, block ${b}`).toBe(w.reduce((a, v) => a + v, 0));
+      }
+      expect(Number.isNaN(mem.f32(xs, 3)[2])).toBe(true);
+    }
+  });
 });
 
 describe('matmul_q over every form', () => {
