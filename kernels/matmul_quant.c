@@ -88,12 +88,15 @@ AI void block_bytes(const qmat *w, const int kind, size_t col, int blocks, int b
 }
 
 /**
- * V8 at one row in the relaxed build: q as stored (int8) is the i8 operand, against the activation's 7-bit halves
- * a+ = max(a, 0) and a- = a+ - a (|a| <= 127), so no weight is widened; the same integers as QV8_ZP's. Past one
- * row the widened weights serve every row, and the int16 path is the faster (docs/kernels.md).
+ * V8 in the relaxed builds: q as stored (int8) is the i8 operand, against the activation's 7-bit halves
+ * a+ = max(a, 0) and a- = a+ - a (|a| <= 127), so no weight is widened; the same integers as QV8_ZP's. Where the
+ * int32 dot product is one instruction (the dot-add build) that is the faster path at any row count; with int16
+ * pairs, past one row the widened weights serve every row and the int16 path is the faster (docs/kernels.md).
  */
 enum { QV8_ONE_ROW = 8 };
-#ifdef RELAXED
+#if defined(DOT_ADD)
+#define TILE_KIND(KIND, R) ((KIND) == QV8_ZP ? QV8_ONE_ROW : (KIND))
+#elif defined(RELAXED)
 #define TILE_KIND(KIND, R) ((KIND) == QV8_ZP && (R) == 1 ? QV8_ONE_ROW : (KIND))
 #else
 #define TILE_KIND(KIND, R) (KIND)

@@ -4,12 +4,11 @@ import { absentOrt } from './onnxruntime-absent.js';
 // forbids compiling WebAssembly from bytes at run time, so the module must arrive precompiled.
 import ortWasmModule from 'onnxruntime-web/ort-wasm-simd-threaded.wasm';
 // workerd's V8 runs relaxed SIMD, exactly from the first call (docs/platform.md): the relaxed build this host
-// runs faster (relaxed-kernels-workerd.ts), and the baseline one for 8-bit graphs, which runs their batches faster
-// (EngineRuntime.kernels8Bit; every build gives the same bits).
-import edgeKernels8Bit from '../engine/runners/wasm/edge-kernels.wasm';
+// runs faster, and for 8-bit graphs the build that runs their products faster here (relaxed-kernels-workerd.ts;
+// EngineRuntime.kernels8Bit; every build gives the same bits).
 import xgrammarWasm from '../engine/constraints/xgrammar/xgrammar.wasm';
 import type { EngineRuntime, RunnerChoice } from '../engine/model/runtime.js';
-import { relaxedKernelsForThisHost } from './relaxed-kernels-workerd.js';
+import { eightBitKernelsForThisHost, relaxedKernelsForThisHost } from './relaxed-kernels-workerd.js';
 
 /**
  * onnxruntime-web's WASM backend inside workerd (see docs/platform.md). ORT 1.30 cannot be handed a compiled
@@ -50,7 +49,7 @@ function hookInstantiate(): void {
  */
 export function workerdWasmRuntime(runner: RunnerChoice = 'auto'): EngineRuntime {
   const kernels = runner === 'onnxruntime' ? undefined : relaxedKernelsForThisHost();
-  const kernels8Bit = kernels && edgeKernels8Bit;
+  const kernels8Bit = kernels && eightBitKernelsForThisHost();
   if (ortWasmModule === undefined) return { ...absentOrt(), kernels, kernels8Bit, runner, grammar: xgrammarWasm };
   hookInstantiate();
   ort.env.wasm.wasmBinary = PLACEHOLDER;

@@ -4,6 +4,7 @@
 // relaxed build does not. They give the same bits, so the choice is speed only. Read once per isolate.
 import dotAdd from '../engine/runners/wasm/edge-kernels-dot-add.wasm';
 import relaxedWide from '../engine/runners/wasm/edge-kernels-relaxed-wide.wasm';
+import baseline from '../engine/runners/wasm/edge-kernels.wasm';
 import { probeDotLowering } from '../engine/runners/wasm/dot-lowering.js';
 
 let chosen: WebAssembly.Module | undefined;
@@ -11,4 +12,14 @@ let chosen: WebAssembly.Module | undefined;
 export function relaxedKernelsForThisHost(): WebAssembly.Module {
   chosen ??= probeDotLowering(dotAdd) === 'fused-unsigned' ? dotAdd : relaxedWide;
   return chosen;
+}
+
+/**
+ * The build graphs whose every product is 8-bit run on (EngineRuntime.kernels8Bit): the dot-add build where it
+ * fuses, whose 8-bit products take one int32 dot product per 16 multiply-adds at any row count (in workerd 1.5-1.7x
+ * the baseline build at one row, 1.1x past it); else the baseline build, whose 16-bit products beat the int16
+ * pairs past one row (docs/kernels.md). The same bits either way.
+ */
+export function eightBitKernelsForThisHost(): WebAssembly.Module {
+  return relaxedKernelsForThisHost() === dotAdd ? dotAdd : baseline;
 }

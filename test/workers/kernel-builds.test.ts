@@ -7,7 +7,8 @@ import dotAdd from '../../src/engine/runners/wasm/edge-kernels-dot-add.wasm';
 import baseline from '../../src/engine/runners/wasm/edge-kernels.wasm';
 import relaxed from '../../src/engine/runners/wasm/edge-kernels-relaxed.wasm';
 import relaxedWide from '../../src/engine/runners/wasm/edge-kernels-relaxed-wide.wasm';
-import { relaxedKernelsForThisHost } from '../../src/backends/relaxed-kernels-workerd.js';
+import { eightBitKernelsForThisHost, relaxedKernelsForThisHost } from '../../src/backends/relaxed-kernels-workerd.js';
+import { workerdWasmRuntime } from '../../src/backends/ort-web-workerd.js';
 import { probeDotLowering } from '../../src/engine/runners/wasm/dot-lowering.js';
 import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
 import { quantProbe } from '../helpers/quant-layout.js';
@@ -38,5 +39,12 @@ describe('kernel builds in workerd', () => {
   it('runs the dot-add build exactly where its V8 fuses the int32 dot product, else the wide relaxed one', () => {
     const lowering = probeDotLowering(dotAdd);
     expect(relaxedKernelsForThisHost()).toBe(lowering === 'fused-unsigned' ? dotAdd : relaxedWide);
+  });
+
+  it('runs 8-bit graphs on the dot-add build where it fuses, else on the baseline build', () => {
+    const lowering = probeDotLowering(dotAdd);
+    expect(eightBitKernelsForThisHost()).toBe(lowering === 'fused-unsigned' ? dotAdd : baseline);
+    const runtime = workerdWasmRuntime();
+    expect(runtime.kernels8Bit).toBe(eightBitKernelsForThisHost());
   });
 });
