@@ -75,8 +75,8 @@ static inline float abs_max(const float *x, int n) {
 
 /**
  * v rounded to the nearest integer (ties to even) as int32 lanes, v first clamped to [-127, 127] (a NaN gives 0):
- * an 8-bit value. trunc_sat(nearest(v))'s integers for every |v| <= 127, in 6 x86 instructions where those take
- * about 10: adding 1.5 * 2^23 rounds to an integer and leaves it in the low mantissa bits.
+ * an 8-bit value. trunc_sat(nearest(v))'s integers for every |v| <= 127, in fewer x86 instructions than V8 spends on
+ * those two: adding 1.5 * 2^23 rounds to an integer and leaves it in the low mantissa bits.
  */
 static inline v128_t round_i8_lanes(v128_t v) {
   v = wasm_f32x4_pmin(wasm_f32x4_pmax(v, wasm_f32x4_splat(-127.0f)), wasm_f32x4_splat(127.0f));

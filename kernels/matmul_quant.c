@@ -375,27 +375,27 @@ AI void tile(const int FORM, const int R, float *Y, const act_t *xq, const float
 enum { ROW_GROUPS = 4 };
 
 /**
- * One row x the 4 G columns of groups g .. g + G - 1 (the last may be a tail): the row's activations, block sums
- * and scale are loaded once for all of them, not once per 4 columns. workerd runs V8 without its trap handler, so
+ * One row x the 16 columns of groups g .. g + ROW_GROUPS - 1 (the last may be a tail): the row's activations, block
+ * sums and scale are loaded once for all of them, not once per 4 columns. workerd runs V8 without its trap handler, so
  * every load carries a bounds check (docs/kernels.md, "Inside workerd"): measured there, 8 columns run 4-bit
  * products at one row 1.08-1.14x tile()'s 4, and 16 another 1.03x (the 8-bit output projection 1.06x, then
  * 1.09x). Node 20's V8 runs the 8-column form at 0.76x of decode (it spills), so only the builds the worker alone
  * runs (-DWIDE_ROWS: relaxed-wide and dot-add) have it. Each column's operations are tile()'s: the same bits.
  */
-AI void tile_row(const int FORM, const int G, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w,
+AI void tile_row(const int FORM, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w,
                  int m0, size_t g, int N, int blocks) {
   const int KIND = TILE_KIND(FORM, 1);
   size_t cols[16];
-  for (int c = 0; c < 4 * G; c++) cols[c] = g * 4 + c < (size_t)N ? g * 4 + c : (size_t)N - 1;
+  for (int c = 0; c < 4 * ROW_GROUPS; c++) cols[c] = g * 4 + c < (size_t)N ? g * 4 + c : (size_t)N - 1;
   v128_t acc[4];
-  for (int h = 0; h < G; h++) acc[h] = wasm_f32x4_splat(0);
+  for (int h = 0; h < ROW_GROUPS; h++) acc[h] = wasm_f32x4_splat(0);
   for (int b = 0; b < blocks; b++) {
     size_t row = (size_t)m0 * blocks + b;
     ablock a = load_acts(KIND, xq + row * 32);
     int s0 = xsum[2 * row], s1 = xsum[2 * row + 1];
     float x = xs[row];
 #pragma clang loop unroll(full)
-    for (int h = 0; h < G; h++) {
+    for (int h = 0; h < ROW_GROUPS; h++) {
       wblock wb[4];
 #pragma clang loop unroll(full)
       for (int c = 0; c < 4; c++) wb[c] = decode(w, KIND, cols[4 * h + c], blocks, b);
@@ -408,7 +408,7 @@ AI void tile_row(const int FORM, const int G, float *Y, const act_t *xq, const f
       acc[h] = block_step(KIND, &si, acc[h], t0, t1, s0, s1, x);
     }
   }
-  for (int h = 0; h < G; h++) store_group(Y, acc[h], (size_t)m0, g + h, N);
+  for (int h = 0; h < ROW_GROUPS; h++) store_group(Y, acc[h], (size_t)m0, g + h, N);
 }
 #endif
 
@@ -536,8 +536,6 @@ AI void tile_row_v4(const int KIND, float *Y, const act_t *xq, const float *xs, 
 #ifdef WIDE_ROWS
 #define WIDE_ROW_GROUPS(TILE_ROW) \
   for (; g + ROW_GROUPS <= groups; g += ROW_GROUPS) TILE_ROW(KIND, Y, xq, xs, xsum, w, m, g, N, blocks);
-/** tile_row over ROW_GROUPS groups, as tile_row_v4 is called. */
-#define TILE_ROW_GROUPS(KIND, ...) tile_row(KIND, ROW_GROUPS, __VA_ARGS__)
 #else
 #define WIDE_ROW_GROUPS(TILE_ROW)
 #endif
@@ -557,7 +555,7 @@ AI void matmul_kind(const int KIND, float *Y, const act_t *xq, const float *xs, 
     return;
   }
 #endif
-  ROW_TILES(tile, TILE_ROW_GROUPS)
+  ROW_TILES(tile, tile_row)
 }
 
 #define KIND_KERNEL(KIND, name) \
