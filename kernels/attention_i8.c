@@ -5,7 +5,8 @@
 // weighted the same way: each weight (softmax numerator times the value row's scale) is rounded to 16 bits
 // against one scale per chunk of vchunk(head_dim) keys, and each weighted sum of a chunk is an exact int32 sum.
 // i32x4.dot_i16x8_s does 8 multiply-adds an instruction where float32 takes a multiply and an add for 4; and
-// since integer sums are exact in any order, tiles can share loads freely without changing a bit.
+// since integer sums are exact in any order, tiles can share loads freely without changing a bit. A decode step's
+// few queries (DIRECT_QUERIES) read the keys as they lie instead, with relaxed SIMD's 8-bit dot product: the same sums.
 //
 // The softmax is folded into the values pass: scores are kept in log2 units (log2 e is in each query's
 // factor), and each numerator 2^(score - max) is taken as its chunk's weights are rounded, its lane sums
@@ -13,12 +14,18 @@
 //
 // What a query computes depends on that query alone: its own rounding, the chunks of absolute positions
 // [V c, V (c + 1)), V = vchunk(head_dim), that its value weights are rounded in, whatever the batch, the prefix or the
-// pool's block size. Every step is an integer operation or one IEEE float32 operation, so both builds and
+// pool's block size. Every step is an integer operation or one IEEE float32 operation, so every build and
 // every engine give the same bits.
 #include "attention.h"
 
 /** Queries (token, head of the group) that take their turn on a chunk while it is widened. */
 #define QBLOCK 64
+/**
+ * Blocks of at most this many queries (a decode step: one token's heads of a KV group) take their own paths: keys
+ * scored where the pool holds them (the relaxed builds), since with so few queries widening and transposing each
+ * chunk costs more than it saves; and weighted values with every query a tile slot, not two to a pair.
+ */
+#define DIRECT_QUERIES 8
 /** The most keys whose value weights share one scale: 128 x 32767 x 127 stays inside int32. */
 #define VCHUNK 128
 
@@ -44,6 +51,10 @@ typedef struct {
   float w_factor[QBLOCK + 1];                        // their scale
   float max[QBLOCK];                                 // each query's largest score
   v128_t sum[QBLOCK];                                // and the lane sums of its numerators so far
+#ifdef RELAXED
+  signed char q_pos[DIRECT_QUERIES * MAX_HEAD_DIM];  // a direct block's queries as 7-bit halves: q = q_pos - q_neg
+  signed char q_neg[DIRECT_QUERIES * MAX_HEAD_DIM];
+#endif
 } work_t;
 
 _Static_assert(sizeof(work_t) <= 100 * 1024, "work_t lives on the kernels' 128 KiB stack (kernels/build.sh)");
@@ -135,6 +146,63 @@ static void score_chunk_i8(const work_t *w, float *scores, int stride, int b0, i
     }
   }
 }
+
+#ifdef RELAXED
+/** A query's 8-bit row (int16 lanes) as the relaxed dot product's 7-bit operands: q+ = max(q, 0), q- = q+ - q. */
+static void split_query(signed char *pos, signed char *neg, const short *q, int head_dim) {
+  for (int d = 0; d < head_dim; d += 16) {
+    v128_t hi = d + 8 < head_dim ? wasm_v128_load(q + d + 8) : wasm_i16x8_splat(0); // head_dim is a multiple of 8
+    v128_t x = wasm_i8x16_narrow_i16x8(wasm_v128_load(q + d), hi);
+    v128_t p = wasm_i8x16_max(x, wasm_i8x16_splat(0));
+    wasm_v128_store(pos + d, p);
+    wasm_v128_store(neg + d, wasm_i8x16_sub(p, x));
+  }
+}
+
+/**
+ * score_chunk_i8 for a direct block, from the chunk's n key rows where they lie (contiguous): per query, four keys at
+ * a time, k . q = k . q+ - k . q- over 16 dims an instruction pair, as exact integers; the same sums, so the same bits.
+ */
+static void score_direct(const work_t *w, float *scores, int stride, int b0, int a0, int a1, const signed char *rows, int j0,
+                         int n, int head_dim) {
+  size_t row = (size_t)head_dim + 4;
+  for (int c = 0; c < n; c += 4) {
+    const signed char *r[4];
+    float key_scale[4] __attribute__((aligned(16)));
+    for (int i = 0; i < 4; i++) {
+      r[i] = c + i < n ? rows + (size_t)(c + i) * row : zero_row;
+      key_scale[i] = c + i < n ? *(const float *)(r[i] + head_dim) : 0;
+    }
+    for (int a = a0; a < a1; a++) {
+      const signed char *qp = w->q_pos + (size_t)(a - b0) * MAX_HEAD_DIM, *qn = w->q_neg + (size_t)(a - b0) * MAX_HEAD_DIM;
+      v128_t z = wasm_i32x4_splat(0), s[4] = {z, z, z, z};
+#ifdef DOT_ADD
+      v128_t t[4] = {z, z, z, z};
+#endif
+      for (int d = 0; d < head_dim; d += 16) {
+        v128_t p = wasm_v128_load(qp + d), m = wasm_v128_load(qn + d);
+#pragma clang loop unroll(full)
+        for (int i = 0; i < 4; i++) {
+          // The last 8 dims alone: the row's scale and whatever follows stay unread.
+          v128_t k = d + 16 <= head_dim ? wasm_v128_load(r[i] + d) : wasm_v128_load64_zero(r[i] + d);
+#ifdef DOT_ADD
+          s[i] = rdot(s[i], k, p);
+          t[i] = rdot(t[i], k, m);
+#else
+          // Each pair's k . q+ - k . q- is k . q, within int16 (|k . q| <= 2 * 128 * 127 per pair): the wrapping
+          // subtraction gives it exactly.
+          s[i] = wasm_i32x4_add(s[i], wasm_i32x4_extadd_pairwise_i16x8(wasm_i16x8_sub(rdot16(k, p), rdot16(k, m))));
+#endif
+        }
+      }
+#ifdef DOT_ADD
+      for (int i = 0; i < 4; i++) s[i] = wasm_i32x4_sub(s[i], t[i]);
+#endif
+      store_scores(scores + (size_t)a * stride + j0 + c, reduce4(s[0], s[1], s[2], s[3]), key_scale, w->q_factor[a - b0], n - c);
+    }
+  }
+}
+#endif
 
 /** Value rows of keys [j0, j0 + n) (n <= v, through the block table) widened to int16, key pairs interleaved. */
 static void widen_values(work_t *w, const signed char *vpool, const int *table, int j0, int n, int v, int g, int kv_heads,
@@ -281,6 +349,29 @@ static inline void add_values_pair(const work_t *w, float *oa, float *ob, const 
   }
 }
 
+/**
+ * Weighted values of the widened chunk for Q queries of a small block at once (a decode step's heads of one group),
+ * dims [d, d + 8): every query a tile slot of its own, where add_values_pair takes them two by two.
+ */
+static inline __attribute__((always_inline)) void add_values_few(const int Q, const work_t *w, float *const *o, const short *const *wq,
+                                                                 const float *f, int v, int d, int head_dim) {
+  const v128_t *vals = w->values + d / 4;
+  v128_t z = wasm_i32x4_splat(0), lo[4] = {z, z, z, z}, hi[4] = {z, z, z, z};
+  for (int m = 0; m < v / 2; m++, vals += head_dim / 4) {
+    v128_t v0 = vals[0], v1 = vals[1];
+#pragma clang loop unroll(full)
+    for (int i = 0; i < Q; i++) {
+      v128_t x = wasm_v128_load32_splat((const int *)wq[i] + m);
+      lo[i] = wasm_i32x4_add(lo[i], wasm_i32x4_dot_i16x8(x, v0));
+      hi[i] = wasm_i32x4_add(hi[i], wasm_i32x4_dot_i16x8(x, v1));
+    }
+  }
+  for (int i = 0; i < Q; i++) {
+    add_sums(o[i] + d, lo[i], f[i]);
+    add_sums(o[i] + d + 4, hi[i], f[i]);
+  }
+}
+
 void attention_i8(float *out, const float *q, const signed char *kpool, const signed char *vpool, const int *table, int start,
                   int count, int heads, int kv_heads, int head_dim, int block_size, float scale, float *scores, int window) {
   int group = heads / kv_heads, queries = count * group;
@@ -299,10 +390,24 @@ void attention_i8(float *out, const float *q, const signed char *kpool, const si
         for (int d = 0; d < head_dim; d += 8) wasm_v128_store(w.q + (size_t)(a - b0) * MAX_HEAD_DIM + d, round_row8(x + d, s));
         w.q_factor[a - b0] = s * scale_log2;
       }
+#ifdef RELAXED
+      int direct = b1 - b0 <= DIRECT_QUERIES;
+      if (direct)
+        for (int a = b0; a < b1; a++)
+          split_query(w.q_pos + (size_t)(a - b0) * MAX_HEAD_DIM, w.q_neg + (size_t)(a - b0) * MAX_HEAD_DIM,
+                      w.q + (size_t)(a - b0) * MAX_HEAD_DIM, head_dim);
+#endif
       for (int j0 = first, n; j0 < end; j0 += n) {
         n = chunk_len(j0, end, block_size);
-        widen_keys(&w, kpool + row_at(table, j0, g, kv_heads, block_size) * (head_dim + 4), n, head_dim);
+        const signed char *rows = kpool + row_at(table, j0, g, kv_heads, block_size) * (head_dim + 4);
         int a0 = (j0 > start ? j0 - start : 0) * group;
+#ifdef RELAXED
+        if (direct) {
+          score_direct(&w, scores, stride, b0, a0 > b0 ? a0 : b0, b1, rows, j0, n, head_dim);
+          continue;
+        }
+#endif
+        widen_keys(&w, rows, n, head_dim);
         score_chunk_i8(&w, scores, stride, b0, a0 > b0 ? a0 : b0, b1, j0, n, head_dim);
       }
       for (int a = b0; a < b1; a++) {
@@ -322,6 +427,25 @@ void attention_i8(float *out, const float *q, const signed char *kpool, const si
           int pos = start + a / group, lo = window_lo(window, pos) - j0;
           w.w_factor[a - b0] = chunk_weights(w.w + (size_t)(a - b0) * VCHUNK, &w.sum[a - b0], scores + (size_t)a * stride + j0,
                                              w.max[a - b0], w.value_scale, v, lo > 0 ? lo : 0, pos + 1 - j0 < n ? pos + 1 - j0 : n);
+        }
+        if (b1 - b0 <= DIRECT_QUERIES) {
+          for (int a = a0; a < b1; a += 4) {
+            int q = b1 - a < 4 ? b1 - a : 4;
+            float *o[4];
+            const short *wq[4];
+            for (int i = 0; i < q; i++) {
+              o[i] = out + query_at(a + i, group, heads, g, head_dim);
+              wq[i] = w.w + (size_t)(a + i - b0) * VCHUNK;
+            }
+            const float *f = w.w_factor + (a - b0);
+            for (int d = 0; d < head_dim; d += 8) {
+              if (q == 4) add_values_few(4, &w, o, wq, f, v, d, head_dim);
+              else if (q == 3) add_values_few(3, &w, o, wq, f, v, d, head_dim);
+              else if (q == 2) add_values_few(2, &w, o, wq, f, v, d, head_dim);
+              else add_values_few(1, &w, o, wq, f, v, d, head_dim);
+            }
+          }
+          continue;
         }
         for (int a = a0; a < b1; a += 2) {
           // An odd query out pairs with the spare row after it, whose sums are dropped.

@@ -12,6 +12,35 @@ typedef unsigned short half;
 
 #define EXPORT(name) __attribute__((export_name(#name))) name
 
+typedef signed char i8x16 __attribute__((vector_size(16)));
+typedef int i32x4 __attribute__((vector_size(16)));
+
+/** [sum(v0), sum(v1), sum(v2), sum(v3)]: integer, so exact in any order. */
+static inline v128_t reduce4(v128_t v0, v128_t v1, v128_t v2, v128_t v3) {
+  v128_t s01 = wasm_i32x4_add(wasm_i32x4_shuffle(v0, v1, 0, 4, 1, 5), wasm_i32x4_shuffle(v0, v1, 2, 6, 3, 7));
+  v128_t s23 = wasm_i32x4_add(wasm_i32x4_shuffle(v2, v3, 0, 4, 1, 5), wasm_i32x4_shuffle(v2, v3, 2, 6, 3, 7));
+  return wasm_i32x4_add(wasm_i32x4_shuffle(s01, s23, 0, 1, 4, 5), wasm_i32x4_shuffle(s01, s23, 2, 3, 6, 7));
+}
+
+#ifdef RELAXED
+#ifndef DOT_ADD
+/** Pairs of products u * a as int16 lanes (x64: one pmaddubsw): exact for u in 0..127 and a int8 (no pair reaches 2^15). */
+static inline v128_t rdot16(v128_t a, v128_t u) {
+  return (v128_t)__builtin_wasm_relaxed_dot_i8x16_i7x16_s_i16x8((i8x16)a, (i8x16)u);
+}
+#else
+/**
+ * acc + the sums of each 4 products u * a as int32 lanes: one instruction (vpdpbusd) where V8 lowers it with
+ * AVX-VNNI, as workerd's does on a host that has it; without, five, and the relaxed build's int16 pairs are
+ * faster (the worker picks this build only where its V8 fuses: src/engine/runners/wasm/dot-lowering.ts).
+ * Exact for u in 0..127 and a int8.
+ */
+static inline v128_t rdot(v128_t acc, v128_t a, v128_t u) {
+  return (v128_t)__builtin_wasm_relaxed_dot_i8x16_i7x16_add_s_i32x4((i8x16)a, (i8x16)u, (i32x4)acc);
+}
+#endif
+#endif
+
 /** (l0 + l1) + (l2 + l3): one fixed order for every horizontal sum. */
 static inline float hsum(v128_t v) {
   return (wasm_f32x4_extract_lane(v, 0) + wasm_f32x4_extract_lane(v, 1)) +

@@ -44,9 +44,11 @@ export function productCall(
   n: number,
   rows: number,
   actBytes = FORMS[form].actBytes,
+  copies = 1,
 ): { call: () => void; weightBytes: number } {
   const blocks = k / 32;
-  const { header, bytes } = matrix(b, form, k, n);
+  const matrices = Array.from({ length: copies }, () => matrix(b, form, k, n));
+  const bytes = matrices[0]!.bytes;
   const x = b.memory.alloc(rows * k * 4);
   const xq = b.memory.alloc(rows * k * actBytes);
   const xs = b.memory.alloc(rows * blocks * 4);
@@ -55,5 +57,11 @@ export function productCall(
   const xv = b.memory.f32(x, rows * k);
   for (let i = 0; i < xv.length; i++) xv[i] = Math.sin(i);
   b.kernels.quantize_rows(xq, xs, xsum, x, rows, k, blocks);
-  return { call: () => b.kernels.matmul_q(y, xq, xs, xsum, header, rows, blocks, n), weightBytes: bytes };
+  let next = 0;
+  const call = () => {
+    const { header } = matrices[next]!;
+    next = next + 1 === copies ? 0 : next + 1;
+    b.kernels.matmul_q(y, xq, xs, xsum, header, rows, blocks, n);
+  };
+  return { call, weightBytes: bytes };
 }

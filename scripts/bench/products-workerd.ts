@@ -6,7 +6,8 @@
 // The worker runs the dot-add build only where its V8 fuses the int32 dot product (dot-lowering.ts), else the
 // relaxed-wide one; these figures are why (docs/kernels.md, "Inside workerd"). Both against Node's relaxed build.
 //
-//   tsx scripts/bench/products-workerd.ts [--rounds N] [--rows 1,4,16] [--json FILE]
+//   tsx scripts/bench/products-workerd.ts [--rounds N] [--rows 1,4,16] [--cold MiB] [--forms q4,..] [--attention N,..]
+//     [--json FILE]
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -43,7 +44,18 @@ export interface WorkerdProductRow {
   vsRelaxed?: number;
 }
 
-export async function benchProductsInWorkerd(rowCounts: number[], rounds: number, log: (s: string) => void) {
+/**
+ * `coldMiB`: each product cycles over copies of its matrix that total at least this much, so its weights come from
+ * memory as a decode step's do (bench-135m q4 reads ~100 MB a token), not from the caches. `forms`: only these.
+ * `contexts`: a decode step's attention over an 8-bit pool of each many tokens too, in every build (form
+ * 'attention int8', k the context, n 0).
+ */
+export async function benchProductsInWorkerd(
+  rowCounts: number[],
+  rounds: number,
+  log: (s: string) => void,
+  { coldMiB = 0, forms, contexts = [] }: { coldMiB?: number; forms?: string[]; contexts?: number[] } = {},
+) {
   const dir = mkdtempSync(join(tmpdir(), 'products-workerd-'));
   const config = join(dir, 'wrangler.toml');
   const main = fileURLToPath(new URL('./products-workerd-worker.ts', import.meta.url));
@@ -57,22 +69,37 @@ export async function benchProductsInWorkerd(rowCounts: number[], rounds: number
       await res.arrayBuffer();
       return performance.now() - t0;
     };
+    /** What one round times: its key ([form, build, k, n, rows]), its query, and its multiply-adds a call. */
+    const jobs: { key: string; query: string; macs: number }[] = [];
+    for (const rows of rowCounts)
+      for (const [k, n] of SHAPES)
+        for (const [form, build] of CASES) {
+          if (forms && !forms.includes(form)) continue;
+          const copies = Math.max(1, Math.ceil((coldMiB * 2 ** 20) / (k * n * (form === 'q4' ? 0.5 : 1))));
+          jobs.push({
+            key: JSON.stringify([form, build, k, n, rows]),
+            query: `build=${build}&form=${encodeURIComponent(form)}&k=${k}&n=${n}&rows=${rows}&copies=${copies}`,
+            macs: rows * k * n,
+          });
+        }
+    for (const context of contexts)
+      for (const build of ['baseline', 'relaxed', 'relaxed-wide', 'dot-add'])
+        jobs.push({
+          key: JSON.stringify(['attention int8', build, context, 0, 1]),
+          query: `build=${build}&attention=${context}`,
+          macs: 2 * 9 * (context + 1) * 64,
+        });
     const samples = new Samples();
     // Round -1 is a warm-up (workerd compiles lazily, and tiers up in the background): not kept.
     for (let round = -1; round < rounds; round++)
-      for (const rows of rowCounts)
-        for (const [k, n] of SHAPES)
-          for (const [form, build] of CASES) {
-            const query = `build=${build}&form=${encodeURIComponent(form)}&k=${k}&n=${n}&rows=${rows}`;
-            await time(query, 100); // set up, and tiered up
-            let calls = 1;
-            while ((await time(query, calls)) < 60) calls *= 2;
-            let ms = Number.POSITIVE_INFINITY;
-            for (let r = 0; r < 3; r++)
-              ms = Math.min(ms, ((await time(query, calls)) - (await time(query, 0))) / calls);
-            if (round < 0) continue;
-            samples.add(JSON.stringify([form, build, k, n, rows]), (rows * k * n) / (ms / 1000) / 1e9);
-          }
+      for (const { key, query, macs } of jobs) {
+        await time(query, 100); // set up, and tiered up
+        let calls = 1;
+        while ((await time(query, calls)) < 60) calls *= 2;
+        let ms = Number.POSITIVE_INFINITY;
+        for (let r = 0; r < 3; r++) ms = Math.min(ms, ((await time(query, calls)) - (await time(query, 0))) / calls);
+        if (round >= 0) samples.add(key, macs / (ms / 1000) / 1e9);
+      }
     const out: WorkerdProductRow[] = [];
     for (const key of samples.keys()) {
       const values = samples.get(key);
@@ -100,9 +127,16 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     options: {
       rounds: { type: 'string', default: '5' },
       rows: { type: 'string', default: '1,4,16' },
+      cold: { type: 'string', default: '0' },
+      forms: { type: 'string' },
+      attention: { type: 'string' },
       json: { type: 'string' },
     },
   });
-  const rows = await benchProductsInWorkerd(values.rows!.split(',').map(Number), Number(values.rounds), console.log);
+  const rows = await benchProductsInWorkerd(values.rows!.split(',').map(Number), Number(values.rounds), console.log, {
+    coldMiB: Number(values.cold),
+    forms: values.forms?.split(','),
+    contexts: values.attention?.split(',').map(Number),
+  });
   if (values.json) writeFileSync(values.json, JSON.stringify(rows, null, 2));
 }

@@ -7,12 +7,17 @@
 //
 // With --variant FILE (another relaxed build, an attempt), its relaxed-build rows are measured beside the committed ones.
 //
-//   tsx scripts/bench/products.ts [--reps N] [--rows 1,4,16] [--variant FILE] [--json FILE]
+// With --cold MiB, each product cycles over copies of its matrix that total at least that much: its weights then
+// come from memory, as in a decode step, not from the caches. With --attention 64,1024, a decode step's attention
+// over an 8-bit pool of that many tokens is timed too (attention-setup.ts).
+//
+//   tsx scripts/bench/products.ts [--reps N] [--rows 1,4,16] [--variant FILE] [--cold MiB] [--attention N,..] [--json FILE]
 import { readFileSync, writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { compileRelaxed, edgeKernelsModule } from '../../src/backends/edge-kernels-node.js';
 import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
+import { attentionCall } from './attention-setup.js';
 import { type Built, type Form, FORMS, productCall } from './product-setup.js';
 import { createBandwidthMeter } from './roofline.js';
 import { cpuSeconds } from './stats.js';
@@ -48,9 +53,8 @@ export function relaxedBuildFile(file: string): WebAssembly.Module {
   return module;
 }
 
-function measure(b: Built, form: Form, k: number, n: number, rows: number, reps: number): ProductRow {
-  const { call, weightBytes: bytes } = productCall(b, form, k, n, rows);
-  // Calls per timing: enough for ~30 ms.
+/** Seconds per call of `call`: the least of `reps` timings of enough calls to pass ~30 ms each. */
+function secondsPerCall(call: () => void, reps: number): number {
   let calls = 1;
   for (;;) {
     const t0 = cpuSeconds();
@@ -64,10 +68,38 @@ function measure(b: Built, form: Form, k: number, n: number, rows: number, reps:
     for (let i = 0; i < calls; i++) call();
     seconds = Math.min(seconds, (cpuSeconds() - t0) / calls);
   }
+  return seconds;
+}
+
+function measure(b: Built, form: Form, k: number, n: number, rows: number, reps: number, coldMiB: number): ProductRow {
+  const copies = Math.max(1, Math.ceil((coldMiB * 2 ** 20) / ((k * n * FORMS[form].bytesPerBlock) / 32)));
+  const { call, weightBytes: bytes } = productCall(b, form, k, n, rows, FORMS[form].actBytes, copies);
+  const seconds = secondsPerCall(call, reps);
   return { form, k, n, rows, gmacs: (rows * k * n) / seconds / 1e9, weightGBs: bytes / seconds / 1e9 };
 }
 
-export async function benchProducts(rowCounts: number[], reps: number, log: (s: string) => void, variant?: string) {
+/** A decode step's attention over an 8-bit pool of `context` tokens (attention-setup.ts). */
+export interface AttentionRow {
+  build: string;
+  context: number;
+  gmacs: number;
+}
+
+export interface ProductsOptions {
+  /** Another relaxed build's file, measured beside the committed one. */
+  variant?: string;
+  /** Each product cycles over copies of its matrix totalling at least this, so its weights come from memory. */
+  coldMiB?: number;
+  /** Decode attention at these context lengths, beside the products. */
+  contexts?: number[];
+}
+
+export async function benchProducts(
+  rowCounts: number[],
+  reps: number,
+  log: (s: string) => void,
+  { variant, coldMiB = 0, contexts = [] }: ProductsOptions = {},
+) {
   const builds = { relaxed: await build('relaxed'), baseline: await build('baseline') };
   const other = variant ? await instantiateKernels(relaxedBuildFile(variant)) : undefined;
   const out: ProductRow[] = [];
@@ -80,15 +112,23 @@ export async function benchProducts(rowCounts: number[], reps: number, log: (s: 
   for (const rows of rowCounts)
     for (const [k, n] of SHAPES)
       for (const form of Object.keys(FORMS) as Form[]) {
-        report(measure(builds[FORMS[form].build], form, k, n, rows, reps));
+        report(measure(builds[FORMS[form].build], form, k, n, rows, reps, coldMiB));
         if (other && FORMS[form].build === 'relaxed')
-          report({ ...measure(other, form, k, n, rows, reps), form: `${form} variant` });
+          report({ ...measure(other, form, k, n, rows, reps, coldMiB), form: `${form} variant` });
       }
+  const attention: AttentionRow[] = [];
+  for (const context of contexts)
+    for (const [name, b] of [['relaxed', builds.relaxed], ...(other ? [['variant', other] as const] : [])] as const) {
+      const { call, macs } = attentionCall(b, context);
+      const row = { build: name, context, gmacs: macs / secondsPerCall(call, reps) / 1e9 };
+      attention.push(row);
+      log(`attention int8 (${name}), one token after ${context}: ${row.gmacs.toFixed(2)} GMAC/s`);
+    }
   const meter = createBandwidthMeter();
   meter.measure();
   const readGBs = Math.max(meter.measure(), meter.measure(), meter.measure()) / 1e9;
   log(`streaming read: ${readGBs.toFixed(1)} GB/s`);
-  return { rows: out, readGBs };
+  return { rows: out, attention, readGBs };
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1]).href) {
@@ -97,10 +137,16 @@ if (import.meta.url === pathToFileURL(process.argv[1]).href) {
       reps: { type: 'string', default: '5' },
       rows: { type: 'string', default: '1,4,16' },
       variant: { type: 'string' },
+      cold: { type: 'string', default: '0' },
+      attention: { type: 'string' },
       json: { type: 'string' },
     },
   });
   const rowCounts = values.rows!.split(',').map(Number);
-  const result = await benchProducts(rowCounts, Number(values.reps), console.log, values.variant);
+  const result = await benchProducts(rowCounts, Number(values.reps), console.log, {
+    variant: values.variant,
+    coldMiB: Number(values.cold),
+    contexts: values.attention?.split(',').map(Number),
+  });
   if (values.json) writeFileSync(values.json, JSON.stringify(result, null, 2));
 }

@@ -83,3 +83,55 @@ export function attendIn(k: KernelExports, mem: LinearMemory, pool: AttentionPoo
     return mem.f32(out, n * width).slice();
   };
 }
+
+/** One case of attention over an 8-bit pool: its shape, `past` tokens cached and `count` new ones. */
+export interface Int8AttentionCase {
+  heads: number;
+  kvHeads: number;
+  hd: number;
+  bs: number;
+  past: number;
+  count: number;
+  window: number;
+}
+
+/**
+ * The case's keys, values and queries (seeded), written to a fresh 8-bit pool in two kv_write_i8 calls (a cached
+ * prefix, then the new tokens) with positions scattered over its blocks in reverse; then attention() over the new
+ * tokens in one call (`out`), each token alone (a decode step), and in two uneven pieces.
+ */
+export function int8AttentionRun(k: KernelExports, mem: LinearMemory, c: Int8AttentionCase) {
+  const { heads, kvHeads, hd, bs, past, count, window } = c;
+  const put = (data: Float32Array | Int32Array): number => putIn(mem, data);
+  const total = past + count;
+  const numBlocks = Math.ceil(total / bs) + 1;
+  const poolBytes = numBlocks * kvHeads * bs * (hd + 4);
+  const [kpool, vpool] = [mem.alloc(poolBytes), mem.alloc(poolBytes)];
+  const table = put(Int32Array.from({ length: numBlocks - 1 }, (_, i) => numBlocks - 1 - i));
+  const kf = gaussian(30 + hd, total * kvHeads * hd);
+  const vf = gaussian(31 + hd, total * kvHeads * hd);
+  k.kv_write_i8(kpool, vpool, table, 0, past, put(kf), put(vf), kvHeads, hd, bs);
+  const tail = past * kvHeads * hd;
+  k.kv_write_i8(kpool, vpool, table, past, count, put(kf.subarray(tail)), put(vf.subarray(tail)), kvHeads, hd, bs);
+  const q = gaussian(32, count * heads * hd).map((x) => x * 3);
+  const qAt = put(q);
+  const width = heads * hd;
+  const attend = attendIn(k, mem, { kpool, vpool, table, heads, kvHeads, hd, bs, kvType: 2, window });
+  const out = attend(past, count, qAt);
+  const alone = Array.from({ length: count }, (_, t) => attend(past + t, 1, qAt + t * width * 4));
+  const cut = Math.ceil(count / 3);
+  const pieces = Float32Array.from([
+    ...attend(past, cut, qAt),
+    ...attend(past + cut, count - cut, qAt + cut * width * 4),
+  ]);
+  return { kf, vf, q, out, alone, pieces };
+}
+
+/**
+ * What kernel-builds.test.ts compares across builds and engines: a decode step alone (whose queries score keys
+ * where they lie in the relaxed builds) and a block of tokens (widened chunks), over an 8-bit pool.
+ */
+export function attentionProbe(k: KernelExports, mem: LinearMemory): Record<string, number[]> {
+  const run = int8AttentionRun(k, mem, { heads: 9, kvHeads: 3, hd: 24, bs: 16, past: 140, count: 12, window: 0 });
+  return { 'attention int8, 12 tokens': Array.from(run.out), 'attention int8, one token': Array.from(run.alone[5]!) };
+}

@@ -1,7 +1,7 @@
 // Every build of our kernels inside workerd's V8: the relaxed builds (the worker runs whichever of its two this host
-// runs faster) and the baseline give the same bits for the block-quantised product in every form, and the same
-// bits as in Node. This is the check docs/platform.md's "relaxed SIMD is exact here" rests on, in the engine the
-// product runs in.
+// runs faster) and the baseline give the same bits for the block-quantised product in every form and for attention
+// over an 8-bit pool (a decode step's and a block's), and the same bits as in Node. This is the check
+// docs/platform.md's "relaxed SIMD is exact here" rests on, in the engine the product runs in.
 import { describe, expect, inject, it } from 'vitest';
 import dotAdd from '../../src/engine/runners/wasm/edge-kernels-dot-add.wasm';
 import baseline from '../../src/engine/runners/wasm/edge-kernels.wasm';
@@ -11,10 +11,11 @@ import { eightBitKernelsForThisHost, relaxedKernelsForThisHost } from '../../src
 import { workerdWasmRuntime } from '../../src/backends/ort-web-workerd.js';
 import { probeDotLowering } from '../../src/engine/runners/wasm/dot-lowering.js';
 import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
+import { attentionProbe } from '../helpers/attention-kernels.js';
 import { quantProbe } from '../helpers/quant-layout.js';
 
 describe('kernel builds in workerd', () => {
-  it('give the same bits in every quantised form as each other and as Node', async () => {
+  it('give the same bits in every quantised form and in 8-bit attention, as each other and as Node', async () => {
     const inWorkerd: Record<string, Record<string, number[]>> = {};
     for (const [build, module] of [
       ['baseline', baseline],
@@ -23,10 +24,10 @@ describe('kernel builds in workerd', () => {
       ['dot-add', dotAdd],
     ] as const) {
       const { kernels, memory } = await instantiateKernels(module);
-      inWorkerd[build] = quantProbe({ k: kernels, mem: memory });
+      inWorkerd[build] = { ...quantProbe({ k: kernels, mem: memory }), ...attentionProbe(kernels, memory) };
     }
     const inNode = inject('nodeKernelProbe');
-    expect(Object.keys(inWorkerd.baseline)).toHaveLength(8);
+    expect(Object.keys(inWorkerd.baseline)).toHaveLength(10); // 8 quantised forms, 2 attention runs
     for (const format of Object.keys(inWorkerd.baseline))
       for (const build of ['relaxed', 'relaxed-wide', 'dot-add']) {
         expect(inWorkerd[build][format], `${build} ${format}`).toEqual(inWorkerd.baseline[format]);
