@@ -420,13 +420,16 @@ void attention_i8(float *out, const float *q, const signed char *kpool, const si
       // Values, chunk by chunk of absolute positions, in order.
       for (int j0 = first & ~(v - 1), n; j0 < end; j0 += n) {
         n = end - j0 < v ? end - j0 : v;
-        widen_values(&w, vpool, table, j0, n, v, g, kv_heads, head_dim, block_size);
+        // Keys past the last weigh 0 and add exact zeros: a short chunk (the last) is worked only to n rounded up
+        // to 8, not to v. Its weights still round against its own largest, so the bits are the same.
+        int kn = (n + 7) & ~7;
+        widen_values(&w, vpool, table, j0, n, kn, g, kv_heads, head_dim, block_size);
         int a0 = (j0 > start ? j0 - start : 0) * group;
         if (a0 < b0) a0 = b0;
         for (int a = a0; a < b1; a++) {
           int pos = start + a / group, lo = window_lo(window, pos) - j0;
           w.w_factor[a - b0] = chunk_weights(w.w + (size_t)(a - b0) * VCHUNK, &w.sum[a - b0], scores + (size_t)a * stride + j0,
-                                             w.max[a - b0], w.value_scale, v, lo > 0 ? lo : 0, pos + 1 - j0 < n ? pos + 1 - j0 : n);
+                                             w.max[a - b0], w.value_scale, kn, lo > 0 ? lo : 0, pos + 1 - j0 < n ? pos + 1 - j0 : n);
         }
         if (b1 - b0 <= DIRECT_QUERIES) {
           for (int a = a0; a < b1; a += 4) {
@@ -439,10 +442,10 @@ void attention_i8(float *out, const float *q, const signed char *kpool, const si
             }
             const float *f = w.w_factor + (a - b0);
             for (int d = 0; d < head_dim; d += 8) {
-              if (q == 4) add_values_few(4, &w, o, wq, f, v, d, head_dim);
-              else if (q == 3) add_values_few(3, &w, o, wq, f, v, d, head_dim);
-              else if (q == 2) add_values_few(2, &w, o, wq, f, v, d, head_dim);
-              else add_values_few(1, &w, o, wq, f, v, d, head_dim);
+              if (q == 4) add_values_few(4, &w, o, wq, f, kn, d, head_dim);
+              else if (q == 3) add_values_few(3, &w, o, wq, f, kn, d, head_dim);
+              else if (q == 2) add_values_few(2, &w, o, wq, f, kn, d, head_dim);
+              else add_values_few(1, &w, o, wq, f, kn, d, head_dim);
             }
           }
           continue;
@@ -452,7 +455,7 @@ void attention_i8(float *out, const float *q, const signed char *kpool, const si
           float *oa = out + query_at(a, group, heads, g, head_dim), *ob = a + 1 < b1 ? out + query_at(a + 1, group, heads, g, head_dim) : 0;
           const short *wa = w.w + (size_t)(a - b0) * VCHUNK;
           for (int d = 0; d < head_dim; d += 16)
-            add_values_pair(&w, oa, ob, wa, w.w_factor[a - b0], w.w_factor[a + 1 - b0], v, d, head_dim - d < 16 ? 2 : 4,
+            add_values_pair(&w, oa, ob, wa, w.w_factor[a - b0], w.w_factor[a + 1 - b0], kn, d, head_dim - d < 16 ? 2 : 4,
                             head_dim);
         }
       }

@@ -18,6 +18,11 @@ const BUILDS: Record<string, WebAssembly.Module> = {
 };
 const calls = new Map<string, () => void>();
 
+/** Another build, as 'variant' (products-workerd.ts --variant: an entry that imports its file calls this). */
+export function useVariant(module: WebAssembly.Module): void {
+  BUILDS.variant = module;
+}
+
 export default {
   async fetch(request: Request): Promise<Response> {
     const q = new URL(request.url).searchParams;

@@ -6,11 +6,15 @@
 // The worker runs the dot-add build only where its V8 fuses the int32 dot product (dot-lowering.ts), else the
 // relaxed-wide one; these figures are why (docs/kernels.md, "Inside workerd"). Both against Node's relaxed build.
 //
+// --variant FILE times another dot-add build (a previous commit's: `git show REV:src/engine/runners/wasm/
+// edge-kernels-dot-add.wasm > FILE`) beside the dot-add build, pair by pair; --attention N,.. adds a decode step's
+// attention after N tokens; --cold and --forms as products.ts's.
+//
 //   tsx scripts/bench/products-workerd.ts [--rounds N] [--rows 1,4,16] [--cold MiB] [--forms q4,..] [--attention N,..]
-//     [--json FILE]
+//     [--variant FILE] [--json FILE]
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { startDevServer } from '../lib/dev-server.js';
@@ -42,23 +46,44 @@ export interface WorkerdProductRow {
   gmacs: number;
   /** The worker's builds (relaxed-wide, dot-add): the median of their GMAC/s ÷ the relaxed build's, round by round. */
   vsRelaxed?: number;
+  /** With a variant: the dot-add build's GMAC/s ÷ the variant's, round by round (timed side by side). */
+  vsVariant?: number;
 }
 
-/**
- * `coldMiB`: each product cycles over copies of its matrix that total at least this much, so its weights come from
- * memory as a decode step's do (bench-135m q4 reads ~100 MB a token), not from the caches. `forms`: only these.
- * `contexts`: a decode step's attention over an 8-bit pool of each many tokens too, in every build (form
- * 'attention int8', k the context, n 0).
- */
+export interface WorkerdProductsOptions {
+  /**
+   * Each product cycles over copies of its matrix that total at least this much, so its weights come from memory as
+   * a decode step's do (bench-135m q4 reads ~100 MB a token), not from the caches.
+   */
+  coldMiB?: number;
+  /** Only these forms. */
+  forms?: string[];
+  /** A decode step's attention over an 8-bit pool of each many tokens too (form 'attention int8', k the context, n 0). */
+  contexts?: number[];
+  /**
+   * Another dot-add build's file (a previous commit's, an attempt): timed right beside the dot-add build in every
+   * case, alternating which goes first, as build 'variant'; the dot-add rows then carry their ratio to it.
+   */
+  variant?: string;
+}
+
 export async function benchProductsInWorkerd(
   rowCounts: number[],
   rounds: number,
   log: (s: string) => void,
-  { coldMiB = 0, forms, contexts = [] }: { coldMiB?: number; forms?: string[]; contexts?: number[] } = {},
+  { coldMiB = 0, forms, contexts = [], variant }: WorkerdProductsOptions = {},
 ) {
   const dir = mkdtempSync(join(tmpdir(), 'products-workerd-'));
   const config = join(dir, 'wrangler.toml');
-  const main = fileURLToPath(new URL('./products-workerd-worker.ts', import.meta.url));
+  const worker = fileURLToPath(new URL('./products-workerd-worker.ts', import.meta.url));
+  // A variant is imported by an entry written here (a worker's WebAssembly is bundled, never compiled at run time).
+  const main = variant ? join(dir, 'entry.ts') : worker;
+  if (variant)
+    writeFileSync(
+      main,
+      `import worker, { useVariant } from ${JSON.stringify(worker)};\nimport variant from ${JSON.stringify(resolve(variant))};\n` +
+        'useVariant(variant);\nexport default worker;\n',
+    );
   writeFileSync(config, `name = "products-workerd"\nmain = "${main}"\ncompatibility_date = "2025-01-01"\n`);
   const server = await startDevServer({}, dir, { configs: [config] });
   try {
@@ -70,29 +95,36 @@ export async function benchProductsInWorkerd(
       return performance.now() - t0;
     };
     /** What one round times: its key ([form, build, k, n, rows]), its query, and its multiply-adds a call. */
-    const jobs: { key: string; query: string; macs: number }[] = [];
+    type Job = { key: string; query: string; macs: number };
+    /** Jobs timed one after the other; a dot-add job and its variant's are a pair, whose order alternates by round. */
+    const groups: Job[][] = [];
+    const add = (job: (build: string) => Job, build: string) =>
+      groups.push(build === 'dot-add' && variant ? [job('dot-add'), job('variant')] : [job(build)]);
     for (const rows of rowCounts)
       for (const [k, n] of SHAPES)
         for (const [form, build] of CASES) {
           if (forms && !forms.includes(form)) continue;
           const copies = Math.max(1, Math.ceil((coldMiB * 2 ** 20) / (k * n * (form === 'q4' ? 0.5 : 1))));
-          jobs.push({
-            key: JSON.stringify([form, build, k, n, rows]),
-            query: `build=${build}&form=${encodeURIComponent(form)}&k=${k}&n=${n}&rows=${rows}&copies=${copies}`,
-            macs: rows * k * n,
-          });
+          const query = `form=${encodeURIComponent(form)}&k=${k}&n=${n}&rows=${rows}&copies=${copies}`;
+          add(
+            (b) => ({ key: JSON.stringify([form, b, k, n, rows]), query: `build=${b}&${query}`, macs: rows * k * n }),
+            build,
+          );
         }
     for (const context of contexts)
       for (const build of ['baseline', 'relaxed', 'relaxed-wide', 'dot-add'])
-        jobs.push({
-          key: JSON.stringify(['attention int8', build, context, 0, 1]),
-          query: `build=${build}&attention=${context}`,
-          macs: 2 * 9 * (context + 1) * 64,
-        });
+        add(
+          (b) => ({
+            key: JSON.stringify(['attention int8', b, context, 0, 1]),
+            query: `build=${b}&attention=${context}`,
+            macs: 2 * 9 * (context + 1) * 64,
+          }),
+          build,
+        );
     const samples = new Samples();
     // Round -1 is a warm-up (workerd compiles lazily, and tiers up in the background): not kept.
     for (let round = -1; round < rounds; round++)
-      for (const { key, query, macs } of jobs) {
+      for (const { key, query, macs } of groups.flatMap((g) => (round % 2 ? [...g].reverse() : g))) {
         await time(query, 100); // set up, and tiered up
         let calls = 1;
         while ((await time(query, calls)) < 60) calls *= 2;
@@ -110,10 +142,24 @@ export async function benchProductsInWorkerd(
           ? samples.get(JSON.stringify([form, 'relaxed', k, n, rows]))
           : undefined;
       const ratios = relaxed?.map((r, i) => values[i] / r);
-      out.push({ form, build, k, n, rows, gmacs: median(values), ...(ratios && { vsRelaxed: median(ratios) }) });
+      const other =
+        build === 'dot-add' && variant ? samples.get(JSON.stringify([form, 'variant', k, n, rows])) : undefined;
+      const vsVariant = other?.map((r, i) => values[i] / r);
+      out.push({
+        form,
+        build,
+        k,
+        n,
+        rows,
+        gmacs: median(values),
+        ...(ratios && { vsRelaxed: median(ratios) }),
+        ...(vsVariant && { vsVariant: median(vsVariant) }),
+      });
+      const list = (a: number[]) => a.map((v) => v.toFixed(2)).join(' ');
       log(
         `${form.padEnd(12)} ${build.padEnd(8)} ${k}x${n} rows ${rows}: ${median(values).toFixed(1)} GMAC/s (${values.map((v) => v.toFixed(1)).join(' ')})` +
-          (ratios ? `; ${median(ratios).toFixed(2)}x relaxed (${ratios.map((v) => v.toFixed(2)).join(' ')})` : ''),
+          (ratios ? `; ${median(ratios).toFixed(2)}x relaxed (${list(ratios)})` : '') +
+          (vsVariant ? `; ${median(vsVariant).toFixed(2)}x the variant (${list(vsVariant)})` : ''),
       );
     }
     return out;
@@ -130,6 +176,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
       cold: { type: 'string', default: '0' },
       forms: { type: 'string' },
       attention: { type: 'string' },
+      variant: { type: 'string' },
       json: { type: 'string' },
     },
   });
@@ -137,6 +184,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     coldMiB: Number(values.cold),
     forms: values.forms?.split(','),
     contexts: values.attention?.split(',').map(Number),
+    variant: values.variant,
   });
   if (values.json) writeFileSync(values.json, JSON.stringify(rows, null, 2));
 }
