@@ -90,6 +90,30 @@ describe('greedy (temperature 0)', () => {
     // frequency: 0.5 per occurrence. -> 0; [.5,.9,.2] 1; [.5,.4,.2] 0; [0,.4,.2] 1; [0,-.1,.2] 2; [0,-.1,-.3] 0
     expect(run(sampler({ temperature: 0, frequency_penalty: 0.5 }, 3), logits, 6)).toEqual([0, 1, 0, 1, 2, 0]);
   });
+  it('takes the same token with no processor (one pass over the row) as through the full path', () => {
+    const MAX = 3.4028234663852886e38;
+    const rng = new Xoshiro128(5);
+    const rows = [
+      [NaN, 3, NaN, 3, 1],
+      [2, Infinity, MAX, Infinity, 1], // +Infinity counts as the largest float32: the first of them
+      [2, MAX, Infinity, 1, 0],
+      [NEG, NEG, NEG, NEG, NEG],
+      [NaN, NaN, NaN, NaN, NaN],
+      [NaN, NEG, -5, NaN, -5],
+      [-MAX, NEG, NaN, -1e-45, 0],
+      Array.from(randomRow(rng, 5)),
+    ];
+    for (const row of rows) {
+      const logits = Float32Array.from(row);
+      // Logprobs change no token but need the scratch rows: the full path.
+      const full = sampler({ temperature: 0, logprobs: true }, 5).sample(logits).tokenId;
+      expect(sampler({ temperature: 0 }, 5).sample(logits).tokenId, row.join(' ')).toBe(full);
+      const verified = sampler({ temperature: 0 }, 5).verify(logits, 4);
+      expect(verified.tokenId, row.join(' ')).toBe(full);
+      expect(verified.accepted).toBe(full === 4);
+    }
+    expect(() => sampler({ temperature: 0 }, 4).sample(new Float32Array(5))).toThrow(RangeError);
+  });
   it("leaves the caller's logits untouched", () => {
     const logits = Float32Array.from([1, 2, 3]);
     sampler({ temperature: 0.5, logit_bias: { 0: 50 }, top_k: 1, frequency_penalty: 1 }, 3).sample(logits);

@@ -70,6 +70,25 @@ export function maxLogit(logits: Float32Array): number {
 }
 
 /** Index of the largest logit, the lowest id among equals; 0 when every value is -Infinity or NaN. */
+/**
+ * argmax(copySanitized(logits)) without the copy: a NaN never wins, +Infinity counts as the largest float32 (so the
+ * first of several such wins, as after sanitising). One pass where the copy, a second copy and argmax took three.
+ */
+export function sanitizedArgmax(logits: Float32Array): number {
+  let best = 0;
+  let max = -Infinity;
+  for (let i = 0; i < logits.length; i++) {
+    const v = logits[i];
+    if (v > max) {
+      max = v;
+      best = i;
+    }
+  }
+  // +Infinity and the largest float32 tie once sanitised: the first of them wins.
+  if (max >= FLOAT32_MAX) return logits.findIndex((v) => v >= FLOAT32_MAX);
+  return best;
+}
+
 export function argmax(logits: Float32Array): number {
   let best = 0;
   let max = -Infinity;

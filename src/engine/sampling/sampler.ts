@@ -29,6 +29,7 @@ import {
   applyTopP,
   argmax,
   copySanitized,
+  sanitizedArgmax,
 } from './processors.js';
 import { logSumExp, topLogprobs, type TokenLogprob } from './logprobs.js';
 import { applyTokenBitmask, firstAllowed, maskAllows } from '../constraints/matcher.js';
@@ -107,6 +108,29 @@ export class TokenSampler {
     this.generated = new TokenCounts(penalised ? opts.vocabSize : 0);
     this.seen = new TokenCounts(params.repetitionPenalty === 1 ? 0 : opts.vocabSize, opts.promptTokenIds);
     this.rows = SamplerRows.of(opts.vocabSize);
+    this.plainGreedy =
+      params.temperature === 0 &&
+      params.logitBias.size === 0 &&
+      params.allowedTokenIds === undefined &&
+      params.repetitionPenalty === 1 &&
+      !penalised &&
+      !params.logprobs;
+  }
+
+  /**
+   * Greedy with no processor that could change a logit and no logprobs to report: the token is the sanitised row's
+   * argmax, taken in one pass over the logits (sanitizedArgmax) without filling the scratch rows. Under a grammar's
+   * mask the full path runs.
+   */
+  private readonly plainGreedy: boolean;
+
+  /** The plain greedy token of this row, or undefined where the full path must run. */
+  private plainGreedyToken(logits: Float32Array, mask: Int32Array | undefined): number | undefined {
+    if (!this.plainGreedy || mask) return undefined;
+    if (logits.length !== this.vocabSize) {
+      throw new RangeError(`logits row has ${logits.length} entries, the sampler was built for ${this.vocabSize}`);
+    }
+    return sanitizedArgmax(logits);
   }
 
   /** The grammar's bitmask for the current call (structured outputs), or undefined. */
@@ -117,6 +141,8 @@ export class TokenSampler {
    * grammar's allowed tokens (bit i of word i >> 5); the token drawn is always one it allows.
    */
   sample(logits: Float32Array, mask?: Int32Array): SampledToken {
+    const plain = this.plainGreedyToken(logits, mask);
+    if (plain !== undefined) return this.record(plain);
     this.mask = mask;
     const work = this.process(logits);
     let tokenId: number;
@@ -142,6 +168,8 @@ export class TokenSampler {
     draft?: Float64Array,
     mask?: Int32Array,
   ): SampledToken & { accepted: boolean } {
+    const plain = this.plainGreedyToken(logits, mask);
+    if (plain !== undefined) return { ...this.record(plain), accepted: plain === proposed };
     this.mask = mask;
     const work = this.process(logits);
     if (this.params.temperature === 0) {
