@@ -33,6 +33,11 @@ function matrix(b: Built, form: Form, k: number, n: number): { header: number; b
   return { header, bytes: n * blocks * f.bytesPerBlock + groups * blocks * 4 * 5 };
 }
 
+/** How many copies of a (k, n) matrix of `form` total at least `coldMiB` (at least one): `productCall`'s `copies`. */
+export function coldCopies(form: Form, k: number, n: number, coldMiB: number): number {
+  return Math.max(1, Math.ceil((coldMiB * 2 ** 20) / ((k * n * FORMS[form].bytesPerBlock) / 32)));
+}
+
 /**
  * `rows` activations quantised as the build takes them, a (k, n) matrix of `form`, and the call that multiplies
  * them; `weightBytes`: what one call reads of the matrix. `actBytes`: 1 on a relaxed build, 2 on the baseline.

@@ -8,7 +8,7 @@
 //
 // --variant FILE times another dot-add build (a previous commit's: `git show REV:src/engine/runners/wasm/
 // edge-kernels-dot-add.wasm > FILE`) beside the dot-add build, pair by pair; --attention N,.. adds a decode step's
-// attention after N tokens; --cold and --forms as products.ts's.
+// attention after N tokens (with --forms none, alone); --cold as products.ts's.
 //
 //   tsx scripts/bench/products-workerd.ts [--rounds N] [--rows 1,4,16] [--cold MiB] [--forms q4,..] [--attention N,..]
 //     [--variant FILE] [--json FILE]
@@ -18,6 +18,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { startDevServer } from '../lib/dev-server.js';
+import { coldCopies } from './product-setup.js';
 import { median, Samples } from './stats.js';
 
 /** (form, build): 4-bit on the relaxed builds; 8-bit on all four (one row takes the relaxed builds' split path). */
@@ -104,7 +105,7 @@ export async function benchProductsInWorkerd(
       for (const [k, n] of SHAPES)
         for (const [form, build] of CASES) {
           if (forms && !forms.includes(form)) continue;
-          const copies = Math.max(1, Math.ceil((coldMiB * 2 ** 20) / (k * n * (form === 'q4' ? 0.5 : 1))));
+          const copies = coldCopies(form, k, n, coldMiB);
           const query = `form=${encodeURIComponent(form)}&k=${k}&n=${n}&rows=${rows}&copies=${copies}`;
           add(
             (b) => ({ key: JSON.stringify([form, b, k, n, rows]), query: `build=${b}&${query}`, macs: rows * k * n }),

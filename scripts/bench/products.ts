@@ -18,7 +18,7 @@ import { parseArgs } from 'node:util';
 import { compileRelaxed, edgeKernelsModule } from '../../src/backends/edge-kernels-node.js';
 import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
 import { attentionCall } from './attention-setup.js';
-import { type Built, type Form, FORMS, productCall } from './product-setup.js';
+import { type Built, coldCopies, type Form, FORMS, productCall } from './product-setup.js';
 import { createBandwidthMeter } from './roofline.js';
 import { cpuSeconds } from './stats.js';
 
@@ -72,7 +72,7 @@ function secondsPerCall(call: () => void, reps: number): number {
 }
 
 function measure(b: Built, form: Form, k: number, n: number, rows: number, reps: number, coldMiB: number): ProductRow {
-  const copies = Math.max(1, Math.ceil((coldMiB * 2 ** 20) / ((k * n * FORMS[form].bytesPerBlock) / 32)));
+  const copies = coldCopies(form, k, n, coldMiB);
   const { call, weightBytes: bytes } = productCall(b, form, k, n, rows, FORMS[form].actBytes, copies);
   const seconds = secondsPerCall(call, reps);
   return { form, k, n, rows, gmacs: (rows * k * n) / seconds / 1e9, weightGBs: bytes / seconds / 1e9 };
