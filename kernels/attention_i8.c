@@ -21,9 +21,11 @@
 /** Queries (token, head of the group) that take their turn on a chunk while it is widened. */
 #define QBLOCK 64
 /**
- * Blocks of at most this many queries (a decode step: one token's heads of a KV group) take their own paths: keys
- * scored where the pool holds them (the relaxed builds), since with so few queries widening and transposing each
- * chunk costs more than it saves; and weighted values with every query a tile slot, not two to a pair.
+ * Blocks of at most this many queries take their own paths: keys scored where the pool holds them (the relaxed
+ * builds), since with so few queries widening and transposing each chunk costs more than it saves; and weighted
+ * values with every query a tile slot, not two to a pair. A decode step's block is one token's heads of a KV group
+ * (3 on SmolLM2, up to 8 for any model whose query heads per KV head are at most 8); a prefill's last block may be
+ * this small too.
  */
 #define DIRECT_QUERIES 8
 /** The most keys whose value weights share one scale: 128 x 32767 x 127 stays inside int32. */
@@ -37,7 +39,7 @@ static inline int vchunk(int head_dim) {
   return head_dim <= 128 ? VCHUNK : VCHUNK / 2;
 }
 
-/** The integer path's working memory, on the kernels' stack (about 80 KiB at MAX_HEAD_DIM). */
+/** The integer path's working memory, on the kernels' stack (about 96 KiB at MAX_HEAD_DIM). */
 typedef struct {
   // Rows at strides known when compiling, so a tile reads its rows at constant offsets from one pointer; the
   // spare rows let a tile at the block's end read past its last query (what it computes there is dropped).
@@ -372,6 +374,42 @@ static inline __attribute__((always_inline)) void add_values_few(const int Q, co
   }
 }
 
+/**
+ * The widened chunk's weighted values (keys up to kn) added to the outputs of queries [a0, b1) of a small block, up to
+ * 4 queries a tile. Q is a constant in each call, so the tile unrolls and its accumulators stay in registers.
+ */
+static void add_values_small(const work_t *w, float *out, int a0, int b0, int b1, int group, int heads, int g, int kn,
+                             int head_dim) {
+  for (int a = a0; a < b1; a += 4) {
+    int nq = b1 - a < 4 ? b1 - a : 4;
+    float *o[4];
+    const short *wq[4];
+    for (int i = 0; i < nq; i++) {
+      o[i] = out + query_at(a + i, group, heads, g, head_dim);
+      wq[i] = w->w + (size_t)(a + i - b0) * VCHUNK;
+    }
+    const float *f = w->w_factor + (a - b0);
+    for (int d = 0; d < head_dim; d += 8) {
+      if (nq == 4) add_values_few(4, w, o, wq, f, kn, d, head_dim);
+      else if (nq == 3) add_values_few(3, w, o, wq, f, kn, d, head_dim);
+      else if (nq == 2) add_values_few(2, w, o, wq, f, kn, d, head_dim);
+      else add_values_few(1, w, o, wq, f, kn, d, head_dim);
+    }
+  }
+}
+
+/** The same for a block of more queries, two at a time. */
+static void add_values_block(const work_t *w, float *out, int a0, int b0, int b1, int group, int heads, int g, int kn,
+                             int head_dim) {
+  for (int a = a0; a < b1; a += 2) {
+    // An odd query out pairs with the spare row after it, whose sums are dropped.
+    float *oa = out + query_at(a, group, heads, g, head_dim), *ob = a + 1 < b1 ? out + query_at(a + 1, group, heads, g, head_dim) : 0;
+    const short *wa = w->w + (size_t)(a - b0) * VCHUNK;
+    for (int d = 0; d < head_dim; d += 16)
+      add_values_pair(w, oa, ob, wa, w->w_factor[a - b0], w->w_factor[a + 1 - b0], kn, d, head_dim - d < 16 ? 2 : 4, head_dim);
+  }
+}
+
 void attention_i8(float *out, const float *q, const signed char *kpool, const signed char *vpool, const int *table, int start,
                   int count, int heads, int kv_heads, int head_dim, int block_size, float scale, float *scores, int window) {
   int group = heads / kv_heads, queries = count * group;
@@ -390,9 +428,9 @@ void attention_i8(float *out, const float *q, const signed char *kpool, const si
         for (int d = 0; d < head_dim; d += 8) wasm_v128_store(w.q + (size_t)(a - b0) * MAX_HEAD_DIM + d, round_row8(x + d, s));
         w.q_factor[a - b0] = s * scale_log2;
       }
+      int small = b1 - b0 <= DIRECT_QUERIES;
 #ifdef RELAXED
-      int direct = b1 - b0 <= DIRECT_QUERIES;
-      if (direct)
+      if (small)
         for (int a = b0; a < b1; a++)
           split_query(w.q_pos + (size_t)(a - b0) * MAX_HEAD_DIM, w.q_neg + (size_t)(a - b0) * MAX_HEAD_DIM,
                       w.q + (size_t)(a - b0) * MAX_HEAD_DIM, head_dim);
@@ -402,7 +440,7 @@ void attention_i8(float *out, const float *q, const signed char *kpool, const si
         const signed char *rows = kpool + row_at(table, j0, g, kv_heads, block_size) * (head_dim + 4);
         int a0 = (j0 > start ? j0 - start : 0) * group;
 #ifdef RELAXED
-        if (direct) {
+        if (small) {
           score_direct(&w, scores, stride, b0, a0 > b0 ? a0 : b0, b1, rows, j0, n, head_dim);
           continue;
         }
@@ -431,33 +469,8 @@ void attention_i8(float *out, const float *q, const signed char *kpool, const si
           w.w_factor[a - b0] = chunk_weights(w.w + (size_t)(a - b0) * VCHUNK, &w.sum[a - b0], scores + (size_t)a * stride + j0,
                                              w.max[a - b0], w.value_scale, kn, lo > 0 ? lo : 0, pos + 1 - j0 < n ? pos + 1 - j0 : n);
         }
-        if (b1 - b0 <= DIRECT_QUERIES) {
-          for (int a = a0; a < b1; a += 4) {
-            int q = b1 - a < 4 ? b1 - a : 4;
-            float *o[4];
-            const short *wq[4];
-            for (int i = 0; i < q; i++) {
-              o[i] = out + query_at(a + i, group, heads, g, head_dim);
-              wq[i] = w.w + (size_t)(a + i - b0) * VCHUNK;
-            }
-            const float *f = w.w_factor + (a - b0);
-            for (int d = 0; d < head_dim; d += 8) {
-              if (q == 4) add_values_few(4, &w, o, wq, f, kn, d, head_dim);
-              else if (q == 3) add_values_few(3, &w, o, wq, f, kn, d, head_dim);
-              else if (q == 2) add_values_few(2, &w, o, wq, f, kn, d, head_dim);
-              else add_values_few(1, &w, o, wq, f, kn, d, head_dim);
-            }
-          }
-          continue;
-        }
-        for (int a = a0; a < b1; a += 2) {
-          // An odd query out pairs with the spare row after it, whose sums are dropped.
-          float *oa = out + query_at(a, group, heads, g, head_dim), *ob = a + 1 < b1 ? out + query_at(a + 1, group, heads, g, head_dim) : 0;
-          const short *wa = w.w + (size_t)(a - b0) * VCHUNK;
-          for (int d = 0; d < head_dim; d += 16)
-            add_values_pair(&w, oa, ob, wa, w.w_factor[a - b0], w.w_factor[a + 1 - b0], kn, d, head_dim - d < 16 ? 2 : 4,
-                            head_dim);
-        }
+        if (small) add_values_small(&w, out, a0, b0, b1, group, heads, g, kn, head_dim);
+        else add_values_block(&w, out, a0, b0, b1, group, heads, g, kn, head_dim);
       }
       for (int a = b0; a < b1; a++) {
         v128_t inv = wasm_f32x4_splat(1.0f / hsum(w.sum[a - b0]));

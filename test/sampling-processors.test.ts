@@ -8,6 +8,8 @@ import {
   applyTopK,
   applyTopP,
   argmax,
+  copySanitized,
+  sanitizedArgmax,
 } from '../src/engine/sampling/processors.js';
 import { Xoshiro128 } from '../src/engine/sampling/rng.js';
 import { TokenCounts } from '../src/engine/sampling/token-counts.js';
@@ -16,6 +18,35 @@ const NEG = -Infinity;
 const f32 = (xs: number[]) => Float32Array.from(xs);
 const kept = (xs: Float32Array) => [...xs.keys()].filter((i) => xs[i] > NEG);
 const ln = Math.log;
+
+describe('sanitizedArgmax', () => {
+  it('is the argmax of the sanitised row: a NaN never wins, +Infinity ties with the largest float32', () => {
+    const MAX = 3.4028234663852886e38;
+    const specials = [NaN, Infinity, -Infinity, MAX, -MAX, 0, -0];
+    const rng = new Xoshiro128(3);
+    const rows = [
+      [NaN, NaN],
+      [NEG, NEG, NEG],
+      [1, Infinity, MAX, Infinity],
+      [1, MAX, Infinity],
+      [2, 5, 5, NaN, 5],
+      // Random rows, a third of their entries special values: ties, infinities and NaNs anywhere.
+      ...Array.from({ length: 200 }, () =>
+        Array.from({ length: 1 + Math.floor(rng.nextFloat() * 12) }, () =>
+          rng.nextFloat() < 0.33
+            ? specials[Math.floor(rng.nextFloat() * specials.length)]!
+            : Math.round(rng.nextFloat() * 6) - 3,
+        ),
+      ),
+    ];
+    for (const row of rows) {
+      const logits = Float32Array.from(row);
+      const sanitised = new Float32Array(logits.length);
+      copySanitized(logits, sanitised);
+      expect(sanitizedArgmax(logits), row.join(' ')).toBe(argmax(sanitised));
+    }
+  });
+});
 
 describe('logit bias', () => {
   it('adds the bias to the listed ids only', () => {

@@ -83,6 +83,9 @@ describe('greedy (temperature 0)', () => {
     ).toBe(1);
     expect(sampler({ temperature: 0 }, 2, [0]).sample(Float32Array.from([2, 1.5])).tokenId).toBe(0);
   });
+  it('keeps to allowed_token_ids without logprobs too', () => {
+    expect(sampler({ temperature: 0, allowed_token_ids: [2] }, 3).sample(Float32Array.from([5, 0, 0])).tokenId).toBe(2);
+  });
   it('penalties follow the generated tokens step by step', () => {
     const logits = Float32Array.from([1, 0.9, 0.2]);
     // presence: a flat 0.5 once seen. [1,.9,.2] -> 0; [.5,.9,.2] -> 1; [.5,.4,.2] -> 0; same -> 0

@@ -18,6 +18,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { startDevServer } from '../lib/dev-server.js';
+import { attentionMacs } from './attention-setup.js';
 import { coldCopies } from './product-setup.js';
 import { median, Samples } from './stats.js';
 
@@ -118,7 +119,7 @@ export async function benchProductsInWorkerd(
           (b) => ({
             key: JSON.stringify(['attention int8', b, context, 0, 1]),
             query: `build=${b}&attention=${context}`,
-            macs: 2 * 9 * (context + 1) * 64,
+            macs: attentionMacs(context),
           }),
           build,
         );

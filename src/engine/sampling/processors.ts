@@ -69,7 +69,6 @@ export function maxLogit(logits: Float32Array): number {
   return max;
 }
 
-/** Index of the largest logit, the lowest id among equals; 0 when every value is -Infinity or NaN. */
 /**
  * argmax(copySanitized(logits)) without the copy: a NaN never wins, +Infinity counts as the largest float32 (so the
  * first of several such wins, as after sanitising). One pass where the copy, a second copy and argmax took three.
@@ -89,6 +88,7 @@ export function sanitizedArgmax(logits: Float32Array): number {
   return best;
 }
 
+/** Index of the largest logit, the lowest id among equals; 0 when every value is -Infinity or NaN. */
 export function argmax(logits: Float32Array): number {
   let best = 0;
   let max = -Infinity;

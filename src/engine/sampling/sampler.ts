@@ -127,10 +127,15 @@ export class TokenSampler {
   /** The plain greedy token of this row, or undefined where the full path must run. */
   private plainGreedyToken(logits: Float32Array, mask: Int32Array | undefined): number | undefined {
     if (!this.plainGreedy || mask) return undefined;
+    this.checkRow(logits);
+    this.mask = undefined;
+    return sanitizedArgmax(logits);
+  }
+
+  private checkRow(logits: Float32Array): void {
     if (logits.length !== this.vocabSize) {
       throw new RangeError(`logits row has ${logits.length} entries, the sampler was built for ${this.vocabSize}`);
     }
-    return sanitizedArgmax(logits);
   }
 
   /** The grammar's bitmask for the current call (structured outputs), or undefined. */
@@ -197,9 +202,7 @@ export class TokenSampler {
 
   /** Stages 0-3: sanitised raw logits into `raw`, then bias and penalties into `work`. */
   private process(logits: Float32Array): Float32Array {
-    if (logits.length !== this.vocabSize) {
-      throw new RangeError(`logits row has ${logits.length} entries, the sampler was built for ${this.vocabSize}`);
-    }
+    this.checkRow(logits);
     const { raw, work } = this.rows;
     const params = this.params;
     copySanitized(logits, raw);
