@@ -84,6 +84,9 @@ export function attendIn(k: KernelExports, mem: LinearMemory, pool: AttentionPoo
   };
 }
 
+/** attention()'s kv_type for an 8-bit pool. */
+const KV_I8 = 2;
+
 /** One case of attention over an 8-bit pool: its shape, `past` tokens cached and `count` new ones. */
 export interface Int8AttentionCase {
   heads: number;
@@ -116,7 +119,7 @@ export function int8AttentionRun(k: KernelExports, mem: LinearMemory, c: Int8Att
   const q = gaussian(32, count * heads * hd).map((x) => x * 3);
   const qAt = put(q);
   const width = heads * hd;
-  const attend = attendIn(k, mem, { kpool, vpool, table, heads, kvHeads, hd, bs, kvType: 2, window });
+  const attend = attendIn(k, mem, { kpool, vpool, table, heads, kvHeads, hd, bs, kvType: KV_I8, window });
   const out = attend(past, count, qAt);
   const alone = Array.from({ length: count }, (_, t) => attend(past + t, 1, qAt + t * width * 4));
   const cut = Math.ceil(count / 3);

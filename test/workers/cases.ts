@@ -35,7 +35,7 @@ export type NodeExpectations = Record<'cpu' | 'kernels' | 'ort-wasm', Record<str
 declare module 'vitest' {
   export interface ProvidedContext {
     nodeExpectations: NodeExpectations;
-    /** quantProbe (test/helpers/quant-layout.ts) in Node, per kernels build. */
+    /** kernelProbe (test/helpers/kernel-probe.ts) in Node, per kernels build. */
     nodeKernelProbe: Record<string, Record<string, number[]>>;
     /** The greedy case on each of GGUF_FOLDERS on the kernels in Node, by folder. */
     nodeGgufGreedy: Record<string, number[]>;

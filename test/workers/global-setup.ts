@@ -7,8 +7,7 @@ import { edgeKernelsModule, KERNELS_BUILDS } from '../../src/backends/edge-kerne
 import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
 import { collect, loadEngine } from '../helpers/engines.js';
 import { writeGgufFolder } from '../helpers/gguf-folder.js';
-import { attentionProbe } from '../helpers/attention-kernels.js';
-import { quantProbe } from '../helpers/quant-layout.js';
+import { kernelProbe } from '../helpers/kernel-probe.js';
 import { GGUF_FOLDERS, WORKERD_CASES, type NodeExpectations } from './cases.js';
 
 export default async function setup(project: TestProject): Promise<void> {
@@ -27,7 +26,7 @@ export default async function setup(project: TestProject): Promise<void> {
   const probes: Record<string, Record<string, number[]>> = {};
   for (const build of KERNELS_BUILDS) {
     const { kernels, memory } = await instantiateKernels(edgeKernelsModule(build));
-    probes[build] = { ...quantProbe({ k: kernels, mem: memory }), ...attentionProbe(kernels, memory) };
+    probes[build] = kernelProbe(kernels, memory);
   }
   project.provide('nodeKernelProbe', probes);
 }

@@ -11,8 +11,7 @@ import { eightBitKernelsForThisHost, relaxedKernelsForThisHost } from '../../src
 import { workerdWasmRuntime } from '../../src/backends/ort-web-workerd.js';
 import { probeDotLowering } from '../../src/engine/runners/wasm/dot-lowering.js';
 import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
-import { attentionProbe } from '../helpers/attention-kernels.js';
-import { quantProbe } from '../helpers/quant-layout.js';
+import { kernelProbe } from '../helpers/kernel-probe.js';
 
 describe('kernel builds in workerd', () => {
   it('give the same bits in every quantised form and in 8-bit attention, as each other and as Node', async () => {
@@ -24,7 +23,7 @@ describe('kernel builds in workerd', () => {
       ['dot-add', dotAdd],
     ] as const) {
       const { kernels, memory } = await instantiateKernels(module);
-      inWorkerd[build] = { ...quantProbe({ k: kernels, mem: memory }), ...attentionProbe(kernels, memory) };
+      inWorkerd[build] = kernelProbe(kernels, memory);
     }
     const inNode = inject('nodeKernelProbe');
     expect(Object.keys(inWorkerd.baseline)).toHaveLength(10); // 8 quantised forms, 2 attention runs
