@@ -5,8 +5,9 @@
 #                              the same bits; Node 20's V8 runs it fastest
 #   edge-kernels-relaxed-wide.wasm  relaxed, a single row's tile 16 columns wide (-DWIDE_ROWS): the same bits; fewer
 #                              loads, each bounds-checked in workerd's V8 (the worker runs it where it does not run dot-add)
-#   edge-kernels-dot-add.wasm  relaxed and wide, the dot product accumulating in int32 (-DDOT_ADD): the same bits;
-#                              one instruction in workerd's V8 on an AVX-VNNI host (the worker runs it there only)
+#   edge-kernels-dot-add.wasm  relaxed and wide, the dot product accumulating in int32 (-DDOT_ADD): the same bits
+#                              where V8 fuses it (one vpdpbusd: workerd's on an AVX-VNNI host, which alone runs it);
+#                              its 8-bit products rely on that instruction reading values past 127 as unsigned
 # The .wasm files are committed: `npm start` and `npm test` need no compiler; CI rebuilds them and fails if
 # a result differs from the committed file (test/kernels-build.test.ts).
 #   bash kernels/build.sh [out-dir]

@@ -69,13 +69,18 @@ AI void block_bytes(const qmat *w, const int kind, size_t col, int blocks, int b
 
 /**
  * V8 in the relaxed builds: q as stored (int8) is the i8 operand, against the activation's 7-bit halves
- * a+ = max(a, 0) and a- = a+ - a (|a| <= 127), so no weight is widened; the same integers as QV8_ZP's. Where the
- * int32 dot product is one instruction (the dot-add build) that is the faster path at any row count; with int16
+ * a+ = max(a, 0) and a- = a+ - a (|a| <= 127), so no weight is widened; the same integers as QV8_ZP's. With int16
  * pairs, past one row the widened weights serve every row and the int16 path is the faster (docs/kernels.md).
+ * The dot-add build does so at one row; past it, it takes u = q + 128 (0..255) itself as the second operand, one
+ * fused dot product per 16 values and row instead of two (measured in workerd 1.3-1.6x at 4 and 16 rows; at one
+ * row, with the weights from memory, 0.80-0.99x, so not there: docs/kernels.md). Past 127 that operand is
+ * implementation-defined, and exact only where V8 lowers the instruction to `vpdpbusd`, which reads it as
+ * unsigned. A host runs that build only where its probe reads so (src/engine/runners/wasm/dot-lowering.ts);
+ * elsewhere its 8-bit products past one row are wrong, and nothing runs them.
  */
-enum { QV8_ONE_ROW = 8 };
+enum { QV8_ONE_ROW = 8, QV8_U8 = 9 };
 #if defined(DOT_ADD)
-#define TILE_KIND(KIND, R) ((KIND) == QV8_ZP ? QV8_ONE_ROW : (KIND))
+#define TILE_KIND(KIND, R) ((KIND) == QV8_ZP ? ((R) == 1 ? QV8_ONE_ROW : QV8_U8) : (KIND))
 #elif defined(RELAXED)
 #define TILE_KIND(KIND, R) ((KIND) == QV8_ZP && (R) == 1 ? QV8_ONE_ROW : (KIND))
 #else
@@ -106,6 +111,11 @@ AI wblock decode(const qmat *w, const int KIND, size_t col, int blocks, int b) {
     out.v[1] = wasm_v128_load(p + 16);
     out.v[2] = out.v[3] = out.v[0];
     return out;
+  }
+  if (KIND == QV8_U8) {
+    const unsigned char *p = w->q + (col * (size_t)blocks + b) * 32;
+    return pack_bytes(wasm_v128_xor(wasm_v128_load(p), wasm_i8x16_splat((char)0x80)),
+                      wasm_v128_xor(wasm_v128_load(p + 16), wasm_i8x16_splat((char)0x80)));
   }
   if (KIND == QV8_ZP) {
     const unsigned char *p = w->q + (col * (size_t)blocks + b) * 32;
@@ -186,7 +196,7 @@ AI void block_dot(const int KIND, const wblock *wb, const ablock *a, v128_t *h0,
     *h1 = z;
     return;
   }
-  if (KIND != QV8_ZP) {
+  if (KIND != QV8_ZP) { // QV8_U8 too: u (0..255) against a, read as unsigned by vpdpbusd
     if (halves) {
       *h0 = rdot(z, a->v[0], wb->v[0]);
       *h1 = rdot(z, a->v[1], wb->v[1]);
@@ -268,8 +278,9 @@ AI sideinfo load_side(const qmat *w, const int KIND, size_t g, int blocks, int b
     si.zp = w->z ? i8x4(w->z + at) : wasm_i32x4_splat(w->zp_const);
   } else { // ZP forms: V8's u carries +128 in its zero point
     si.s = wasm_v128_load(w->s + at);
-    if (w->z) si.zp = KIND == QV8_ZP ? wasm_i32x4_add(i8x4(w->z + at), wasm_i32x4_splat(128)) : u8x4(w->z + at);
-    else si.zp = wasm_i32x4_splat(w->zp_const + (KIND == QV8_ZP ? 128 : 0));
+    const int v8 = KIND == QV8_ZP || KIND == QV8_U8;
+    if (w->z) si.zp = v8 ? wasm_i32x4_add(i8x4(w->z + at), wasm_i32x4_splat(128)) : u8x4(w->z + at);
+    else si.zp = wasm_i32x4_splat(w->zp_const + (v8 ? 128 : 0));
   }
   return si;
 }
@@ -543,6 +554,17 @@ KIND_KERNEL(QV5_MIN, matmul_v5_min)
 KIND_KERNEL(QV5_KMIN, matmul_v5_kmin)
 KIND_KERNEL(QV6_K16, matmul_v6_k16)
 KIND_KERNEL(QV8_ZP, matmul_v8_zp)
+#ifdef DOT_ADD
+/**
+ * matmul_v8_zp for a single row (M = 1: the tiles past one row drop out), compiled by V8 apart from them. Inside
+ * matmul_v8_zp beside the u8 tiles, the same one-row source measured 0.83-0.92x in workerd; on its own 1.04-1.06x
+ * what it ran beside the int16 tiles (docs/kernels.md). Batch-1 decode's output projection is this call.
+ */
+static __attribute__((noinline)) void matmul_v8_zp_row(float *Y, const act_t *xq, const float *xs, const int *xsum,
+                                                       const qmat *w, int blocks, int N) {
+  matmul_kind(QV8_ZP, Y, xq, xs, xsum, w, 1, blocks, N);
+}
+#endif
 
 /** Y (M, N) = X (M, K) @ W^T for a quantised W; K = blocks * 32 (the activations are padded, as W is). */
 void EXPORT(matmul_q)(float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int M, int blocks, int N) {
@@ -554,7 +576,14 @@ void EXPORT(matmul_q)(float *Y, const act_t *xq, const float *xs, const int *xsu
     case QV5_MIN: matmul_v5_min(Y, xq, xs, xsum, w, M, blocks, N); break;
     case QV5_KMIN: matmul_v5_kmin(Y, xq, xs, xsum, w, M, blocks, N); break;
     case QV6_K16: matmul_v6_k16(Y, xq, xs, xsum, w, M, blocks, N); break;
-    default: matmul_v8_zp(Y, xq, xs, xsum, w, M, blocks, N);
+    default:
+#ifdef DOT_ADD
+      if (M == 1) {
+        matmul_v8_zp_row(Y, xq, xs, xsum, w, blocks, N);
+        break;
+      }
+#endif
+      matmul_v8_zp(Y, xq, xs, xsum, w, M, blocks, N);
   }
 }
 

@@ -5,8 +5,10 @@
 // (baseline SIMD, and relaxed SIMD's two forms) must give the same bits, and a row's bits must not depend on its batch.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { edgeKernelsModule, KERNELS_BUILDS, type KernelsBuild } from '../src/backends/edge-kernels-node.js';
+import { probeDotLowering } from '../src/engine/runners/wasm/dot-lowering.js';
 import { instantiateKernels } from '../src/engine/runners/wasm/edge-kernels.js';
 import { QUANT_FORMATS } from '../src/engine/runners/wasm/weights/matrix.js';
+import { exactUnder } from './helpers/kernel-probe.js';
 import { gaussian, type Kernels, type Logical, place, product, randomLogical } from './helpers/quant-layout.js';
 
 const builds = new Map<KernelsBuild, Kernels>();
@@ -121,6 +123,9 @@ describe('quantize_rows', () => {
 });
 
 describe('matmul_q over every form', () => {
+  // The dot-add build's 8-bit products are exact only where V8 fuses its dot product (never Node 20's): there it
+  // joins the comparison, and the last case below holds it to the others or to its lowering's wrong answer.
+  const lowering = probeDotLowering(edgeKernelsModule('dot-add'));
   // Column counts past 16 reach the builds' 16-column single-row tile (tile_row), whole and with a tail.
   const shapes: [number, number, number][] = [
     [1, 256, 7],
@@ -138,7 +143,7 @@ describe('matmul_q over every form', () => {
           const L = randomLogical(format, kk, n, rows * 131 + kk + n + (perBlockZp ? 7 : 0), perBlockZp);
           const x = gaussian(rows + kk, rows * kk);
           const xd = quantizedActivations(x, rows, kk);
-          const results = KERNELS_BUILDS.map((build) => {
+          const results = KERNELS_BUILDS.filter((build) => exactUnder(build, format, lowering)).map((build) => {
             const kernels = builds.get(build)!;
             const m = place(kernels, L);
             const all = product(kernels, m, x, rows);
@@ -172,4 +177,17 @@ describe('matmul_q over every form', () => {
       }
     }
   }
+
+  it(`v8-zp on the dot-add build: the others' bits where V8 fuses its dot product, else not (here: ${lowering})`, () => {
+    const L = randomLogical('v8-zp', 256, 19, 5, true);
+    const x = gaussian(9, 3 * 256);
+    const run = (build: KernelsBuild, rows = 3) => {
+      const kernels = builds.get(build)!;
+      return Array.from(product(kernels, place(kernels, L), x.subarray(0, rows * 256), rows));
+    };
+    if (lowering === 'fused-unsigned') expect(run('dot-add')).toEqual(run('baseline'));
+    else expect(run('dot-add')).not.toEqual(run('baseline'));
+    // One row alone takes the split path (q against the activation's 7-bit halves): exact under any lowering.
+    expect(run('dot-add', 1)).toEqual(run('baseline', 1));
+  });
 });

@@ -1,12 +1,14 @@
 import { readFileSync } from 'node:fs';
 import v8 from 'node:v8';
+import { eightBitExact, probeDotLowering } from '../engine/runners/wasm/dot-lowering.js';
 import { KERNELS_MIN_PAGES } from '../engine/runners/wasm/edge-kernels.js';
 
 /**
  * The builds of the kernels (kernels/build.sh), all giving the same bits: baseline SIMD; relaxed SIMD's 8-bit
  * dot product as int16 pairs (Node 20's fastest); the same with a single row's tile 16 columns wide
  * (`relaxed-wide`: fewer loads, which workerd's V8 bounds-checks one by one); and that accumulating in int32
- * (`dot-add`: one VNNI instruction where V8 lowers it so, as workerd's does). The worker imports the last two.
+ * (`dot-add`: one VNNI instruction where V8 lowers it so, as workerd's does, and only there exact in its 8-bit
+ * products: `eightBitExact`). The worker imports the last two.
  */
 export const KERNELS_BUILDS = ['baseline', 'relaxed', 'relaxed-wide', 'dot-add'] as const;
 export type KernelsBuild = (typeof KERNELS_BUILDS)[number];
@@ -77,7 +79,15 @@ export function edgeKernelsModule(build = preferredBuild()): WebAssembly.Module 
 /** The build edgeKernelsModule() gives by default here. */
 export function preferredBuild(): KernelsBuild {
   const asked = process.env.EDGE_KERNELS_BUILD;
-  if (KERNELS_BUILDS.includes(asked as KernelsBuild)) return asked as KernelsBuild;
+  if (KERNELS_BUILDS.includes(asked as KernelsBuild)) {
+    const lowering = asked === 'dot-add' ? probeDotLowering(edgeKernelsModule('dot-add')) : 'fused-unsigned';
+    if (!eightBitExact(asked as KernelsBuild, lowering))
+      throw new Error(
+        `EDGE_KERNELS_BUILD=dot-add: this V8 lowers the int32 dot product as '${lowering}', where that build's 8-bit ` +
+          `products are not exact; it runs only where V8 fuses it into vpdpbusd (workerd on an AVX-VNNI host)`,
+      );
+    return asked as KernelsBuild;
+  }
   if (relaxedWorks === undefined) {
     try {
       const module = compileRelaxed();

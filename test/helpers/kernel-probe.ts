@@ -1,6 +1,7 @@
 // What test/workers/kernel-builds.test.ts compares across the kernels' builds, in workerd and against Node (whose
 // values test/workers/global-setup.ts computes with this same function): the quantised product in every form, and
 // attention over an 8-bit pool.
+import { type DotLowering, eightBitExact } from '../../src/engine/runners/wasm/dot-lowering.js';
 import type { KernelExports } from '../../src/engine/runners/wasm/edge-kernels.js';
 import type { LinearMemory } from '../../src/engine/runners/wasm/linear-memory.js';
 import { attentionProbe } from './attention-kernels.js';
@@ -9,3 +10,10 @@ import { quantProbe } from './quant-layout.js';
 export function kernelProbe(kernels: KernelExports, memory: LinearMemory): Record<string, number[]> {
   return { ...quantProbe({ k: kernels, mem: memory }), ...attentionProbe(kernels, memory) };
 }
+
+/**
+ * Whether `build`'s product in `format` is exact under `lowering`, so held to the others' bits (eightBitExact); a
+ * product of one row alone (quantProbe's ', one row') takes the split path, exact under any lowering.
+ */
+export const exactUnder = (build: string, format: string, lowering: DotLowering): boolean =>
+  !format.startsWith('v8') || format.endsWith('one row') || eightBitExact(build, lowering);

@@ -32,11 +32,15 @@ export const GGUF_FOLDERS = [
 /** Tokens each case gives in Node on onnxruntime-node, our kernels and onnxruntime-web. */
 export type NodeExpectations = Record<'cpu' | 'kernels' | 'ort-wasm', Record<string, number[]>>;
 
+import type { DotLowering } from '../../src/engine/runners/wasm/dot-lowering.js';
+
 declare module 'vitest' {
   export interface ProvidedContext {
     nodeExpectations: NodeExpectations;
     /** kernelProbe (test/helpers/kernel-probe.ts) in Node, per kernels build. */
     nodeKernelProbe: Record<string, Record<string, number[]>>;
+    /** How Node's V8 lowers the dot-add build's int32 dot product (which of its products are exact there). */
+    nodeDotLowering: DotLowering;
     /** The greedy case on each of GGUF_FOLDERS on the kernels in Node, by folder. */
     nodeGgufGreedy: Record<string, number[]>;
     /** Every case on the kernels in Node with an 8-bit KV pool (KV_DTYPE int8). */

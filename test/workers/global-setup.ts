@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { ensureModels, MODELS_DIR } from '../../scripts/ensure-models.js';
 import { edgeKernelsModule, KERNELS_BUILDS } from '../../src/backends/edge-kernels-node.js';
+import { probeDotLowering } from '../../src/engine/runners/wasm/dot-lowering.js';
 import { instantiateKernels } from '../../src/engine/runners/wasm/edge-kernels.js';
 import { collect, loadEngine } from '../helpers/engines.js';
 import { writeGgufFolder } from '../helpers/gguf-folder.js';
@@ -29,6 +30,7 @@ export default async function setup(project: TestProject): Promise<void> {
     probes[build] = kernelProbe(kernels, memory);
   }
   project.provide('nodeKernelProbe', probes);
+  project.provide('nodeDotLowering', probeDotLowering(edgeKernelsModule('dot-add')));
 }
 
 /** Each case's tokens on the kernels in Node with an 8-bit KV pool (KV_DTYPE int8), for the same run in workerd. */

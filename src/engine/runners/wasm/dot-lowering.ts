@@ -9,8 +9,9 @@ import { KERNELS_MIN_PAGES } from './edge-kernels.js';
  *     without AVX-VNNI: Node 20's V8 always);
  *   - 16 · 127 · −1 = −2,032 from a signed reading (AVX-VNNI-INT8, Arm's `sdot`, a scalar fallback).
  * Only the first makes the dot-add build faster than the relaxed one (docs/kernels.md: in workerd on this host
- * 1.08-1.15×, and with AVX-VNNI turned off 0.69-0.78×). The kernels themselves never pass such operands, so every
- * lowering gives them the same bits: a wrong answer here costs speed, never a token.
+ * 1.08-1.15×, and with AVX-VNNI turned off 0.69-0.78×), and only under the first is that build exact: its 8-bit
+ * products pass u = q + 128 (0..255) as that operand, one instruction per 16 multiply-adds instead of two
+ * (`eightBitExact`). Its 4-bit products and attention, and every other build, never pass such operands.
  */
 export type DotLowering = 'fused-unsigned' | 'saturating' | 'other';
 
@@ -19,6 +20,13 @@ export function dotLoweringOf(sum: number): DotLowering {
   if (sum === 8 * 32767) return 'saturating';
   return 'other';
 }
+
+/**
+ * Whether `build` computes 8-bit products exactly where V8 lowers the int32 dot product as `lowering`: the dot-add
+ * build only under the fused unsigned reading (so a host runs it nowhere else), every other build everywhere.
+ */
+export const eightBitExact = (build: string, lowering: DotLowering): boolean =>
+  build !== 'dot-add' || lowering === 'fused-unsigned';
 
 /** Runs `module`'s `probe_dot` (a dot-add build's: the int32 form) on the operands above. */
 export function probeDotLowering(module: WebAssembly.Module): DotLowering {
