@@ -33,7 +33,7 @@ static inline v128_t rdot16(v128_t a, v128_t u) {
  * acc + the sums of each 4 products u * a as int32 lanes: one instruction (vpdpbusd) where V8 lowers it with
  * AVX-VNNI, as workerd's does on a host that has it; without, five, and the relaxed build's int16 pairs are
  * faster (the worker picks this build only where its V8 fuses: src/engine/runners/wasm/dot-lowering.ts).
- * Exact for u in 0..127 and a int8.
+ * Exact for u in 0..127 and a int8, and under vpdpbusd for u in 0..255 (QV8_U8 in matmul_quant.c relies on that).
  */
 static inline v128_t rdot(v128_t acc, v128_t a, v128_t u) {
   return (v128_t)__builtin_wasm_relaxed_dot_i8x16_i7x16_add_s_i32x4((i8x16)a, (i8x16)u, (i32x4)acc);

@@ -11,7 +11,8 @@
 
 // ---- 32 weights of one column as the dot product takes them -------------------------------------------
 #ifdef RELAXED
-// Values u in 0..63 as bytes: the i7 operand of relaxed_dot_i8x16_i7x16, exact on any host (V8: int16 lanes).
+// Values u in 0..63 as bytes: the i7 operand of relaxed_dot_i8x16_i7x16, exact on any host (V8: int16 lanes, or
+// QV8_U8's 0..255 in the dot-add build).
 typedef struct { v128_t v[4]; } wblock;
 #else
 // Values u as int16, for i32x4.dot_i16x8_s against int16 activations.
@@ -72,7 +73,7 @@ AI void block_bytes(const qmat *w, const int kind, size_t col, int blocks, int b
  * a+ = max(a, 0) and a- = a+ - a (|a| <= 127), so no weight is widened; the same integers as QV8_ZP's. With int16
  * pairs, past one row the widened weights serve every row and the int16 path is the faster (docs/kernels.md).
  * The dot-add build does so at one row; past it, it takes u = q + 128 (0..255) itself as the second operand, one
- * fused dot product per 16 values and row instead of two (measured in workerd 1.3-1.6x at 4 and 16 rows; at one
+ * fused dot product per 16 values and row instead of two (measured in workerd 1.2-1.45x at 4 and 16 rows; at one
  * row, with the weights from memory, 0.80-0.99x, so not there: docs/kernels.md). Past 127 that operand is
  * implementation-defined, and exact only where V8 lowers the instruction to `vpdpbusd`, which reads it as
  * unsigned. A host runs that build only where its probe reads so (src/engine/runners/wasm/dot-lowering.ts);
@@ -119,7 +120,8 @@ AI wblock decode(const qmat *w, const int KIND, size_t col, int blocks, int b) {
   }
   if (KIND == QV8_ZP) {
     const unsigned char *p = w->q + (col * (size_t)blocks + b) * 32;
-    // u = q + 128 reaches 255: past relaxed SIMD's exact range, so both builds take V8 as int16 lanes here.
+    // u = q + 128 reaches 255: past relaxed SIMD's exact range, so the relaxed builds take V8 as int16 lanes here
+    // (the dot-add build, exact only under vpdpbusd, takes QV8_U8 instead).
     v128_t u0 = wasm_v128_xor(wasm_v128_load(p), wasm_i8x16_splat((char)0x80));
     v128_t u1 = wasm_v128_xor(wasm_v128_load(p + 16), wasm_i8x16_splat((char)0x80));
     out.v[0] = wasm_u16x8_extend_low_u8x16(u0);

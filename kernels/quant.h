@@ -24,11 +24,11 @@
 // |a| <= 127, with xs f32 per block and the exact integer sums of each half block (asum, for the zero
 // points and mins). Per block and column the integer dot product sum(u * a) is exact whatever the
 // instructions (dot_i16x8 on baseline SIMD, relaxed_dot_i8x16_i7x16 where the host has it: u is in 0..127
-// there, so it is deterministic; except V8's u, 0..255, in the dot-add build, which hosts run only where V8
-// lowers the instruction to vpdpbusd, exact on it: matmul_quant.c, QV8_U8), and is reduced to one integer before any float operation. So every
-// output element gets the same float operations in the same order (one per block, block order) on both
-// paths, in any tile and any batch: every build gives the same bits, and a row's bits do not depend
-// on its neighbours.
+// there, so it is deterministic; except V8's u, 0..255, past one row in the dot-add build, exact under
+// vpdpbusd, the only lowering that build runs under: matmul_quant.c, QV8_U8), and is reduced to one integer
+// before any float operation. So every output element gets the same float operations in the same order (one
+// per block, block order) on both paths, in any tile and any batch: every build gives the same bits where it
+// runs, and a row's bits do not depend on its neighbours.
 #pragma once
 #include "kernels.h"
 

@@ -1,6 +1,8 @@
 // Two relaxed builds of the kernels side by side: bench-135m batch-1 decode, one engine per build in one process,
 // 64-token generations alternated, CPU time (process.cpuUsage: steal on a shared VM is not counted), `N` pairs
 // (default 7). Prints each build's best tok/s and the median of B ÷ A by pair; A against itself is the control.
+// Both must be builds this V8 runs exactly (not the dot-add build, whose 8-bit products need a fused dot product
+// that Node 20's V8 lacks): the warm-up's greedy tokens must be the same on both, or it stops.
 //
 //   tsx scripts/bench/builds-ab.ts A.wasm B.wasm      (env DTYPE=q4|int8, N=7)
 import { Engine } from '../../src/engine/engine.js';
@@ -30,14 +32,22 @@ const engines = await Promise.all(
     ),
   ),
 );
-async function tokensPerSecond(engine: Engine, n: number): Promise<number> {
+async function greedy(engine: Engine, n: number): Promise<{ ids: number[]; seconds: number }> {
   const t0 = cpuSeconds();
-  let tokens = 0;
+  const ids: number[] = [];
   const request = { prompt_ids: [1, 2, 3, 4], max_tokens: n, temperature: 0, ignore_eos: true };
-  for await (const e of engine.generate(request)) if (e.type === 'token') tokens++;
-  return tokens / (cpuSeconds() - t0);
+  for await (const e of engine.generate(request)) if (e.type === 'token') ids.push(e.tokenId);
+  return { ids, seconds: cpuSeconds() - t0 };
 }
-for (const engine of engines) await tokensPerSecond(engine, 16); // warm-up
+async function tokensPerSecond(engine: Engine, n: number): Promise<number> {
+  const { ids, seconds } = await greedy(engine, n);
+  return ids.length / seconds;
+}
+const warm = [await greedy(engines[0], 16), await greedy(engines[1], 16)];
+if (warm[0].ids.join() !== warm[1].ids.join()) {
+  console.error(`A and B give different greedy tokens: ${warm[0].ids.join(' ')} against ${warm[1].ids.join(' ')}`);
+  process.exit(1);
+}
 const best = [0, 0];
 const ratios: number[] = [];
 for (let i = 0; i < pairs; i++) {

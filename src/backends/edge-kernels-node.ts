@@ -4,7 +4,7 @@ import { eightBitExact, probeDotLowering } from '../engine/runners/wasm/dot-lowe
 import { KERNELS_MIN_PAGES } from '../engine/runners/wasm/edge-kernels.js';
 
 /**
- * The builds of the kernels (kernels/build.sh), all giving the same bits: baseline SIMD; relaxed SIMD's 8-bit
+ * The builds of the kernels (kernels/build.sh), all giving the same bits where they run: baseline SIMD; relaxed SIMD's 8-bit
  * dot product as int16 pairs (Node 20's fastest); the same with a single row's tile 16 columns wide
  * (`relaxed-wide`: fewer loads, which workerd's V8 bounds-checks one by one); and that accumulating in int32
  * (`dot-add`: one VNNI instruction where V8 lowers it so, as workerd's does, and only there exact in its 8-bit

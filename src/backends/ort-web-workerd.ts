@@ -5,7 +5,7 @@ import { absentOrt } from './onnxruntime-absent.js';
 import ortWasmModule from 'onnxruntime-web/ort-wasm-simd-threaded.wasm';
 // workerd's V8 runs relaxed SIMD, exactly from the first call (docs/platform.md): the relaxed build this host
 // runs faster, and for 8-bit graphs the build that runs their products faster here (relaxed-kernels-workerd.ts;
-// EngineRuntime.kernels8Bit; every build gives the same bits).
+// EngineRuntime.kernels8Bit; every build gives the same bits where it runs).
 import xgrammarWasm from '../engine/constraints/xgrammar/xgrammar.wasm';
 import type { EngineRuntime, RunnerChoice } from '../engine/model/runtime.js';
 import { eightBitKernelsForThisHost, relaxedKernelsForThisHost } from './relaxed-kernels-workerd.js';

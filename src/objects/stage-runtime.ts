@@ -1,6 +1,7 @@
 import { absentOrt } from '../backends/onnxruntime-absent.js';
 // Precompiled by wrangler, like the head's (src/backends/ort-web-workerd.ts). A relaxed build only, the one this
-// host runs faster: a stage runs every graph on it (StageServer reads `kernels`), and every build gives the same bits.
+// host runs faster: a stage runs every graph on it (StageServer reads `kernels`), and every build gives the same bits
+// where it runs (relaxed-kernels-workerd.ts).
 import { relaxedKernelsForThisHost } from '../backends/relaxed-kernels-workerd.js';
 import type { EngineRuntime } from '../engine/model/runtime.js';
 import { requireWasmBackend, runnerChoice, type Env } from '../env.js';

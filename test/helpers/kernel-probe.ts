@@ -12,8 +12,11 @@ export function kernelProbe(kernels: KernelExports, memory: LinearMemory): Recor
 }
 
 /**
- * Whether `build`'s product in `format` is exact under `lowering`, so held to the others' bits (eightBitExact); a
- * product of one row alone (quantProbe's ', one row') takes the split path, exact under any lowering.
+ * Whether `build`'s product of `rows` rows in `format` is exact under `lowering`, so held to the others' bits
+ * (eightBitExact); one row alone takes the split path, exact under any lowering.
  */
-export const exactUnder = (build: string, format: string, lowering: DotLowering): boolean =>
-  !format.startsWith('v8') || format.endsWith('one row') || eightBitExact(build, lowering);
+export const exactUnder = (build: string, format: string, lowering: DotLowering, rows: number): boolean =>
+  !format.startsWith('v8') || rows === 1 || eightBitExact(build, lowering);
+
+/** The rows of quantProbe's product under `key`. */
+export const probeRows = (key: string): number => (key.endsWith(', one row') ? 1 : 7);

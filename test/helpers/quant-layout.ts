@@ -131,13 +131,18 @@ export const gaussian = (seed: number, n: number): Float32Array => {
 export function quantProbe(kernels: Kernels): Record<string, number[]> {
   const out: Record<string, number[]> = {};
   // 7 rows: tiles of 4, 2 and 1; 30 columns: two 16-column single-row tiles (tile_row), the second with a tail.
-  // And a product of one row alone, which a build may run as its own function (the dot-add build's 8-bit one).
+  // And a product of one row alone, which a build may run as its own function (the dot-add build's 8-bit one). The
+  // zero-point forms with a zero point per block, and again with one for the whole matrix (Q8_0, q4's 8-bit head).
   const [rows, k, n] = [7, 256, 30];
   const x = gaussian(11, rows * k);
   for (const [i, format] of QUANT_FORMATS.entries()) {
     const m = place(kernels, randomLogical(format, k, n, 1000 + i, format.endsWith('-zp')));
     out[format] = Array.from(product(kernels, m, x, rows));
     out[`${format}, one row`] = Array.from(product(kernels, m, x.subarray(0, k), 1));
+    if (format.endsWith('-zp')) {
+      const one = place(kernels, randomLogical(format, k, n, 2000 + i, false));
+      out[`${format}, one zero point`] = Array.from(product(kernels, one, x, rows));
+    }
   }
   return out;
 }

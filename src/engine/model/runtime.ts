@@ -25,7 +25,8 @@ export interface EngineRuntime {
    * The kernels build for graphs whose products are all 8-bit (dtype int8, uint8, quantized), where given:
    * baseline SIMD's int16 dot product runs those faster than relaxed SIMD's int8 one, which must widen
    * 8-bit weights first (18 against 12 GMAC/s at one row here: docs/kernels.md), while 4-bit weights run
-   * faster on a relaxed build. Every build gives the same bits, so the choice changes no token.
+   * faster on a relaxed build. Every build gives the same bits where it runs (the dot-add build only where V8
+   * fuses its dot product: dot-lowering.ts), so the choice changes no token.
    */
   readonly kernels8Bit?: WebAssembly.Module;
   /**
