@@ -11,8 +11,8 @@
 
 // ---- 32 weights of one column as the dot product takes them -------------------------------------------
 #ifdef RELAXED
-// Values u in 0..63 as bytes: the i7 operand of relaxed_dot_i8x16_i7x16, exact on any host (V8: int16 lanes, or
-// QV8_U8's 0..255 in the dot-add build).
+// Values u in 0..63 as bytes: the i7 operand of relaxed_dot_i8x16_i7x16, exact on any host (V8: int16 lanes; in the
+// dot-add build QV8_U8's 0..255, exact under vpdpbusd only).
 typedef struct { v128_t v[4]; } wblock;
 #else
 // Values u as int16, for i32x4.dot_i16x8_s against int16 activations.

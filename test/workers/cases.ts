@@ -1,4 +1,5 @@
 import type { GenerationRequest } from '../../src/engine/request.js';
+import type { DotLowering } from '../../src/engine/runners/wasm/dot-lowering.js';
 
 /** Requests run both in Node (global setup) and inside workerd, whose outputs must agree. */
 export const WORKERD_CASES: Record<string, GenerationRequest> = {
@@ -31,8 +32,6 @@ export const GGUF_FOLDERS = [
 /** Generated token ids per backend and case. */
 /** Tokens each case gives in Node on onnxruntime-node, our kernels and onnxruntime-web. */
 export type NodeExpectations = Record<'cpu' | 'kernels' | 'ort-wasm', Record<string, number[]>>;
-
-import type { DotLowering } from '../../src/engine/runners/wasm/dot-lowering.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
