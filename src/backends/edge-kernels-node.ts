@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import v8 from 'node:v8';
-import { eightBitExact, probeDotLowering } from '../engine/runners/wasm/dot-lowering.js';
+import { type DotLowering, eightBitExact, probeDotLowering } from '../engine/runners/wasm/dot-lowering.js';
 import { KERNELS_MIN_PAGES } from '../engine/runners/wasm/edge-kernels.js';
 
 /**
@@ -15,6 +15,8 @@ export type KernelsBuild = (typeof KERNELS_BUILDS)[number];
 
 const compiled = new Map<KernelsBuild, WebAssembly.Module>();
 let relaxedWorks: boolean | undefined;
+/** How this V8 lowers the dot-add build's int32 dot product, once asked for (EDGE_KERNELS_BUILD=dot-add). */
+let dotAddLowering: DotLowering | undefined;
 
 /** The build's file in src/engine/runners/wasm/ (kernels/build.sh writes each there under this name). */
 export const kernelsFileName = (build: KernelsBuild): string =>
@@ -79,15 +81,15 @@ export function edgeKernelsModule(build = preferredBuild()): WebAssembly.Module 
 /** The build edgeKernelsModule() gives by default here. */
 export function preferredBuild(): KernelsBuild {
   const asked = process.env.EDGE_KERNELS_BUILD;
-  if (KERNELS_BUILDS.includes(asked as KernelsBuild)) {
-    const lowering = asked === 'dot-add' ? probeDotLowering(edgeKernelsModule('dot-add')) : 'fused-unsigned';
-    if (!eightBitExact(asked as KernelsBuild, lowering))
+  if (asked === 'dot-add') {
+    dotAddLowering ??= probeDotLowering(edgeKernelsModule('dot-add'));
+    if (!eightBitExact(asked, dotAddLowering))
       throw new Error(
-        `EDGE_KERNELS_BUILD=dot-add: this V8 lowers the int32 dot product as '${lowering}', where that build's 8-bit ` +
-          `products are not exact; it runs only where V8 fuses it into vpdpbusd (workerd on an AVX-VNNI host)`,
+        `EDGE_KERNELS_BUILD=dot-add: this V8 lowers the int32 dot product as '${dotAddLowering}', where that build's ` +
+          `8-bit products are not exact; it runs only where V8 fuses it into vpdpbusd (workerd on an AVX-VNNI host)`,
       );
-    return asked as KernelsBuild;
   }
+  if (KERNELS_BUILDS.includes(asked as KernelsBuild)) return asked as KernelsBuild;
   if (relaxedWorks === undefined) {
     try {
       const module = compileRelaxed();

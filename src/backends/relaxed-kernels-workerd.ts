@@ -17,9 +17,9 @@ export function relaxedKernelsForThisHost(): WebAssembly.Module {
 
 /**
  * The build graphs whose every product is 8-bit run on (EngineRuntime.kernels8Bit): the dot-add build where it
- * fuses, whose 8-bit products take one fused dot product per 16 multiply-adds at any row count (u = q + 128 read as
- * unsigned); else the baseline build, whose 16-bit products beat the int16 pairs past one row (docs/kernels.md).
- * The same bits either way.
+ * fuses, whose 8-bit products take one fused dot product per 16 multiply-adds past one row (u = q + 128 read as
+ * unsigned) and two at one row; else the baseline build, whose 16-bit products beat the int16 pairs past one row
+ * (docs/kernels.md). The same bits either way.
  */
 export function eightBitKernelsForThisHost(): WebAssembly.Module {
   return relaxedKernelsForThisHost() === dotAdd ? dotAdd : baseline;

@@ -5,7 +5,7 @@ import { type DotLowering, eightBitExact } from '../../src/engine/runners/wasm/d
 import type { KernelExports } from '../../src/engine/runners/wasm/edge-kernels.js';
 import type { LinearMemory } from '../../src/engine/runners/wasm/linear-memory.js';
 import { attentionProbe } from './attention-kernels.js';
-import { quantProbe } from './quant-layout.js';
+import { PROBE_ROWS, quantProbe } from './quant-layout.js';
 
 export function kernelProbe(kernels: KernelExports, memory: LinearMemory): Record<string, number[]> {
   return { ...quantProbe({ k: kernels, mem: memory }), ...attentionProbe(kernels, memory) };
@@ -19,4 +19,4 @@ export const exactUnder = (build: string, format: string, lowering: DotLowering,
   !format.startsWith('v8') || rows === 1 || eightBitExact(build, lowering);
 
 /** The rows of quantProbe's product under `key`. */
-export const probeRows = (key: string): number => (key.endsWith(', one row') ? 1 : 7);
+export const probeRows = (key: string): number => (key.endsWith(', one row') ? 1 : PROBE_ROWS);

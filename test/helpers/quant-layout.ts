@@ -128,12 +128,15 @@ export const gaussian = (seed: number, n: number): Float32Array => {
  * The product in every form over fixed random inputs (7 rows, so tiles of 4, 2 and 1 rows, K 256, 30 columns;
  * zero points per block where the form has them): what the kernels must give, bit for bit, in every build and every engine that runs them.
  */
+/** The rows of quantProbe's products, but for those under a key ending ', one row'. */
+export const PROBE_ROWS = 7;
+
 export function quantProbe(kernels: Kernels): Record<string, number[]> {
   const out: Record<string, number[]> = {};
   // 7 rows: tiles of 4, 2 and 1; 30 columns: two 16-column single-row tiles (tile_row), the second with a tail.
   // And a product of one row alone, which a build may run as its own function (the dot-add build's 8-bit one). The
   // zero-point forms with a zero point per block, and again with one for the whole matrix (Q8_0, q4's 8-bit head).
-  const [rows, k, n] = [7, 256, 30];
+  const [rows, k, n] = [PROBE_ROWS, 256, 30];
   const x = gaussian(11, rows * k);
   for (const [i, format] of QUANT_FORMATS.entries()) {
     const m = place(kernels, randomLogical(format, k, n, 1000 + i, format.endsWith('-zp')));
