@@ -3,8 +3,9 @@
 #   edge-kernels.wasm          WebAssembly SIMD (simd128): runs everywhere
 #   edge-kernels-relaxed.wasm  the same sources with relaxed SIMD's i8 dot product as int16 pairs (-DRELAXED):
 #                              the same bits; Node 20's V8 runs it fastest
-#   edge-kernels-relaxed-wide.wasm  relaxed, a single row's tile 16 columns wide (-DWIDE_ROWS): the same bits; fewer
-#                              loads, each bounds-checked in workerd's V8 (the worker runs it where it does not run dot-add)
+#   edge-kernels-relaxed-wide.wasm  relaxed, a single row's tile 16 columns wide for the forms stored by column
+#                              (-DWIDE_ROWS): the same bits; fewer loads, each bounds-checked in workerd's V8 (the
+#                              worker runs it where it does not run dot-add)
 #   edge-kernels-dot-add.wasm  relaxed and wide, the dot product accumulating in int32 (-DDOT_ADD): the same bits
 #                              where V8 fuses it (one vpdpbusd: workerd's on an AVX-VNNI host, which alone runs it);
 #                              its 8-bit products rely on that instruction reading values past 127 as unsigned

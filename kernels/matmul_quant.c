@@ -366,7 +366,8 @@ enum { ROW_GROUPS = 4 };
  * every load carries a bounds check (docs/kernels.md, "Inside workerd"): measured there, 8 columns run 4-bit
  * products at one row 1.08-1.14x tile()'s 4, and 16 another 1.03x (the 8-bit output projection 1.06x, then
  * 1.09x). Node 20's V8 runs the 8-column form at 0.76x of decode (it spills), so only the builds the worker alone
- * runs (-DWIDE_ROWS: relaxed-wide and dot-add) have it. Each column's operations are tile()'s: the same bits.
+ * runs (-DWIDE_ROWS: relaxed-wide and dot-add) have it. Each column's operations are tile()'s: the same bits. The
+ * 4-bit forms, interleaved since, keep 4 columns at one row too (matmul_v4_grouped).
  */
 AI void tile_row(const int FORM, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w,
                  int m0, size_t g, int N, int blocks) {
@@ -402,15 +403,6 @@ AI void tile_row(const int FORM, float *Y, const act_t *xq, const float *xs, con
 /** One row's block of activations as 8 splats: v[k] = a[4k..4k+3] in every lane (k < 4), v[4 + k] = a[16 + 4k..]. */
 typedef struct { v128_t v[8]; } splats;
 
-#ifdef WIDE_ROWS
-/** By 8 splat loads: for the 16-column single-row tile, which loads them once for 4 groups. */
-AI splats load_splats(const act_t *x) {
-  splats a;
-#pragma clang loop unroll(full)
-  for (int k = 0; k < 8; k++) a.v[k] = wasm_v128_load32_splat(x + 4 * k);
-  return a;
-}
-#endif
 
 /**
  * By 2 loads and 8 shuffles: for the 4-column tiles, which take a row's splats once per group; in workerd, where
@@ -480,34 +472,15 @@ AI void tile_v4(const int KIND, const int R, float *Y, const act_t *xq, const fl
   for (int r = 0; r < R; r++) store_group(Y, acc[r], (size_t)(m0 + r), g, N);
 }
 
-#ifdef WIDE_ROWS
-/** One row x groups g .. g + ROW_GROUPS - 1 of an interleaved V4 form: the row's splats and sums loaded once a block. */
-AI void tile_row_v4(const int KIND, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int m0,
-                    size_t g, int N, int blocks) {
-  v128_t acc[ROW_GROUPS];
-  for (int h = 0; h < ROW_GROUPS; h++) acc[h] = wasm_f32x4_splat(0);
-  for (int b = 0; b < blocks; b++) {
-    size_t row = (size_t)m0 * blocks + b;
-    splats a = load_splats(xq + row * 32);
-    int s0 = xsum[2 * row], s1 = xsum[2 * row + 1];
-    float x = xs[row];
-#pragma clang loop unroll(full)
-    for (int h = 0; h < ROW_GROUPS; h++) {
-      sideinfo si = load_side(w, KIND, g + h, blocks, b);
-      acc[h] = block_step(KIND, &si, acc[h], group_dot(group_block(w, g + h, blocks, b), &a), wasm_i32x4_splat(0), s0, s1, x);
-    }
-  }
-  for (int h = 0; h < ROW_GROUPS; h++) store_group(Y, acc[h], (size_t)m0, g + h, N);
-}
-#endif
 
 #endif
 
 /**
- * The row loop every form shares: 4-row tiles, then 2, then single rows (in the wide builds, 4 groups at a time
- * first). A macro, not a function taking the tiles, so each form's code is what it was when measured.
+ * The row loop every form shares: 4-row tiles, then 2, then single rows, each single row first through WIDE (the
+ * wide builds' 16-column tile, or nothing). A macro, not a function taking the tiles, so each form's code is what it
+ * was when measured.
  */
-#define ROW_TILES(TILE, TILE_ROW)                                                                \
+#define ROW_TILES(TILE, WIDE)                                                                    \
   size_t groups = ((size_t)N + 3) / 4;                                                           \
   int m = 0;                                                                                     \
   for (; m + 4 <= M; m += 4)                                                                     \
@@ -516,7 +489,7 @@ AI void tile_row_v4(const int KIND, float *Y, const act_t *xq, const float *xs, 
     for (size_t g = 0; g < groups; g++) TILE(KIND, 2, Y, xq, xs, xsum, w, m, g, N, blocks);      \
   for (; m < M; m++) {                                                                           \
     size_t g = 0;                                                                                \
-    WIDE_ROW_GROUPS(TILE_ROW)                                                                    \
+    WIDE                                                                                         \
     for (; g < groups; g++) TILE(KIND, 1, Y, xq, xs, xsum, w, m, g, N, blocks);                  \
   }
 #ifdef WIDE_ROWS
@@ -527,10 +500,14 @@ AI void tile_row_v4(const int KIND, float *Y, const act_t *xq, const float *xs, 
 #endif
 
 #ifdef RELAXED
-/** matmul_kind for the interleaved V4 forms in the relaxed builds: the same row loop on their own tiles. */
+/**
+ * matmul_kind for the interleaved V4 forms in the relaxed builds: the same row loop on their own tiles, 4 columns
+ * wide at one row too. A group's blocks are one sequential stream; the 16-column tile read 4 of them and, with the
+ * weights coming from memory as in decode, ran at 0.88-0.98x the 4-column tile in workerd (docs/kernels.md).
+ */
 AI void matmul_v4_grouped(const int KIND, float *Y, const act_t *xq, const float *xs, const int *xsum, const qmat *w, int M,
                           int blocks, int N) {
-  ROW_TILES(tile_v4, tile_row_v4)
+  ROW_TILES(tile_v4, )
 }
 #endif
 
@@ -541,7 +518,7 @@ AI void matmul_kind(const int KIND, float *Y, const act_t *xq, const float *xs, 
     return;
   }
 #endif
-  ROW_TILES(tile, tile_row)
+  ROW_TILES(tile, WIDE_ROW_GROUPS(tile_row))
 }
 
 #define KIND_KERNEL(KIND, name) \

@@ -127,7 +127,8 @@ describe('matmul_q over every form', () => {
   // The dot-add build's 8-bit products are exact only where V8 fuses its dot product (never Node 20's): there it
   // joins the comparison, and the last case below holds it to the others or to its lowering's wrong answer.
   const lowering = probeDotLowering(edgeKernelsModule('dot-add'));
-  // Column counts past 16 reach the builds' 16-column single-row tile (tile_row), whole and with a tail.
+  // Column counts past 16 reach the wide builds' 16-column single-row tile (tile_row: every form but the
+  // interleaved 4-bit ones), whole and with a tail.
   const shapes: [number, number, number][] = [
     [1, 256, 7],
     [5, 512, 9],

@@ -39,7 +39,8 @@ export interface EdgeBench extends EdgeFigures {
   busy?: EdgeFigures & { neighbourGBps: Sampled };
 }
 
-const SETTINGS = {
+/** The worker's vars for both sides' service (edge-ab.ts runs two such servers). */
+export const EDGE_SETTINGS = {
   MODEL: 'bench-135m',
   MODEL_DTYPE: 'q4',
   BACKEND: 'kernels',
@@ -66,10 +67,10 @@ export async function runEdge(
   const engine = await Engine.load(await nodeRuntime('kernels'), directorySource(modelDir('bench-135m')), {
     dtype: 'q4',
     kvDtype: 'int8',
-    kvCacheBytes: Number(SETTINGS.KV_CACHE_MB) * 2 ** 20,
-    maxBatchSize: Number(SETTINGS.MAX_BATCH),
+    kvCacheBytes: Number(EDGE_SETTINGS.KV_CACHE_MB) * 2 ** 20,
+    maxBatchSize: Number(EDGE_SETTINGS.MAX_BATCH),
   });
-  const server = await startDevServer(SETTINGS, persist, { readyWithinMs: 120_000 });
+  const server = await startDevServer(EDGE_SETTINGS, persist, { readyWithinMs: 120_000 });
   const vocab = engine.samplableVocab;
   const viaNode = async (prompt: number[], tokens: number) => {
     const t0 = performance.now();
@@ -144,7 +145,7 @@ export async function runEdge(
     }
     return {
       model: 'bench-135m q4, kernels, KV int8',
-      settings: SETTINGS,
+      settings: EDGE_SETTINGS,
       ...figures(''),
       busy: { ...figures('busy:'), neighbourGBps: sampled(busyCoreGBps) },
     };

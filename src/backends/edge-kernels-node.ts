@@ -5,8 +5,8 @@ import { KERNELS_MIN_PAGES } from '../engine/runners/wasm/edge-kernels.js';
 
 /**
  * The builds of the kernels (kernels/build.sh), all giving the same bits where they run: baseline SIMD; relaxed SIMD's 8-bit
- * dot product as int16 pairs (Node 20's fastest); the same with a single row's tile 16 columns wide
- * (`relaxed-wide`: fewer loads, which workerd's V8 bounds-checks one by one); and that accumulating in int32
+ * dot product as int16 pairs (Node 20's fastest); the same with a single row's tile 16 columns wide for the forms
+ * stored by column (`relaxed-wide`: fewer loads, which workerd's V8 bounds-checks one by one); and that accumulating in int32
  * (`dot-add`: one VNNI instruction where V8 lowers it so, as workerd's does, and only there exact in its 8-bit
  * products: `eightBitExact`). The worker imports the last two.
  */

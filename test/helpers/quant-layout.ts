@@ -133,7 +133,8 @@ export const PROBE_ROWS = 7;
 
 export function quantProbe(kernels: Kernels): Record<string, number[]> {
   const out: Record<string, number[]> = {};
-  // 7 rows: tiles of 4, 2 and 1; 30 columns: two 16-column single-row tiles (tile_row), the second with a tail.
+  // 7 rows: tiles of 4, 2 and 1; 30 columns: two 16-column single-row tiles (tile_row, in the forms stored by
+  // column; 8 groups of 4 in the interleaved 4-bit ones), the second with a tail.
   // And a product of one row alone, which a build may run as its own function (the dot-add build's 8-bit one). The
   // zero-point forms with a zero point per block, and again with one for the whole matrix (Q8_0, q4's 8-bit head).
   const [rows, k, n] = [PROBE_ROWS, 256, 30];

@@ -1,0 +1,96 @@
+// The edge section's service side, from two checkouts side by side: this one's `wrangler dev` and another's
+// (a previous commit's worktree, its node_modules linked to this one's and the generated models copied), both up at once with edge.ts's settings,
+// timed in turns (the order alternating by round) and compared round by round, as a kernel change reaches users.
+// This host moves between two speeds; a pair's two figures are taken a few seconds apart, so their ratio mostly
+// sees the same one.
+//   batch 1:  one stream of `long` tokens;  streams: `streams` streams of `short` tokens (`--streams 0`: none)
+//
+//   git worktree add /tmp/before REV && ln -s "$PWD/node_modules" /tmp/before/node_modules && cp -r models /tmp/before/
+//   tsx scripts/bench/edge-ab.ts --before /tmp/before [--rounds 7] [--streams 16]
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { startDevServer, type DevServer } from '../lib/dev-server.js';
+import { uploadModel } from '../model-upload.js';
+import { EDGE_SETTINGS } from './edge.js';
+import { promptIds } from './engine-runs.js';
+import { ensureBenchModels, modelDir } from './models.js';
+import { clients, streamOnce } from './service.js';
+import { ratioByRun, Samples, sampled } from './stats.js';
+
+const { values } = parseArgs({
+  options: {
+    before: { type: 'string' },
+    rounds: { type: 'string', default: '7' },
+    streams: { type: 'string', default: '16' },
+    long: { type: 'string', default: '256' },
+    short: { type: 'string', default: '64' },
+  },
+});
+if (!values.before) throw new Error('--before DIR: the other checkout (see the header of this file)');
+const rounds = Number(values.rounds);
+const streams = Number(values.streams);
+const [long, short] = [Number(values.long), Number(values.short)];
+
+ensureBenchModels([{ model: 'bench-135m', dtype: 'q4' }]);
+const beforeDir = resolve(values.before);
+const startBefore = (
+  (await import(join(beforeDir, 'scripts/lib/dev-server.ts'))) as { startDevServer: typeof startDevServer }
+).startDevServer;
+const start = async (which: typeof startDevServer): Promise<DevServer> => {
+  const persist = mkdtempSync(join(tmpdir(), 'edge-ab-'));
+  await uploadModel(
+    { folder: modelDir('bench-135m'), name: 'bench-135m', dtype: 'q4', remote: false, persistTo: persist },
+    () => {},
+  );
+  return which(EDGE_SETTINGS, persist, { readyWithinMs: 120_000 });
+};
+const after = await start(startDevServer);
+// A server left running would take the other core from every later measurement on this 2-core host.
+let before: DevServer;
+try {
+  before = await start(startBefore);
+} catch (err) {
+  await after.stop();
+  throw err;
+}
+const servers = { after, before };
+const vocab = 49152;
+const samples = new Samples();
+try {
+  for (let round = -1; round < rounds; round++) {
+    const seed = 700 + round;
+    const sides = (['after', 'before'] as const).slice();
+    if (round % 2) sides.reverse();
+    for (const side of sides) {
+      const url = servers[side].url;
+      const one = await clients(1, () => streamOnce(url, promptIds(32, seed, 0, vocab), long));
+      const many =
+        streams > 0 ? await clients(streams, (i) => streamOnce(url, promptIds(32, seed, i, vocab), short)) : undefined;
+      if (round < 0) continue;
+      samples.add(`${side}:1`, one.tokPerS);
+      if (many) samples.add(`${side}:n`, many.tokPerS);
+    }
+    if (round >= 0) {
+      const last = (k: string) => samples.get(k).at(-1)?.toFixed(1) ?? '-';
+      console.error(
+        `round ${round + 1}/${rounds}: batch 1 ${last('after:1')} (before ${last('before:1')}) tok/s; ` +
+          `${streams} streams ${last('after:n')} (before ${last('before:n')})`,
+      );
+    }
+  }
+  const show = (k: string, label: string) => {
+    const ratio = ratioByRun(samples.get(`after:${k}`), samples.get(`before:${k}`));
+    const after = sampled(samples.get(`after:${k}`));
+    const before = sampled(samples.get(`before:${k}`));
+    console.log(
+      `${label}: ${after.median.toFixed(1)} tok/s against ${before.median.toFixed(1)}: ${ratio.median.toFixed(2)}x ` +
+        `(rounds ${ratio.runs.map((r) => r.toFixed(2)).join(' ')})`,
+    );
+  };
+  show('1', 'batch 1');
+  if (streams > 0) show('n', `${streams} streams`);
+} finally {
+  await Promise.all([servers.after.stop(), servers.before.stop()]);
+}
