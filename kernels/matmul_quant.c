@@ -403,7 +403,6 @@ AI void tile_row(const int FORM, float *Y, const act_t *xq, const float *xs, con
 /** One row's block of activations as 8 splats: v[k] = a[4k..4k+3] in every lane (k < 4), v[4 + k] = a[16 + 4k..]. */
 typedef struct { v128_t v[8]; } splats;
 
-
 /**
  * By 2 loads and 8 shuffles: for the 4-column tiles, which take a row's splats once per group; in workerd, where
  * every load is bounds-checked, 1.08-1.17x the 8 loads at 4 and 16 rows with the weights in cache (dot-add build).
@@ -471,7 +470,6 @@ AI void tile_v4(const int KIND, const int R, float *Y, const act_t *xq, const fl
   }
   for (int r = 0; r < R; r++) store_group(Y, acc[r], (size_t)(m0 + r), g, N);
 }
-
 
 #endif
 

@@ -1,17 +1,18 @@
-// The edge section's service side, from two checkouts side by side: this one's `wrangler dev` and another's
-// (a previous commit's worktree, its node_modules linked to this one's and the generated models copied), both up at once with edge.ts's settings,
-// timed in turns (the order alternating by round) and compared round by round, as a kernel change reaches users.
-// This host moves between two speeds; a pair's two figures are taken a few seconds apart, so their ratio mostly
-// sees the same one.
+// The edge section's service side from two checkouts at once: this one's `wrangler dev` and another's (a previous
+// commit's worktree, its node_modules linked to this one's and the generated models copied), both with edge.ts's
+// settings, timed in turns (the order alternating by round) and compared round by round: a kernel change as it
+// reaches users. This host moves between two speeds; a pair's two figures are taken seconds apart, so their ratio
+// mostly sees one of them.
 //   batch 1:  one stream of `long` tokens;  streams: `streams` streams of `short` tokens (`--streams 0`: none)
 //
 //   git worktree add /tmp/before REV && ln -s "$PWD/node_modules" /tmp/before/node_modules && cp -r models /tmp/before/
 //   tsx scripts/bench/edge-ab.ts --before /tmp/before [--rounds 7] [--streams 16]
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { startDevServer, type DevServer } from '../lib/dev-server.js';
+import { answerHelp } from '../lib/help.js';
 import { uploadModel } from '../model-upload.js';
 import { EDGE_SETTINGS } from './edge.js';
 import { promptIds } from './engine-runs.js';
@@ -19,6 +20,11 @@ import { ensureBenchModels, modelDir } from './models.js';
 import { clients, streamOnce } from './service.js';
 import { ratioByRun, Samples, sampled } from './stats.js';
 
+answerHelp(
+  'Usage: tsx scripts/bench/edge-ab.ts --before DIR [--rounds 7] [--streams 16] [--long 256] [--short 64]\n' +
+    "  DIR: another checkout (a git worktree of an earlier commit, with this one's node_modules linked and models/\n" +
+    '  copied): its wrangler dev and this one run side by side, batch 1 and streams timed in turns.',
+);
 const { values } = parseArgs({
   options: {
     before: { type: 'string' },
@@ -56,13 +62,13 @@ try {
   throw err;
 }
 const servers = { after, before };
-const vocab = 49152;
+const vocab = (JSON.parse(readFileSync(join(modelDir('bench-135m'), 'config.json'), 'utf8')) as { vocab_size: number })
+  .vocab_size;
 const samples = new Samples();
 try {
   for (let round = -1; round < rounds; round++) {
     const seed = 700 + round;
-    const sides = (['after', 'before'] as const).slice();
-    if (round % 2) sides.reverse();
+    const sides = round % 2 ? (['before', 'after'] as const) : (['after', 'before'] as const);
     for (const side of sides) {
       const url = servers[side].url;
       const one = await clients(1, () => streamOnce(url, promptIds(32, seed, 0, vocab), long));
@@ -82,10 +88,9 @@ try {
   }
   const show = (k: string, label: string) => {
     const ratio = ratioByRun(samples.get(`after:${k}`), samples.get(`before:${k}`));
-    const after = sampled(samples.get(`after:${k}`));
-    const before = sampled(samples.get(`before:${k}`));
+    const [a, b] = [sampled(samples.get(`after:${k}`)), sampled(samples.get(`before:${k}`))];
     console.log(
-      `${label}: ${after.median.toFixed(1)} tok/s against ${before.median.toFixed(1)}: ${ratio.median.toFixed(2)}x ` +
+      `${label}: ${a.median.toFixed(1)} tok/s against ${b.median.toFixed(1)}: ${ratio.median.toFixed(2)}x ` +
         `(rounds ${ratio.runs.map((r) => r.toFixed(2)).join(' ')})`,
     );
   };
