@@ -124,13 +124,13 @@ export const gaussian = (seed: number, n: number): Float32Array => {
   return Float32Array.from({ length: n }, () => (next() + next() + next() - 1.5) * 2);
 };
 
+/** The rows of quantProbe's products, but for those under a key ending ', one row'. */
+export const PROBE_ROWS = 7;
+
 /**
  * The product in every form over fixed random inputs (7 rows, so tiles of 4, 2 and 1 rows, K 256, 30 columns;
  * zero points per block where the form has them): what the kernels must give, bit for bit, in every build and every engine that runs them.
  */
-/** The rows of quantProbe's products, but for those under a key ending ', one row'. */
-export const PROBE_ROWS = 7;
-
 export function quantProbe(kernels: Kernels): Record<string, number[]> {
   const out: Record<string, number[]> = {};
   // 7 rows: tiles of 4, 2 and 1; 30 columns: two 16-column single-row tiles (tile_row, in the forms stored by
