@@ -7,14 +7,12 @@
 //
 //   git worktree add /tmp/before REV && ln -s "$PWD/node_modules" /tmp/before/node_modules && cp -r models /tmp/before/
 //   tsx scripts/bench/edge-ab.ts --before /tmp/before [--rounds 7] [--streams 16]
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { startDevServer, type DevServer } from '../lib/dev-server.js';
+import type { startDevServer, DevServer } from '../lib/dev-server.js';
 import { answerHelp } from '../lib/help.js';
-import { uploadModel } from '../model-upload.js';
-import { EDGE_SETTINGS } from './edge.js';
+import { startEdgeServer } from './edge.js';
 import { promptIds } from './engine-runs.js';
 import { ensureBenchModels, modelDir } from './models.js';
 import { clients, streamOnce } from './service.js';
@@ -44,19 +42,11 @@ const beforeDir = resolve(values.before);
 const startBefore = (
   (await import(join(beforeDir, 'scripts/lib/dev-server.ts'))) as { startDevServer: typeof startDevServer }
 ).startDevServer;
-const start = async (which: typeof startDevServer): Promise<DevServer> => {
-  const persist = mkdtempSync(join(tmpdir(), 'edge-ab-'));
-  await uploadModel(
-    { folder: modelDir('bench-135m'), name: 'bench-135m', dtype: 'q4', remote: false, persistTo: persist },
-    () => {},
-  );
-  return which(EDGE_SETTINGS, persist, { readyWithinMs: 120_000 });
-};
-const after = await start(startDevServer);
+const after = await startEdgeServer();
 // A server left running would take the other core from every later measurement on this 2-core host.
 let before: DevServer;
 try {
-  before = await start(startBefore);
+  before = await startEdgeServer(startBefore);
 } catch (err) {
   await after.stop();
   throw err;

@@ -18,7 +18,7 @@ import { parseArgs } from 'node:util';
 import { Engine } from '../../src/engine/engine.js';
 import { directorySource } from '../../src/sources/directory-source.js';
 import { edgeTable } from './edge-table.js';
-import { startDevServer } from '../lib/dev-server.js';
+import { type DevServer, startDevServer } from '../lib/dev-server.js';
 import { nodeRuntime } from '../lib/runtimes.js';
 import { uploadModel } from '../model-upload.js';
 import { promptIds } from './engine-runs.js';
@@ -39,8 +39,8 @@ export interface EdgeBench extends EdgeFigures {
   busy?: EdgeFigures & { neighbourGBps: Sampled };
 }
 
-/** The worker's vars for both sides' service (edge-ab.ts runs two such servers). */
-export const EDGE_SETTINGS = {
+/** The worker's vars for the service (startEdgeServer; edge-ab.ts runs two such servers). */
+const EDGE_SETTINGS = {
   MODEL: 'bench-135m',
   MODEL_DTYPE: 'q4',
   BACKEND: 'kernels',
@@ -51,6 +51,19 @@ export const EDGE_SETTINGS = {
   KV_STORE_MB: '0',
 };
 
+/**
+ * The service side: bench-135m q4 uploaded to a fresh local bucket and `wrangler dev` up with EDGE_SETTINGS;
+ * `start` is another checkout's startDevServer where edge-ab.ts runs one (the models must exist: ensureBenchModels).
+ */
+export async function startEdgeServer(start: typeof startDevServer = startDevServer): Promise<DevServer> {
+  const persist = mkdtempSync(join(tmpdir(), 'edge-bench-'));
+  await uploadModel(
+    { folder: modelDir('bench-135m'), name: 'bench-135m', dtype: 'q4', remote: false, persistTo: persist },
+    () => {},
+  );
+  return start(EDGE_SETTINGS, persist, { readyWithinMs: 120_000 });
+}
+
 export async function runEdge(
   runs: number,
   log: (s: string) => void,
@@ -59,18 +72,13 @@ export async function runEdge(
   streams = 16,
 ): Promise<EdgeBench> {
   ensureBenchModels([{ model: 'bench-135m', dtype: 'q4' }]);
-  const persist = mkdtempSync(join(tmpdir(), 'edge-bench-'));
-  await uploadModel(
-    { folder: modelDir('bench-135m'), name: 'bench-135m', dtype: 'q4', remote: false, persistTo: persist },
-    () => {},
-  );
   const engine = await Engine.load(await nodeRuntime('kernels'), directorySource(modelDir('bench-135m')), {
     dtype: 'q4',
     kvDtype: 'int8',
     kvCacheBytes: Number(EDGE_SETTINGS.KV_CACHE_MB) * 2 ** 20,
     maxBatchSize: Number(EDGE_SETTINGS.MAX_BATCH),
   });
-  const server = await startDevServer(EDGE_SETTINGS, persist, { readyWithinMs: 120_000 });
+  const server = await startEdgeServer();
   const vocab = engine.samplableVocab;
   const viaNode = async (prompt: number[], tokens: number) => {
     const t0 = performance.now();
