@@ -7,11 +7,13 @@
 //
 //   git worktree add /tmp/before REV && ln -s "$PWD/node_modules" /tmp/before/node_modules && cp -r models /tmp/before/
 //   tsx scripts/bench/edge-ab.ts --before /tmp/before [--rounds 7] [--streams 16]
-import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { startDevServer, DevServer } from '../lib/dev-server.js';
 import { answerHelp } from '../lib/help.js';
+import { loadModelMeta } from '../../src/engine/model/model-files.js';
+import { directorySource } from '../../src/sources/directory-source.js';
+import { TextTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { startEdgeServer } from './edge.js';
 import { promptIds } from './engine-runs.js';
 import { ensureBenchModels, modelDir } from './models.js';
@@ -52,8 +54,13 @@ try {
   throw err;
 }
 const servers = { after, before };
-const vocab = (JSON.parse(readFileSync(join(modelDir('bench-135m'), 'config.json'), 'utf8')) as { vocab_size: number })
-  .vocab_size;
+// The ids edge.ts's prompts draw from (Engine.samplableVocab): bench-135m's tokenizer is far smaller than its
+// 49,152-row embedding.
+const meta = await loadModelMeta(directorySource(modelDir('bench-135m')));
+const vocab = Math.min(
+  meta.config.vocabSize,
+  TextTokenizer.fromJson(meta.tokenizerJson, meta.tokenizerConfig).vocabSize,
+);
 const samples = new Samples();
 try {
   for (let round = -1; round < rounds; round++) {
