@@ -1,7 +1,7 @@
 // Limits one key cannot use against another: MAX_QUEUE shared fairly between keys and counted in
 // sequences, and JSON nesting refused before anything recursive reads it.
 import { describe, expect, it } from 'vitest';
-import { admitToQueue } from '../src/objects/tenancy/queue-share.js';
+import { admitToQueue, queueRefusal } from '../src/objects/tenancy/queue-share.js';
 import { checkJsonDepth, JsonDepthError, MAX_JSON_DEPTH, readJsonText } from '../src/json-limits.js';
 
 const queue = (entries: [string, number][], maxQueue = 64) => ({ waiting: new Map(entries), maxQueue });
@@ -34,6 +34,16 @@ describe('the queue is shared fairly, in sequences', () => {
       code: 'queue_share_exceeded',
       share: 32,
     });
+  });
+
+  it("a request larger than the key's share is refused while another waits, and its 429 says the request is the excess", () => {
+    const waiting = new Map([['bob', 1]]);
+    const refusal = queueRefusal({ waitingByGroup: () => waiting }, 64, 'alice', 64);
+    expect(refusal).toMatchObject({ status: 429, code: 'queue_share_exceeded', rateLimit: { retryAfterMs: 1000 } });
+    expect(refusal?.message).toBe(
+      "this request's 64 sequences would give this key 64 waiting on this shard (0 already), past its fair share of the queue (32 of MAX_QUEUE 64) while other keys wait; retry shortly",
+    );
+    expect(queueRefusal({ waitingByGroup: () => waiting }, 64, 'alice', 32)).toBeUndefined();
   });
 
   it('shares shrink as keys join: 64 over 4 keys is 16 each, over 3 is 21', () => {

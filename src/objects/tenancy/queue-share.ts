@@ -19,7 +19,7 @@ export interface QueueState {
 
 export type QueueVerdict =
   | { ok: true }
-  | { ok: false; code: 'overloaded' | 'queue_share_exceeded'; share: number; waiting: number };
+  | { ok: false; code: 'overloaded' | 'queue_share_exceeded'; share: number; waiting: number; asked: number };
 
 export function admitToQueue(state: QueueState, owner: string, sequences: number): QueueVerdict {
   let total = 0;
@@ -32,10 +32,11 @@ export function admitToQueue(state: QueueState, owner: string, sequences: number
   const mine = state.waiting.get(owner) ?? 0;
   const share = Math.max(1, Math.floor(state.maxQueue / (others + 1)));
   const withinShare = mine + sequences <= share;
-  if (others > 0 && !withinShare) return { ok: false, code: 'queue_share_exceeded', share, waiting: mine };
+  if (others > 0 && !withinShare)
+    return { ok: false, code: 'queue_share_exceeded', share, waiting: mine, asked: sequences };
   // An empty queue takes any request, as before: a request larger than the queue is not refused for ever.
   if (total > 0 && total + sequences > state.maxQueue && !withinShare)
-    return { ok: false, code: 'overloaded', share, waiting: mine };
+    return { ok: false, code: 'overloaded', share, waiting: mine, asked: sequences };
   return { ok: true };
 }
 
@@ -51,7 +52,7 @@ export function queueRefusal(
   const message =
     verdict.code === 'overloaded'
       ? 'the model is overloaded; retry shortly'
-      : `this key already has ${verdict.waiting} sequences waiting on this shard, its fair share of the queue (${verdict.share} of MAX_QUEUE ${maxQueue}) while other keys wait; retry shortly`;
+      : `this request's ${verdict.asked} sequences would give this key ${verdict.waiting + verdict.asked} waiting on this shard (${verdict.waiting} already), past its fair share of the queue (${verdict.share} of MAX_QUEUE ${maxQueue}) while other keys wait; retry shortly`;
   return {
     status: 429,
     type: 'rate_limit_error',
