@@ -23,7 +23,7 @@ import { nodeRuntime } from '../lib/runtimes.js';
 import { uploadModel } from '../model-upload.js';
 import { promptIds } from './engine-runs.js';
 import { ensureBenchModels, modelDir } from './models.js';
-import { clients, streamOnce, type ClientRun } from './service.js';
+import { clients, streamOnce } from './service.js';
 import { startBusyCore } from './busy-core.js';
 import { ratioByRun, Samples, sampled, type Sampled } from './stats.js';
 
@@ -90,35 +90,40 @@ export async function runEdge(
   };
   const samples = new Samples();
   const busyCoreGBps: number[] = [];
-  /** Both sides of one run (in alternating order), their samples under `at` ('' idle, 'busy:'). */
+  /**
+   * Both sides of one run, their samples under `at` ('' idle, 'busy:'): the two batch-1 streams back to back, then
+   * the two sides' streams, each pair in the run's order (alternating), so that a pair's figures are seconds apart
+   * and this host's changes of speed (it moves between two) mostly fall between pairs, not inside one.
+   */
   const measureRun = async (run: number, at: string) => {
     const seed = 500 + run;
-    const record = (side: string, one: ClientRun, many: ClientRun) => {
-      if (run < 0) return;
-      samples.add(`${at}${side}:1`, one.tokPerS);
-      samples.add(`${at}${side}:ttft`, one.ttftMs);
-      samples.add(`${at}${side}:n`, many.tokPerS);
+    const service = {
+      one: () => clients(1, () => streamOnce(server.url, promptIds(32, seed, 0, vocab), long)),
+      many: () => clients(streams, (i) => streamOnce(server.url, promptIds(32, seed, i, vocab), short)),
     };
-    const sides: (() => Promise<void>)[] = [
-      async () => {
-        const one = await clients(1, () => streamOnce(server.url, promptIds(32, seed, 0, vocab), long));
-        const many = await clients(streams, (i) => streamOnce(server.url, promptIds(32, seed, i, vocab), short));
-        record('service', one, many);
-      },
-      async () => {
-        const one = await clients(1, () => viaNode(promptIds(32, seed + 1, 0, vocab), long));
-        const many = await clients(streams, (i) => viaNode(promptIds(32, seed + 1, i, vocab), short));
-        record('node', one, many);
-      },
-    ];
-    for (const f of run % 2 ? [...sides].reverse() : sides) await f();
-    if (run >= 0) {
-      const last = (k: string) => samples.get(`${at}${k}`).at(-1)!.toFixed(1);
-      log(
-        `edge: run ${run + 1}/${runs}${at ? ', other core busy' : ''}: batch 1 ${last('service:1')} tok/s over HTTP, ${last('node:1')} in Node; ` +
-          `${streams} streams ${last('service:n')} (Node ${last('node:n')})`,
-      );
+    const node = {
+      one: () => clients(1, () => viaNode(promptIds(32, seed + 1, 0, vocab), long)),
+      many: () => clients(streams, (i) => viaNode(promptIds(32, seed + 1, i, vocab), short)),
+    };
+    const order = run % 2 ? ([node, service] as const) : ([service, node] as const);
+    const pair = async (kind: 'one' | 'many') => {
+      const first = await order[0][kind]();
+      const second = await order[1][kind]();
+      return order[0] === service ? { service: first, node: second } : { service: second, node: first };
+    };
+    const one = await pair('one');
+    const many = await pair('many');
+    if (run < 0) return;
+    for (const side of ['service', 'node'] as const) {
+      samples.add(`${at}${side}:1`, one[side].tokPerS);
+      samples.add(`${at}${side}:ttft`, one[side].ttftMs);
+      samples.add(`${at}${side}:n`, many[side].tokPerS);
     }
+    const last = (k: string) => samples.get(`${at}${k}`).at(-1)!.toFixed(1);
+    log(
+      `edge: run ${run + 1}/${runs}${at ? ', other core busy' : ''}: batch 1 ${last('service:1')} tok/s over HTTP, ${last('node:1')} in Node; ` +
+        `${streams} streams ${last('service:n')} (Node ${last('node:n')})`,
+    );
   };
   const figures = (at: string): EdgeFigures => {
     const get = (k: string) => samples.get(`${at}${k}`);
