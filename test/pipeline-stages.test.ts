@@ -375,14 +375,19 @@ describe('a model on pipeline stages', () => {
 
   it("a second shard's stage object in a full stage isolate is refused, not run past the budget", async () => {
     const runtime = await nodeRuntime('kernels');
-    const open = (models: IsolateModels<StageModel>, holder: string, memoryBudgetBytes?: number) =>
-      new StageServer({
+    // The servers stay referenced to the end: the registry frees a holding once its server is collected, so a
+    // dropped first server could be collected (and its pool released) before the second asks for room.
+    const servers: StageServer[] = [];
+    const open = (models: IsolateModels<StageModel>, holder: string, memoryBudgetBytes?: number) => {
+      const server = new StageServer({
         runtime,
         source: source(),
         model: 'tiny',
         memoryBudgetBytes,
         isolate: { models, holder },
-      }).open({
+      });
+      servers.push(server);
+      return server.open({
         model: 'tiny',
         dtype: 'q4',
         span: { from: 1, to: 2, ends: false },
@@ -397,6 +402,7 @@ describe('a model on pipeline stages', () => {
           memoryBudgetBytes: undefined,
         },
       });
+    };
     const probe = new IsolateModels<StageModel>();
     const one = await open(probe, 'a');
     expect(one.kvBytes).toBe(64 * 16 * 256); // the stage's one layer: 256 B a token at fp32
@@ -407,6 +413,7 @@ describe('a model on pipeline stages', () => {
       code: 'model_too_large',
       message: expect.stringMatching(/no room for another KV pool/),
     });
+    expect(servers).toHaveLength(3);
   });
 
   it('reads and restores a block through every stage: the bytes one process stores', async () => {
