@@ -1,8 +1,8 @@
 // The edge section's service side from two checkouts at once: this one's `wrangler dev` and another's (a previous
 // commit's worktree, its node_modules linked to this one's and the generated models copied), both with edge.ts's
-// settings, timed in turns (the order alternating by round) and compared round by round: a kernel change as it
-// reaches users. This host moves between two speeds; a pair's two figures are taken seconds apart, so their ratio
-// mostly sees one of them.
+// settings, timed in turns (both batch-1 streams back to back, then both sides' streams; the order alternating by
+// round) and compared round by round: a kernel change as it reaches users. This host moves between two speeds; a
+// pair's two figures are taken seconds apart, so their ratio mostly sees one of them.
 //   batch 1:  one stream of `long` tokens;  streams: `streams` streams of `short` tokens (`--streams 0`: none)
 //
 //   git worktree add /tmp/before REV && ln -s "$PWD/node_modules" /tmp/before/node_modules && cp -r models /tmp/before/
@@ -17,7 +17,7 @@ import { TextTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { startEdgeServer } from './edge.js';
 import { promptIds } from './engine-runs.js';
 import { ensureBenchModels, modelDir } from './models.js';
-import { clients, streamOnce } from './service.js';
+import { clients, inTurn, streamOnce } from './service.js';
 import { ratioByRun, Samples, sampled } from './stats.js';
 
 answerHelp(
@@ -66,22 +66,26 @@ try {
   for (let round = -1; round < rounds; round++) {
     const seed = 700 + round;
     const sides = round % 2 ? (['before', 'after'] as const) : (['after', 'before'] as const);
+    // The two batch-1 streams back to back, then the two sides' streams: each pair seconds apart.
+    const one = await inTurn(sides, (side) =>
+      clients(1, () => streamOnce(servers[side].url, promptIds(32, seed, 0, vocab), long)),
+    );
+    const many =
+      streams > 0
+        ? await inTurn(sides, (side) =>
+            clients(streams, (i) => streamOnce(servers[side].url, promptIds(32, seed, i, vocab), short)),
+          )
+        : undefined;
+    if (round < 0) continue;
     for (const side of sides) {
-      const url = servers[side].url;
-      const one = await clients(1, () => streamOnce(url, promptIds(32, seed, 0, vocab), long));
-      const many =
-        streams > 0 ? await clients(streams, (i) => streamOnce(url, promptIds(32, seed, i, vocab), short)) : undefined;
-      if (round < 0) continue;
-      samples.add(`${side}:1`, one.tokPerS);
-      if (many) samples.add(`${side}:n`, many.tokPerS);
+      samples.add(`${side}:1`, one[side].tokPerS);
+      if (many) samples.add(`${side}:n`, many[side].tokPerS);
     }
-    if (round >= 0) {
-      const last = (k: string) => samples.get(k).at(-1)?.toFixed(1) ?? '-';
-      console.error(
-        `round ${round + 1}/${rounds}: batch 1 ${last('after:1')} (before ${last('before:1')}) tok/s; ` +
-          `${streams} streams ${last('after:n')} (before ${last('before:n')})`,
-      );
-    }
+    const last = (k: string) => samples.get(k).at(-1)?.toFixed(1) ?? '-';
+    console.error(
+      `round ${round + 1}/${rounds}: batch 1 ${last('after:1')} (before ${last('before:1')}) tok/s; ` +
+        `${streams} streams ${last('after:n')} (before ${last('before:n')})`,
+    );
   }
   const show = (k: string, label: string) => {
     const ratio = ratioByRun(samples.get(`after:${k}`), samples.get(`before:${k}`));

@@ -23,7 +23,7 @@ import { nodeRuntime } from '../lib/runtimes.js';
 import { uploadModel } from '../model-upload.js';
 import { promptIds } from './engine-runs.js';
 import { ensureBenchModels, modelDir } from './models.js';
-import { clients, streamOnce } from './service.js';
+import { clients, inTurn, streamOnce } from './service.js';
 import { startBusyCore } from './busy-core.js';
 import { ratioByRun, Samples, sampled, type Sampled } from './stats.js';
 
@@ -97,22 +97,19 @@ export async function runEdge(
    */
   const measureRun = async (run: number, at: string) => {
     const seed = 500 + run;
-    const service = {
-      one: () => clients(1, () => streamOnce(server.url, promptIds(32, seed, 0, vocab), long)),
-      many: () => clients(streams, (i) => streamOnce(server.url, promptIds(32, seed, i, vocab), short)),
+    const sides = {
+      service: {
+        one: () => clients(1, () => streamOnce(server.url, promptIds(32, seed, 0, vocab), long)),
+        many: () => clients(streams, (i) => streamOnce(server.url, promptIds(32, seed, i, vocab), short)),
+      },
+      node: {
+        one: () => clients(1, () => viaNode(promptIds(32, seed + 1, 0, vocab), long)),
+        many: () => clients(streams, (i) => viaNode(promptIds(32, seed + 1, i, vocab), short)),
+      },
     };
-    const node = {
-      one: () => clients(1, () => viaNode(promptIds(32, seed + 1, 0, vocab), long)),
-      many: () => clients(streams, (i) => viaNode(promptIds(32, seed + 1, i, vocab), short)),
-    };
-    const order = run % 2 ? ([node, service] as const) : ([service, node] as const);
-    const pair = async (kind: 'one' | 'many') => {
-      const first = await order[0][kind]();
-      const second = await order[1][kind]();
-      return order[0] === service ? { service: first, node: second } : { service: second, node: first };
-    };
-    const one = await pair('one');
-    const many = await pair('many');
+    const order = run % 2 ? (['node', 'service'] as const) : (['service', 'node'] as const);
+    const one = await inTurn(order, (side) => sides[side].one());
+    const many = await inTurn(order, (side) => sides[side].many());
     if (run < 0) return;
     for (const side of ['service', 'node'] as const) {
       samples.add(`${at}${side}:1`, one[side].tokPerS);

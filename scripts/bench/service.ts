@@ -32,6 +32,19 @@ export interface ClientRun {
 }
 
 /**
+ * Each side's `run` once, one after another in `order`, by side: a pair of measurements seconds apart, so that this
+ * host's changes of speed mostly fall between pairs (the edge section and edge-ab.ts alternate the order by round).
+ */
+export async function inTurn<S extends string, T>(
+  order: readonly S[],
+  run: (side: S) => Promise<T>,
+): Promise<Record<S, T>> {
+  const out = {} as Record<S, T>;
+  for (const side of order) out[side] = await run(side);
+  return out;
+}
+
+/**
  * One streamed completion over HTTP: time to the first chunk with text and to the last, and completion tokens
  * from usage.
  */
